@@ -1,0 +1,111 @@
+//! The engine's one error type. Every variant says what happened and where, so
+//! an operator can act on the message alone (invariant 10 of ARCHITECTURE.md).
+
+use std::io;
+use std::path::PathBuf;
+
+/// Result alias for the engine.
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// Everything that can go wrong in the engine, split by cause.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// An operating-system call failed.
+    #[error("I/O error during {op} on {path}: {source}")]
+    Io {
+        op: &'static str,
+        path: PathBuf,
+        #[source]
+        source: io::Error,
+    },
+    /// Bytes that a completed fdatasync had made durable (or that a reader
+    /// expected to be valid) fail validation: no power cut explains this.
+    #[error("corruption in {file} at offset {offset}: {detail}")]
+    Corrupt {
+        file: PathBuf,
+        offset: u64,
+        detail: String,
+    },
+    /// The recovery mode forbids truncating a torn tail.
+    #[error("torn tail in {file} at offset {offset} ({detail}); refused by recovery mode absolute-consistency")]
+    TornTailRefused {
+        file: PathBuf,
+        offset: u64,
+        detail: String,
+    },
+    /// A file that is not a turnstone file (bad magic, impossible header).
+    #[error("{file} is not a turnstone {what}: {detail}")]
+    NotTurnstone {
+        file: PathBuf,
+        what: &'static str,
+        detail: String,
+    },
+    /// A file written by a newer (or unknown) format version.
+    #[error("{file} has format version {found}; this build reads version {supported}")]
+    UnsupportedVersion {
+        file: PathBuf,
+        found: u32,
+        supported: u32,
+    },
+    /// Another writer holds the store lock.
+    #[error("store {dir} is locked by another writer (in this or another process): {detail}")]
+    Locked { dir: PathBuf, detail: String },
+    /// The store directory does not exist (read-only open) or is not a directory.
+    #[error("{dir} is not a turnstone store: {detail}")]
+    NoStore { dir: PathBuf, detail: String },
+    /// A write or fsync failed earlier; nothing after it is acknowledged.
+    #[error("store is poisoned after a failed {op}: {detail}; reopen the store to recover from the durable log")]
+    Poisoned { op: &'static str, detail: String },
+    /// A background write failed; the batch is kept in order and retried on the
+    /// next explicit sync or close, which returns this error if it fails again.
+    #[error("write of the pending batch failed and was kept for retry: {detail}")]
+    WriteFailed { detail: String },
+    /// The store was closed.
+    #[error("store is closed")]
+    Closed,
+    /// The store was opened read-only.
+    #[error("store is open read-only")]
+    ReadOnly,
+    /// No session with that id.
+    #[error("unknown session {0:?}")]
+    UnknownSession(String),
+    /// A session with that id already exists.
+    #[error("session {0:?} already exists")]
+    SessionExists(String),
+    /// A seq outside `0..len`.
+    #[error("seq {seq} out of range for session {session:?} (it has {len} events)")]
+    SeqOutOfRange { session: String, seq: u64, len: u64 },
+    /// A payload (or a group of events) larger than the format allows.
+    #[error("{what} of {len} bytes exceeds the maximum of {max} bytes")]
+    TooLarge {
+        what: &'static str,
+        len: u64,
+        max: u64,
+    },
+    /// A caller passed something invalid.
+    #[error("invalid argument: {0}")]
+    InvalidArgument(String),
+}
+
+impl Error {
+    pub(crate) fn io(op: &'static str, path: impl Into<PathBuf>, source: io::Error) -> Self {
+        Error::Io {
+            op,
+            path: path.into(),
+            source,
+        }
+    }
+
+    pub(crate) fn corrupt(
+        file: impl Into<PathBuf>,
+        offset: u64,
+        detail: impl Into<String>,
+    ) -> Self {
+        Error::Corrupt {
+            file: file.into(),
+            offset,
+            detail: detail.into(),
+        }
+    }
+}

@@ -1,0 +1,73 @@
+//! Newtypes for what must not be mixed up: positions, seqs, ids.
+
+use std::fmt;
+
+/// A session's dense event number: 0, 1, 2, … with no gap, never reused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
+pub struct Seq(pub u64);
+
+/// Number of a segment file (`format-spec/FORMAT.md` §1).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
+pub struct SegmentId(pub u32);
+
+/// Compact id of a session inside the log (the string id is mapped to it by a
+/// durable `session-define` frame, `FORMAT.md` §4).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
+pub struct SessionId(pub u32);
+
+/// A position in the log: segment number and byte offset in that segment's
+/// file. Packed into a `u64` as `segment << 32 | offset`, so positions compare
+/// in log order.
+#[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
+pub struct LogPos(pub u64);
+
+impl LogPos {
+    pub const fn new(segment: SegmentId, offset: u32) -> Self {
+        LogPos(((segment.0 as u64) << 32) | offset as u64)
+    }
+    pub const fn segment(self) -> SegmentId {
+        SegmentId((self.0 >> 32) as u32)
+    }
+    pub const fn offset(self) -> u32 {
+        self.0 as u32
+    }
+}
+
+impl fmt::Debug for LogPos {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}:{}", self.segment().0, self.offset())
+    }
+}
+impl fmt::Display for LogPos {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Debug::fmt(self, f)
+    }
+}
+
+/// What [`crate::Store::append`] returns at once (before durability).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Appended {
+    pub session: SessionId,
+    pub seq: Seq,
+    /// Where the frame starts.
+    pub pos: LogPos,
+    /// Where the frame ends; durable once `Store::durable_pos() >= end`.
+    pub end: LogPos,
+}
+
+/// One event read back from the log.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Event {
+    pub seq: Seq,
+    pub kind: u16,
+    pub flags: u16,
+    pub payload: Vec<u8>,
+    pub pos: LogPos,
+}
+
+impl Event {
+    /// Whether the frame carries the `ignorable` flag.
+    pub fn ignorable(&self) -> bool {
+        self.flags & crate::frame::FLAG_IGNORABLE != 0
+    }
+}

@@ -1,0 +1,224 @@
+//! The file layer: every byte the engine reads or writes goes through [`Vfs`].
+//!
+//! Two implementations: [`OsVfs`] (std::fs + fs2 + memmap2) for real stores, and
+//! [`crate::sim::SimVfs`] (in memory, with crash and fault injection) for tests,
+//! fuzzing and the torture harness. Keeping the engine generic over this trait
+//! lets the same engine code be crashed at any point and checked (invariants 1,
+//! 3 and 8 of ARCHITECTURE.md).
+
+use std::fmt;
+use std::fs::{self, File, OpenOptions};
+use std::io;
+use std::ops::Deref;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+/// Read-only bytes of a whole file: a memory map for real files, a copy in the
+/// simulator. Reads of sealed segments borrow from this without copying.
+pub type MappedBytes = Arc<dyn Deref<Target = [u8]> + Send + Sync>;
+
+/// One open file.
+#[allow(clippy::len_without_is_empty)]
+pub trait VfsFile: Send + Sync + fmt::Debug {
+    /// Read up to `buf.len()` bytes at `offset`; returns the number read (0 at EOF).
+    fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<usize>;
+    /// Write all of `buf` at `offset`.
+    fn write_all_at(&self, buf: &[u8], offset: u64) -> io::Result<()>;
+    /// Make written data (and the size, if it changed) durable: fdatasync.
+    fn sync_data(&self) -> io::Result<()>;
+    /// Current length in bytes.
+    fn len(&self) -> io::Result<u64>;
+    /// Truncate or extend (with zeros) to `len` bytes.
+    fn set_len(&self, len: u64) -> io::Result<()>;
+    /// Reserve `len` bytes on the device (zero-filled), extending the file.
+    fn allocate(&self, len: u64) -> io::Result<()>;
+    /// Map the whole file read-only. The caller must only map files that are no
+    /// longer written to (sealed segments).
+    fn map(&self) -> io::Result<MappedBytes>;
+}
+
+/// A directory-scoped file system.
+pub trait Vfs: Send + Sync + fmt::Debug {
+    /// Open an existing file; `write` asks for write access.
+    fn open(&self, path: &Path, write: bool) -> io::Result<Arc<dyn VfsFile>>;
+    /// Create a new file; fails if it exists.
+    fn create_new(&self, path: &Path) -> io::Result<Arc<dyn VfsFile>>;
+    /// Create the file or truncate it to zero length.
+    fn create_truncate(&self, path: &Path) -> io::Result<Arc<dyn VfsFile>>;
+    fn exists(&self, path: &Path) -> bool;
+    fn rename(&self, from: &Path, to: &Path) -> io::Result<()>;
+    fn remove(&self, path: &Path) -> io::Result<()>;
+    /// fsync the directory, making creates, renames and removes in it durable.
+    fn sync_dir(&self, dir: &Path) -> io::Result<()>;
+    /// Names of the entries of a directory (file names only).
+    fn list(&self, dir: &Path) -> io::Result<Vec<String>>;
+    fn create_dir_all(&self, dir: &Path) -> io::Result<()>;
+    /// Take the exclusive store lock; the returned guard releases it on drop.
+    fn lock_exclusive(&self, path: &Path) -> io::Result<Box<dyn LockGuard>>;
+    /// Whether the path is a directory.
+    fn is_dir(&self, path: &Path) -> bool;
+}
+
+/// Held while a store is open for writing.
+pub trait LockGuard: Send + Sync + fmt::Debug {}
+
+/// The real file system.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct OsVfs;
+
+#[derive(Debug)]
+struct OsFile {
+    file: File,
+}
+
+impl VfsFile for OsFile {
+    fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<usize> {
+        use std::os::unix::fs::FileExt;
+        let mut done = 0;
+        while done < buf.len() {
+            match self.file.read_at(&mut buf[done..], offset + done as u64) {
+                Ok(0) => break,
+                Ok(n) => done += n,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(done)
+    }
+    fn write_all_at(&self, buf: &[u8], offset: u64) -> io::Result<()> {
+        use std::os::unix::fs::FileExt;
+        self.file.write_all_at(buf, offset)
+    }
+    fn sync_data(&self) -> io::Result<()> {
+        self.file.sync_data()
+    }
+    fn len(&self) -> io::Result<u64> {
+        Ok(self.file.metadata()?.len())
+    }
+    fn set_len(&self, len: u64) -> io::Result<()> {
+        self.file.set_len(len)
+    }
+    fn allocate(&self, len: u64) -> io::Result<()> {
+        fs2::FileExt::allocate(&self.file, len)
+    }
+    fn map(&self) -> io::Result<MappedBytes> {
+        if self.file.metadata()?.len() == 0 {
+            return Ok(Arc::new(Vec::<u8>::new()));
+        }
+        // SAFETY: only sealed segments and read-only opens are mapped. The engine
+        // never writes to a sealed segment, and truncation of a mapped file only
+        // happens to the active (unmapped) segment during recovery, before any map
+        // of it exists. A foreign process truncating the file while mapped is
+        // outside the engine's contract (the store lock forbids a second writer).
+        let map = unsafe { memmap2::Mmap::map(&self.file)? };
+        Ok(Arc::new(map))
+    }
+}
+
+#[derive(Debug)]
+struct OsLock {
+    _file: File,
+    path: PathBuf,
+}
+impl LockGuard for OsLock {}
+impl Drop for OsLock {
+    fn drop(&mut self) {
+        let _ = fs2::FileExt::unlock(&self._file);
+        LOCKED_PATHS.lock().retain(|p| p != &self.path);
+    }
+}
+
+/// Paths this process holds locks on: flock(2) already conflicts between two
+/// opens in one process, but this makes the rule independent of the platform.
+static LOCKED_PATHS: parking_lot::Mutex<Vec<PathBuf>> = parking_lot::Mutex::new(Vec::new());
+
+impl Vfs for OsVfs {
+    fn open(&self, path: &Path, write: bool) -> io::Result<Arc<dyn VfsFile>> {
+        let file = OpenOptions::new().read(true).write(write).open(path)?;
+        Ok(Arc::new(OsFile { file }))
+    }
+    fn create_new(&self, path: &Path) -> io::Result<Arc<dyn VfsFile>> {
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create_new(true)
+            .open(path)?;
+        Ok(Arc::new(OsFile { file }))
+    }
+    fn create_truncate(&self, path: &Path) -> io::Result<Arc<dyn VfsFile>> {
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .open(path)?;
+        Ok(Arc::new(OsFile { file }))
+    }
+    fn exists(&self, path: &Path) -> bool {
+        path.exists()
+    }
+    fn rename(&self, from: &Path, to: &Path) -> io::Result<()> {
+        fs::rename(from, to)
+    }
+    fn remove(&self, path: &Path) -> io::Result<()> {
+        fs::remove_file(path)
+    }
+    fn sync_dir(&self, dir: &Path) -> io::Result<()> {
+        File::open(dir)?.sync_all()
+    }
+    fn list(&self, dir: &Path) -> io::Result<Vec<String>> {
+        let mut out = Vec::new();
+        for entry in fs::read_dir(dir)? {
+            let entry = entry?;
+            if let Ok(name) = entry.file_name().into_string() {
+                out.push(name);
+            }
+        }
+        out.sort();
+        Ok(out)
+    }
+    fn create_dir_all(&self, dir: &Path) -> io::Result<()> {
+        fs::create_dir_all(dir)
+    }
+    fn lock_exclusive(&self, path: &Path) -> io::Result<Box<dyn LockGuard>> {
+        let canon = path
+            .parent()
+            .and_then(|p| p.canonicalize().ok())
+            .map(|p| p.join(path.file_name().unwrap_or_default()))
+            .unwrap_or_else(|| path.to_path_buf());
+        {
+            let mut held = LOCKED_PATHS.lock();
+            if held.contains(&canon) {
+                return Err(io::Error::new(
+                    io::ErrorKind::WouldBlock,
+                    "store is already open in this process",
+                ));
+            }
+            held.push(canon.clone());
+        }
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .open(path);
+        let file = match file {
+            Ok(f) => f,
+            Err(e) => {
+                LOCKED_PATHS.lock().retain(|p| p != &canon);
+                return Err(e);
+            }
+        };
+        if let Err(e) = fs2::FileExt::try_lock_exclusive(&file) {
+            LOCKED_PATHS.lock().retain(|p| p != &canon);
+            return Err(e);
+        }
+        Ok(Box::new(OsLock {
+            _file: file,
+            path: canon,
+        }))
+    }
+    fn is_dir(&self, path: &Path) -> bool {
+        path.is_dir()
+    }
+}
