@@ -86,6 +86,37 @@ pub enum Error {
     /// A caller passed something invalid.
     #[error("invalid argument: {0}")]
     InvalidArgument(String),
+    /// Restore met an event kind that is neither known nor marked ignorable.
+    #[error("session {session:?}: event at seq {seq} has unknown kind {kind:?} and is not marked ignorable; refusing to restore")]
+    UnknownKind {
+        session: String,
+        seq: u64,
+        kind: String,
+    },
+    /// A stored session event does not decode or breaks a session rule.
+    #[error("session {session:?}: event at seq {seq}: {detail}")]
+    BadEvent {
+        session: String,
+        seq: u64,
+        detail: String,
+    },
+    /// A session format version this build does not read.
+    #[error("session {session:?}: event at seq {seq} has session format version {found}; this build reads version {supported}")]
+    SessionFormat {
+        session: String,
+        seq: u64,
+        found: u32,
+        supported: u32,
+    },
+    /// A surface replace range outside the current surface.
+    #[error(transparent)]
+    SurfaceRange(#[from] crate::session::surface::RangeError),
+    /// The session layer refused an operation (the reason says which rule).
+    #[error("refused: {0}")]
+    Refused(String),
+    /// A request differs from the one rebuildable from the log.
+    #[error(transparent)]
+    RequestMismatch(#[from] crate::session::header::Difference),
 }
 
 impl Error {

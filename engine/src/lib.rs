@@ -10,6 +10,7 @@
 //! | [`commit`] | group commit: write-behind batches, flusher, durable position |
 //! | [`index`], [`checkpoint`] | seq-dense per-session index and its checkpoint file |
 //! | [`store`] | [`Store`]: lock, open, append, sync, read, fork, close |
+//! | [`session`] | the session layer: typed events, surface, derive_messages, request headers |
 //!
 //! ```
 //! let dir = tempfile::tempdir().unwrap();
@@ -28,6 +29,7 @@ pub mod error;
 pub mod frame;
 pub mod index;
 pub mod recovery;
+pub mod session;
 pub mod sim;
 pub mod store;
 pub mod types;

@@ -1,0 +1,611 @@
+//! [`Session`]: one agent session over the shared store.
+//!
+//! Every piece of state here (surface, messages, header, open turn/step/tool
+//! calls, seed boundary) is a fold over the session's events, computed by one
+//! function ([`Session::apply`]) both when an event is appended live and when
+//! the session is restored from the log. That is how "model-visible iff
+//! logged" (invariant 4) holds by construction; the proptest in
+//! `tests/model_visible.rs` checks it.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use serde_json::Value;
+
+use crate::error::{Error, Result};
+use crate::session::event::{
+    self, AssistantMessage, CompactionEnd, CompactionPrune, CompactionStart, CompactionSummary,
+    ContentBlock, CoreKind, DecodeError, EpochHeader, EventData, EventKind, HeaderReason, Intent,
+    Registry, RequestContext, RequestHeader, SessionEvent, ToolResult, UserMessage,
+};
+use crate::session::header::{first_difference, Request, RequestSpec};
+use crate::session::messages::{self, Message, MessageCache};
+use crate::session::surface::{Surface, SurfaceOp};
+use crate::store::Store;
+use crate::types::LogPos;
+
+/// Turn, step and tool calls left open (what repair would have to close).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct OpenState {
+    /// Open turn: (turn_id, seq of its `turn/start`).
+    pub turn: Option<(String, u64)>,
+    /// Open step: (turn_id, step_id, seq of its `step/start`).
+    pub step: Option<(String, String, u64)>,
+    /// `tool/call`s without a `tool/result`: call_id → seq of the call.
+    pub calls: BTreeMap<String, u64>,
+    /// Tool uses the assistant requested with neither a `tool/call` nor a
+    /// `tool/result`: tool_use id → (seq of the assistant message, tool name).
+    pub requested: BTreeMap<String, (u64, String)>,
+}
+
+impl OpenState {
+    pub fn is_idle(&self) -> bool {
+        self.turn.is_none() && self.step.is_none()
+    }
+}
+
+/// A session: append typed events, derive what the model sees.
+pub struct Session {
+    store: Arc<Store>,
+    id: Arc<str>,
+    registry: Arc<Registry>,
+    len: u64,
+    surface: Surface,
+    messages: MessageCache,
+    header: Option<EpochHeader>,
+    context: Option<RequestContext>,
+    seed_end: Option<u64>,
+    open: OpenState,
+    /// This agent loop has written a header (else the next one is `resume`).
+    loop_wrote_header: bool,
+    /// End of this handle's last append (for durability waits).
+    last_end: LogPos,
+    /// Repair is appending: `interrupted` is allowed.
+    repairing: bool,
+}
+
+impl std::fmt::Debug for Session {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Session")
+            .field("id", &self.id)
+            .field("len", &self.len)
+            .finish()
+    }
+}
+
+impl Session {
+    /// Create a new, empty session.
+    pub fn create(store: Arc<Store>, id: &str, registry: Arc<Registry>) -> Result<Session> {
+        store.create_session(id)?;
+        let mut s = Self::empty(store, id, registry);
+        s.loop_wrote_header = false;
+        Ok(s)
+    }
+
+    /// Restore an existing session from the log. Refuses (with kind and seq)
+    /// an unknown event kind not marked ignorable.
+    pub fn open(store: Arc<Store>, id: &str, registry: Arc<Registry>) -> Result<Session> {
+        let len = store
+            .session_len(id)
+            .ok_or_else(|| Error::UnknownSession(id.to_string()))?;
+        let mut s = Self::empty(store.clone(), id, registry);
+        const CHUNK: u64 = 4096;
+        let mut at = 0;
+        while at < len {
+            let evs = store.read_range(id, at..(at + CHUNK).min(len))?;
+            for e in evs {
+                let ev = s.decode(e.seq.0, e.kind, e.flags, &e.payload)?;
+                s.apply(&ev)?;
+            }
+            at += CHUNK;
+        }
+        Ok(s)
+    }
+
+    /// Open the session if it exists, else create it.
+    pub fn open_or_create(store: Arc<Store>, id: &str, registry: Arc<Registry>) -> Result<Session> {
+        if store.session_len(id).is_some() {
+            Self::open(store, id, registry)
+        } else {
+            Self::create(store, id, registry)
+        }
+    }
+
+    fn empty(store: Arc<Store>, id: &str, registry: Arc<Registry>) -> Session {
+        Session {
+            store,
+            id: Arc::from(id),
+            registry,
+            len: 0,
+            surface: Surface::default(),
+            messages: MessageCache::default(),
+            header: None,
+            context: None,
+            seed_end: None,
+            open: OpenState::default(),
+            loop_wrote_header: false,
+            last_end: LogPos(0),
+            repairing: false,
+        }
+    }
+
+    fn decode(&self, seq: u64, code: u16, flags: u16, payload: &[u8]) -> Result<SessionEvent> {
+        event::decode(seq, code, flags, payload, &self.registry).map_err(|e| match e {
+            DecodeError::UnknownKind(kind) => Error::UnknownKind {
+                session: self.id.to_string(),
+                seq,
+                kind,
+            },
+            DecodeError::Version(found) => Error::SessionFormat {
+                session: self.id.to_string(),
+                seq,
+                found,
+                supported: event::SESSION_FORMAT_VERSION,
+            },
+            DecodeError::Malformed(detail) => Error::BadEvent {
+                session: self.id.to_string(),
+                seq,
+                detail,
+            },
+        })
+    }
+
+    fn bad(&self, seq: u64, detail: impl Into<String>) -> Error {
+        Error::BadEvent {
+            session: self.id.to_string(),
+            seq,
+            detail: detail.into(),
+        }
+    }
+
+    /// Fold one event into the state. The single definition of what an event
+    /// means, used live and on restore.
+    fn apply(&mut self, ev: &SessionEvent) -> Result<()> {
+        if ev.seq != self.len {
+            return Err(self.bad(ev.seq, format!("expected seq {}", self.len)));
+        }
+        self.len += 1;
+        let EventKind::Core(kind) = &ev.kind else {
+            return Ok(()); // plugin events are the plugins' business
+        };
+        let typed_err =
+            |s: &Self, e: serde_json::Error| s.bad(ev.seq, format!("{}: {e}", kind.name()));
+        match kind {
+            CoreKind::TurnStart => {
+                let d: event::TurnStart =
+                    serde_json::from_value(ev.data.clone()).map_err(|e| typed_err(self, e))?;
+                self.open.turn = Some((d.turn_id, ev.seq));
+            }
+            CoreKind::TurnEnd => {
+                self.open.turn = None;
+                self.open.step = None;
+            }
+            CoreKind::StepStart => {
+                let d: event::StepStart =
+                    serde_json::from_value(ev.data.clone()).map_err(|e| typed_err(self, e))?;
+                self.open.step = Some((d.turn_id, d.step_id, ev.seq));
+            }
+            CoreKind::StepEnd => self.open.step = None,
+            CoreKind::UserMessage | CoreKind::AssistantMessage | CoreKind::ToolResult => {
+                let op = ev
+                    .surface
+                    .ok_or_else(|| self.bad(ev.seq, "surface event without op"))?;
+                self.surface
+                    .apply(ev.seq, op)
+                    .map_err(|e| self.bad(ev.seq, e.to_string()))?;
+                let msg = match kind {
+                    CoreKind::UserMessage => {
+                        let d: UserMessage = serde_json::from_value(ev.data.clone())
+                            .map_err(|e| typed_err(self, e))?;
+                        messages::user_message(ev.seq, &d)
+                    }
+                    CoreKind::AssistantMessage => {
+                        let d: AssistantMessage = serde_json::from_value(ev.data.clone())
+                            .map_err(|e| typed_err(self, e))?;
+                        for b in &d.content {
+                            if let ContentBlock::ToolUse { id, name, .. } = b {
+                                self.open
+                                    .requested
+                                    .insert(id.clone(), (ev.seq, name.clone()));
+                            }
+                        }
+                        messages::assistant_message(ev.seq, &d)
+                    }
+                    _ => {
+                        let d: ToolResult = serde_json::from_value(ev.data.clone())
+                            .map_err(|e| typed_err(self, e))?;
+                        self.open.calls.remove(&d.call_id);
+                        self.open.requested.remove(&d.call_id);
+                        messages::tool_result_message(ev.seq, &d)
+                    }
+                };
+                self.messages.insert(ev.seq, msg);
+            }
+            CoreKind::ToolCall => {
+                let d: event::ToolCall =
+                    serde_json::from_value(ev.data.clone()).map_err(|e| typed_err(self, e))?;
+                self.open.requested.remove(&d.call_id);
+                self.open.calls.insert(d.call_id, ev.seq);
+            }
+            CoreKind::RequestHeader => {
+                let d: RequestHeader =
+                    serde_json::from_value(ev.data.clone()).map_err(|e| typed_err(self, e))?;
+                self.header = Some(d.header);
+            }
+            CoreKind::RequestContext => {
+                let d: RequestContext =
+                    serde_json::from_value(ev.data.clone()).map_err(|e| typed_err(self, e))?;
+                self.context = Some(d);
+            }
+            CoreKind::SessionEndSeed => self.seed_end = Some(ev.seq),
+            CoreKind::AssistantChunk
+            | CoreKind::CompactionStart
+            | CoreKind::CompactionSummary
+            | CoreKind::CompactionEnd
+            | CoreKind::CompactionPrune => {}
+        }
+        Ok(())
+    }
+
+    /// Rules checked before a live append (restore is lenient: the log is
+    /// the truth, whatever wrote it).
+    fn check_live<D: EventData>(&self, data: &D, op: Option<SurfaceOp>) -> Result<()> {
+        if let Some(op) = op {
+            self.surface.check(op)?;
+        }
+        if !self.repairing {
+            let v =
+                serde_json::to_value(data).map_err(|e| Error::InvalidArgument(e.to_string()))?;
+            let interrupted = v
+                .get("reason")
+                .and_then(|r| r.get("kind"))
+                .is_some_and(|k| k == "interrupted");
+            if interrupted && matches!(D::KIND, CoreKind::TurnEnd | CoreKind::StepEnd) {
+                return Err(Error::Refused(
+                    "`interrupted` is written only by repair, never by a live loop".into(),
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// Append one typed event. Surface kinds take a [`SurfaceOp`], every other
+    /// kind takes `()`:
+    ///
+    /// ```
+    /// # use std::sync::Arc;
+    /// # use turnstone::session::*;
+    /// # let dir = tempfile::tempdir().unwrap();
+    /// # let store = Arc::new(turnstone::Store::open(dir.path()).unwrap());
+    /// let mut s = Session::create(store, "s1", Arc::new(Registry::new())).unwrap();
+    /// s.append(TurnStart { turn_id: "t1".into() }, ()).unwrap();
+    /// s.append(UserMessage { content: vec![ContentBlock::text("hi")] }, SurfaceOp::Append).unwrap();
+    /// assert_eq!(s.derive_messages().len(), 1);
+    /// ```
+    ///
+    /// A surface event without an op, or any other event with one, does not
+    /// compile:
+    ///
+    /// ```compile_fail
+    /// # use std::sync::Arc;
+    /// # use turnstone::session::*;
+    /// # fn f(s: &mut Session) {
+    /// s.append(TurnStart { turn_id: "t1".into() }, SurfaceOp::Append).unwrap();
+    /// # }
+    /// ```
+    pub fn append<D: EventData>(&mut self, data: D, intent: D::Intent) -> Result<u64> {
+        let op = intent.surface_op();
+        self.check_live(&data, op)?;
+        let payload = event::encode_core(&data, op);
+        let seqs = self.append_encoded(vec![(D::KIND.code(), 0, payload)])?;
+        Ok(seqs[0])
+    }
+
+    /// Append a plugin event of a registered kind.
+    pub fn append_plugin(&mut self, kind: &str, data: &Value) -> Result<u64> {
+        let ignorable = self.registry.ignorable(kind).ok_or_else(|| {
+            Error::InvalidArgument(format!("plugin kind {kind:?} is not registered"))
+        })?;
+        let payload = event::encode_plugin(kind, data);
+        let seqs = self.append_encoded(vec![(
+            event::KIND_CODE_PLUGIN,
+            event::plugin_flags(ignorable),
+            payload,
+        )])?;
+        Ok(seqs[0])
+    }
+
+    /// Append encoded events atomically (one commit batch), then fold them.
+    fn append_encoded(&mut self, items: Vec<(u16, u16, Vec<u8>)>) -> Result<Vec<u64>> {
+        // Decode first: the live state is folded from exactly the bytes logged.
+        let mut decoded = Vec::with_capacity(items.len());
+        for (i, (code, flags, payload)) in items.iter().enumerate() {
+            decoded.push(self.decode(self.len + i as u64, *code, *flags, payload)?);
+        }
+        // Check the whole group against a scratch surface before appending.
+        let mut scratch = self.surface.clone();
+        for ev in &decoded {
+            if let Some(op) = ev.surface {
+                scratch.apply(ev.seq, op)?;
+            }
+        }
+        let group: Vec<(u16, u16, &[u8])> = items
+            .iter()
+            .map(|(c, f, p)| (*c, *f, p.as_slice()))
+            .collect();
+        let mut seqs = Vec::with_capacity(items.len());
+        let mut last_end = self.last_end;
+        let expected_first = self.len;
+        self.store.append_group(&self.id, &group, |a| {
+            seqs.push(a.seq.0);
+            last_end = a.end;
+        })?;
+        if seqs.first() != Some(&expected_first) {
+            // Another handle appended to this session: its state is unknown here.
+            return Err(Error::Refused(format!(
+                "session {:?} was appended to by another handle (expected seq {expected_first}, got {:?})",
+                self.id,
+                seqs.first()
+            )));
+        }
+        self.last_end = last_end;
+        for ev in &decoded {
+            self.apply(ev)?;
+        }
+        Ok(seqs)
+    }
+
+    /// The session id.
+    pub fn id(&self) -> &str {
+        &self.id
+    }
+    /// Number of events.
+    pub fn len(&self) -> u64 {
+        self.len
+    }
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+    /// The store this session lives in.
+    pub fn store(&self) -> &Arc<Store> {
+        &self.store
+    }
+    /// The current surface.
+    pub fn surface(&self) -> &Surface {
+        &self.surface
+    }
+    /// Open turn, step and tool calls.
+    pub fn open_state(&self) -> &OpenState {
+        &self.open
+    }
+    /// The latest request header in the log.
+    pub fn header(&self) -> Option<&EpochHeader> {
+        self.header.as_ref()
+    }
+    /// The latest request context in the log.
+    pub fn context(&self) -> Option<&RequestContext> {
+        self.context.as_ref()
+    }
+    /// Seq of `session/end-seed`, if the session was constructed from seed
+    /// history.
+    pub fn seed_end(&self) -> Option<u64> {
+        self.seed_end
+    }
+    /// Whether event `seq` belongs to the seed history (before
+    /// `session/end-seed`) rather than the live run.
+    pub fn is_seed(&self, seq: u64) -> bool {
+        self.seed_end.is_some_and(|s| seq < s)
+    }
+    /// Where this handle's last append ended.
+    pub fn last_end(&self) -> LogPos {
+        self.last_end
+    }
+
+    /// The model's messages, derived from the surface. Incremental: after
+    /// plain appends only the new nodes are visited.
+    pub fn derive_messages(&mut self) -> &[Arc<Message>] {
+        self.messages.derive(&self.surface)
+    }
+
+    /// Surface nodes visited by the last [`Session::derive_messages`].
+    pub fn last_derive_work(&self) -> usize {
+        self.messages.last_work
+    }
+
+    /// Read and decode events `range` from the log.
+    pub fn events(&self, range: std::ops::Range<u64>) -> Result<Vec<SessionEvent>> {
+        self.store
+            .read_range(&self.id, range)?
+            .into_iter()
+            .map(|e| self.decode(e.seq.0, e.kind, e.flags, &e.payload))
+            .collect()
+    }
+
+    /// Wait until every event this handle appended is durable.
+    pub fn flush(&self) -> Result<()> {
+        if self.last_end == LogPos(0) {
+            return Ok(());
+        }
+        self.store.wait_durable(self.last_end)
+    }
+
+    /// A new agent loop takes over this session (hot swap): the running turn
+    /// stays open, and the next header written is `resume`.
+    pub fn begin_loop(&mut self) {
+        self.loop_wrote_header = false;
+    }
+
+    /// Resolve the header of the next request and write a `request/header`
+    /// when needed: `initial` for the session's first, `resume` for the first
+    /// of a new agent loop over an existing session, `change` when config,
+    /// system or tools changed. Returns the reason written, or `None`.
+    pub fn prepare_request(&mut self, spec: &RequestSpec) -> Result<Option<HeaderReason>> {
+        let next = spec.resolve();
+        let reason = match &self.header {
+            None => Some(HeaderReason::Initial),
+            Some(_) if !self.loop_wrote_header => Some(HeaderReason::Resume),
+            Some(prev) if *prev != next => Some(HeaderReason::Change),
+            Some(_) => None,
+        };
+        if let Some(reason) = reason {
+            self.append(
+                RequestHeader {
+                    reason,
+                    header: next,
+                },
+                (),
+            )?;
+        }
+        self.loop_wrote_header = true;
+        Ok(reason)
+    }
+
+    /// Record the current route's capacity (no part of header detection).
+    pub fn record_context(&mut self, ctx: RequestContext) -> Result<u64> {
+        self.append(ctx, ())
+    }
+
+    /// The request rebuildable from the log: current header + messages.
+    pub fn rebuild_request(&mut self) -> Request {
+        let header = self.header.clone();
+        Request {
+            header,
+            messages: self
+                .derive_messages()
+                .iter()
+                .map(|m| (**m).clone())
+                .collect(),
+        }
+    }
+
+    /// The invariant check: the request an agent loop is about to send must
+    /// equal the one rebuildable from the log. Reports the first difference.
+    pub fn check_request(&mut self, actual: &Request) -> Result<()> {
+        let expected = self.rebuild_request();
+        match first_difference(&expected, actual) {
+            None => Ok(()),
+            Some(d) => Err(Error::RequestMismatch(d)),
+        }
+    }
+
+    /// Summarise surface nodes `start..end`: `compaction/start`,
+    /// `compaction/summary`, the summary `user/message` replacing the range,
+    /// `compaction/end`, all in one atomic batch. Returns the summary
+    /// message's seq.
+    pub fn compact(
+        &mut self,
+        compaction_id: &str,
+        start: u64,
+        end: u64,
+        summary: &str,
+    ) -> Result<u64> {
+        self.surface.check(SurfaceOp::Replace { start, end })?;
+        let id = compaction_id.to_string();
+        let items = vec![
+            (
+                CoreKind::CompactionStart.code(),
+                0,
+                event::encode_core(
+                    &CompactionStart {
+                        compaction_id: id.clone(),
+                    },
+                    None,
+                ),
+            ),
+            (
+                CoreKind::CompactionSummary.code(),
+                0,
+                event::encode_core(
+                    &CompactionSummary {
+                        compaction_id: id.clone(),
+                        text: summary.to_string(),
+                    },
+                    None,
+                ),
+            ),
+            (
+                CoreKind::UserMessage.code(),
+                0,
+                event::encode_core(
+                    &UserMessage {
+                        content: vec![ContentBlock::text(summary)],
+                    },
+                    Some(SurfaceOp::Replace { start, end }),
+                ),
+            ),
+            (
+                CoreKind::CompactionEnd.code(),
+                0,
+                event::encode_core(&CompactionEnd { compaction_id: id }, None),
+            ),
+        ];
+        Ok(self.append_encoded(items)?[2])
+    }
+
+    /// Prune the tool result at surface position `at`: `compaction/prune`
+    /// then a replacement `tool/result` (same call id) that takes its place,
+    /// atomically. The original stays in the log. Returns the replacement's seq.
+    pub fn prune_tool_result(
+        &mut self,
+        at: u64,
+        replacement: &str,
+        tokens_saved: u64,
+    ) -> Result<u64> {
+        let seq = *self.surface.nodes.get(at as usize).ok_or_else(|| {
+            Error::InvalidArgument(format!("surface position {at} is out of range"))
+        })?;
+        let original = self
+            .events(seq..seq + 1)?
+            .pop()
+            .and_then(|e| e.typed::<ToolResult>())
+            .ok_or_else(|| {
+                Error::InvalidArgument(format!(
+                    "surface node {at} (seq {seq}) is not a tool/result"
+                ))
+            })?;
+        let items = vec![
+            (
+                CoreKind::CompactionPrune.code(),
+                0,
+                event::encode_core(
+                    &CompactionPrune {
+                        replaced_seqs: vec![seq],
+                        tokens_saved,
+                    },
+                    None,
+                ),
+            ),
+            (
+                CoreKind::ToolResult.code(),
+                0,
+                event::encode_core(
+                    &ToolResult {
+                        call_id: original.call_id,
+                        content: vec![ContentBlock::text(replacement)],
+                        is_error: original.is_error,
+                        status: original.status,
+                    },
+                    Some(SurfaceOp::Replace {
+                        start: at,
+                        end: at + 1,
+                    }),
+                ),
+            ),
+        ];
+        Ok(self.append_encoded(items)?[1])
+    }
+
+    /// Append events as repair (allows `interrupted`); used by the repair
+    /// module of the session layer.
+    #[allow(dead_code)]
+    pub(crate) fn append_as_repair<D: EventData>(
+        &mut self,
+        data: D,
+        intent: D::Intent,
+    ) -> Result<u64> {
+        self.repairing = true;
+        let r = self.append(data, intent);
+        self.repairing = false;
+        r
+    }
+}

@@ -1,0 +1,615 @@
+//! Session events: the core kinds with their typed data, plugin kinds
+//! registered by name, and the payload envelope stored in each frame
+//! (`format-spec/FORMAT.md` §10).
+//!
+//! The type of [`crate::session::Session::append`] ties each data type to its
+//! intent: the three surface kinds take a [`SurfaceOp`], every other kind
+//! takes `()`. Passing a surface op with a non-surface event (or omitting it
+//! for a surface event) does not compile.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use crate::frame::FLAG_IGNORABLE;
+use crate::session::surface::SurfaceOp;
+
+/// Version of the session payload format. Only 0 exists; any other value is
+/// refused on restore.
+pub const SESSION_FORMAT_VERSION: u32 = 0;
+
+/// Frame kind code of plugin events (the kind name is in the envelope).
+pub const KIND_CODE_PLUGIN: u16 = 0xFFFF;
+
+macro_rules! core_kinds {
+    ($($variant:ident = $code:literal => $name:literal),* $(,)?) => {
+        /// The session core's event kinds, with their frame kind codes.
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+        pub enum CoreKind { $($variant),* }
+
+        impl CoreKind {
+            pub const ALL: &'static [CoreKind] = &[$(CoreKind::$variant),*];
+            /// The kind's name as stored and shown (`"tool/result"`).
+            pub const fn name(self) -> &'static str {
+                match self { $(CoreKind::$variant => $name),* }
+            }
+            /// The frame kind code.
+            pub const fn code(self) -> u16 {
+                match self { $(CoreKind::$variant => $code),* }
+            }
+            pub fn from_code(code: u16) -> Option<CoreKind> {
+                match code { $($code => Some(CoreKind::$variant),)* _ => None }
+            }
+            pub fn from_name(name: &str) -> Option<CoreKind> {
+                match name { $($name => Some(CoreKind::$variant),)* _ => None }
+            }
+        }
+    };
+}
+
+core_kinds! {
+    TurnStart = 1 => "turn/start",
+    TurnEnd = 2 => "turn/end",
+    StepStart = 3 => "step/start",
+    StepEnd = 4 => "step/end",
+    UserMessage = 5 => "user/message",
+    AssistantChunk = 6 => "assistant/chunk",
+    AssistantMessage = 7 => "assistant/message",
+    ToolCall = 8 => "tool/call",
+    ToolResult = 9 => "tool/result",
+    RequestHeader = 10 => "request/header",
+    RequestContext = 11 => "request/context",
+    SessionEndSeed = 12 => "session/end-seed",
+    CompactionStart = 13 => "compaction/start",
+    CompactionSummary = 14 => "compaction/summary",
+    CompactionEnd = 15 => "compaction/end",
+    CompactionPrune = 16 => "compaction/prune",
+}
+
+impl CoreKind {
+    /// Whether events of this kind can enter the model's surface.
+    pub const fn is_surface(self) -> bool {
+        matches!(
+            self,
+            CoreKind::UserMessage | CoreKind::AssistantMessage | CoreKind::ToolResult
+        )
+    }
+}
+
+/// A content block of a message.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum ContentBlock {
+    Text {
+        text: String,
+    },
+    ToolUse {
+        id: String,
+        name: String,
+        input: Value,
+    },
+    ToolResult {
+        tool_use_id: String,
+        content: String,
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        is_error: bool,
+    },
+}
+
+impl ContentBlock {
+    pub fn text(t: impl Into<String>) -> Self {
+        ContentBlock::Text { text: t.into() }
+    }
+}
+
+/// Token usage of a model response.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Usage {
+    pub input_tokens: u64,
+    pub output_tokens: u64,
+}
+
+/// Why a turn ended.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum TurnEndReason {
+    Completed,
+    Cancelled,
+    Error {
+        message: String,
+    },
+    /// Written only by repair after a crash; a live append of it is refused.
+    Interrupted,
+}
+
+/// Why a step ended.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum StepEndReason {
+    Completed,
+    ToolUse,
+    Cancelled,
+    Error {
+        message: String,
+    },
+    /// Written only by repair.
+    Interrupted,
+}
+
+/// Status of a synthetic tool result written by repair.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
+pub enum ToolStatus {
+    /// A durable `tool/call` has no reliable result: it may not have run, may
+    /// have half run, or may have finished.
+    ToolOutcomeUnknown,
+    /// The assistant requested the tool but no `tool/call` was durable: it
+    /// never started and is safe to re-issue.
+    ToolNotStarted,
+    /// The body never ran because cancellation arrived while persisting.
+    AbortedBeforeDispatch,
+}
+
+/// `turn/start`
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TurnStart {
+    pub turn_id: String,
+}
+/// `turn/end`
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TurnEnd {
+    pub turn_id: String,
+    pub reason: TurnEndReason,
+}
+/// `step/start`
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct StepStart {
+    pub turn_id: String,
+    pub step_id: String,
+}
+/// `step/end`
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct StepEnd {
+    pub turn_id: String,
+    pub step_id: String,
+    pub reason: StepEndReason,
+}
+/// `user/message` (surface)
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct UserMessage {
+    pub content: Vec<ContentBlock>,
+}
+/// `assistant/chunk`: a streamed delta; kept for replay and usage, never sent
+/// to the model.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct AssistantChunk {
+    pub index: u32,
+    pub text: String,
+}
+/// `assistant/message` (surface); skipped by derive_messages when empty.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct AssistantMessage {
+    pub content: Vec<ContentBlock>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub usage: Option<Usage>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stop_reason: Option<String>,
+}
+/// `tool/call`: recorded before the tool body may run.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ToolCall {
+    pub call_id: String,
+    pub name: String,
+    pub input: Value,
+}
+/// `tool/result` (surface)
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ToolResult {
+    pub call_id: String,
+    pub content: Vec<ContentBlock>,
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub is_error: bool,
+    /// Set on synthetic results written by repair.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub status: Option<ToolStatus>,
+}
+/// Why a request header was written.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum HeaderReason {
+    Initial,
+    Resume,
+    Change,
+}
+/// A tool's schema as sent to the model.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ToolSchema {
+    pub name: String,
+    #[serde(default)]
+    pub description: String,
+    pub input_schema: Value,
+}
+/// Call configuration: provider, model and every other parameter (sampling,
+/// reasoning effort, max tokens, …) by name.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct CallConfig {
+    pub provider: String,
+    pub model: String,
+    #[serde(default)]
+    pub params: BTreeMap<String, Value>,
+}
+/// The full epoch header of a request.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct EpochHeader {
+    pub config: CallConfig,
+    /// Names of `config.params` whose values came from the adapter's defaults
+    /// (dropped and re-derived before the next request).
+    #[serde(default)]
+    pub adapter_defaults: Vec<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub system: Option<String>,
+    #[serde(default)]
+    pub tools: Vec<ToolSchema>,
+}
+/// `request/header`
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RequestHeader {
+    pub reason: HeaderReason,
+    pub header: EpochHeader,
+}
+/// `request/context`: capacity of the current route; no part of header change
+/// detection or restore.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RequestContext {
+    pub provider: String,
+    pub model: String,
+    pub context_window: u64,
+}
+/// `session/end-seed`: separates seed history from the live run.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SessionEndSeed {}
+/// `compaction/start`
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CompactionStart {
+    pub compaction_id: String,
+}
+/// `compaction/summary`
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CompactionSummary {
+    pub compaction_id: String,
+    pub text: String,
+}
+/// `compaction/end`
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CompactionEnd {
+    pub compaction_id: String,
+}
+/// `compaction/prune`: surface nodes (by seq) that the next `tool/result`
+/// replaces, and the tokens that saves.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CompactionPrune {
+    pub replaced_seqs: Vec<u64>,
+    pub tokens_saved: u64,
+}
+
+/// Typed data of a core kind. `Intent` is [`SurfaceOp`] for the three surface
+/// kinds and `()` for all others: the compile-time rule of `append`.
+pub trait EventData: Serialize + serde::de::DeserializeOwned + Clone {
+    const KIND: CoreKind;
+    type Intent: Intent;
+}
+
+/// What `append` takes besides the data: a surface op or nothing.
+pub trait Intent: sealed::Sealed + Copy {
+    fn surface_op(self) -> Option<SurfaceOp>;
+}
+impl Intent for () {
+    fn surface_op(self) -> Option<SurfaceOp> {
+        None
+    }
+}
+impl Intent for SurfaceOp {
+    fn surface_op(self) -> Option<SurfaceOp> {
+        Some(self)
+    }
+}
+mod sealed {
+    pub trait Sealed {}
+    impl Sealed for () {}
+    impl Sealed for super::SurfaceOp {}
+}
+
+macro_rules! event_data {
+    ($($ty:ident => $kind:ident, $intent:ty);* $(;)?) => {
+        $(impl EventData for $ty {
+            const KIND: CoreKind = CoreKind::$kind;
+            type Intent = $intent;
+        })*
+    };
+}
+event_data! {
+    TurnStart => TurnStart, ();
+    TurnEnd => TurnEnd, ();
+    StepStart => StepStart, ();
+    StepEnd => StepEnd, ();
+    UserMessage => UserMessage, SurfaceOp;
+    AssistantChunk => AssistantChunk, ();
+    AssistantMessage => AssistantMessage, SurfaceOp;
+    ToolCall => ToolCall, ();
+    ToolResult => ToolResult, SurfaceOp;
+    RequestHeader => RequestHeader, ();
+    RequestContext => RequestContext, ();
+    SessionEndSeed => SessionEndSeed, ();
+    CompactionStart => CompactionStart, ();
+    CompactionSummary => CompactionSummary, ();
+    CompactionEnd => CompactionEnd, ();
+    CompactionPrune => CompactionPrune, ();
+}
+
+/// The kind of a stored event: core or plugin (by name).
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum EventKind {
+    Core(CoreKind),
+    Plugin(String),
+}
+
+impl EventKind {
+    pub fn name(&self) -> &str {
+        match self {
+            EventKind::Core(k) => k.name(),
+            EventKind::Plugin(n) => n,
+        }
+    }
+}
+
+/// The JSON envelope stored as a frame payload (§10).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Envelope {
+    /// Session format version; must be [`SESSION_FORMAT_VERSION`].
+    pub v: u32,
+    /// Plugin kind name (plugin events only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kind: Option<String>,
+    /// The surface op (surface events only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub surface: Option<SurfaceOp>,
+    pub data: Value,
+}
+
+/// A decoded session event.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SessionEvent {
+    pub seq: u64,
+    pub kind: EventKind,
+    pub ignorable: bool,
+    pub surface: Option<SurfaceOp>,
+    pub data: Value,
+}
+
+impl SessionEvent {
+    /// The data as its typed struct (when the kind matches).
+    pub fn typed<D: EventData>(&self) -> Option<D> {
+        if self.kind != EventKind::Core(D::KIND) {
+            return None;
+        }
+        serde_json::from_value(self.data.clone()).ok()
+    }
+}
+
+/// Encode a core event's payload.
+pub fn encode_core<D: EventData>(data: &D, op: Option<SurfaceOp>) -> Vec<u8> {
+    let env = Envelope {
+        v: SESSION_FORMAT_VERSION,
+        kind: None,
+        surface: op,
+        data: serde_json::to_value(data).expect("event data serializes to JSON"),
+    };
+    serde_json::to_vec(&env).expect("envelope serializes")
+}
+
+/// Encode a plugin event's payload.
+pub fn encode_plugin(kind: &str, data: &Value) -> Vec<u8> {
+    let env = Envelope {
+        v: SESSION_FORMAT_VERSION,
+        kind: Some(kind.to_string()),
+        surface: None,
+        data: data.clone(),
+    };
+    serde_json::to_vec(&env).expect("envelope serializes")
+}
+
+/// Why a stored event cannot be restored.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum DecodeError {
+    /// Unknown kind without the `ignorable` flag.
+    UnknownKind(String),
+    /// Envelope or data malformed.
+    Malformed(String),
+    /// A session format version other than 0.
+    Version(u32),
+}
+
+/// Decode a stored frame into a session event. An unknown kind marked
+/// ignorable decodes with its raw data kept.
+pub fn decode(
+    seq: u64,
+    code: u16,
+    flags: u16,
+    payload: &[u8],
+    registry: &Registry,
+) -> Result<SessionEvent, DecodeError> {
+    let ignorable = flags & FLAG_IGNORABLE != 0;
+    let env: Envelope = match serde_json::from_slice(payload) {
+        Ok(e) => e,
+        Err(e) if ignorable => {
+            return Ok(SessionEvent {
+                seq,
+                kind: EventKind::Plugin(format!("unknown/{code}")),
+                ignorable,
+                surface: None,
+                data: Value::String(format!("undecodable payload: {e}")),
+            })
+        }
+        Err(e) => {
+            return Err(DecodeError::Malformed(format!(
+                "payload is not a session envelope: {e}"
+            )))
+        }
+    };
+    if env.v != SESSION_FORMAT_VERSION {
+        return Err(DecodeError::Version(env.v));
+    }
+    let kind = if code == KIND_CODE_PLUGIN {
+        let name = env
+            .kind
+            .clone()
+            .ok_or_else(|| DecodeError::Malformed("plugin event without a kind name".into()))?;
+        if !ignorable && !registry.knows(&name) {
+            return Err(DecodeError::UnknownKind(name));
+        }
+        EventKind::Plugin(name)
+    } else {
+        match CoreKind::from_code(code) {
+            Some(k) => EventKind::Core(k),
+            None if ignorable => EventKind::Plugin(format!("unknown/{code}")),
+            None => return Err(DecodeError::UnknownKind(format!("kind code {code}"))),
+        }
+    };
+    if let EventKind::Core(k) = kind {
+        if k.is_surface() != env.surface.is_some() {
+            return Err(DecodeError::Malformed(format!(
+                "{} event {} a surface op",
+                k.name(),
+                if k.is_surface() { "without" } else { "with" }
+            )));
+        }
+        validate_core(k, &env.data)?;
+    }
+    Ok(SessionEvent {
+        seq,
+        kind,
+        ignorable,
+        surface: env.surface,
+        data: env.data,
+    })
+}
+
+fn validate_core(k: CoreKind, data: &Value) -> Result<(), DecodeError> {
+    fn check<D: EventData>(v: &Value) -> Result<(), DecodeError> {
+        D::deserialize(v)
+            .map(|_| ())
+            .map_err(|e| DecodeError::Malformed(format!("{} data: {e}", D::KIND.name())))
+    }
+    match k {
+        CoreKind::TurnStart => check::<TurnStart>(data),
+        CoreKind::TurnEnd => check::<TurnEnd>(data),
+        CoreKind::StepStart => check::<StepStart>(data),
+        CoreKind::StepEnd => check::<StepEnd>(data),
+        CoreKind::UserMessage => check::<UserMessage>(data),
+        CoreKind::AssistantChunk => check::<AssistantChunk>(data),
+        CoreKind::AssistantMessage => check::<AssistantMessage>(data),
+        CoreKind::ToolCall => check::<ToolCall>(data),
+        CoreKind::ToolResult => check::<ToolResult>(data),
+        CoreKind::RequestHeader => check::<RequestHeader>(data),
+        CoreKind::RequestContext => check::<RequestContext>(data),
+        CoreKind::SessionEndSeed => check::<SessionEndSeed>(data),
+        CoreKind::CompactionStart => check::<CompactionStart>(data),
+        CoreKind::CompactionSummary => check::<CompactionSummary>(data),
+        CoreKind::CompactionEnd => check::<CompactionEnd>(data),
+        CoreKind::CompactionPrune => check::<CompactionPrune>(data),
+    }
+}
+
+/// Plugin kinds known to this process, each declared ignorable or not.
+#[derive(Debug, Clone, Default)]
+pub struct Registry {
+    kinds: BTreeMap<String, bool>,
+}
+
+impl Registry {
+    pub fn new() -> Self {
+        Self::default()
+    }
+    /// Register a plugin kind. Names of core kinds are refused.
+    pub fn register(&mut self, name: &str, ignorable: bool) -> Result<(), String> {
+        if CoreKind::from_name(name).is_some() {
+            return Err(format!("{name:?} is a core kind"));
+        }
+        if name.is_empty() || name.len() > 256 {
+            return Err("plugin kind names are 1 to 256 bytes".into());
+        }
+        self.kinds.insert(name.to_string(), ignorable);
+        Ok(())
+    }
+    pub fn knows(&self, name: &str) -> bool {
+        self.kinds.contains_key(name)
+    }
+    /// Whether a registered plugin kind is ignorable (None: not registered).
+    pub fn ignorable(&self, name: &str) -> Option<bool> {
+        self.kinds.get(name).copied()
+    }
+}
+
+/// Frame flags for a plugin event of a registered kind.
+pub(crate) fn plugin_flags(ignorable: bool) -> u16 {
+    if ignorable {
+        FLAG_IGNORABLE
+    } else {
+        0
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn kind_codes_roundtrip() {
+        for k in CoreKind::ALL {
+            assert_eq!(CoreKind::from_code(k.code()), Some(*k));
+            assert_eq!(CoreKind::from_name(k.name()), Some(*k));
+        }
+        assert_eq!(CoreKind::ALL.len(), 16);
+    }
+
+    #[test]
+    fn decode_refuses_unknown_and_keeps_ignorable() {
+        let reg = Registry::new();
+        let p = encode_plugin("todo/update", &serde_json::json!({"x": 1}));
+        assert_eq!(
+            decode(3, KIND_CODE_PLUGIN, 0, &p, &reg),
+            Err(DecodeError::UnknownKind("todo/update".into()))
+        );
+        let e = decode(3, KIND_CODE_PLUGIN, FLAG_IGNORABLE, &p, &reg).unwrap();
+        assert_eq!(e.kind, EventKind::Plugin("todo/update".into()));
+        let v = serde_json::to_vec(&Envelope {
+            v: 1,
+            kind: None,
+            surface: None,
+            data: Value::Null,
+        })
+        .unwrap();
+        assert_eq!(decode(0, 1, 0, &v, &reg), Err(DecodeError::Version(1)));
+    }
+
+    #[test]
+    fn surface_op_must_match_kind() {
+        let reg = Registry::new();
+        let p = encode_core(
+            &TurnStart {
+                turn_id: "t".into(),
+            },
+            Some(SurfaceOp::Append),
+        );
+        assert!(matches!(
+            decode(0, 1, 0, &p, &reg),
+            Err(DecodeError::Malformed(_))
+        ));
+        let p = encode_core(&UserMessage { content: vec![] }, None);
+        assert!(matches!(
+            decode(0, 5, 0, &p, &reg),
+            Err(DecodeError::Malformed(_))
+        ));
+    }
+}

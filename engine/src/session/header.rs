@@ -1,0 +1,213 @@
+//! Request headers: resolving the epoch header of the next request, deciding
+//! whether a `request/header` must be written (`initial`, `resume`, `change`),
+//! and checking a request against the one rebuildable from the log.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use crate::session::event::{CallConfig, EpochHeader, ToolSchema};
+use crate::session::messages::Message;
+
+/// What an agent loop asks for before a request.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct RequestSpec {
+    pub provider: String,
+    pub model: String,
+    /// Parameters the caller set explicitly: always kept.
+    pub explicit: BTreeMap<String, Value>,
+    /// Parameters the current route's adapter supplies as defaults: used only
+    /// where the caller set nothing, and dropped before the next request.
+    pub adapter_defaults: BTreeMap<String, Value>,
+    pub system: Option<String>,
+    pub tools: Vec<ToolSchema>,
+}
+
+impl RequestSpec {
+    /// Start the next request from the previous header: explicit values are
+    /// kept, the previous route's adapter defaults are dropped (the caller
+    /// supplies the new route's defaults).
+    pub fn carry_forward(prev: &EpochHeader) -> RequestSpec {
+        let explicit = prev
+            .config
+            .params
+            .iter()
+            .filter(|(k, _)| !prev.adapter_defaults.contains(k))
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect();
+        RequestSpec {
+            provider: prev.config.provider.clone(),
+            model: prev.config.model.clone(),
+            explicit,
+            adapter_defaults: BTreeMap::new(),
+            system: prev.system.clone(),
+            tools: prev.tools.clone(),
+        }
+    }
+
+    /// The epoch header this spec resolves to.
+    pub fn resolve(&self) -> EpochHeader {
+        let mut params = self.explicit.clone();
+        let mut from_defaults = Vec::new();
+        for (k, v) in &self.adapter_defaults {
+            if !params.contains_key(k) {
+                params.insert(k.clone(), v.clone());
+                from_defaults.push(k.clone());
+            }
+        }
+        EpochHeader {
+            config: CallConfig {
+                provider: self.provider.clone(),
+                model: self.model.clone(),
+                params,
+            },
+            adapter_defaults: from_defaults,
+            system: self.system.clone(),
+            tools: self.tools.clone(),
+        }
+    }
+}
+
+/// A model request as the log can rebuild it: the current header and the
+/// derived messages.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Request {
+    pub header: Option<EpochHeader>,
+    pub messages: Vec<Message>,
+}
+
+/// The first place where two requests differ.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[error("request differs from the log at {path}: log has {expected}, request has {actual}")]
+pub struct Difference {
+    /// JSON-pointer-like path (`/messages/3/content/0/text`).
+    pub path: String,
+    pub expected: String,
+    pub actual: String,
+}
+
+/// Compare two requests; `None` when equal.
+pub fn first_difference(expected: &Request, actual: &Request) -> Option<Difference> {
+    let e = serde_json::to_value(expected).expect("request serializes");
+    let a = serde_json::to_value(actual).expect("request serializes");
+    diff_value(&e, &a, String::new())
+}
+
+fn short(v: Option<&Value>) -> String {
+    match v {
+        None => "nothing".into(),
+        Some(v) => {
+            let s = v.to_string();
+            if s.len() > 120 {
+                format!(
+                    "{}…",
+                    &s[..s.char_indices().nth(117).map_or(s.len(), |(i, _)| i)]
+                )
+            } else {
+                s
+            }
+        }
+    }
+}
+
+fn diff_value(e: &Value, a: &Value, path: String) -> Option<Difference> {
+    match (e, a) {
+        (Value::Object(eo), Value::Object(ao)) => {
+            let mut keys: Vec<&String> = eo.keys().chain(ao.keys()).collect();
+            keys.sort();
+            keys.dedup();
+            for k in keys {
+                let p = format!("{path}/{k}");
+                match (eo.get(k), ao.get(k)) {
+                    (Some(x), Some(y)) => {
+                        if let Some(d) = diff_value(x, y, p) {
+                            return Some(d);
+                        }
+                    }
+                    (x, y) => {
+                        return Some(Difference {
+                            path: p,
+                            expected: short(x),
+                            actual: short(y),
+                        })
+                    }
+                }
+            }
+            None
+        }
+        (Value::Array(ea), Value::Array(aa)) => {
+            for i in 0..ea.len().max(aa.len()) {
+                let p = format!("{path}/{i}");
+                match (ea.get(i), aa.get(i)) {
+                    (Some(x), Some(y)) => {
+                        if let Some(d) = diff_value(x, y, p) {
+                            return Some(d);
+                        }
+                    }
+                    (x, y) => {
+                        return Some(Difference {
+                            path: p,
+                            expected: short(x),
+                            actual: short(y),
+                        })
+                    }
+                }
+            }
+            None
+        }
+        _ if e == a => None,
+        _ => Some(Difference {
+            path: if path.is_empty() { "/".into() } else { path },
+            expected: short(Some(e)),
+            actual: short(Some(a)),
+        }),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn adapter_defaults_are_dropped_and_explicit_kept() {
+        let spec = RequestSpec {
+            provider: "p1".into(),
+            model: "m1".into(),
+            explicit: [("temperature".to_string(), json!(0.2))].into(),
+            adapter_defaults: [
+                ("temperature".to_string(), json!(1.0)),
+                ("max_tokens".to_string(), json!(4096)),
+            ]
+            .into(),
+            system: Some("sys".into()),
+            tools: vec![],
+        };
+        let h = spec.resolve();
+        assert_eq!(h.config.params["temperature"], json!(0.2));
+        assert_eq!(h.config.params["max_tokens"], json!(4096));
+        assert_eq!(h.adapter_defaults, vec!["max_tokens".to_string()]);
+        let mut next = RequestSpec::carry_forward(&h);
+        assert!(!next.explicit.contains_key("max_tokens"));
+        assert_eq!(next.explicit["temperature"], json!(0.2));
+        next.model = "m2".into();
+        next.adapter_defaults = [("top_p".to_string(), json!(0.9))].into();
+        let h2 = next.resolve();
+        assert!(!h2.config.params.contains_key("max_tokens"));
+        assert_eq!(h2.adapter_defaults, vec!["top_p".to_string()]);
+    }
+
+    #[test]
+    fn first_difference_names_the_path() {
+        let a = Request {
+            header: None,
+            messages: vec![],
+        };
+        let mut b = a.clone();
+        assert!(first_difference(&a, &b).is_none());
+        b.header = Some(EpochHeader::default());
+        let d = first_difference(&a, &b).unwrap();
+        assert_eq!(d.path, "/header");
+    }
+}

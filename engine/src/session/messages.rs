@@ -1,0 +1,137 @@
+//! derive_messages: the model's message history, derived from the surface.
+//!
+//! `user/message` → user message; `assistant/message` → assistant message
+//! (skipped when its content is empty); `tool/result` → user message carrying
+//! one tool-result block. One message per surface node, in surface order,
+//! never merged. Messages are built once per event (when the event is applied)
+//! and shared as `Arc<Message>`, so the list keeps a stable identity between
+//! calls. After plain appends only the new nodes are visited; after a replace
+//! the list is rebuilt from the per-node cache.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use serde::{Deserialize, Serialize};
+
+use crate::session::event::{AssistantMessage, ContentBlock, ToolResult, ToolStatus, UserMessage};
+use crate::session::surface::Surface;
+
+/// Who speaks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Role {
+    User,
+    Assistant,
+}
+
+/// One model message, immutable once built.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Message {
+    pub role: Role,
+    /// Seq of the surface event it was derived from.
+    pub source_seq: u64,
+    /// Kind of that event.
+    pub kind: String,
+    pub content: Vec<ContentBlock>,
+}
+
+/// Text shown to the model for a synthetic tool result.
+pub fn status_text(status: ToolStatus) -> &'static str {
+    match status {
+        ToolStatus::ToolOutcomeUnknown => {
+            "TOOL_OUTCOME_UNKNOWN: the session crashed after this tool call was recorded and before its result was. The tool may not have run, may have run partly, or may have finished. Check the external state before repeating a call with side effects."
+        }
+        ToolStatus::ToolNotStarted => {
+            "TOOL_NOT_STARTED: the session stopped before this tool call was recorded, so the tool never ran. It is safe to issue it again if it is still needed."
+        }
+        ToolStatus::AbortedBeforeDispatch => {
+            "ABORTED_BEFORE_DISPATCH: cancelled while the call was being persisted; the tool never ran."
+        }
+    }
+}
+
+pub(crate) fn user_message(seq: u64, m: &UserMessage) -> Option<Message> {
+    Some(Message {
+        role: Role::User,
+        source_seq: seq,
+        kind: "user/message".into(),
+        content: m.content.clone(),
+    })
+}
+
+pub(crate) fn assistant_message(seq: u64, m: &AssistantMessage) -> Option<Message> {
+    if m.content.is_empty() {
+        return None;
+    }
+    Some(Message {
+        role: Role::Assistant,
+        source_seq: seq,
+        kind: "assistant/message".into(),
+        content: m.content.clone(),
+    })
+}
+
+pub(crate) fn tool_result_message(seq: u64, r: &ToolResult) -> Option<Message> {
+    let mut text = String::new();
+    if let Some(status) = r.status {
+        text.push_str(status_text(status));
+    }
+    for b in &r.content {
+        if let ContentBlock::Text { text: t } = b {
+            if !text.is_empty() {
+                text.push('\n');
+            }
+            text.push_str(t);
+        }
+    }
+    Some(Message {
+        role: Role::User,
+        source_seq: seq,
+        kind: "tool/result".into(),
+        content: vec![ContentBlock::ToolResult {
+            tool_use_id: r.call_id.clone(),
+            content: text,
+            is_error: r.is_error || r.status.is_some(),
+        }],
+    })
+}
+
+/// Incremental message list over a surface.
+#[derive(Debug, Default)]
+pub struct MessageCache {
+    /// Message (or None when skipped) of every node on the surface.
+    node_msgs: HashMap<u64, Option<Arc<Message>>>,
+    list: Vec<Arc<Message>>,
+    nodes_done: usize,
+    generation: u64,
+    /// Nodes visited by the last `derive` (for tests and benchmarks).
+    pub last_work: usize,
+}
+
+impl MessageCache {
+    /// Record the message of a new surface node.
+    pub fn insert(&mut self, seq: u64, msg: Option<Message>) {
+        self.node_msgs.insert(seq, msg.map(Arc::new));
+    }
+
+    /// Bring the list up to date with `surface` and return it.
+    pub fn derive(&mut self, surface: &Surface) -> &[Arc<Message>] {
+        if self.generation != surface.replace_generation || self.nodes_done > surface.nodes.len() {
+            self.list.clear();
+            self.nodes_done = 0;
+            self.generation = surface.replace_generation;
+            // Forget messages of nodes no longer on the surface.
+            let live: std::collections::HashSet<u64> = surface.nodes.iter().copied().collect();
+            self.node_msgs.retain(|seq, _| live.contains(seq));
+        }
+        let new = &surface.nodes[self.nodes_done..];
+        self.last_work = new.len();
+        for seq in new {
+            if let Some(Some(m)) = self.node_msgs.get(seq) {
+                self.list.push(m.clone());
+            }
+        }
+        self.nodes_done = surface.nodes.len();
+        &self.list
+    }
+}

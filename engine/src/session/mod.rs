@@ -1,0 +1,24 @@
+//! The session layer: typed events over the shared log, the surface, derived
+//! messages, request headers (`../shared/SEMANTICS.md`).
+//!
+//! A [`Session`] is one session's event log in the [`crate::Store`]. Every
+//! view (surface, messages, header, open turn/step/tool state) is a fold over
+//! that log, computed the same way live and on restore.
+
+pub mod core;
+pub mod event;
+pub mod header;
+pub mod messages;
+pub mod surface;
+
+pub use self::core::{OpenState, Session};
+pub use event::{
+    AssistantChunk, AssistantMessage, CallConfig, CompactionEnd, CompactionPrune, CompactionStart,
+    CompactionSummary, ContentBlock, CoreKind, EpochHeader, EventData, EventKind, HeaderReason,
+    Registry, RequestContext, RequestHeader, SessionEndSeed, SessionEvent, StepEnd, StepEndReason,
+    StepStart, ToolCall, ToolResult, ToolSchema, ToolStatus, TurnEnd, TurnEndReason, TurnStart,
+    Usage, UserMessage, SESSION_FORMAT_VERSION,
+};
+pub use header::{Difference, Request, RequestSpec};
+pub use messages::{Message, Role};
+pub use surface::{Surface, SurfaceOp};
