@@ -263,9 +263,11 @@ pub fn scan_batches(
             Ok((h, frames)) => {
                 for f in &frames {
                     if let Err(detail) = visit(f) {
+                        // Reported at the batch: a batch is kept or dropped
+                        // whole (its earlier frames were already visited).
                         scan.failure = Some(ScanFailure {
-                            offset: f.pos.offset(),
-                            detail,
+                            offset: off as u32,
+                            detail: format!("frame at offset {}: {detail}", f.pos.offset()),
                             certain: true,
                         });
                         return scan;
@@ -291,6 +293,13 @@ pub fn probe_after(
     from: u32,
     min_seq: u64,
 ) -> (Option<u32>, Option<u32>) {
+    let nonzero_end = bytes[from as usize..]
+        .iter()
+        .rposition(|b| *b != 0)
+        .map(|p| from + p as u32 + 1);
+    if nonzero_end.is_none() {
+        return (None, None); // all zero: no batch can follow
+    }
     let mut later = None;
     let mut off = frame::align_up(from as usize + 1);
     while off + BATCH_HEADER_BYTES <= bytes.len() {
@@ -304,10 +313,6 @@ pub fn probe_after(
         }
         off += frame::ALIGN;
     }
-    let nonzero_end = bytes[from as usize..]
-        .iter()
-        .rposition(|b| *b != 0)
-        .map(|p| from + p as u32 + 1);
     (later, nonzero_end)
 }
 
@@ -403,6 +408,10 @@ pub(crate) fn recover(
     let mut start_off = SEGMENT_HEADER_BYTES as u32;
     let mut next_batch_seq: Option<u64> = None;
     let mut last_flags: Option<u32> = None;
+    // A checkpoint of this store that no longer matches the log still proves
+    // that the log was durable up to its covered position: damage before it
+    // is corruption, never a torn tail (invariant 5: checkpoints never lead).
+    let mut durable_floor: Option<LogPos> = None;
     if let Some(ck) = checkpoint {
         match validate_checkpoint(vfs, dir, &ids, &ck) {
             Ok(i) => {
@@ -414,7 +423,10 @@ pub(crate) fn recover(
                 out.index = ck.index;
                 out.report.checkpoint_used = true;
             }
-            Err(why) => {
+            Err((why, proves_durable)) => {
+                if proves_durable {
+                    durable_floor = Some(ck.covered);
+                }
                 out.report.checkpoint_discarded = Some(why);
                 out.remove_checkpoint = true;
             }
@@ -578,22 +590,25 @@ pub(crate) fn recover(
             continue;
         }
         // The last segment: is anything after the end torn, or a later batch?
+        // Probe even after a clean-close marker: the next run may have
+        // crashed with a torn first batch whose header sector was lost.
         let clean_close =
             scan.failure.is_none() && last_flags.is_some_and(|f| f & BATCH_FLAG_CLEAN_CLOSE != 0);
-        out.report.clean_shutdown = clean_close;
-        let (later, nonzero_end) = if clean_close {
-            (None, None)
-        } else {
-            probe_after(&bytes, &salt, scan.end, scan.next_batch_seq)
-        };
+        let (later, nonzero_end) = probe_after(&bytes, &salt, scan.end, scan.next_batch_seq);
+        out.report.clean_shutdown = clean_close && later.is_none() && nonzero_end.is_none();
+        let floor_after = |off: u32| durable_floor.filter(|f| *f > LogPos::new(id, off));
         if let Some(f) = &scan.failure {
-            if f.certain || later.is_some() {
-                let detail = match later {
-                    Some(l) => format!(
+            if f.certain || later.is_some() || floor_after(f.offset).is_some() {
+                let detail = match (later, floor_after(f.offset)) {
+                    (Some(l), _) => format!(
                         "{}; a valid later batch at offset {l} proves this region was durable",
                         f.detail
                     ),
-                    None => f.detail.clone(),
+                    (None, Some(floor)) => format!(
+                        "{}; the index checkpoint proves the log was durable up to {floor}",
+                        f.detail
+                    ),
+                    (None, None) => f.detail.clone(),
                 };
                 damage(
                     &mut out,
@@ -621,6 +636,23 @@ pub(crate) fn recover(
                 path,
                 scan.end as u64,
                 (l - scan.end) as u64,
+                detail,
+                Some(scan.next_batch_seq),
+            )?;
+            break;
+        } else if let Some(floor) = floor_after(scan.end) {
+            let detail = format!(
+                "the log ends at offset {} but the index checkpoint proves it was durable up to {floor}",
+                scan.end
+            );
+            damage(
+                &mut out,
+                mode,
+                &ids,
+                i,
+                path,
+                scan.end as u64,
+                (bytes.len() - scan.end as usize) as u64,
                 detail,
                 Some(scan.next_batch_seq),
             )?;
@@ -699,6 +731,9 @@ fn damage(
     out.remove_segments.extend(ids[i + 1..].iter().copied());
     match next_seq {
         Some(next) if offset >= SEGMENT_HEADER_BYTES as u64 => {
+            // Frames of the cut batch may already be indexed.
+            out.index =
+                std::mem::take(&mut out.index).prefix_before(LogPos::new(id, offset as u32));
             out.zero_ranges.push((id, offset as u32, u32::MAX));
             if !out.segments.contains(&id) {
                 out.segments.push(id);
@@ -715,26 +750,42 @@ fn damage(
 
 /// Check that a checkpoint still describes this log: same store, its segment
 /// exists, and the batch it says it ends with is there, valid, at that place.
+/// On a mismatch, the flag says whether the checkpoint still proves that the
+/// log was durable up to its covered position (it belongs to this store).
 fn validate_checkpoint(
     vfs: &dyn Vfs,
     dir: &Path,
     ids: &[SegmentId],
     ck: &Checkpoint,
-) -> std::result::Result<usize, String> {
+) -> std::result::Result<usize, (String, bool)> {
     let seg = ck.covered.segment();
-    let i = ids
-        .iter()
-        .position(|s| *s == seg)
-        .ok_or_else(|| format!("checkpoint refers to missing segment {}", seg.0))?;
+    let i = ids.iter().position(|s| *s == seg).ok_or_else(|| {
+        (
+            format!("checkpoint refers to missing segment {}", seg.0),
+            false,
+        )
+    })?;
     let path = seg_path(dir, seg);
-    let bytes = read_segment(vfs, &path, i + 1 < ids.len()).map_err(|e| e.to_string())?;
-    let header = SegmentHeader::decode(&bytes).map_err(|e| format!("segment header: {e}"))?;
+    let bytes = read_segment(vfs, &path, i + 1 < ids.len()).map_err(|e| (e.to_string(), false))?;
+    let header =
+        SegmentHeader::decode(&bytes).map_err(|e| (format!("segment header: {e}"), false))?;
     if header.store_id != ck.store_id {
-        return Err("checkpoint belongs to another store".into());
+        return Err(("checkpoint belongs to another store".into(), false));
     }
     if ck.next_batch_seq == 0 {
-        return Err("checkpoint covers no batch".into());
+        return Err(("checkpoint covers no batch".into(), false));
     }
+    check_checkpoint_tail(&bytes, ck, seg, &header).map_err(|why| (why, true))?;
+    Ok(i)
+}
+
+/// The batch a checkpoint says it ends with is there, valid, at that place.
+fn check_checkpoint_tail(
+    bytes: &[u8],
+    ck: &Checkpoint,
+    seg: SegmentId,
+    header: &SegmentHeader,
+) -> std::result::Result<(), String> {
     let last = ck.last_batch;
     if last.segment() != seg {
         // The covered batch ended the previous segment; this segment must start
@@ -744,7 +795,7 @@ fn validate_checkpoint(
         {
             return Err("checkpoint does not match the segment chain".into());
         }
-        return Ok(i);
+        return Ok(());
     }
     let salt = Salt {
         store_id: ck.store_id,
@@ -760,7 +811,7 @@ fn validate_checkpoint(
                 && off + BATCH_HEADER_BYTES + h.body_len as usize
                     == ck.covered.offset() as usize =>
         {
-            Ok(i)
+            Ok(())
         }
         Ok(_) => Err("checkpoint's last batch does not match the log".into()),
         Err(BatchError::Zero) => {
