@@ -28,6 +28,7 @@ pub mod commit;
 pub mod error;
 pub mod frame;
 pub mod index;
+pub mod inspect;
 pub mod recovery;
 pub mod session;
 pub mod sim;
