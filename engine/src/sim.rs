@@ -117,6 +117,16 @@ impl SimVfs {
         self.state.lock().ops
     }
 
+    /// fdatasync calls on files so far (what `FaultPlan::fail_sync_nth` counts).
+    pub fn syncs(&self) -> u64 {
+        self.state.lock().syncs
+    }
+
+    /// Writes so far (what `FaultPlan::fail_write_nth` counts).
+    pub fn writes(&self) -> u64 {
+        self.state.lock().writes
+    }
+
     /// Whether the simulated power is off (a power cut has happened).
     pub fn powered_off(&self) -> bool {
         self.state.lock().powered_off

@@ -265,15 +265,11 @@ fn clean_close() {
 }
 
 #[test]
-#[ignore = "engine bug: a checkpoint whose last batch fails is discarded and the failure \
-            then classified as a torn tail, dropping acknowledged events (FORMAT.md §6.3 C4)"]
 fn checkpoint_proves_durable() {
     check_vector("checkpoint-proves-durable");
 }
 
 #[test]
-#[ignore = "engine bug: after a clean-close marker the recovery pass skips the probe for \
-            non-zero bytes, so a later torn batch is neither reported nor zeroed (FORMAT.md §6.3 T2)"]
 fn clean_close_then_torn() {
     check_vector("clean-close-then-torn");
 }

@@ -36,6 +36,9 @@ pub struct OpenState {
     /// Tool uses the assistant requested with neither a `tool/call` nor a
     /// `tool/result`: tool_use id → (seq of the assistant message, tool name).
     pub requested: BTreeMap<String, (u64, String)>,
+    /// Where each open tool use was requested: (seq of the assistant message,
+    /// index of the block). Repair answers open tools in this order.
+    pub origin: BTreeMap<String, (u64, u32)>,
 }
 
 impl OpenState {
@@ -60,8 +63,15 @@ pub struct Session {
     loop_wrote_header: bool,
     /// End of this handle's last append (for durability waits).
     last_end: LogPos,
-    /// Repair is appending: `interrupted` is allowed.
-    repairing: bool,
+}
+
+/// One event of seed history (see [`Session::append_seed`]).
+#[derive(Debug, Clone, PartialEq)]
+pub struct SeedEvent {
+    pub kind: EventKind,
+    pub data: Value,
+    /// Required for the three surface kinds, absent for all others.
+    pub surface: Option<SurfaceOp>,
 }
 
 impl std::fmt::Debug for Session {
@@ -125,7 +135,6 @@ impl Session {
             open: OpenState::default(),
             loop_wrote_header: false,
             last_end: LogPos(0),
-            repairing: false,
         }
     }
 
@@ -202,11 +211,12 @@ impl Session {
                     CoreKind::AssistantMessage => {
                         let d: AssistantMessage = serde_json::from_value(ev.data.clone())
                             .map_err(|e| typed_err(self, e))?;
-                        for b in &d.content {
+                        for (i, b) in d.content.iter().enumerate() {
                             if let ContentBlock::ToolUse { id, name, .. } = b {
                                 self.open
                                     .requested
                                     .insert(id.clone(), (ev.seq, name.clone()));
+                                self.open.origin.insert(id.clone(), (ev.seq, i as u32));
                             }
                         }
                         messages::assistant_message(ev.seq, &d)
@@ -216,6 +226,7 @@ impl Session {
                             .map_err(|e| typed_err(self, e))?;
                         self.open.calls.remove(&d.call_id);
                         self.open.requested.remove(&d.call_id);
+                        self.open.origin.remove(&d.call_id);
                         messages::tool_result_message(ev.seq, &d)
                     }
                 };
@@ -225,6 +236,10 @@ impl Session {
                 let d: event::ToolCall =
                     serde_json::from_value(ev.data.clone()).map_err(|e| typed_err(self, e))?;
                 self.open.requested.remove(&d.call_id);
+                self.open
+                    .origin
+                    .entry(d.call_id.clone())
+                    .or_insert((ev.seq, 0));
                 self.open.calls.insert(d.call_id, ev.seq);
             }
             CoreKind::RequestHeader => {
@@ -253,7 +268,7 @@ impl Session {
         if let Some(op) = op {
             self.surface.check(op)?;
         }
-        if !self.repairing {
+        {
             let v =
                 serde_json::to_value(data).map_err(|e| Error::InvalidArgument(e.to_string()))?;
             let interrupted = v
@@ -595,17 +610,50 @@ impl Session {
         Ok(self.append_encoded(items)?[1])
     }
 
-    /// Append events as repair (allows `interrupted`); used by the repair
-    /// module of the session layer.
-    #[allow(dead_code)]
-    pub(crate) fn append_as_repair<D: EventData>(
+    /// Append a group of encoded events as repair (which may write
+    /// `interrupted`), atomically.
+    pub(crate) fn append_repair_group(
         &mut self,
-        data: D,
-        intent: D::Intent,
-    ) -> Result<u64> {
-        self.repairing = true;
-        let r = self.append(data, intent);
-        self.repairing = false;
-        r
+        items: Vec<(u16, u16, Vec<u8>)>,
+    ) -> Result<Vec<u64>> {
+        self.append_encoded(items)
+    }
+
+    /// Append seed history and then `session/end-seed`, atomically. Events
+    /// before the marker are [`Session::is_seed`].
+    pub fn append_seed(&mut self, seed: &[SeedEvent]) -> Result<u64> {
+        let mut items = Vec::with_capacity(seed.len() + 1);
+        for e in seed {
+            let (code, flags, payload) = match &e.kind {
+                EventKind::Core(k) => (
+                    k.code(),
+                    0,
+                    serde_json::to_vec(&event::Envelope {
+                        v: event::SESSION_FORMAT_VERSION,
+                        kind: None,
+                        surface: e.surface,
+                        data: e.data.clone(),
+                    })
+                    .expect("envelope serializes"),
+                ),
+                EventKind::Plugin(name) => {
+                    let ignorable = self.registry.ignorable(name).ok_or_else(|| {
+                        Error::InvalidArgument(format!("plugin kind {name:?} is not registered"))
+                    })?;
+                    (
+                        event::KIND_CODE_PLUGIN,
+                        event::plugin_flags(ignorable),
+                        event::encode_plugin(name, &e.data),
+                    )
+                }
+            };
+            items.push((code, flags, payload));
+        }
+        items.push((
+            CoreKind::SessionEndSeed.code(),
+            0,
+            event::encode_core(&event::SessionEndSeed {}, None),
+        ));
+        Ok(*self.append_encoded(items)?.last().expect("marker appended"))
     }
 }

@@ -6,12 +6,16 @@
 //! that log, computed the same way live and on restore.
 
 pub mod core;
+pub mod durability;
 pub mod event;
 pub mod header;
+pub mod host;
 pub mod messages;
+pub mod repair;
 pub mod surface;
 
-pub use self::core::{OpenState, Session};
+pub use self::core::{OpenState, SeedEvent, Session};
+pub use durability::{run_tool, CancelToken, CheckpointPoint, ToolBody, ToolOutcome, ToolScope};
 pub use event::{
     AssistantChunk, AssistantMessage, CallConfig, CompactionEnd, CompactionPrune, CompactionStart,
     CompactionSummary, ContentBlock, CoreKind, EpochHeader, EventData, EventKind, HeaderReason,
@@ -20,5 +24,7 @@ pub use event::{
     Usage, UserMessage, SESSION_FORMAT_VERSION,
 };
 pub use header::{Difference, Request, RequestSpec};
+pub use host::{Host, SharedSession};
 pub use messages::{Message, Role};
+pub use repair::{repair, validate_messages, PluginRepair, RepairReport};
 pub use surface::{Surface, SurfaceOp};

@@ -1,0 +1,159 @@
+//! The checkpoint policy and the tool wrapper (SEMANTICS.md, "Durability:
+//! where and when"; invariant 7: no side effect before durability).
+//!
+//! The store (the backend) decides *where* bytes go and batches them; this
+//! module decides *when* they must be durable: before a model request is
+//! dispatched, before a model-initiated tool body runs (after its policy and
+//! guard checks), and before the next pre-step. If the checkpoint fails, the
+//! request or tool does not run and the caller gets the error.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+use serde_json::Value;
+
+use crate::error::Result;
+use crate::session::core::Session;
+use crate::session::event::{ContentBlock, ToolCall, ToolResult, ToolStatus};
+use crate::session::surface::SurfaceOp;
+
+/// The three places where the log must be durable before going on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CheckpointPoint {
+    /// Before a model request is dispatched.
+    BeforeModelRequest,
+    /// Before a model-initiated tool body runs, after its guards.
+    BeforeToolBody,
+    /// Before the next pre-step.
+    BeforePreStep,
+}
+
+impl Session {
+    /// Wait until every event this handle appended is durable. On error the
+    /// caller must not dispatch the request or run the tool.
+    pub fn checkpoint(&self, _point: CheckpointPoint) -> Result<()> {
+        self.flush()
+    }
+}
+
+/// Cancellation signal shared with whoever may cancel a tool.
+#[derive(Debug, Clone, Default)]
+pub struct CancelToken(Arc<AtomicBool>);
+
+impl CancelToken {
+    pub fn new() -> Self {
+        Self::default()
+    }
+    pub fn cancel(&self) {
+        self.0.store(true, Ordering::SeqCst);
+    }
+    pub fn is_cancelled(&self) -> bool {
+        self.0.load(Ordering::SeqCst)
+    }
+}
+
+/// Where a tool runs: model-initiated (top level) or inside another tool,
+/// which reuses the outer tool's checkpoint instead of flushing again.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ToolScope {
+    /// 0 for a model-initiated tool, n for a tool called from depth n-1.
+    pub depth: u32,
+}
+
+impl ToolScope {
+    /// The scope of a model-initiated tool.
+    pub fn model() -> Self {
+        ToolScope { depth: 0 }
+    }
+    fn nested(self) -> Self {
+        ToolScope {
+            depth: self.depth + 1,
+        }
+    }
+}
+
+/// What a tool body returns: the result content, whether it is an error, and
+/// a value for the caller.
+pub struct ToolBody<T> {
+    pub content: Vec<ContentBlock>,
+    pub is_error: bool,
+    pub value: T,
+}
+
+/// How a wrapped tool call ended.
+#[derive(Debug, PartialEq, Eq)]
+pub enum ToolOutcome<T> {
+    /// The body ran; its result is logged at this seq.
+    Ran { value: T, result_seq: u64 },
+    /// The guard refused; a refusal result is logged, the body never ran.
+    Refused { reason: String },
+    /// Cancelled while persisting: `ABORTED_BEFORE_DISPATCH` is logged, the
+    /// body never ran.
+    AbortedBeforeDispatch,
+}
+
+/// Run a tool with the order the log requires: record `tool/call` → guard
+/// checks → checkpoint (top level only) → body → record `tool/result`.
+///
+/// The body runs only if its `tool/call` is durable (or, nested, the outer
+/// call's checkpoint covers it). If the checkpoint fails, the error is
+/// returned and the body never runs.
+#[allow(clippy::too_many_arguments)]
+pub fn run_tool<T>(
+    session: &mut Session,
+    scope: ToolScope,
+    call_id: &str,
+    name: &str,
+    input: Value,
+    cancel: &CancelToken,
+    guard: impl FnOnce(&ToolCall) -> std::result::Result<(), String>,
+    body: impl FnOnce(&mut Session, ToolScope) -> ToolBody<T>,
+) -> Result<ToolOutcome<T>> {
+    let call = ToolCall {
+        call_id: call_id.to_string(),
+        name: name.to_string(),
+        input,
+    };
+    session.append(call.clone(), ())?;
+    if let Err(reason) = guard(&call) {
+        session.append(
+            ToolResult {
+                call_id: call_id.to_string(),
+                content: vec![ContentBlock::text(format!("refused by policy: {reason}"))],
+                is_error: true,
+                status: None,
+            },
+            SurfaceOp::Append,
+        )?;
+        return Ok(ToolOutcome::Refused { reason });
+    }
+    if scope.depth == 0 {
+        session.checkpoint(CheckpointPoint::BeforeToolBody)?;
+    }
+    if cancel.is_cancelled() {
+        session.append(
+            ToolResult {
+                call_id: call_id.to_string(),
+                content: vec![],
+                is_error: true,
+                status: Some(ToolStatus::AbortedBeforeDispatch),
+            },
+            SurfaceOp::Append,
+        )?;
+        return Ok(ToolOutcome::AbortedBeforeDispatch);
+    }
+    let out = body(session, scope.nested());
+    let result_seq = session.append(
+        ToolResult {
+            call_id: call_id.to_string(),
+            content: out.content,
+            is_error: out.is_error,
+            status: None,
+        },
+        SurfaceOp::Append,
+    )?;
+    Ok(ToolOutcome::Ran {
+        value: out.value,
+        result_seq,
+    })
+}

@@ -1,0 +1,143 @@
+//! [`Host`]: the sessions live in this process, and loading (SEMANTICS.md,
+//! "Crash recovery and repair").
+//!
+//! Loading a session that is *active* here (a live handle exists) waits until
+//! its in-memory events are durable, is refused while a turn or step is
+//! running, and adds nothing; it returns the same handle. Loading an
+//! *inactive* session restores it from the log and runs repair.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Weak};
+
+use parking_lot::Mutex;
+
+use crate::error::{Error, Result};
+use crate::session::core::{SeedEvent, Session};
+use crate::session::event::Registry;
+use crate::session::repair::{repair, PluginRepair, RepairReport};
+use crate::store::Store;
+
+/// A session shared between an agent loop and the host.
+pub type SharedSession = Arc<Mutex<Session>>;
+
+/// The sessions of one store in this process.
+pub struct Host {
+    store: Arc<Store>,
+    registry: Arc<Registry>,
+    plugins: Vec<Box<dyn PluginRepair + Send + Sync>>,
+    live: Mutex<HashMap<String, Weak<Mutex<Session>>>>,
+}
+
+impl Host {
+    pub fn new(store: Arc<Store>, registry: Arc<Registry>) -> Host {
+        Host {
+            store,
+            registry,
+            plugins: Vec::new(),
+            live: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// Add a plugin's repair hook (runs after the core repair).
+    pub fn add_plugin_repair(&mut self, p: Box<dyn PluginRepair + Send + Sync>) {
+        self.plugins.push(p);
+    }
+
+    pub fn store(&self) -> &Arc<Store> {
+        &self.store
+    }
+
+    fn register(&self, s: Session) -> SharedSession {
+        let id = s.id().to_string();
+        let shared = Arc::new(Mutex::new(s));
+        let mut live = self.live.lock();
+        live.retain(|_, w| w.strong_count() > 0);
+        live.insert(id, Arc::downgrade(&shared));
+        shared
+    }
+
+    fn live(&self, id: &str) -> Option<SharedSession> {
+        self.live.lock().get(id).and_then(Weak::upgrade)
+    }
+
+    /// Whether a live handle of `id` exists in this process.
+    pub fn is_active(&self, id: &str) -> bool {
+        self.live(id).is_some()
+    }
+
+    /// Create a new session and make it live.
+    pub fn create(&self, id: &str) -> Result<SharedSession> {
+        let s = Session::create(self.store.clone(), id, self.registry.clone())?;
+        Ok(self.register(s))
+    }
+
+    /// Create a session from existing history: the seed events, then
+    /// `session/end-seed`, in one atomic batch.
+    pub fn create_seeded(&self, id: &str, seed: &[SeedEvent]) -> Result<SharedSession> {
+        let mut s = Session::create(self.store.clone(), id, self.registry.clone())?;
+        s.append_seed(seed)?;
+        Ok(self.register(s))
+    }
+
+    /// Load a session. Active: wait for durability, refuse while a turn or
+    /// step runs, return the same handle (no repair, nothing appended).
+    /// Inactive: restore from the log and repair; the report says what was
+    /// appended.
+    pub fn load(&self, id: &str) -> Result<(SharedSession, Option<RepairReport>)> {
+        if let Some(shared) = self.live(id) {
+            {
+                let s = shared.lock();
+                s.flush()?;
+                let open = s.open_state();
+                if let Some((turn, _)) = &open.turn {
+                    return Err(Error::Refused(format!(
+                        "session {id:?} is active and turn {turn:?} is still running"
+                    )));
+                }
+                if let Some((_, step, _)) = &open.step {
+                    return Err(Error::Refused(format!(
+                        "session {id:?} is active and step {step:?} is still running"
+                    )));
+                }
+            }
+            return Ok((shared, None));
+        }
+        let mut s = Session::open(self.store.clone(), id, self.registry.clone())?;
+        let plugins: Vec<&dyn PluginRepair> = self
+            .plugins
+            .iter()
+            .map(|p| p.as_ref() as &dyn PluginRepair)
+            .collect();
+        let report = repair(&mut s, &plugins)?;
+        Ok((self.register(s), Some(report)))
+    }
+
+    /// Hot swap: a new agent loop takes over a live session. The running
+    /// turn is not closed; the next request header is written as `resume`.
+    pub fn hot_swap(&self, id: &str) -> Result<SharedSession> {
+        let shared = self.live(id).ok_or_else(|| {
+            Error::Refused(format!("session {id:?} is not active in this process"))
+        })?;
+        shared.lock().begin_loop();
+        Ok(shared)
+    }
+
+    /// Repair every session that is not active here (after a crash), in
+    /// creation order. Sessions repaired are not kept live.
+    pub fn repair_inactive(&self) -> Result<Vec<RepairReport>> {
+        let mut out = Vec::new();
+        for info in self.store.sessions() {
+            if self.is_active(&info.name) {
+                continue;
+            }
+            let mut s = Session::open(self.store.clone(), &info.name, self.registry.clone())?;
+            let plugins: Vec<&dyn PluginRepair> = self
+                .plugins
+                .iter()
+                .map(|p| p.as_ref() as &dyn PluginRepair)
+                .collect();
+            out.push(repair(&mut s, &plugins)?);
+        }
+        Ok(out)
+    }
+}
