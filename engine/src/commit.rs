@@ -82,8 +82,10 @@ pub struct Stats {
     pub payload_bytes: u64,
     /// Batches written.
     pub batches: u64,
-    /// fdatasync calls on segment files (one per batch).
+    /// fdatasync calls that made commit batches durable (one per batch).
     pub syncs: u64,
+    /// Other fsyncs: new segment files, the directory, checkpoint files.
+    pub metadata_syncs: u64,
     /// Bytes written to segment files (headers, padding and retries included).
     pub bytes_written: u64,
     /// Segments created by this process.

@@ -31,6 +31,10 @@ pub const ALIGN: usize = 8;
 
 /// Frame flag: readers that do not know the kind may skip it (§4).
 pub const FLAG_IGNORABLE: u16 = 1;
+/// Number of the first segment of every store (§1).
+pub const FIRST_SEGMENT_ID: u32 = 1;
+/// Largest segment file: offsets are 32-bit (§1).
+pub const SEGMENT_BYTES_MAX: u64 = u32::MAX as u64;
 /// Kind reserved for the engine's `session-define` frame (§5).
 pub const KIND_SESSION_DEFINE: u16 = 0;
 /// Longest session id in bytes.
@@ -46,8 +50,9 @@ pub const fn align_up(n: usize) -> usize {
     (n + ALIGN - 1) & !(ALIGN - 1)
 }
 
-/// The salt that every checksum in a segment starts with: the store identity
-/// and the segment number (§3). Bytes from another store, another segment, or
+/// The salt that batch and frame checksums start with: the store identity
+/// and the segment number (§3; the segment header's own checksum is not
+/// salted). Bytes from another store, another segment, or
 /// a zeroed/preallocated region can never validate.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Salt {
@@ -192,6 +197,8 @@ pub struct BatchHeader {
 /// Why a batch header does not decode.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum BatchError {
+    /// Fewer than 32 bytes remain in the file.
+    Short(usize),
     /// All 32 bytes are zero: the end of written data.
     Zero,
     BadMagic(u32),
@@ -206,6 +213,10 @@ pub enum BatchError {
 impl std::fmt::Display for BatchError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
+            BatchError::Short(n) => write!(
+                f,
+                "only {n} bytes where a 32-byte batch header was expected"
+            ),
             BatchError::Zero => write!(f, "zero bytes where a batch header was expected"),
             BatchError::BadMagic(m) => {
                 write!(f, "bad batch magic {m:#010x}, expected {BATCH_MAGIC:#010x}")
@@ -235,6 +246,9 @@ impl BatchHeader {
 
     /// Decode and check the header's own checksum (not the body).
     pub fn decode(b: &[u8], salt: &Salt) -> Result<Self, BatchError> {
+        if b.len() < BATCH_HEADER_BYTES {
+            return Err(BatchError::Short(b.len()));
+        }
         let b = &b[..BATCH_HEADER_BYTES];
         if b.iter().all(|x| *x == 0) {
             return Err(BatchError::Zero);
@@ -487,6 +501,16 @@ mod tests {
             decode_frame(&out, &salt()),
             Err(FrameError::BadChecksum { .. })
         ));
+    }
+
+    #[test]
+    fn short_input_is_an_error_not_a_panic() {
+        assert_eq!(
+            BatchHeader::decode(&[1, 2, 3], &salt()),
+            Err(BatchError::Short(3))
+        );
+        assert!(SegmentHeader::decode(&[0u8; 10]).is_err());
+        assert!(decode_frame(&[0u8; 5], &salt()).is_err());
     }
 
     #[test]

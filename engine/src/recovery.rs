@@ -108,12 +108,27 @@ pub fn read_segment(vfs: &dyn Vfs, path: &Path, map: bool) -> Result<SegmentByte
         .open(path, false)
         .map_err(|e| Error::io("open segment", path, e))?;
     if map {
+        let len = file.len().map_err(|e| Error::io("stat segment", path, e))?;
+        if len > frame::SEGMENT_BYTES_MAX {
+            return Err(Error::corrupt(
+                path,
+                frame::SEGMENT_BYTES_MAX,
+                format!("segment file has {len} bytes; segments are at most 4 GiB"),
+            ));
+        }
         return file
             .map()
             .map(SegmentBytes::Mapped)
             .map_err(|e| Error::io("map segment", path, e));
     }
     let len = file.len().map_err(|e| Error::io("stat segment", path, e))?;
+    if len > frame::SEGMENT_BYTES_MAX {
+        return Err(Error::corrupt(
+            path,
+            frame::SEGMENT_BYTES_MAX,
+            format!("segment file has {len} bytes; segments are at most 4 GiB"),
+        ));
+    }
     let mut buf = vec![0u8; len as usize];
     let n = file
         .read_at(&mut buf, 0)
@@ -166,7 +181,7 @@ pub fn check_batch<'a>(
         detail,
         certain,
     };
-    let h = BatchHeader::decode(&bytes[off..off + BATCH_HEADER_BYTES], salt)
+    let h = BatchHeader::decode(bytes.get(off..).unwrap_or(&[]), salt)
         .map_err(|e| fail(e.to_string(), false))?;
     if let Some(seq) = expected_seq {
         if h.batch_seq != seq {
@@ -293,15 +308,16 @@ pub fn probe_after(
     from: u32,
     min_seq: u64,
 ) -> (Option<u32>, Option<u32>) {
-    let nonzero_end = bytes[from as usize..]
+    let from_usize = (from as usize).min(bytes.len());
+    let nonzero_end = bytes[from_usize..]
         .iter()
         .rposition(|b| *b != 0)
-        .map(|p| from + p as u32 + 1);
+        .map(|p| (from_usize + p + 1).min(u32::MAX as usize) as u32);
     if nonzero_end.is_none() {
         return (None, None); // all zero: no batch can follow
     }
     let mut later = None;
-    let mut off = frame::align_up(from as usize + 1);
+    let mut off = frame::align_up(from_usize + 1);
     while off + BATCH_HEADER_BYTES <= bytes.len() {
         if bytes[off..off + 4] == frame::BATCH_MAGIC.to_le_bytes() {
             if let Ok((h, _)) = check_batch(bytes, salt, off, None) {
@@ -459,8 +475,19 @@ pub(crate) fn recover(
                 let has_batch = salt
                     .map(|s| probe_after(&bytes, &s, 0, 0).0.is_some())
                     .unwrap_or(false);
+                // Creation writes only the header over zeros, so a torn creation
+                // leaves zeros after byte 64, and a header whose checksum is valid
+                // (with an impossible field) was not torn.
+                let zeros_after_header = bytes
+                    .get(SEGMENT_HEADER_BYTES..)
+                    .is_none_or(|rest| rest.iter().all(|b| *b == 0));
+                let crc_valid = matches!(e, HeaderError::Invalid(_));
+                let covered = durable_floor.is_some_and(|f| f.segment() >= id);
                 let torn_creation = is_last
                     && !has_batch
+                    && !crc_valid
+                    && !covered
+                    && zeros_after_header
                     && (out.store_id.is_some() || bytes.iter().all(|b| *b == 0));
                 if torn_creation && mode != RecoveryMode::AbsoluteConsistency {
                     out.report.problems.push(Problem {
@@ -520,6 +547,19 @@ pub(crate) fn recover(
                 "segment starts at batch {} but the previous segment ended before batch {}",
                 header.first_batch_seq,
                 next_batch_seq.unwrap_or(0)
+            ));
+        } else if i == 0
+            && !out.report.checkpoint_used
+            && (id.0 != frame::FIRST_SEGMENT_ID
+                || header.first_batch_seq != 0
+                || header.prev_segment_end != 0)
+        {
+            mismatch = Some(format!(
+                "the log starts at segment {} (batch {}, previous end {}) but must start at segment {} with batch 0: earlier segment files are missing",
+                id.0,
+                header.first_batch_seq,
+                header.prev_segment_end,
+                frame::FIRST_SEGMENT_ID
             ));
         } else if prev_end.is_some_and(|p| p != header.prev_segment_end) {
             mismatch = Some(format!(
@@ -835,5 +875,8 @@ mod tests {
         b[100] = 9;
         assert_eq!(probe_after(&b, &salt, 64, 0), (None, Some(101)));
         assert_eq!(probe_after(&vec![0u8; 256], &salt, 64, 0), (None, None));
+        // A start past the end is not a panic.
+        assert_eq!(probe_after(&b, &salt, 10_000, 0), (None, None));
+        assert!(check_batch(&b, &salt, 250, None).is_err());
     }
 }

@@ -29,7 +29,7 @@ use crate::vfs::{LockGuard, MappedBytes, OsVfs, Vfs, VfsFile};
 /// Name of the lock file inside a store directory.
 pub const LOCK_FILE: &str = "LOCK";
 /// First segment number of a new store.
-pub const FIRST_SEGMENT: SegmentId = SegmentId(1);
+pub const FIRST_SEGMENT: SegmentId = SegmentId(frame::FIRST_SEGMENT_ID);
 
 /// How to open a store.
 #[derive(Debug, Clone)]
@@ -89,6 +89,8 @@ pub(crate) struct Shared {
     writer: Mutex<Option<WriterFile>>,
     files: RwLock<HashMap<SegmentId, Arc<dyn VfsFile>>>,
     maps: RwLock<HashMap<SegmentId, MappedBytes>>,
+    /// Serialises checkpoint writers (the flusher after a roll, and close).
+    checkpoint_lock: Mutex<()>,
     _lock: Option<Box<dyn LockGuard>>,
 }
 
@@ -180,7 +182,12 @@ impl Store {
             });
         }
 
-        // Apply what recovery decided, before anything new is written.
+        // Apply what recovery decided, before anything new is written. A
+        // checkpoint that no longer matches goes first: once the log is cut it
+        // would claim durability for bytes that are gone (FORMAT.md §6.4).
+        if rec.remove_checkpoint || had_bad_checkpoint {
+            checkpoint::remove(vfs.as_ref(), &dir)?;
+        }
         for (seg, from, to) in &rec.zero_ranges {
             zero_range(vfs.as_ref(), &seg_path(&dir, *seg), *from, *to)?;
         }
@@ -202,9 +209,6 @@ impl Store {
         if dir_dirty {
             vfs.sync_dir(&dir)
                 .map_err(|e| Error::io("fsync directory", &dir, e))?;
-        }
-        if rec.remove_checkpoint || had_bad_checkpoint {
-            checkpoint::remove(vfs.as_ref(), &dir)?;
         }
 
         let (store_id, seg, off, seq) = match (rec.store_id, rec.tail) {
@@ -288,6 +292,7 @@ impl Store {
             writer: Mutex::new(None),
             files: RwLock::new(HashMap::new()),
             maps: RwLock::new(HashMap::new()),
+            checkpoint_lock: Mutex::new(()),
             _lock: lock,
         }
     }
@@ -921,6 +926,7 @@ fn create_segment(
 }
 
 fn write_checkpoint(sh: &Shared) -> Result<()> {
+    let _guard = sh.checkpoint_lock.lock();
     let ck = {
         let st = sh.state.lock();
         let Some((last_batch, last_flags)) = st.durable_last_batch else {
@@ -936,7 +942,9 @@ fn write_checkpoint(sh: &Shared) -> Result<()> {
         }
     };
     checkpoint::write(sh.vfs.as_ref(), &sh.dir, &ck)?;
-    sh.state.lock().stats.checkpoints_written += 1;
+    let mut st = sh.state.lock();
+    st.stats.checkpoints_written += 1;
+    st.stats.metadata_syncs += 2;
     Ok(())
 }
 
@@ -992,6 +1000,8 @@ fn flusher_loop(sh: &Shared) {
                 st.stats.bytes_written += batch.buf.len() as u64;
                 if rolled {
                     st.stats.segments_created += 1;
+                    // The new segment's fdatasync and the directory fsync.
+                    st.stats.metadata_syncs += 2;
                     st.checkpoint_due = sh.opts.checkpoints;
                 }
                 sh.durable_cv.notify_all();

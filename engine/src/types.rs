@@ -11,7 +11,7 @@ pub struct Seq(pub u64);
 pub struct SegmentId(pub u32);
 
 /// Compact id of a session inside the log (the string id is mapped to it by a
-/// durable `session-define` frame, `FORMAT.md` §4).
+/// durable `session-define` frame, `FORMAT.md` §5).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
 pub struct SessionId(pub u32);
 

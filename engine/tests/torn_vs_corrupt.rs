@@ -679,20 +679,26 @@ fn cases() -> Vec<Case> {
             },
         },
         Case {
-            // FORMAT.md §6.3 H2 takes any unreadable last segment without a
-            // valid batch of this store for an interrupted creation, even
-            // when bytes past the header are non-zero (which creation, M4,
-            // cannot leave behind).
-            name: "torn (H2): random garbage file named as the next segment",
+            // FORMAT.md §6.3 H2: an interrupted creation leaves only the
+            // header over zeros (M4), so non-zero bytes past byte 64 cannot be
+            // a torn creation: this is corruption (H4).
+            name: "corrupt (H4): random garbage file named as the next segment",
             checkpoints: false,
             batches: 10,
             setup: |f| {
                 let garbage = payload_for("garbage", 0, SEG_BYTES as usize);
                 f.write_file(&f.path(4), &garbage);
-                same(Opens {
-                    keep: f.n(),
-                    torn: Some((4, 0)),
-                })
+                (
+                    Corrupt {
+                        segment: 4,
+                        offset: 0,
+                    },
+                    Cut {
+                        keep: f.n(),
+                        segment: 4,
+                        offset: 0,
+                    },
+                )
             },
         },
         Case {
