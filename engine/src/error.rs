@@ -114,6 +114,9 @@ pub enum Error {
     /// The session layer refused an operation (the reason says which rule).
     #[error("refused: {0}")]
     Refused(String),
+    /// The full-text search index failed.
+    #[error("search index {path}: {detail}")]
+    Search { path: PathBuf, detail: String },
     /// A request differs from the one rebuildable from the log.
     #[error(transparent)]
     RequestMismatch(#[from] crate::session::header::Difference),

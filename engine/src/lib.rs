@@ -40,5 +40,5 @@ pub mod vfs;
 pub use commit::Stats;
 pub use error::{Error, Result};
 pub use recovery::{Problem, ProblemKind, RecoveryMode, RecoveryReport};
-pub use store::{Options, SessionInfo, Store};
+pub use store::{Options, SessionInfo, SessionMeta, Store};
 pub use types::{Appended, Event, LogPos, SegmentId, Seq, SessionId};

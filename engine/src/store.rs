@@ -64,6 +64,19 @@ impl Default for Options {
     }
 }
 
+/// Where a session stands in the log.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SessionMeta {
+    pub id: SessionId,
+    pub len: u64,
+    /// Events `0..durable_len` are durable.
+    pub durable_len: u64,
+    /// Position of the `session-define` frame: identifies this incarnation
+    /// of the session id in this store.
+    pub define_pos: LogPos,
+    pub parent: Option<(String, u64)>,
+}
+
 /// Facts about one session.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SessionInfo {
@@ -305,6 +318,12 @@ impl Store {
     /// The store directory.
     pub fn dir(&self) -> &Path {
         &self.shared.dir
+    }
+
+    /// The file layer this store uses (derived files such as snapshots go
+    /// through it too).
+    pub fn vfs(&self) -> &Arc<dyn Vfs> {
+        &self.shared.vfs
     }
 
     /// The random identity of this store (in every segment header).
@@ -605,6 +624,26 @@ impl Store {
             return Ok(());
         }
         self.wait_durable(last)
+    }
+
+    /// Facts about one session, including how much of it is durable.
+    pub fn session_meta(&self, session: &str) -> Option<SessionMeta> {
+        let st = self.shared.state.lock();
+        let (id, e) = st.index.get(session)?;
+        let durable_len = e.positions.partition_point(|p| *p < st.durable.0) as u64;
+        Some(SessionMeta {
+            id,
+            len: e.len(),
+            durable_len: if self.shared.opts.read_only {
+                e.len()
+            } else {
+                durable_len
+            },
+            define_pos: e.define_pos,
+            parent: e
+                .parent
+                .map(|(p, n)| (st.index.sessions[p.0 as usize].name.to_string(), n)),
+        })
     }
 
     /// Number of events in `session`, if it exists.

@@ -632,6 +632,7 @@ impl Session {
                         v: event::SESSION_FORMAT_VERSION,
                         kind: None,
                         surface: e.surface,
+                        ts: Some(event::now_ms()),
                         data: e.data.clone(),
                     })
                     .expect("envelope serializes"),

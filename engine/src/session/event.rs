@@ -374,7 +374,19 @@ pub struct Envelope {
     /// The surface op (surface events only).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub surface: Option<SurfaceOp>,
+    /// Wall-clock time of the append, milliseconds since the Unix epoch
+    /// (informational: never part of what the model sees).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ts: Option<u64>,
     pub data: Value,
+}
+
+/// Milliseconds since the Unix epoch, now.
+pub fn now_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0)
 }
 
 /// A decoded session event.
@@ -384,6 +396,8 @@ pub struct SessionEvent {
     pub kind: EventKind,
     pub ignorable: bool,
     pub surface: Option<SurfaceOp>,
+    /// Append time in ms since the epoch, when recorded.
+    pub ts: Option<u64>,
     pub data: Value,
 }
 
@@ -403,6 +417,7 @@ pub fn encode_core<D: EventData>(data: &D, op: Option<SurfaceOp>) -> Vec<u8> {
         v: SESSION_FORMAT_VERSION,
         kind: None,
         surface: op,
+        ts: Some(now_ms()),
         data: serde_json::to_value(data).expect("event data serializes to JSON"),
     };
     serde_json::to_vec(&env).expect("envelope serializes")
@@ -414,6 +429,7 @@ pub fn encode_plugin(kind: &str, data: &Value) -> Vec<u8> {
         v: SESSION_FORMAT_VERSION,
         kind: Some(kind.to_string()),
         surface: None,
+        ts: Some(now_ms()),
         data: data.clone(),
     };
     serde_json::to_vec(&env).expect("envelope serializes")
@@ -448,6 +464,7 @@ pub fn decode(
                 kind: EventKind::Plugin(format!("unknown/{code}")),
                 ignorable,
                 surface: None,
+                ts: None,
                 data: Value::String(format!("undecodable payload: {e}")),
             })
         }
@@ -491,6 +508,7 @@ pub fn decode(
         kind,
         ignorable,
         surface: env.surface,
+        ts: env.ts,
         data: env.data,
     })
 }
@@ -587,6 +605,7 @@ mod tests {
             v: 1,
             kind: None,
             surface: None,
+            ts: None,
             data: Value::Null,
         })
         .unwrap();

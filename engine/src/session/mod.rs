@@ -11,7 +11,11 @@ pub mod event;
 pub mod header;
 pub mod host;
 pub mod messages;
+pub mod projection;
+pub mod query;
 pub mod repair;
+pub mod replay;
+pub mod snapshot;
 pub mod surface;
 
 pub use self::core::{OpenState, SeedEvent, Session};
@@ -26,5 +30,7 @@ pub use event::{
 pub use header::{Difference, Request, RequestSpec};
 pub use host::{Host, SharedSession};
 pub use messages::{Message, Role};
+pub use projection::{Projection, ProjectionRegistry, RunState, RunStatus, TokenMeter, TokenState};
 pub use repair::{repair, validate_messages, PluginRepair, RepairReport};
+pub use replay::{fork, replay, Forked, Replay};
 pub use surface::{Surface, SurfaceOp};

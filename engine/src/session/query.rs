@@ -1,0 +1,283 @@
+//! Query: one interface over the sessions of a store, live or persisted
+//! (reads go through the store, which sees every appended event).
+//!
+//! Listing sessions, events by kind and seq range, and full-text search over
+//! message text. The search index (`DIR/search.sqlite`, SQLite FTS5 through
+//! rusqlite) is a derived projection of the log: it indexes only durable
+//! events, remembers per session how far it got and which incarnation of the
+//! session it saw, and is dropped and rebuilt when it does not match the
+//! store. It can be deleted at any time.
+
+use std::ops::Range;
+
+use serde::Serialize;
+
+use crate::error::{Error, Result};
+use crate::session::event::{
+    AssistantMessage, CompactionSummary, ContentBlock, CoreKind, EventKind, Registry, SessionEvent,
+    ToolResult, UserMessage,
+};
+use crate::session::projection::{RunStatus, TurnStatus};
+use crate::session::replay::replay;
+use crate::session::snapshot;
+use crate::store::Store;
+
+/// One row of [`list_sessions`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct SessionSummary {
+    pub id: String,
+    pub events: u64,
+    /// Append time of the first and last event (ms since the epoch), when
+    /// recorded.
+    pub created_ms: Option<u64>,
+    pub updated_ms: Option<u64>,
+    /// A turn is open (started, not ended).
+    pub open_turn: bool,
+    /// Fork parent and the number of events inherited.
+    pub parent: Option<(String, u64)>,
+}
+
+fn ts_of(store: &Store, registry: &Registry, id: &str, seq: u64) -> Result<Option<u64>> {
+    let e = store.read(id, seq)?;
+    Ok(
+        crate::session::event::decode(e.seq.0, e.kind, e.flags, &e.payload, registry)
+            .ok()
+            .and_then(|ev| ev.ts),
+    )
+}
+
+/// Every session of the store, in creation order. The open-turn flag comes
+/// from the run-status projection (through its snapshot cache when present).
+pub fn list_sessions(store: &Store, registry: &Registry) -> Result<Vec<SessionSummary>> {
+    let mut out = Vec::new();
+    for info in store.sessions() {
+        let (created_ms, updated_ms) = if info.len == 0 {
+            (None, None)
+        } else {
+            (
+                ts_of(store, registry, &info.name, 0)?,
+                ts_of(store, registry, &info.name, info.len - 1)?,
+            )
+        };
+        let run = snapshot::read(store, registry, &info.name, &RunStatus)?;
+        out.push(SessionSummary {
+            id: info.name.clone(),
+            events: info.len,
+            created_ms,
+            updated_ms,
+            open_turn: matches!(run.state.status, TurnStatus::Running { .. }),
+            parent: info.parent.clone(),
+        });
+    }
+    Ok(out)
+}
+
+/// Events of `session` with seq in `range`, optionally only of the given
+/// kinds (by name, e.g. `"tool/call"`).
+pub fn events(
+    store: &Store,
+    registry: &Registry,
+    session: &str,
+    range: Range<u64>,
+    kinds: Option<&[&str]>,
+) -> Result<Vec<SessionEvent>> {
+    let mut out = Vec::new();
+    let it = replay(
+        store,
+        session,
+        std::sync::Arc::new(registry.clone()),
+        range.start,
+    )?;
+    for ev in it {
+        let ev = ev?;
+        if ev.seq >= range.end {
+            break;
+        }
+        if kinds.is_none_or(|k| k.contains(&ev.kind.name())) {
+            out.push(ev);
+        }
+    }
+    Ok(out)
+}
+
+/// The searchable text of an event: message text, tool results, summaries.
+pub fn searchable_text(ev: &SessionEvent) -> Option<String> {
+    let texts = |blocks: &[ContentBlock]| -> String {
+        blocks
+            .iter()
+            .filter_map(|b| match b {
+                ContentBlock::Text { text } => Some(text.as_str()),
+                ContentBlock::ToolResult { content, .. } => Some(content.as_str()),
+                ContentBlock::ToolUse { .. } => None,
+            })
+            .collect::<Vec<_>>()
+            .join("\n")
+    };
+    let t = match ev.kind {
+        EventKind::Core(CoreKind::UserMessage) => texts(&ev.typed::<UserMessage>()?.content),
+        EventKind::Core(CoreKind::AssistantMessage) => {
+            texts(&ev.typed::<AssistantMessage>()?.content)
+        }
+        EventKind::Core(CoreKind::ToolResult) => texts(&ev.typed::<ToolResult>()?.content),
+        EventKind::Core(CoreKind::CompactionSummary) => ev.typed::<CompactionSummary>()?.text,
+        _ => return None,
+    };
+    (!t.is_empty()).then_some(t)
+}
+
+/// One search hit.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Hit {
+    pub session: String,
+    pub seq: u64,
+    pub snippet: String,
+}
+
+/// File name of the search index inside the store directory.
+pub const SEARCH_FILE: &str = "search.sqlite";
+
+/// The full-text index over a store's message text.
+#[cfg(feature = "search")]
+pub struct SearchIndex {
+    conn: rusqlite::Connection,
+    path: std::path::PathBuf,
+}
+
+#[cfg(feature = "search")]
+impl SearchIndex {
+    fn err(&self, e: rusqlite::Error) -> Error {
+        Error::Search {
+            path: self.path.clone(),
+            detail: e.to_string(),
+        }
+    }
+
+    /// Open (or create) the index of `store`. An index built for another
+    /// store is dropped.
+    pub fn open(store: &Store) -> Result<SearchIndex> {
+        let path = store.dir().join(SEARCH_FILE);
+        let conn = rusqlite::Connection::open(&path).map_err(|e| Error::Search {
+            path: path.clone(),
+            detail: e.to_string(),
+        })?;
+        let ix = SearchIndex { conn, path };
+        ix.conn
+            .execute_batch(
+                "PRAGMA journal_mode=WAL;
+                 CREATE TABLE IF NOT EXISTS meta(key TEXT PRIMARY KEY, value TEXT NOT NULL);
+                 CREATE TABLE IF NOT EXISTS indexed(session TEXT PRIMARY KEY, define_pos INTEGER NOT NULL, next_seq INTEGER NOT NULL);
+                 CREATE VIRTUAL TABLE IF NOT EXISTS docs USING fts5(session UNINDEXED, seq UNINDEXED, body);",
+            )
+            .map_err(|e| ix.err(e))?;
+        let id: String = store
+            .store_id()
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect();
+        let stored: Option<String> = ix
+            .conn
+            .query_row("SELECT value FROM meta WHERE key='store_id'", [], |r| {
+                r.get(0)
+            })
+            .ok();
+        if stored.as_deref() != Some(id.as_str()) {
+            ix.conn
+                .execute_batch("DELETE FROM docs; DELETE FROM indexed; DELETE FROM meta;")
+                .map_err(|e| ix.err(e))?;
+            ix.conn
+                .execute("INSERT INTO meta(key, value) VALUES('store_id', ?1)", [&id])
+                .map_err(|e| ix.err(e))?;
+        }
+        Ok(ix)
+    }
+
+    /// Index every durable event not indexed yet. Returns the number of
+    /// events read. A session whose incarnation changed is re-indexed.
+    pub fn update(&mut self, store: &Store, registry: &Registry) -> Result<u64> {
+        let mut read = 0u64;
+        let tx = self.conn.transaction().map_err(|e| Error::Search {
+            path: self.path.clone(),
+            detail: e.to_string(),
+        })?;
+        let serr = |e: rusqlite::Error| Error::Search {
+            path: std::path::PathBuf::from(SEARCH_FILE),
+            detail: e.to_string(),
+        };
+        for info in store.sessions() {
+            let Some(meta) = store.session_meta(&info.name) else {
+                continue;
+            };
+            let row: Option<(i64, i64)> = tx
+                .query_row(
+                    "SELECT define_pos, next_seq FROM indexed WHERE session=?1",
+                    [&info.name],
+                    |r| Ok((r.get(0)?, r.get(1)?)),
+                )
+                .ok();
+            let inherited = meta.parent.as_ref().map_or(0, |(_, n)| *n);
+            let mut next = match row {
+                Some((pos, next)) if pos as u64 == meta.define_pos.0 => next as u64,
+                Some(_) => {
+                    tx.execute("DELETE FROM docs WHERE session=?1", [&info.name])
+                        .map_err(serr)?;
+                    inherited
+                }
+                None => inherited,
+            };
+            // Only what is durable: the index never leads the log.
+            let end = meta.durable_len;
+            if next >= end {
+                continue;
+            }
+            let registry = std::sync::Arc::new(registry.clone());
+            for ev in replay(store, &info.name, registry, next)? {
+                let ev = ev?;
+                if ev.seq >= end {
+                    break;
+                }
+                read += 1;
+                if let Some(text) = searchable_text(&ev) {
+                    tx.execute(
+                        "INSERT INTO docs(session, seq, body) VALUES(?1, ?2, ?3)",
+                        rusqlite::params![info.name, ev.seq as i64, text],
+                    )
+                    .map_err(serr)?;
+                }
+                next = ev.seq + 1;
+            }
+            tx.execute(
+                "INSERT INTO indexed(session, define_pos, next_seq) VALUES(?1, ?2, ?3)
+                 ON CONFLICT(session) DO UPDATE SET define_pos=excluded.define_pos, next_seq=excluded.next_seq",
+                rusqlite::params![info.name, meta.define_pos.0 as i64, next as i64],
+            )
+            .map_err(serr)?;
+        }
+        tx.commit().map_err(|e| self.err(e))?;
+        Ok(read)
+    }
+
+    /// Search message text across sessions; best matches first. `query` is
+    /// FTS5 syntax; if it does not parse it is searched as a plain phrase.
+    pub fn search(&self, query: &str, limit: usize) -> Result<Vec<Hit>> {
+        let run = |q: &str| -> rusqlite::Result<Vec<Hit>> {
+            let mut st = self.conn.prepare(
+                "SELECT session, seq, snippet(docs, 2, '[', ']', '…', 12) FROM docs WHERE docs MATCH ?1 ORDER BY rank LIMIT ?2",
+            )?;
+            let rows = st.query_map(rusqlite::params![q, limit as i64], |r| {
+                Ok(Hit {
+                    session: r.get(0)?,
+                    seq: r.get::<_, i64>(1)? as u64,
+                    snippet: r.get(2)?,
+                })
+            })?;
+            rows.collect()
+        };
+        match run(query) {
+            Ok(h) => Ok(h),
+            Err(_) => {
+                let phrase = format!("\"{}\"", query.replace('"', "\"\""));
+                run(&phrase).map_err(|e| self.err(e))
+            }
+        }
+    }
+}

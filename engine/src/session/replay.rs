@@ -1,0 +1,190 @@
+//! Replay and fork (SEMANTICS.md, "Replay, fork, projections, caches, query").
+//!
+//! Replay streams a session's events in seq order (`assistant/chunk`
+//! included, events a fork inherits included) for UI replay; re-deriving the
+//! surface and messages is [`crate::session::Session::open`].
+//!
+//! Fork creates a child whose log is a stable prefix of the source. The
+//! child references the parent's frames (a `session-define` with a parent,
+//! FORMAT.md §5): no event body is copied, so a fork costs one small frame
+//! plus 8 bytes of index per inherited event.
+
+use std::collections::VecDeque;
+use std::sync::Arc;
+
+use rand::RngCore;
+
+use crate::error::{Error, Result};
+use crate::session::event::{self, CoreKind, DecodeError, Registry, SessionEvent};
+use crate::store::Store;
+
+/// Events read per store call while replaying.
+const REPLAY_CHUNK: u64 = 1024;
+
+/// An iterator over a session's events in seq order.
+pub struct Replay<'a> {
+    store: &'a Store,
+    id: String,
+    registry: Arc<Registry>,
+    next: u64,
+    end: u64,
+    buf: VecDeque<SessionEvent>,
+}
+
+/// Replay the events `from..` of session `id` (as they are now).
+pub fn replay<'a>(
+    store: &'a Store,
+    id: &str,
+    registry: Arc<Registry>,
+    from: u64,
+) -> Result<Replay<'a>> {
+    let end = store
+        .session_len(id)
+        .ok_or_else(|| Error::UnknownSession(id.to_string()))?;
+    Ok(Replay {
+        store,
+        id: id.to_string(),
+        registry,
+        next: from.min(end),
+        end,
+        buf: VecDeque::new(),
+    })
+}
+
+impl Iterator for Replay<'_> {
+    type Item = Result<SessionEvent>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        if self.buf.is_empty() {
+            if self.next >= self.end {
+                return None;
+            }
+            let to = (self.next + REPLAY_CHUNK).min(self.end);
+            let evs = match self.store.read_range(&self.id, self.next..to) {
+                Ok(v) => v,
+                Err(e) => {
+                    self.next = self.end;
+                    return Some(Err(e));
+                }
+            };
+            self.next = to;
+            for e in evs {
+                match event::decode(e.seq.0, e.kind, e.flags, &e.payload, &self.registry) {
+                    Ok(ev) => self.buf.push_back(ev),
+                    Err(err) => {
+                        self.next = self.end;
+                        self.buf.clear();
+                        return Some(Err(decode_error(&self.id, e.seq.0, err)));
+                    }
+                }
+            }
+        }
+        self.buf.pop_front().map(Ok)
+    }
+}
+
+pub(crate) fn decode_error(id: &str, seq: u64, e: DecodeError) -> Error {
+    match e {
+        DecodeError::UnknownKind(kind) => Error::UnknownKind {
+            session: id.to_string(),
+            seq,
+            kind,
+        },
+        DecodeError::Version(found) => Error::SessionFormat {
+            session: id.to_string(),
+            seq,
+            found,
+            supported: event::SESSION_FORMAT_VERSION,
+        },
+        DecodeError::Malformed(detail) => Error::BadEvent {
+            session: id.to_string(),
+            seq,
+            detail,
+        },
+    }
+}
+
+/// Where a fork may cut: for each candidate boundary `b` (the child holds
+/// seqs `< b`), whether a turn is open at `b`. Returns the largest closed
+/// boundary `<= limit`, and whether `limit` itself is closed.
+fn closed_boundaries(store: &Store, id: &str, limit: u64) -> Result<(u64, bool)> {
+    let (start, end) = (CoreKind::TurnStart.code(), CoreKind::TurnEnd.code());
+    let mut open = false;
+    let mut last_closed = 0u64;
+    let mut at = 0u64;
+    while at < limit {
+        let to = (at + REPLAY_CHUNK).min(limit);
+        for e in store.read_range(id, at..to)? {
+            if e.kind == start {
+                open = true;
+            } else if e.kind == end {
+                open = false;
+            }
+            if !open {
+                last_closed = e.seq.0 + 1;
+            }
+        }
+        at = to;
+    }
+    Ok((last_closed, !open))
+}
+
+/// What [`fork`] created.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Forked {
+    pub child: String,
+    /// The child holds the source's events `0..upto`.
+    pub upto: u64,
+}
+
+/// Fork `source` into a new session holding its events `0..boundary`. The
+/// default boundary is the end of the last closed turn (the whole history
+/// if no turn is open). A boundary inside an unfinished turn is refused. The
+/// child id defaults to `<source>.fork-<random hex>`.
+pub fn fork(
+    store: &Store,
+    source: &str,
+    boundary: Option<u64>,
+    child: Option<&str>,
+) -> Result<Forked> {
+    let len = store
+        .session_len(source)
+        .ok_or_else(|| Error::UnknownSession(source.to_string()))?;
+    let upto = match boundary {
+        Some(b) if b > len => {
+            return Err(Error::SeqOutOfRange {
+                session: source.to_string(),
+                seq: b,
+                len,
+            })
+        }
+        Some(b) => {
+            let (_, closed) = closed_boundaries(store, source, b)?;
+            if !closed {
+                return Err(Error::Refused(format!(
+                    "fork boundary {b} of session {source:?} lies inside an unfinished turn"
+                )));
+            }
+            b
+        }
+        None => {
+            let (last_closed, closed) = closed_boundaries(store, source, len)?;
+            if closed {
+                len
+            } else {
+                last_closed
+            }
+        }
+    };
+    let child = match child {
+        Some(c) => c.to_string(),
+        None => {
+            let mut r = [0u8; 6];
+            rand::thread_rng().fill_bytes(&mut r);
+            let hex: String = r.iter().map(|b| format!("{b:02x}")).collect();
+            format!("{source}.fork-{hex}")
+        }
+    };
+    store.fork(source, upto, &child)?;
+    Ok(Forked { child, upto })
+}

@@ -1,0 +1,341 @@
+//! Projection caches in snapshot files (`format-spec/FORMAT.md` §12).
+//!
+//! A snapshot holds a projection's state (bincode 2, serde, standard config)
+//! with the number of events it has folded, the projection's name and
+//! version, and the identity of the source log (store id, the position of the
+//! session's `session-define` frame, and a checksum of the last folded
+//! event). Invariant 5: a snapshot is written only after the log is durable up
+//! to what it covers, atomically (temp file, fsync, rename, fsync directory);
+//! on read it is used only if every field matches, else it is discarded and
+//! the state rebuilt from the log. A cache may lag the log, never lead it.
+
+use std::path::{Path, PathBuf};
+
+use crate::error::{Error, Result};
+use crate::session::event::{self, Registry};
+use crate::session::projection::Projection;
+use crate::session::replay::decode_error;
+use crate::store::Store;
+use crate::types::LogPos;
+
+pub const SNAPSHOT_DIR: &str = "snapshots";
+pub const SNAPSHOT_MAGIC: [u8; 8] = *b"TSTNSNP\0";
+pub const SNAPSHOT_VERSION: u32 = 1;
+pub const SNAPSHOT_HEADER_BYTES: usize = 64;
+
+/// Identity of what a snapshot covers.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SnapshotHeader {
+    pub store_id: [u8; 16],
+    pub define_pos: LogPos,
+    /// Events folded: seqs `0..covered`.
+    pub covered: u64,
+    pub projection_version: u32,
+    /// [`event_crc`] of event `covered - 1` (0 when `covered` is 0).
+    pub last_event_crc: u32,
+    pub projection: String,
+    pub session: String,
+}
+
+/// Checksum identifying one stored event: crc32 of kind (u16 LE), flags
+/// (u16 LE) and payload.
+pub fn event_crc(kind: u16, flags: u16, payload: &[u8]) -> u32 {
+    let mut h = crc32fast::Hasher::new();
+    h.update(&kind.to_le_bytes());
+    h.update(&flags.to_le_bytes());
+    h.update(payload);
+    h.finalize()
+}
+
+/// Encode a snapshot file.
+pub fn encode(h: &SnapshotHeader, state: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(
+        SNAPSHOT_HEADER_BYTES + h.projection.len() + h.session.len() + state.len() + 12,
+    );
+    out.extend_from_slice(&SNAPSHOT_MAGIC);
+    out.extend_from_slice(&SNAPSHOT_VERSION.to_le_bytes());
+    out.extend_from_slice(&(SNAPSHOT_HEADER_BYTES as u32).to_le_bytes());
+    out.extend_from_slice(&h.store_id);
+    out.extend_from_slice(&h.define_pos.0.to_le_bytes());
+    out.extend_from_slice(&h.covered.to_le_bytes());
+    out.extend_from_slice(&h.projection_version.to_le_bytes());
+    out.extend_from_slice(&h.last_event_crc.to_le_bytes());
+    out.extend_from_slice(&(h.projection.len() as u16).to_le_bytes());
+    out.extend_from_slice(&(h.session.len() as u16).to_le_bytes());
+    out.extend_from_slice(&[0u8; 4]);
+    debug_assert_eq!(out.len(), SNAPSHOT_HEADER_BYTES);
+    out.extend_from_slice(h.projection.as_bytes());
+    out.extend_from_slice(h.session.as_bytes());
+    out.extend_from_slice(&(state.len() as u64).to_le_bytes());
+    out.extend_from_slice(state);
+    let crc = crc32fast::hash(&out);
+    out.extend_from_slice(&crc.to_le_bytes());
+    out
+}
+
+/// Decode a snapshot file; `Err(reason)` if anything is off.
+pub fn decode(b: &[u8]) -> std::result::Result<(SnapshotHeader, &[u8]), String> {
+    if b.len() < SNAPSHOT_HEADER_BYTES + 12 {
+        return Err(format!("snapshot has only {} bytes", b.len()));
+    }
+    let (body, tail) = b.split_at(b.len() - 4);
+    let stored = u32::from_le_bytes(tail.try_into().expect("4"));
+    let computed = crc32fast::hash(body);
+    if stored != computed {
+        return Err(format!(
+            "snapshot checksum mismatch: stored {stored:#010x}, computed {computed:#010x}"
+        ));
+    }
+    if body[0..8] != SNAPSHOT_MAGIC {
+        return Err("bad snapshot magic".into());
+    }
+    let u16_at = |o: usize| u16::from_le_bytes([body[o], body[o + 1]]);
+    let u32_at = |o: usize| u32::from_le_bytes(body[o..o + 4].try_into().expect("4"));
+    let u64_at = |o: usize| u64::from_le_bytes(body[o..o + 8].try_into().expect("8"));
+    if u32_at(8) != SNAPSHOT_VERSION {
+        return Err(format!("snapshot format version {}", u32_at(8)));
+    }
+    if u32_at(12) as usize != SNAPSHOT_HEADER_BYTES || body[60..64] != [0; 4] {
+        return Err("snapshot header malformed".into());
+    }
+    let (pn, sn) = (u16_at(56) as usize, u16_at(58) as usize);
+    let names_end = SNAPSHOT_HEADER_BYTES + pn + sn;
+    if names_end + 8 > body.len() {
+        return Err("snapshot names run past the end".into());
+    }
+    let projection = std::str::from_utf8(&body[SNAPSHOT_HEADER_BYTES..SNAPSHOT_HEADER_BYTES + pn])
+        .map_err(|_| "snapshot projection name is not UTF-8")?
+        .to_string();
+    let session = std::str::from_utf8(&body[SNAPSHOT_HEADER_BYTES + pn..names_end])
+        .map_err(|_| "snapshot session name is not UTF-8")?
+        .to_string();
+    let state_len = u64_at(names_end) as usize;
+    if names_end + 8 + state_len != body.len() {
+        return Err("snapshot state length does not match the file".into());
+    }
+    Ok((
+        SnapshotHeader {
+            store_id: body[16..32].try_into().expect("16"),
+            define_pos: LogPos(u64_at(32)),
+            covered: u64_at(40),
+            projection_version: u32_at(48),
+            last_event_crc: u32_at(52),
+            projection,
+            session,
+        },
+        &body[names_end + 8..],
+    ))
+}
+
+/// Snapshot file of (session, projection): a hash of the session id keeps
+/// names short and safe; the file itself names the session, so a collision
+/// only costs a rebuild.
+pub fn snapshot_path(dir: &Path, session: &str, projection: &str) -> PathBuf {
+    let a = crc32fast::hash(session.as_bytes());
+    let mut h = crc32fast::Hasher::new_with_initial(0x9e37_79b9);
+    h.update(session.as_bytes());
+    let b = h.finalize();
+    let safe: String = projection
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '-' {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect();
+    dir.join(SNAPSHOT_DIR)
+        .join(format!("{a:08x}{b:08x}-{safe}.snap"))
+}
+
+/// What reading through the cache did.
+#[derive(Debug, Clone, PartialEq)]
+pub struct CacheRead<S> {
+    pub state: S,
+    /// Events covered by the snapshot used (None: folded from seq 0).
+    pub snapshot_covered: Option<u64>,
+    /// Events folded after the snapshot.
+    pub folded: u64,
+    /// Why a snapshot present on disk was not used.
+    pub discarded: Option<String>,
+}
+
+/// A usable snapshot (events covered, state), or why there is none
+/// (`None`: no file).
+type Loaded<S> = std::result::Result<(u64, S), Option<String>>;
+
+fn load_snapshot<P: Projection>(store: &Store, session: &str, p: &P) -> Result<Loaded<P::State>> {
+    let path = snapshot_path(store.dir(), session, p.name());
+    let vfs = store.vfs();
+    if !vfs.exists(&path) {
+        return Ok(Err(None));
+    }
+    let bytes = {
+        let f = vfs
+            .open(&path, false)
+            .map_err(|e| Error::io("open snapshot", &path, e))?;
+        let len = f.len().map_err(|e| Error::io("stat snapshot", &path, e))?;
+        let mut buf = vec![0u8; len as usize];
+        let n = f
+            .read_at(&mut buf, 0)
+            .map_err(|e| Error::io("read snapshot", &path, e))?;
+        buf.truncate(n);
+        buf
+    };
+    let (h, state) = match decode(&bytes) {
+        Ok(x) => x,
+        Err(why) => return Ok(Err(Some(why))),
+    };
+    let meta = store
+        .session_meta(session)
+        .ok_or_else(|| Error::UnknownSession(session.to_string()))?;
+    let why = if h.store_id != store.store_id() {
+        Some("snapshot belongs to another store".to_string())
+    } else if h.session != session || h.projection != p.name() {
+        Some("snapshot names another session or projection".to_string())
+    } else if h.projection_version != p.version() {
+        Some(format!(
+            "snapshot of projection version {}, current is {}",
+            h.projection_version,
+            p.version()
+        ))
+    } else if h.define_pos != meta.define_pos {
+        Some("snapshot of an earlier incarnation of this session".to_string())
+    } else if h.covered > meta.len {
+        Some(format!(
+            "snapshot covers {} events but the log has {}: it leads the log",
+            h.covered, meta.len
+        ))
+    } else {
+        None
+    };
+    if let Some(why) = why {
+        return Ok(Err(Some(why)));
+    }
+    if h.covered > 0 {
+        let e = store.read(session, h.covered - 1)?;
+        if event_crc(e.kind, e.flags, &e.payload) != h.last_event_crc {
+            return Ok(Err(Some(
+                "the log's event at the snapshot point differs: the source changed".into(),
+            )));
+        }
+    }
+    match bincode::serde::decode_from_slice::<P::State, _>(state, bincode::config::standard()) {
+        Ok((s, used)) if used == state.len() => Ok(Ok((h.covered, s))),
+        Ok(_) => Ok(Err(Some("snapshot state has trailing bytes".into()))),
+        Err(e) => Ok(Err(Some(format!("snapshot state does not decode: {e}")))),
+    }
+}
+
+/// Read projection `p` of `session`: from its snapshot if one matches, then
+/// folding only the events after it; otherwise from seq 0.
+pub fn read<P: Projection>(
+    store: &Store,
+    registry: &Registry,
+    session: &str,
+    p: &P,
+) -> Result<CacheRead<P::State>> {
+    let len = store
+        .session_len(session)
+        .ok_or_else(|| Error::UnknownSession(session.to_string()))?;
+    let (start, mut state, snapshot_covered, discarded) = match load_snapshot(store, session, p)? {
+        Ok((covered, s)) => (covered, s, Some(covered), None),
+        Err(why) => (0, P::State::default(), None, why),
+    };
+    let mut at = start;
+    while at < len {
+        let to = (at + 4096).min(len);
+        for e in store.read_range(session, at..to)? {
+            let ev = event::decode(e.seq.0, e.kind, e.flags, &e.payload, registry)
+                .map_err(|err| decode_error(session, e.seq.0, err))?;
+            if let Some(next) = p.fold(&state, &ev) {
+                state = next;
+            }
+        }
+        at = to;
+    }
+    Ok(CacheRead {
+        state,
+        snapshot_covered,
+        folded: len - start,
+        discarded,
+    })
+}
+
+/// Write a snapshot of `state`, which must be `p` folded over events
+/// `0..covered`. Refused unless those events are durable (a cache never
+/// leads the log). Atomic: temp file, fsync, rename, fsync directory.
+pub fn write<P: Projection>(
+    store: &Store,
+    session: &str,
+    p: &P,
+    state: &P::State,
+    covered: u64,
+) -> Result<()> {
+    let meta = store
+        .session_meta(session)
+        .ok_or_else(|| Error::UnknownSession(session.to_string()))?;
+    if covered > meta.durable_len {
+        return Err(Error::Refused(format!(
+            "snapshot would cover {covered} events of {session:?} but only {} are durable",
+            meta.durable_len
+        )));
+    }
+    let last_event_crc = if covered > 0 {
+        let e = store.read(session, covered - 1)?;
+        event_crc(e.kind, e.flags, &e.payload)
+    } else {
+        0
+    };
+    let state_bytes = bincode::serde::encode_to_vec(state, bincode::config::standard())
+        .map_err(|e| Error::InvalidArgument(format!("projection state does not encode: {e}")))?;
+    let header = SnapshotHeader {
+        store_id: store.store_id(),
+        define_pos: meta.define_pos,
+        covered,
+        projection_version: p.version(),
+        last_event_crc,
+        projection: p.name().to_string(),
+        session: session.to_string(),
+    };
+    let bytes = encode(&header, &state_bytes);
+    let vfs = store.vfs();
+    let dir = store.dir().join(SNAPSHOT_DIR);
+    vfs.create_dir_all(&dir)
+        .map_err(|e| Error::io("create snapshot directory", &dir, e))?;
+    let path = snapshot_path(store.dir(), session, p.name());
+    let tmp = path.with_extension("snap.tmp");
+    let f = vfs
+        .create_truncate(&tmp)
+        .map_err(|e| Error::io("create snapshot", &tmp, e))?;
+    f.write_all_at(&bytes, 0)
+        .map_err(|e| Error::io("write snapshot", &tmp, e))?;
+    f.sync_data()
+        .map_err(|e| Error::io("fsync snapshot", &tmp, e))?;
+    drop(f);
+    vfs.rename(&tmp, &path)
+        .map_err(|e| Error::io("rename snapshot", &path, e))?;
+    vfs.sync_dir(&dir)
+        .map_err(|e| Error::io("fsync snapshot directory", &dir, e))?;
+    Ok(())
+}
+
+/// Read through the cache and, when the durable prefix has grown past the
+/// snapshot, write a fresh snapshot of that prefix.
+pub fn refresh<P: Projection>(
+    store: &Store,
+    registry: &Registry,
+    session: &str,
+    p: &P,
+) -> Result<CacheRead<P::State>> {
+    let r = read(store, registry, session, p)?;
+    let meta = store
+        .session_meta(session)
+        .ok_or_else(|| Error::UnknownSession(session.to_string()))?;
+    let covered = r.snapshot_covered.unwrap_or(0);
+    if meta.durable_len > covered && meta.durable_len == meta.len {
+        write(store, session, p, &r.state, meta.len)?;
+    }
+    Ok(r)
+}
