@@ -202,17 +202,8 @@ pub fn load(vfs: &dyn Vfs, dir: &Path) -> Result<Option<std::result::Result<Chec
     if !vfs.exists(&path) {
         return Ok(None);
     }
-    let file = vfs
-        .open(&path, false)
-        .map_err(|e| Error::io("open checkpoint", &path, e))?;
-    let len = file
-        .len()
-        .map_err(|e| Error::io("stat checkpoint", &path, e))?;
-    let mut buf = vec![0u8; len as usize];
-    let n = file
-        .read_at(&mut buf, 0)
-        .map_err(|e| Error::io("read checkpoint", &path, e))?;
-    buf.truncate(n);
+    let buf =
+        crate::vfs::read_whole(vfs, &path).map_err(|e| Error::io("read checkpoint", &path, e))?;
     Ok(Some(Checkpoint::decode(&buf)))
 }
 

@@ -59,6 +59,17 @@ pub trait Vfs: Send + Sync + fmt::Debug {
     fn is_dir(&self, path: &Path) -> bool;
 }
 
+/// Read a whole (small) file: derived files such as checkpoints and
+/// snapshots.
+pub fn read_whole(vfs: &dyn Vfs, path: &Path) -> io::Result<Vec<u8>> {
+    let file = vfs.open(path, false)?;
+    let len = file.len()?;
+    let mut buf = vec![0u8; len as usize];
+    let n = file.read_at(&mut buf, 0)?;
+    buf.truncate(n);
+    Ok(buf)
+}
+
 /// Held while a store is open for writing.
 pub trait LockGuard: Send + Sync + fmt::Debug {}
 

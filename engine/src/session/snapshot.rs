@@ -171,18 +171,8 @@ fn load_snapshot<P: Projection>(store: &Store, session: &str, p: &P) -> Result<L
     if !vfs.exists(&path) {
         return Ok(Err(None));
     }
-    let bytes = {
-        let f = vfs
-            .open(&path, false)
-            .map_err(|e| Error::io("open snapshot", &path, e))?;
-        let len = f.len().map_err(|e| Error::io("stat snapshot", &path, e))?;
-        let mut buf = vec![0u8; len as usize];
-        let n = f
-            .read_at(&mut buf, 0)
-            .map_err(|e| Error::io("read snapshot", &path, e))?;
-        buf.truncate(n);
-        buf
-    };
+    let bytes = crate::vfs::read_whole(vfs.as_ref(), &path)
+        .map_err(|e| Error::io("read snapshot", &path, e))?;
     let (h, state) = match decode(&bytes) {
         Ok(x) => x,
         Err(why) => return Ok(Err(Some(why))),
