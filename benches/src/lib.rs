@@ -1,1 +1,48 @@
+//! turnstone's benchmark suite: the fleet workload, the peer stores it is
+//! compared with, and what the operating system reports about a run.
+//!
+//! - `cargo bench -p turnstone-benches`: criterion micro-benchmarks
+//!   (`benches/engine.rs`).
+//! - `cargo run --release -p turnstone-benches --bin compare -- [--quick]`:
+//!   the fleet workload against turnstone, the peers and the disk's limits in
+//!   one run (`src/bin/compare.rs`).
 
+pub mod fleet;
+pub mod stores;
+pub mod sys;
+pub mod typed;
+pub mod workload;
+
+#[cfg(test)]
+mod smoke {
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    use crate::fleet::{self, FleetConfig};
+    use crate::stores::{PreallocFile, StoreKind};
+
+    /// Every store survives a short fleet run and reads back every event.
+    #[test]
+    fn every_store_reads_back_everything() {
+        let base = tempfile::tempdir().unwrap();
+        let prealloc =
+            Arc::new(PreallocFile::create(base.path().join("prealloc"), 8 << 20).unwrap());
+        let cfg = FleetConfig {
+            sessions: 6,
+            threads: 2,
+            duration: Duration::from_millis(150),
+            seed: 3,
+        };
+        for kind in StoreKind::ALL {
+            let r = fleet::run(kind, &cfg, base.path(), Some(prealloc.clone()), None).unwrap();
+            assert!(r.events > 0, "{}", kind.name());
+            assert!(
+                r.readback.ok(),
+                "{}: {:?}",
+                kind.name(),
+                r.readback.problems
+            );
+            assert_eq!(r.readback.events, r.events, "{}", kind.name());
+        }
+    }
+}

@@ -1,0 +1,1004 @@
+//! The stores of the fleet comparison, behind one small interface.
+//!
+//! Every store gets the same calls: `append(session, seq, kind, payload)`
+//! (write-behind where the store allows it), `wait(session)` (return once
+//! everything this writer appended for that session is durable), `finish()`
+//! (everything this writer appended is durable). After the run the store is
+//! closed, reopened (timed), and every event is read back and compared with
+//! the workload: a store that loses, invents or changes an event fails.
+//!
+//! | store | append | wait |
+//! |---|---|---|
+//! | turnstone | `Store::append` (into the open commit batch) | `wait_durable(end)`: group commit |
+//! | sqlite-wal | buffered in the writer | one `BEGIN IMMEDIATE … COMMIT` of the writer's pending rows (WAL, `synchronous=FULL`) |
+//! | jsonl-per-session | `BufWriter` of the session's file | flush + fsync of that file |
+//! | okaywal | buffered in the writer | one entry (one chunk per event) + `commit` (okaywal's group commit) |
+//! | raw-prealloc / raw-append | frame into a shared buffer | leader/follower: one `pwrite` + one `fdatasync` per group |
+
+use std::collections::{HashMap, HashSet};
+use std::fs::{File, OpenOptions};
+use std::io::{BufWriter, Read, Write};
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::{Duration, Instant};
+
+use crate::workload::{Kind, Workload};
+
+pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
+pub type Result<T> = std::result::Result<T, BoxError>;
+
+/// One store under test, shared by the writer threads.
+pub trait FleetStore: Send + Sync {
+    /// A writer for one thread (a connection, buffers, open files).
+    fn writer(&self) -> Result<Box<dyn Writer + '_>>;
+    /// fdatasync calls made, where the store counts them.
+    fn syncs(&self) -> Option<u64> {
+        None
+    }
+    fn close(self: Box<Self>) -> Result<()>;
+}
+
+/// One writer thread's handle on a store.
+pub trait Writer {
+    fn append(&mut self, s: u32, seq: u64, kind: Kind, payload: &[u8]) -> Result<()>;
+    /// Return once everything appended for session `s` is durable.
+    fn wait(&mut self, s: u32) -> Result<()>;
+    /// Make everything this writer appended durable.
+    fn finish(&mut self) -> Result<()>;
+}
+
+/// The stores of the comparison.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum StoreKind {
+    Turnstone,
+    SqliteWal,
+    JsonlPerSession,
+    Okaywal,
+    RawPrealloc,
+    RawAppend,
+}
+
+impl StoreKind {
+    pub const ALL: [StoreKind; 6] = [
+        StoreKind::Turnstone,
+        StoreKind::SqliteWal,
+        StoreKind::JsonlPerSession,
+        StoreKind::Okaywal,
+        StoreKind::RawPrealloc,
+        StoreKind::RawAppend,
+    ];
+    pub fn name(self) -> &'static str {
+        match self {
+            StoreKind::Turnstone => "turnstone",
+            StoreKind::SqliteWal => "sqlite-wal",
+            StoreKind::JsonlPerSession => "jsonl-per-session",
+            StoreKind::Okaywal => "okaywal",
+            StoreKind::RawPrealloc => "raw-prealloc",
+            StoreKind::RawAppend => "raw-append",
+        }
+    }
+    pub fn from_name(n: &str) -> Option<StoreKind> {
+        Self::ALL.into_iter().find(|k| k.name() == n)
+    }
+}
+
+/// What a store is created in.
+#[derive(Clone)]
+pub struct Ctx {
+    pub wl: Arc<Workload>,
+    /// The run's own directory (removed afterwards).
+    pub dir: PathBuf,
+    /// The zero-filled file the raw-prealloc log overwrites.
+    pub prealloc: Option<Arc<PreallocFile>>,
+    /// Distinguishes this run's raw frames from an earlier run's.
+    pub nonce: u64,
+}
+
+pub fn create(kind: StoreKind, ctx: &Ctx) -> Result<Box<dyn FleetStore>> {
+    Ok(match kind {
+        StoreKind::Turnstone => Box::new(TsStore::create(ctx)?),
+        StoreKind::SqliteWal => Box::new(SqlStore::create(ctx)?),
+        StoreKind::JsonlPerSession => Box::new(JsonlStore::create(ctx)?),
+        StoreKind::Okaywal => Box::new(WalStore::create(ctx)?),
+        StoreKind::RawPrealloc => {
+            let p = ctx
+                .prealloc
+                .as_ref()
+                .ok_or("raw-prealloc needs the preallocated file")?;
+            Box::new(RawStore::open(&p.path, ctx, false)?)
+        }
+        StoreKind::RawAppend => Box::new(RawStore::open(&ctx.dir.join("raw.log"), ctx, true)?),
+    })
+}
+
+/// The outcome of reopening a store and reading every event back.
+#[derive(Debug, Clone, Default)]
+pub struct ReadBack {
+    /// Time to reopen the store until it can serve reads and appends.
+    pub reopen: Duration,
+    /// Time to read every event back (after the reopen).
+    pub read: Duration,
+    pub events: u64,
+    pub problems: Vec<String>,
+    pub problem_count: u64,
+}
+
+impl ReadBack {
+    pub fn ok(&self) -> bool {
+        self.problem_count == 0
+    }
+}
+
+/// Reopen the store in `ctx` and check every event against the workload and
+/// the per-session counts the writers appended.
+pub fn reopen_and_check(kind: StoreKind, ctx: &Ctx, expected: &[u64]) -> Result<ReadBack> {
+    let mut ck = Checker::new(&ctx.wl, expected);
+    let (reopen, read) = match kind {
+        StoreKind::Turnstone => TsStore::check(ctx, &mut ck)?,
+        StoreKind::SqliteWal => SqlStore::check(ctx, &mut ck)?,
+        StoreKind::JsonlPerSession => JsonlStore::check(ctx, &mut ck)?,
+        StoreKind::Okaywal => WalStore::check(ctx, &mut ck)?,
+        StoreKind::RawPrealloc => {
+            let p = ctx.prealloc.as_ref().ok_or("no preallocated file")?;
+            RawStore::check(&p.path, ctx, &mut ck)?
+        }
+        StoreKind::RawAppend => RawStore::check(&ctx.dir.join("raw.log"), ctx, &mut ck)?,
+    };
+    Ok(ck.finish(reopen, read))
+}
+
+/// Compares what a store returns with what the workload appended.
+pub struct Checker<'a> {
+    wl: &'a Workload,
+    expected: &'a [u64],
+    seen: Vec<u64>,
+    buf: Vec<u8>,
+    events: u64,
+    problems: Vec<String>,
+    problem_count: u64,
+}
+
+impl<'a> Checker<'a> {
+    pub fn new(wl: &'a Workload, expected: &'a [u64]) -> Self {
+        Checker {
+            wl,
+            expected,
+            seen: vec![0; expected.len()],
+            buf: Vec::new(),
+            events: 0,
+            problems: Vec::new(),
+            problem_count: 0,
+        }
+    }
+    fn problem(&mut self, msg: String) {
+        self.problem_count += 1;
+        if self.problems.len() < 10 {
+            self.problems.push(msg);
+        }
+    }
+    /// One event as the store returned it; events of a session must come in
+    /// seq order.
+    pub fn event(&mut self, s: u32, seq: u64, kind: Option<Kind>, payload: &[u8]) {
+        let Some(&want) = self.seen.get(s as usize) else {
+            self.problem(format!("event of unknown session {s}"));
+            return;
+        };
+        if seq != want {
+            self.problem(format!("session {s}: got seq {seq}, expected {want}"));
+        }
+        if seq >= self.expected[s as usize] {
+            self.problem(format!(
+                "session {s}: seq {seq} was never appended ({} were)",
+                self.expected[s as usize]
+            ));
+            self.seen[s as usize] = seq + 1;
+            return;
+        }
+        if kind != Some(self.wl.kind(s, seq)) {
+            self.problem(format!("session {s} seq {seq}: wrong kind {kind:?}"));
+        }
+        self.wl.payload_into(s, seq, &mut self.buf);
+        if payload != self.buf.as_slice() {
+            self.problem(format!("session {s} seq {seq}: payload differs"));
+        }
+        self.seen[s as usize] = seq + 1;
+        self.events += 1;
+    }
+    fn finish(mut self, reopen: Duration, read: Duration) -> ReadBack {
+        for s in 0..self.expected.len() {
+            if self.seen[s] != self.expected[s] {
+                let msg = format!(
+                    "session {s}: read {} events, {} were appended and acknowledged",
+                    self.seen[s], self.expected[s]
+                );
+                self.problem(msg);
+            }
+        }
+        ReadBack {
+            reopen,
+            read,
+            events: self.events,
+            problems: self.problems,
+            problem_count: self.problem_count,
+        }
+    }
+}
+
+// ---------------------------------------------------------------- turnstone
+
+struct TsStore {
+    store: turnstone::Store,
+    wl: Arc<Workload>,
+}
+
+impl TsStore {
+    fn create(ctx: &Ctx) -> Result<Self> {
+        let store = turnstone::Store::open(ctx.dir.join("turnstone"))?;
+        Ok(TsStore {
+            store,
+            wl: ctx.wl.clone(),
+        })
+    }
+    fn check(ctx: &Ctx, ck: &mut Checker<'_>) -> Result<(Duration, Duration)> {
+        let t0 = Instant::now();
+        let store = turnstone::Store::open(ctx.dir.join("turnstone"))?;
+        let reopen = t0.elapsed();
+        let t1 = Instant::now();
+        for s in 0..ctx.wl.sessions() as u32 {
+            let name = ctx.wl.name(s);
+            let len = store.session_len(name).unwrap_or(0);
+            let mut at = 0;
+            while at < len {
+                let end = (at + 4096).min(len);
+                for e in store.read_range(name, at..end)? {
+                    ck.event(s, e.seq.0, Kind::from_code(e.kind), &e.payload);
+                }
+                at = end;
+            }
+        }
+        let read = t1.elapsed();
+        store.close()?;
+        Ok((reopen, read))
+    }
+}
+
+struct TsWriter<'a> {
+    store: &'a turnstone::Store,
+    wl: &'a Workload,
+    ends: HashMap<u32, turnstone::LogPos>,
+}
+
+impl FleetStore for TsStore {
+    fn writer(&self) -> Result<Box<dyn Writer + '_>> {
+        Ok(Box::new(TsWriter {
+            store: &self.store,
+            wl: &self.wl,
+            ends: HashMap::new(),
+        }))
+    }
+    fn syncs(&self) -> Option<u64> {
+        Some(self.store.stats().syncs)
+    }
+    fn close(self: Box<Self>) -> Result<()> {
+        Ok(self.store.close()?)
+    }
+}
+
+impl Writer for TsWriter<'_> {
+    fn append(&mut self, s: u32, _seq: u64, kind: Kind, payload: &[u8]) -> Result<()> {
+        let a = self
+            .store
+            .append(self.wl.name(s), kind.code(), 0, payload)?;
+        self.ends.insert(s, a.end);
+        Ok(())
+    }
+    fn wait(&mut self, s: u32) -> Result<()> {
+        if let Some(end) = self.ends.get(&s) {
+            self.store.wait_durable(*end)?;
+        }
+        Ok(())
+    }
+    fn finish(&mut self) -> Result<()> {
+        self.store.sync()?;
+        Ok(())
+    }
+}
+
+// ---------------------------------------------------------------- sqlite-wal
+
+struct SqlStore {
+    path: PathBuf,
+    wl: Arc<Workload>,
+}
+
+/// Open a connection the way the comparison prescribes.
+pub fn sqlite_connect(path: &Path) -> Result<rusqlite::Connection> {
+    let conn = rusqlite::Connection::open(path)?;
+    conn.busy_timeout(Duration::from_secs(30))?;
+    conn.pragma_update(None, "journal_mode", "WAL")?;
+    conn.pragma_update(None, "synchronous", "FULL")?;
+    Ok(conn)
+}
+
+/// The events table of the comparison.
+pub const SQLITE_SCHEMA: &str = "CREATE TABLE IF NOT EXISTS events(
+    session TEXT NOT NULL, seq INTEGER NOT NULL, kind INTEGER NOT NULL, payload BLOB NOT NULL,
+    PRIMARY KEY(session, seq))";
+
+impl SqlStore {
+    fn create(ctx: &Ctx) -> Result<Self> {
+        let path = ctx.dir.join("events.sqlite");
+        let conn = sqlite_connect(&path)?;
+        conn.execute_batch(SQLITE_SCHEMA)?;
+        Ok(SqlStore {
+            path,
+            wl: ctx.wl.clone(),
+        })
+    }
+    fn check(ctx: &Ctx, ck: &mut Checker<'_>) -> Result<(Duration, Duration)> {
+        let path = ctx.dir.join("events.sqlite");
+        let t0 = Instant::now();
+        let conn = sqlite_connect(&path)?;
+        let _: i64 = conn.query_row("SELECT count(*) FROM sqlite_master", [], |r| r.get(0))?;
+        let reopen = t0.elapsed();
+        let t1 = Instant::now();
+        let mut stmt =
+            conn.prepare("SELECT seq, kind, payload FROM events WHERE session = ?1 ORDER BY seq")?;
+        for s in 0..ctx.wl.sessions() as u32 {
+            let mut rows = stmt.query([ctx.wl.name(s)])?;
+            while let Some(r) = rows.next()? {
+                let seq: i64 = r.get(0)?;
+                let kind: i64 = r.get(1)?;
+                let payload = r.get_ref(2)?.as_blob()?;
+                ck.event(s, seq as u64, Kind::from_code(kind as u16), payload);
+            }
+        }
+        Ok((reopen, t1.elapsed()))
+    }
+}
+
+struct SqlWriter<'a> {
+    conn: rusqlite::Connection,
+    wl: &'a Workload,
+    rows: Vec<(u32, u64, Kind, usize, usize)>,
+    bytes: Vec<u8>,
+}
+
+impl FleetStore for SqlStore {
+    fn writer(&self) -> Result<Box<dyn Writer + '_>> {
+        Ok(Box::new(SqlWriter {
+            conn: sqlite_connect(&self.path)?,
+            wl: &self.wl,
+            rows: Vec::new(),
+            bytes: Vec::new(),
+        }))
+    }
+    fn close(self: Box<Self>) -> Result<()> {
+        Ok(())
+    }
+}
+
+impl SqlWriter<'_> {
+    fn commit(&mut self) -> Result<()> {
+        if self.rows.is_empty() {
+            return Ok(());
+        }
+        let tx = self
+            .conn
+            .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
+        {
+            let mut stmt = tx.prepare_cached(
+                "INSERT INTO events(session, seq, kind, payload) VALUES (?1, ?2, ?3, ?4)",
+            )?;
+            for &(s, seq, kind, a, b) in &self.rows {
+                stmt.execute(rusqlite::params![
+                    self.wl.name(s),
+                    seq as i64,
+                    kind.code() as i64,
+                    &self.bytes[a..b]
+                ])?;
+            }
+        }
+        tx.commit()?;
+        self.rows.clear();
+        self.bytes.clear();
+        Ok(())
+    }
+}
+
+impl Writer for SqlWriter<'_> {
+    fn append(&mut self, s: u32, seq: u64, kind: Kind, payload: &[u8]) -> Result<()> {
+        let a = self.bytes.len();
+        self.bytes.extend_from_slice(payload);
+        self.rows.push((s, seq, kind, a, self.bytes.len()));
+        Ok(())
+    }
+    fn wait(&mut self, _s: u32) -> Result<()> {
+        self.commit()
+    }
+    fn finish(&mut self) -> Result<()> {
+        self.commit()
+    }
+}
+
+// ---------------------------------------------------------------- jsonl-per-session
+
+struct JsonlStore {
+    dir: PathBuf,
+    wl: Arc<Workload>,
+}
+
+impl JsonlStore {
+    fn path(dir: &Path, wl: &Workload, s: u32) -> PathBuf {
+        dir.join(format!("{}.jsonl", wl.name(s)))
+    }
+    fn create(ctx: &Ctx) -> Result<Self> {
+        // Session files exist (and their names are durable) before the run:
+        // creating sessions is not the workload.
+        let dir = ctx.dir.join("jsonl");
+        std::fs::create_dir_all(&dir)?;
+        for s in 0..ctx.wl.sessions() as u32 {
+            File::create(Self::path(&dir, &ctx.wl, s))?.sync_all()?;
+        }
+        File::open(&dir)?.sync_all()?;
+        Ok(JsonlStore {
+            dir,
+            wl: ctx.wl.clone(),
+        })
+    }
+    fn check(ctx: &Ctx, ck: &mut Checker<'_>) -> Result<(Duration, Duration)> {
+        let dir = ctx.dir.join("jsonl");
+        // "Reopen": list the sessions (a harness reads a file when it resumes
+        // that session).
+        let t0 = Instant::now();
+        let n = std::fs::read_dir(&dir)?.count();
+        let reopen = t0.elapsed();
+        if n != ctx.wl.sessions() {
+            return Err(format!("{n} session files, expected {}", ctx.wl.sessions()).into());
+        }
+        let t1 = Instant::now();
+        let mut buf = Vec::new();
+        for s in 0..ctx.wl.sessions() as u32 {
+            buf.clear();
+            File::open(Self::path(&dir, &ctx.wl, s))?.read_to_end(&mut buf)?;
+            for line in buf.split(|b| *b == b'\n').filter(|l| !l.is_empty()) {
+                let v: serde_json::Value = match serde_json::from_slice(line) {
+                    Ok(v) => v,
+                    Err(e) => {
+                        ck.problem(format!("session {s}: bad line: {e}"));
+                        continue;
+                    }
+                };
+                let seq = v["seq"].as_u64().unwrap_or(u64::MAX);
+                let kind = v["kind"].as_str().and_then(Kind::from_name);
+                let payload = v["payload"].as_str().unwrap_or("").as_bytes();
+                ck.event(s, seq, kind, payload);
+            }
+        }
+        Ok((reopen, t1.elapsed()))
+    }
+}
+
+struct JsonlWriter<'a> {
+    store: &'a JsonlStore,
+    files: HashMap<u32, BufWriter<File>>,
+    dirty: HashSet<u32>,
+}
+
+impl FleetStore for JsonlStore {
+    fn writer(&self) -> Result<Box<dyn Writer + '_>> {
+        Ok(Box::new(JsonlWriter {
+            store: self,
+            files: HashMap::new(),
+            dirty: HashSet::new(),
+        }))
+    }
+    fn close(self: Box<Self>) -> Result<()> {
+        Ok(())
+    }
+}
+
+impl JsonlWriter<'_> {
+    fn sync(&mut self, s: u32) -> Result<()> {
+        if let Some(f) = self.files.get_mut(&s) {
+            f.flush()?;
+            f.get_ref().sync_all()?;
+        }
+        self.dirty.remove(&s);
+        Ok(())
+    }
+}
+
+impl Writer for JsonlWriter<'_> {
+    fn append(&mut self, s: u32, seq: u64, kind: Kind, payload: &[u8]) -> Result<()> {
+        let f = match self.files.entry(s) {
+            std::collections::hash_map::Entry::Occupied(e) => e.into_mut(),
+            std::collections::hash_map::Entry::Vacant(e) => {
+                let path = JsonlStore::path(&self.store.dir, &self.store.wl, s);
+                e.insert(BufWriter::new(OpenOptions::new().append(true).open(path)?))
+            }
+        };
+        write!(
+            f,
+            "{{\"seq\":{seq},\"kind\":\"{}\",\"payload\":",
+            kind.name()
+        )?;
+        let text = std::str::from_utf8(payload)?;
+        serde_json::to_writer(&mut *f, text)?;
+        f.write_all(b"}\n")?;
+        self.dirty.insert(s);
+        Ok(())
+    }
+    fn wait(&mut self, s: u32) -> Result<()> {
+        self.sync(s)
+    }
+    fn finish(&mut self) -> Result<()> {
+        let dirty: Vec<u32> = self.dirty.iter().copied().collect();
+        for s in dirty {
+            self.sync(s)?;
+        }
+        Ok(())
+    }
+}
+
+// ---------------------------------------------------------------- okaywal
+
+/// Collects every recovered entry's chunks.
+#[derive(Debug, Clone, Default)]
+struct Collect(Arc<Mutex<Vec<Vec<u8>>>>);
+
+impl okaywal::LogManager for Collect {
+    fn recover(&mut self, entry: &mut okaywal::Entry<'_>) -> std::io::Result<()> {
+        if let Some(chunks) = entry.read_all_chunks()? {
+            self.0.lock().expect("collector").extend(chunks);
+        }
+        Ok(())
+    }
+    fn checkpoint_to(
+        &mut self,
+        _last: okaywal::EntryId,
+        _entries: &mut okaywal::SegmentReader,
+        _wal: &okaywal::WriteAheadLog,
+    ) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+fn okaywal_config(dir: &Path) -> okaywal::Configuration {
+    // The WAL is the whole store here, so it never checkpoints (a checkpoint
+    // hands entries to a storage layer and recycles the file); segments are
+    // preallocated like turnstone's.
+    okaywal::Configuration::default_for(dir)
+        .preallocate_bytes(64 << 20)
+        .checkpoint_after_bytes(u64::MAX)
+}
+
+struct WalStore {
+    wal: okaywal::WriteAheadLog,
+    nonce: u64,
+}
+
+impl WalStore {
+    fn create(ctx: &Ctx) -> Result<Self> {
+        let wal = okaywal_config(&ctx.dir.join("okaywal")).open(Collect::default())?;
+        Ok(WalStore {
+            wal,
+            nonce: ctx.nonce,
+        })
+    }
+    fn check(ctx: &Ctx, ck: &mut Checker<'_>) -> Result<(Duration, Duration)> {
+        let got = Collect::default();
+        let t0 = Instant::now();
+        let wal = okaywal_config(&ctx.dir.join("okaywal")).open(got.clone())?;
+        let reopen = t0.elapsed();
+        wal.shutdown()?;
+        let t1 = Instant::now();
+        let chunks = std::mem::take(&mut *got.0.lock().expect("collector"));
+        for c in &chunks {
+            match decode_raw(c, ctx.nonce) {
+                Some(f) => ck.event(f.session, f.seq, Kind::from_code(f.kind), f.payload),
+                None => ck.problem("okaywal chunk does not decode".into()),
+            }
+        }
+        Ok((reopen, t1.elapsed()))
+    }
+}
+
+struct WalWriter<'a> {
+    wal: &'a okaywal::WriteAheadLog,
+    nonce: u64,
+    frames: Vec<u8>,
+    ends: Vec<usize>,
+}
+
+impl FleetStore for WalStore {
+    fn writer(&self) -> Result<Box<dyn Writer + '_>> {
+        Ok(Box::new(WalWriter {
+            wal: &self.wal,
+            nonce: self.nonce,
+            frames: Vec::new(),
+            ends: Vec::new(),
+        }))
+    }
+    fn close(self: Box<Self>) -> Result<()> {
+        Ok(self.wal.shutdown()?)
+    }
+}
+
+impl WalWriter<'_> {
+    fn commit(&mut self) -> Result<()> {
+        if self.ends.is_empty() {
+            return Ok(());
+        }
+        let mut e = self.wal.begin_entry()?;
+        let mut a = 0;
+        for &b in &self.ends {
+            e.write_chunk(&self.frames[a..b])?;
+            a = b;
+        }
+        e.commit()?;
+        self.frames.clear();
+        self.ends.clear();
+        Ok(())
+    }
+}
+
+impl Writer for WalWriter<'_> {
+    fn append(&mut self, s: u32, seq: u64, kind: Kind, payload: &[u8]) -> Result<()> {
+        encode_raw(
+            &mut self.frames,
+            self.nonce,
+            s,
+            seq,
+            kind.code(),
+            payload,
+            false,
+        );
+        self.ends.push(self.frames.len());
+        Ok(())
+    }
+    fn wait(&mut self, _s: u32) -> Result<()> {
+        self.commit()
+    }
+    fn finish(&mut self) -> Result<()> {
+        self.commit()
+    }
+}
+
+// ---------------------------------------------------------------- raw logs
+
+/// Frame header of the raw logs: len u32, crc u32, session u32, kind u16,
+/// pad u16, seq u64; then the payload; padded to 8 bytes in the log.
+pub const RAW_HEADER: usize = 24;
+
+/// Encode one raw frame into `out`; the checksum covers a run nonce, so
+/// frames of an earlier run in a reused file never validate.
+pub fn encode_raw(
+    out: &mut Vec<u8>,
+    nonce: u64,
+    s: u32,
+    seq: u64,
+    kind: u16,
+    payload: &[u8],
+    pad: bool,
+) {
+    let start = out.len();
+    let len = RAW_HEADER + payload.len();
+    out.extend_from_slice(&(len as u32).to_le_bytes());
+    out.extend_from_slice(&[0; 4]);
+    out.extend_from_slice(&s.to_le_bytes());
+    out.extend_from_slice(&kind.to_le_bytes());
+    out.extend_from_slice(&[0; 2]);
+    out.extend_from_slice(&seq.to_le_bytes());
+    out.extend_from_slice(payload);
+    let mut h = crc32fast::Hasher::new();
+    h.update(&nonce.to_le_bytes());
+    h.update(&out[start + 8..]);
+    let crc = h.finalize();
+    out[start + 4..start + 8].copy_from_slice(&crc.to_le_bytes());
+    if pad {
+        out.resize(start + len.div_ceil(8) * 8, 0);
+    }
+}
+
+/// A decoded raw frame.
+pub struct RawFrame<'a> {
+    pub session: u32,
+    pub seq: u64,
+    pub kind: u16,
+    pub payload: &'a [u8],
+    /// Bytes the frame occupies, padding included.
+    pub padded: usize,
+}
+
+pub fn decode_raw(b: &[u8], nonce: u64) -> Option<RawFrame<'_>> {
+    if b.len() < RAW_HEADER {
+        return None;
+    }
+    let u32_at = |i: usize| u32::from_le_bytes(b[i..i + 4].try_into().expect("4"));
+    let len = u32_at(0) as usize;
+    if len < RAW_HEADER || len > b.len() {
+        return None;
+    }
+    let mut h = crc32fast::Hasher::new();
+    h.update(&nonce.to_le_bytes());
+    h.update(&b[8..len]);
+    if h.finalize() != u32_at(4) {
+        return None;
+    }
+    Some(RawFrame {
+        session: u32_at(8),
+        kind: u16::from_le_bytes([b[12], b[13]]),
+        seq: u64::from_le_bytes(b[16..24].try_into().expect("8")),
+        payload: &b[RAW_HEADER..len],
+        padded: len.div_ceil(8) * 8,
+    })
+}
+
+/// Scan raw frames from the start of `path` until `max` frames or the first
+/// frame that does not validate. Returns frames and bytes scanned.
+pub fn scan_raw(
+    path: &Path,
+    nonce: u64,
+    max: u64,
+    mut each: impl FnMut(&RawFrame<'_>),
+) -> std::io::Result<(u64, u64)> {
+    const CHUNK: usize = 8 << 20;
+    let mut file = File::open(path)?;
+    let mut buf: Vec<u8> = Vec::with_capacity(CHUNK * 2);
+    let mut pos = 0usize;
+    let mut eof = false;
+    let mut frames = 0u64;
+    let mut consumed = 0u64;
+    while frames < max {
+        if !eof && buf.len() - pos < 128 * 1024 {
+            buf.drain(..pos);
+            pos = 0;
+            let have = buf.len();
+            buf.resize(have + CHUNK, 0);
+            let n = file.read(&mut buf[have..])?;
+            buf.truncate(have + n);
+            eof = n == 0;
+            continue;
+        }
+        match decode_raw(&buf[pos..], nonce) {
+            Some(f) => {
+                each(&f);
+                pos += f.padded;
+                consumed += f.padded as u64;
+                frames += 1;
+            }
+            None => break,
+        }
+    }
+    Ok((frames, consumed))
+}
+
+/// A zero-filled file, written once per process, that the raw-prealloc log
+/// overwrites from offset 0 in every run (overwriting initialised blocks costs
+/// what overwriting zeros costs: no allocation, no size change).
+pub struct PreallocFile {
+    pub path: PathBuf,
+    pub len: u64,
+}
+
+impl PreallocFile {
+    pub fn create(path: PathBuf, len: u64) -> std::io::Result<PreallocFile> {
+        let f = OpenOptions::new()
+            .create(true)
+            .truncate(true)
+            .write(true)
+            .open(&path)?;
+        let zeros = vec![0u8; 8 << 20];
+        let mut at = 0;
+        while at < len {
+            let n = zeros.len().min((len - at) as usize);
+            f.write_all_at(&zeros[..n], at)?;
+            at += n as u64;
+        }
+        f.sync_all()?;
+        if let Some(d) = path.parent() {
+            File::open(d)?.sync_all()?;
+        }
+        Ok(PreallocFile { path, len })
+    }
+}
+
+impl Drop for PreallocFile {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.path);
+    }
+}
+
+/// The naive limit: one file, frames into a shared buffer, and a
+/// leader/follower group commit (the first waiter that finds no write in
+/// flight writes everything buffered with one `pwrite` and one `fdatasync`;
+/// the others wait for it and the next leader takes what arrived meanwhile).
+pub struct RawLog {
+    file: File,
+    nonce: u64,
+    st: Mutex<RawState>,
+    cv: Condvar,
+}
+
+struct RawState {
+    buf: Vec<u8>,
+    spare: Vec<u8>,
+    /// File offset of `buf[0]`.
+    buf_start: u64,
+    durable: u64,
+    leader: bool,
+    syncs: u64,
+    error: Option<String>,
+}
+
+impl RawLog {
+    pub fn open(path: &Path, nonce: u64, create: bool) -> std::io::Result<RawLog> {
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(create)
+            .truncate(create)
+            .open(path)?;
+        if create {
+            file.sync_all()?;
+            if let Some(d) = path.parent() {
+                File::open(d)?.sync_all()?;
+            }
+        }
+        Ok(RawLog {
+            file,
+            nonce,
+            st: Mutex::new(RawState {
+                buf: Vec::with_capacity(1 << 20),
+                spare: Vec::with_capacity(1 << 20),
+                buf_start: 0,
+                durable: 0,
+                leader: false,
+                syncs: 0,
+                error: None,
+            }),
+            cv: Condvar::new(),
+        })
+    }
+    /// Append a frame; returns the log offset where it ends.
+    pub fn append(&self, s: u32, seq: u64, kind: u16, payload: &[u8]) -> u64 {
+        let mut st = self.st.lock().expect("raw log");
+        encode_raw(&mut st.buf, self.nonce, s, seq, kind, payload, true);
+        st.buf_start + st.buf.len() as u64
+    }
+    /// Return once the log is durable up to `end`.
+    pub fn wait(&self, end: u64) -> std::io::Result<()> {
+        let mut st = self.st.lock().expect("raw log");
+        loop {
+            if st.durable >= end {
+                return Ok(());
+            }
+            if let Some(e) = &st.error {
+                return Err(std::io::Error::other(e.clone()));
+            }
+            if st.leader {
+                st = self.cv.wait(st).expect("raw log");
+                continue;
+            }
+            st.leader = true;
+            let fresh = std::mem::take(&mut st.spare);
+            let mut buf = std::mem::replace(&mut st.buf, fresh);
+            let off = st.buf_start;
+            st.buf_start += buf.len() as u64;
+            drop(st);
+            let r = self
+                .file
+                .write_all_at(&buf, off)
+                .and_then(|_| self.file.sync_data());
+            st = self.st.lock().expect("raw log");
+            st.leader = false;
+            st.syncs += 1;
+            match r {
+                Ok(()) => st.durable = off + buf.len() as u64,
+                Err(e) => st.error = Some(e.to_string()),
+            }
+            buf.clear();
+            st.spare = buf;
+            self.cv.notify_all();
+        }
+    }
+    pub fn end(&self) -> u64 {
+        let st = self.st.lock().expect("raw log");
+        st.buf_start + st.buf.len() as u64
+    }
+    pub fn syncs(&self) -> u64 {
+        self.st.lock().expect("raw log").syncs
+    }
+}
+
+struct RawStore {
+    log: RawLog,
+}
+
+impl RawStore {
+    fn open(path: &Path, ctx: &Ctx, create: bool) -> Result<Self> {
+        Ok(RawStore {
+            log: RawLog::open(path, ctx.nonce, create)?,
+        })
+    }
+    fn check(path: &Path, ctx: &Ctx, ck: &mut Checker<'_>) -> Result<(Duration, Duration)> {
+        let total: u64 = ck.expected.iter().sum();
+        // Reopen = the recovery scan a log without an index needs: validate
+        // every frame up to the end.
+        let t0 = Instant::now();
+        let (frames, _) = scan_raw(path, ctx.nonce, total, |_| {})?;
+        let reopen = t0.elapsed();
+        if frames != total {
+            ck.problem(format!(
+                "raw log holds {frames} valid frames, {total} expected"
+            ));
+        }
+        let t1 = Instant::now();
+        scan_raw(path, ctx.nonce, total, |f| {
+            ck.event(f.session, f.seq, Kind::from_code(f.kind), f.payload)
+        })?;
+        Ok((reopen, t1.elapsed()))
+    }
+}
+
+struct RawWriter<'a> {
+    log: &'a RawLog,
+    ends: HashMap<u32, u64>,
+}
+
+impl FleetStore for RawStore {
+    fn writer(&self) -> Result<Box<dyn Writer + '_>> {
+        Ok(Box::new(RawWriter {
+            log: &self.log,
+            ends: HashMap::new(),
+        }))
+    }
+    fn syncs(&self) -> Option<u64> {
+        Some(self.log.syncs())
+    }
+    fn close(self: Box<Self>) -> Result<()> {
+        self.log.wait(self.log.end())?;
+        Ok(())
+    }
+}
+
+impl Writer for RawWriter<'_> {
+    fn append(&mut self, s: u32, seq: u64, kind: Kind, payload: &[u8]) -> Result<()> {
+        let end = self.log.append(s, seq, kind.code(), payload);
+        self.ends.insert(s, end);
+        Ok(())
+    }
+    fn wait(&mut self, s: u32) -> Result<()> {
+        if let Some(&end) = self.ends.get(&s) {
+            self.log.wait(end)?;
+        }
+        Ok(())
+    }
+    fn finish(&mut self) -> Result<()> {
+        if let Some(&end) = self.ends.values().max() {
+            self.log.wait(end)?;
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn raw_frames_round_trip() {
+        let mut out = Vec::new();
+        encode_raw(&mut out, 9, 3, 17, 5, b"hello", true);
+        assert_eq!(out.len() % 8, 0);
+        let f = decode_raw(&out, 9).expect("decodes");
+        assert_eq!(
+            (f.session, f.seq, f.kind, f.payload),
+            (3, 17, 5, &b"hello"[..])
+        );
+        assert!(decode_raw(&out, 10).is_none(), "another run's nonce");
+        assert!(decode_raw(&[0u8; 64], 9).is_none(), "zeros");
+    }
+}

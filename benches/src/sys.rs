@@ -1,0 +1,112 @@
+//! What the operating system can tell about a run: CPU time, peak memory,
+//! and the bytes the block device holding a directory wrote.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+/// User + system CPU time of this process (all threads) so far.
+pub fn cpu_time() -> Duration {
+    // SAFETY: getrusage writes into the struct we pass and nothing else.
+    #[allow(unsafe_code)]
+    let ru = unsafe {
+        let mut ru: libc::rusage = std::mem::zeroed();
+        libc::getrusage(libc::RUSAGE_SELF, &mut ru);
+        ru
+    };
+    let tv = |t: libc::timeval| Duration::new(t.tv_sec as u64, (t.tv_usec as u32) * 1000);
+    tv(ru.ru_utime) + tv(ru.ru_stime)
+}
+
+/// A field of `/proc/self/status` in KiB (`VmHWM`, `VmRSS`).
+pub fn proc_status_kib(field: &str) -> Option<u64> {
+    let s = std::fs::read_to_string("/proc/self/status").ok()?;
+    s.lines()
+        .find(|l| l.starts_with(field) && l[field.len()..].starts_with(':'))
+        .and_then(|l| l.split_whitespace().nth(1))
+        .and_then(|v| v.parse().ok())
+}
+
+/// The block device that holds `dir`, as its `/sys/dev/block/M:m/stat` file.
+#[derive(Debug, Clone)]
+pub struct Device {
+    pub name: String,
+    stat: PathBuf,
+}
+
+impl Device {
+    /// The device of the filesystem holding `dir`, if sysfs shows it.
+    pub fn of(dir: &Path) -> Option<Device> {
+        use std::os::unix::fs::MetadataExt;
+        let dev = std::fs::metadata(dir).ok()?.dev();
+        let (maj, min) = (libc::major(dev), libc::minor(dev));
+        let link = PathBuf::from(format!("/sys/dev/block/{maj}:{min}"));
+        let stat = link.join("stat");
+        if !stat.exists() {
+            return None;
+        }
+        let name = std::fs::read_link(&link)
+            .ok()
+            .and_then(|p| p.file_name().map(|n| n.to_string_lossy().into_owned()))
+            .unwrap_or_else(|| format!("{maj}:{min}"));
+        Some(Device { name, stat })
+    }
+
+    /// Bytes written by the device since boot (sectors written × 512).
+    pub fn bytes_written(&self) -> Option<u64> {
+        let s = std::fs::read_to_string(&self.stat).ok()?;
+        let sectors: u64 = s.split_whitespace().nth(6)?.parse().ok()?;
+        Some(sectors * 512)
+    }
+
+    /// Flush requests completed (field 15, kernels >= 5.5), if present.
+    pub fn flushes(&self) -> Option<u64> {
+        let s = std::fs::read_to_string(&self.stat).ok()?;
+        s.split_whitespace().nth(14)?.parse().ok()
+    }
+}
+
+/// Percentile of sorted values (nearest rank).
+pub fn percentile(sorted: &[u64], p: f64) -> u64 {
+    if sorted.is_empty() {
+        return 0;
+    }
+    let rank = ((p / 100.0) * sorted.len() as f64 - 1e-9).ceil() as usize;
+    sorted[rank.clamp(1, sorted.len()) - 1]
+}
+
+/// The 1-, 5- and 15-minute load averages.
+pub fn loadavg() -> Option<(f64, f64, f64)> {
+    let s = std::fs::read_to_string("/proc/loadavg").ok()?;
+    let mut it = s.split_whitespace().map(|v| v.parse::<f64>().ok());
+    Some((it.next()??, it.next()??, it.next()??))
+}
+
+/// Raise the soft open-file limit to the hard limit (4096 sessions of JSONL
+/// files, 10k in the RSS probe).
+pub fn raise_nofile() {
+    // SAFETY: plain get/set of a resource limit struct.
+    #[allow(unsafe_code)]
+    unsafe {
+        let mut rl: libc::rlimit = std::mem::zeroed();
+        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut rl) == 0 && rl.rlim_cur < rl.rlim_max {
+            rl.rlim_cur = rl.rlim_max;
+            libc::setrlimit(libc::RLIMIT_NOFILE, &rl);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn percentiles() {
+        let v: Vec<u64> = (1..=1000).collect();
+        assert_eq!(percentile(&v, 50.0), 500);
+        assert_eq!(percentile(&v, 99.0), 990);
+        assert_eq!(percentile(&v, 99.9), 999);
+        assert_eq!(percentile(&[], 50.0), 0);
+        assert!(cpu_time() > Duration::ZERO || cpu_time() == Duration::ZERO);
+        assert!(proc_status_kib("VmHWM").is_some());
+    }
+}

@@ -1,0 +1,136 @@
+//! The fleet turn as typed session-layer events (for the read side and the
+//! derive_messages benchmarks): the same positions and sizes as
+//! [`crate::workload`], encoded the way `Session::append` encodes them.
+
+use serde_json::json;
+use turnstone::session::event::encode_core;
+use turnstone::session::{
+    AssistantChunk, AssistantMessage, ContentBlock, EventData, Session, SurfaceOp, ToolCall,
+    ToolResult, UserMessage,
+};
+
+use crate::workload::{mix, Kind, Workload, CHUNKS};
+
+/// One typed event of the fleet turn.
+#[derive(Debug, Clone)]
+pub enum TypedEvent {
+    User(UserMessage),
+    Chunk(AssistantChunk),
+    Assistant(AssistantMessage),
+    Call(ToolCall),
+    Result(ToolResult),
+}
+
+/// Event `seq` of session `s` as a typed session event.
+pub fn typed_event(wl: &Workload, s: u32, seq: u64) -> TypedEvent {
+    let len = wl.payload_len(s, seq);
+    let r = mix(((s as u64) << 32) ^ seq);
+    // Content sizes roughly match the raw payload sizes (the JSON envelope
+    // adds ~60-150 bytes).
+    let text = |n: usize| wl.text(r, n.saturating_sub(60).max(8)).to_string();
+    let turn = (seq + wl.position(s, 0)) / crate::workload::TURN_LEN;
+    let call_id = format!("call-{s}-{turn}");
+    match wl.kind(s, seq) {
+        Kind::UserMessage => TypedEvent::User(UserMessage {
+            content: vec![ContentBlock::text(text(len))],
+        }),
+        Kind::AssistantChunk => TypedEvent::Chunk(AssistantChunk {
+            index: (wl.position(s, seq) - 1).min(CHUNKS) as u32,
+            text: text(len),
+        }),
+        Kind::AssistantMessage => TypedEvent::Assistant(AssistantMessage {
+            content: vec![
+                ContentBlock::text(text(len.saturating_sub(80))),
+                ContentBlock::ToolUse {
+                    id: call_id,
+                    name: "bash".into(),
+                    input: json!({"cmd": "ls -la"}),
+                },
+            ],
+            usage: None,
+            stop_reason: Some("tool_use".into()),
+        }),
+        Kind::ToolCall => TypedEvent::Call(ToolCall {
+            call_id,
+            name: "bash".into(),
+            input: json!({"cmd": "ls -la", "pad": text(len.saturating_sub(40))}),
+        }),
+        Kind::ToolResult => TypedEvent::Result(ToolResult {
+            call_id,
+            content: vec![ContentBlock::text(text(len))],
+            is_error: false,
+            status: None,
+        }),
+    }
+}
+
+fn enc<D: EventData>(d: &D, op: Option<SurfaceOp>) -> (u16, Vec<u8>) {
+    (D::KIND.code(), encode_core(d, op))
+}
+
+impl TypedEvent {
+    /// Frame kind code and payload, as `Session::append` would log them.
+    pub fn encode(&self) -> (u16, Vec<u8>) {
+        let app = Some(SurfaceOp::Append);
+        match self {
+            TypedEvent::User(d) => enc(d, app),
+            TypedEvent::Chunk(d) => enc(d, None),
+            TypedEvent::Assistant(d) => enc(d, app),
+            TypedEvent::Call(d) => enc(d, None),
+            TypedEvent::Result(d) => enc(d, app),
+        }
+    }
+    /// Append through the session layer.
+    pub fn append_to(self, s: &mut Session) -> turnstone::Result<u64> {
+        match self {
+            TypedEvent::User(d) => s.append(d, SurfaceOp::Append),
+            TypedEvent::Chunk(d) => s.append(d, ()),
+            TypedEvent::Assistant(d) => s.append(d, SurfaceOp::Append),
+            TypedEvent::Call(d) => s.append(d, ()),
+            TypedEvent::Result(d) => s.append(d, SurfaceOp::Append),
+        }
+    }
+}
+
+/// Append `n` typed events of session `s` of `wl` to `store` under `name`
+/// (raw appends of the encoded payloads: the same bytes the session layer
+/// logs, without its per-append checks). Returns the payload bytes.
+pub fn fill_session(
+    store: &turnstone::Store,
+    name: &str,
+    wl: &Workload,
+    s: u32,
+    n: u64,
+) -> turnstone::Result<u64> {
+    let mut bytes = 0;
+    for seq in 0..n {
+        let (kind, payload) = typed_event(wl, s, seq).encode();
+        bytes += payload.len() as u64;
+        store.append(name, kind, 0, &payload)?;
+    }
+    store.sync()?;
+    Ok(bytes)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::Arc;
+    use turnstone::session::Registry;
+
+    #[test]
+    fn typed_session_derives() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Arc::new(turnstone::Store::open(dir.path()).unwrap());
+        let wl = Workload::new(1, 2);
+        fill_session(&store, "a", &wl, 0, 500).unwrap();
+        let mut s = Session::open(store.clone(), "a", Arc::new(Registry::new())).unwrap();
+        assert_eq!(s.len(), 500);
+        let n = s.derive_messages().len();
+        // Three surface events per 24-event turn.
+        assert!((55..=70).contains(&n), "{n} messages");
+        typed_event(&wl, 0, 500).append_to(&mut s).unwrap();
+        s.derive_messages();
+        assert!(s.last_derive_work() <= 1);
+    }
+}
