@@ -1,30 +1,49 @@
-//! `turnstone fleet`: simulate an agent fleet on an embedded store.
+//! `turnstone fleet`: simulate an agent fleet writing through the session
+//! layer ([`turnstone::session`]).
 //!
-//! N sessions are spread over T threads. Each thread interleaves its sessions
-//! round-robin, one step at a time (an append, and the durability wait that
-//! follows it when the agent must block), so many sessions have open turns at
-//! once and their frames interleave in the log. A
-//! turn is `turn/start`, `user/message`, then one to three steps of
-//! `step/start`, 20 `assistant/chunk`, `assistant/message`, `tool/call`, a
-//! durability wait (no side effect before durability), `tool/result`,
-//! `step/end` and a durability wait before the next model request; then
-//! `turn/end`.
+//! N sessions are spread over T threads; each thread owns its sessions (a
+//! session handle is never shared across threads) and interleaves them
+//! round-robin, one action at a time, so many turns are open at once and the
+//! frames of many sessions interleave in the log. A turn is:
+//!
+//! `turn/start`, `user/message`, then one to three steps of `step/start`, a
+//! `request/header` when needed (`initial`, `change` after a model switch,
+//! `resume` for the first request of a reopened session), `request/context`
+//! now and then, the checkpoint before the model request, 20
+//! `assistant/chunk`, `assistant/message` with a tool use, the tool run
+//! through [`run_tool`] (its `tool/call` durable before the body runs),
+//! `step/end` and the checkpoint before the next pre-step; then `turn/end`.
+//! After a turn, now and then: a pruned large tool result, a compaction that
+//! replaces the surface before the last turn with a summary, a plugin event,
+//! a model switch. Now and then a step's assistant message is empty (no tool,
+//! the turn ends).
+//!
+//! When the event budget is spent each thread closes its open turns as
+//! cancelled (a graceful stop), so a clean run leaves nothing for repair; a
+//! killed run leaves every shape of open state, which the next run (or
+//! `turnstone recover`) repairs.
 
 use std::fs::File;
-use std::io::{IsTerminal, Write};
-use std::path::PathBuf;
+use std::io::Write;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::Mutex;
-use std::time::{Duration, Instant};
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
 
 use clap::Args;
-use indicatif::{ProgressBar, ProgressStyle};
+use indicatif::ProgressBar;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
+use serde_json::{json, Value};
+use turnstone::session::SurfaceOp;
+use turnstone::session::{
+    run_tool, AssistantChunk, AssistantMessage, CancelToken, CheckpointPoint, ContentBlock, Host,
+    Registry, RepairReport, RequestContext, RequestSpec, Session, SharedSession, StepEnd,
+    StepEndReason, StepStart, ToolBody, ToolResult, ToolSchema, ToolScope, TurnEnd, TurnEndReason,
+    TurnStart, Usage, UserMessage,
+};
 use turnstone::{Options, Store};
 
-use crate::kinds::EventKind;
-use crate::sink::{EngineSink, Sink};
 use crate::Failure;
 
 #[derive(Debug, Args)]
@@ -34,10 +53,10 @@ pub struct FleetArgs {
     /// Number of concurrent agent sessions.
     #[arg(long, default_value_t = 256)]
     pub sessions: usize,
-    /// Number of appender threads (sessions are spread over them).
+    /// Number of appender threads (each owns a share of the sessions).
     #[arg(long, default_value_t = 8)]
     pub threads: usize,
-    /// Number of events this run appends.
+    /// Events to append; then open turns are closed as cancelled (a few more events).
     #[arg(long, default_value_t = 200_000)]
     pub events: u64,
     /// Segment file size in bytes (engine default when omitted).
@@ -46,7 +65,8 @@ pub struct FleetArgs {
     /// Seed of the workload's random sizes and contents.
     #[arg(long, default_value_t = 1)]
     pub seed: u64,
-    /// After every durability wait, append `SESSION_ID SEQ` to this file (one
+    /// After every durability wait (checkpoint) returns, append `SESSION_ID SEQ`
+    /// to this file: the highest seq of that session now durable (one
     /// unbuffered write per line, no fsync).
     #[arg(long)]
     pub ack_ledger: Option<PathBuf>,
@@ -56,6 +76,15 @@ pub struct FleetArgs {
 const CHUNKS: u32 = 20;
 /// Bytes of random text each thread draws payload contents from.
 const CORPUS_BYTES: usize = 192 * 1024;
+/// The fleet's plugin event kind (ignorable: any reader may skip it).
+pub const PLUGIN_KIND: &str = "fleet/usage";
+const MODELS: [(&str, u64); 2] = [("model-large", 200_000), ("model-small", 1_000_000)];
+/// A compaction after every this many turns of a session.
+const COMPACT_EVERY: u64 = 3;
+/// A model switch after every this many turns.
+const SWITCH_EVERY: u64 = 10;
+/// A plugin event after every this many turns.
+const PLUGIN_EVERY: u64 = 2;
 
 /// Where an agent is in its turn: the next action.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -63,50 +92,69 @@ enum Phase {
     TurnStart,
     UserMessage,
     StepStart,
+    /// `request/header` (when needed) and now and then `request/context`.
+    Request,
+    /// Durability checkpoint before the model request.
+    ModelCheckpoint,
     Chunk(u32),
     AssistantMessage,
-    ToolCall,
-    /// Durability wait for the `tool/call` before the tool runs.
-    AwaitCall,
-    ToolResult,
+    /// `tool/call`, checkpoint, body, `tool/result` ([`run_tool`]).
+    Tool,
     StepEnd,
-    /// Durability wait before the next model request.
-    AwaitStep,
+    /// Durability checkpoint before the next pre-step.
+    PreStepCheckpoint,
     TurnEnd,
+    /// Prune, compaction, plugin event, model switch, as due.
+    Upkeep,
 }
 
 impl Phase {
-    fn is_wait(self) -> bool {
-        matches!(self, Phase::AwaitCall | Phase::AwaitStep)
+    /// Most events the action appends.
+    fn max_events(self) -> u64 {
+        match self {
+            Phase::ModelCheckpoint | Phase::PreStepCheckpoint => 0,
+            Phase::Request | Phase::Tool => 2,
+            Phase::Upkeep => 7,
+            _ => 1,
+        }
     }
 }
 
-struct Agent<T> {
-    name: String,
+struct Agent {
+    session: SharedSession,
     phase: Phase,
+    /// Makes turn and call ids unique across runs: the session's length when
+    /// this run took it over.
+    prefix: u64,
     turn: u64,
     step: u32,
     steps: u32,
-    call: u64,
-    last: Option<T>,
+    model: usize,
+    /// Surface length when the current turn started: everything before it
+    /// belongs to closed turns and may be compacted.
+    turn_mark: u64,
+    /// A large tool result (its seq) that may be pruned.
+    prune: Option<u64>,
+    /// The current step's tool use: (call id, input).
+    tool_use: Option<(String, Value)>,
 }
 
 /// What one thread measured.
 #[derive(Default)]
 struct ThreadResult {
-    events: u64,
-    bytes: u64,
     ack_us: Vec<u64>,
+    reopened: u64,
+    repairs: Vec<RepairReport>,
 }
 
 struct Shared<'a> {
-    /// Events claimed so far (a claim past the budget stops the thread).
+    /// Events claimed so far against the budget.
     claimed: AtomicU64,
     budget: u64,
     stop: AtomicBool,
     error: Mutex<Option<String>>,
     ledger: Option<&'a File>,
-    ledger_path: Option<&'a std::path::Path>,
+    ledger_path: Option<&'a Path>,
     progress: &'a ProgressBar,
 }
 
@@ -118,9 +166,42 @@ impl Shared<'_> {
         }
         self.stop.store(true, Ordering::SeqCst);
     }
+
+    /// Claim `n` events of the budget; false once it is spent.
+    fn claim(&self, n: u64) -> bool {
+        let mut cur = self.claimed.load(Ordering::SeqCst);
+        loop {
+            if cur >= self.budget {
+                return false;
+            }
+            match self
+                .claimed
+                .compare_exchange(cur, cur + n, Ordering::SeqCst, Ordering::SeqCst)
+            {
+                Ok(_) => return true,
+                Err(now) => cur = now,
+            }
+        }
+    }
+
+    fn refund(&self, n: u64) {
+        if n > 0 {
+            self.claimed.fetch_sub(n, Ordering::SeqCst);
+        }
+    }
+
+    /// The ack ledger line: `seq` of `session` is durable.
+    fn ack(&self, session: &str, seq: u64) -> Result<(), String> {
+        if let (Some(mut f), Some(p)) = (self.ledger, self.ledger_path) {
+            let line = format!("{session} {seq}\n");
+            f.write_all(line.as_bytes())
+                .map_err(|e| format!("write to ack ledger {}: {e}", p.display()))?;
+        }
+        Ok(())
+    }
 }
 
-/// Random text for payloads: lowercase words and spaces (JSON-safe as is).
+/// Random text for payloads: lowercase words and spaces.
 fn corpus(rng: &mut StdRng) -> Vec<u8> {
     let mut out = Vec::with_capacity(CORPUS_BYTES + 16);
     while out.len() < CORPUS_BYTES {
@@ -142,114 +223,327 @@ struct Gen {
 }
 
 impl Gen {
-    fn text(&mut self, lo: usize, hi: usize) -> &str {
+    fn text(&mut self, lo: usize, hi: usize) -> String {
         let n = self
             .rng
             .gen_range(lo..=hi)
             .min(self.corpus.len())
             .min(self.max_text);
         let start = self.rng.gen_range(0..=self.corpus.len() - n);
-        std::str::from_utf8(&self.corpus[start..start + n]).unwrap_or("")
+        String::from_utf8_lossy(&self.corpus[start..start + n]).into_owned()
     }
 }
 
-impl<T: Copy> Agent<T> {
-    /// The next event to append, or `None` for a durability wait. Advances
-    /// the phase.
-    fn next(&mut self, g: &mut Gen) -> Option<(EventKind, String)> {
-        let (turn, step, call) = (self.turn, self.step, self.call);
-        let out = match self.phase {
+fn tool_schema() -> ToolSchema {
+    ToolSchema {
+        name: "shell".into(),
+        description: "Run a shell command and return its output.".into(),
+        input_schema: json!({"type": "object", "properties": {"cmd": {"type": "string"}}, "required": ["cmd"]}),
+    }
+}
+
+impl Agent {
+    fn spec(&self, name: &str) -> RequestSpec {
+        let (model, _) = MODELS[self.model];
+        RequestSpec {
+            provider: "provider-a".into(),
+            model: model.into(),
+            explicit: [("temperature".to_string(), json!(0.7))].into(),
+            adapter_defaults: [(
+                "max_tokens".to_string(),
+                json!(if self.model == 0 { 8192 } else { 4096 }),
+            )]
+            .into(),
+            system: Some(format!(
+                "You are fleet agent {name}. Use the shell tool to inspect the workspace."
+            )),
+            tools: vec![tool_schema()],
+        }
+    }
+
+    /// Perform the next action on the locked session. Returns the durability
+    /// latency when the action waited for one.
+    fn act(
+        &mut self,
+        s: &mut Session,
+        g: &mut Gen,
+        sh: &Shared<'_>,
+    ) -> Result<Option<u64>, String> {
+        let name = s.id().to_string();
+        let err = |what: &str, e: turnstone::Error| format!("{what} in session {name}: {e}");
+        let turn_id = format!("t{}-{}", self.prefix, self.turn);
+        let step_id = format!("s{}", self.step);
+        let mut waited = None;
+        match self.phase {
             Phase::TurnStart => {
                 self.steps = g.rng.gen_range(1..=3);
                 self.step = 0;
+                self.turn_mark = s.surface().len() as u64;
+                s.append(TurnStart { turn_id }, ())
+                    .map_err(|e| err("turn/start", e))?;
                 self.phase = Phase::UserMessage;
-                (EventKind::TurnStart, format!(r#"{{"turn":{turn}}}"#))
             }
             Phase::UserMessage => {
-                self.phase = Phase::StepStart;
-                let t = g.text(200, 400);
-                (
-                    EventKind::UserMessage,
-                    format!(r#"{{"role":"user","text":"{t}"}}"#),
+                let text = g.text(200, 400);
+                s.append(
+                    UserMessage {
+                        content: vec![ContentBlock::text(text)],
+                    },
+                    SurfaceOp::Append,
                 )
+                .map_err(|e| err("user/message", e))?;
+                self.phase = Phase::StepStart;
             }
             Phase::StepStart => {
+                s.append(StepStart { turn_id, step_id }, ())
+                    .map_err(|e| err("step/start", e))?;
+                self.phase = Phase::Request;
+            }
+            Phase::Request => {
+                let spec = self.spec(&name);
+                let reason = s
+                    .prepare_request(&spec)
+                    .map_err(|e| err("request/header", e))?;
+                if reason.is_some() || g.rng.gen_bool(0.1) {
+                    let (model, window) = MODELS[self.model];
+                    s.record_context(RequestContext {
+                        provider: spec.provider,
+                        model: model.into(),
+                        context_window: window,
+                    })
+                    .map_err(|e| err("request/context", e))?;
+                }
+                self.phase = Phase::ModelCheckpoint;
+            }
+            Phase::ModelCheckpoint => {
+                let t0 = Instant::now();
+                s.checkpoint(CheckpointPoint::BeforeModelRequest)
+                    .map_err(|e| err("checkpoint before the model request", e))?;
+                waited = Some(t0.elapsed().as_micros() as u64);
+                sh.ack(&name, s.len() - 1)?;
                 self.phase = Phase::Chunk(0);
-                (
-                    EventKind::StepStart,
-                    format!(r#"{{"turn":{turn},"step":{step}}}"#),
-                )
             }
             Phase::Chunk(i) => {
+                let text = g.text(60, 100);
+                s.append(AssistantChunk { index: i, text }, ())
+                    .map_err(|e| err("assistant/chunk", e))?;
                 self.phase = if i + 1 < CHUNKS {
                     Phase::Chunk(i + 1)
                 } else {
                     Phase::AssistantMessage
                 };
-                let t = g.text(60, 100);
-                (EventKind::AssistantChunk, format!(r#"{{"delta":"{t}"}}"#))
             }
             Phase::AssistantMessage => {
-                self.phase = Phase::ToolCall;
-                let t = g.text(800, 1200);
-                (
-                    EventKind::AssistantMessage,
-                    format!(r#"{{"role":"assistant","text":"{t}"}}"#),
-                )
+                let usage = Some(Usage {
+                    input_tokens: g.rng.gen_range(1_000..50_000),
+                    output_tokens: g.rng.gen_range(100..2_000),
+                });
+                let msg = if g.rng.gen_bool(0.03) {
+                    // An empty reply: no tool, and the turn ends after this step.
+                    self.tool_use = None;
+                    self.steps = self.step + 1;
+                    AssistantMessage {
+                        content: vec![],
+                        usage,
+                        stop_reason: Some("end_turn".into()),
+                    }
+                } else {
+                    let call_id = format!("call-{}-{}-{}", self.prefix, self.turn, self.step);
+                    let input = json!({ "cmd": g.text(40, 160) });
+                    self.tool_use = Some((call_id.clone(), input.clone()));
+                    AssistantMessage {
+                        content: vec![
+                            ContentBlock::text(g.text(800, 1000)),
+                            ContentBlock::ToolUse {
+                                id: call_id,
+                                name: "shell".into(),
+                                input,
+                            },
+                        ],
+                        usage,
+                        stop_reason: Some("tool_use".into()),
+                    }
+                };
+                s.append(msg, SurfaceOp::Append)
+                    .map_err(|e| err("assistant/message", e))?;
+                self.phase = if self.tool_use.is_some() {
+                    Phase::Tool
+                } else {
+                    Phase::StepEnd
+                };
             }
-            Phase::ToolCall => {
-                self.phase = Phase::AwaitCall;
-                let t = g.text(40, 160);
-                (
-                    EventKind::ToolCall,
-                    format!(r#"{{"call_id":"call-{call}","tool":"shell","args":{{"cmd":"{t}"}}}}"#),
-                )
-            }
-            Phase::AwaitCall => {
-                self.phase = Phase::ToolResult;
-                return None;
-            }
-            Phase::ToolResult => {
-                self.phase = Phase::StepEnd;
-                self.call += 1;
-                let t = if g.rng.gen_bool(0.05) {
+            Phase::Tool => {
+                let (call_id, input) = self
+                    .tool_use
+                    .clone()
+                    .ok_or("tool phase without a tool use")?;
+                let output = if g.rng.gen_bool(0.05) {
                     g.text(56_000, 64_000)
                 } else {
                     g.text(3_000, 5_000)
                 };
-                (
-                    EventKind::ToolResult,
-                    format!(r#"{{"call_id":"call-{call}","output":"{t}"}}"#),
+                let large = output.len() >= 56_000;
+                let t0 = Instant::now();
+                let mut ack_err = None;
+                let mut latency = 0;
+                let out = run_tool(
+                    s,
+                    ToolScope::model(),
+                    &call_id,
+                    "shell",
+                    input,
+                    &CancelToken::new(),
+                    |_| Ok(()),
+                    |s, _scope| {
+                        // The tool/call is durable now: acknowledge it.
+                        latency = t0.elapsed().as_micros() as u64;
+                        if let Err(e) = sh.ack(s.id(), s.len() - 1) {
+                            ack_err = Some(e);
+                        }
+                        ToolBody {
+                            content: vec![ContentBlock::text(output)],
+                            is_error: false,
+                            value: (),
+                        }
+                    },
                 )
+                .map_err(|e| err("tool run", e))?;
+                if let Some(e) = ack_err {
+                    return Err(e);
+                }
+                waited = Some(latency);
+                if let turnstone::session::ToolOutcome::Ran { result_seq, .. } = out {
+                    if large {
+                        self.prune = Some(result_seq);
+                    }
+                }
+                self.phase = Phase::StepEnd;
             }
             Phase::StepEnd => {
-                self.phase = Phase::AwaitStep;
-                (
-                    EventKind::StepEnd,
-                    format!(r#"{{"turn":{turn},"step":{step}}}"#),
+                let reason = if self.tool_use.is_some() {
+                    StepEndReason::ToolUse
+                } else {
+                    StepEndReason::Completed
+                };
+                s.append(
+                    StepEnd {
+                        turn_id,
+                        step_id,
+                        reason,
+                    },
+                    (),
                 )
+                .map_err(|e| err("step/end", e))?;
+                self.phase = Phase::PreStepCheckpoint;
             }
-            Phase::AwaitStep => {
+            Phase::PreStepCheckpoint => {
+                let t0 = Instant::now();
+                s.checkpoint(CheckpointPoint::BeforePreStep)
+                    .map_err(|e| err("checkpoint before the next step", e))?;
+                waited = Some(t0.elapsed().as_micros() as u64);
+                sh.ack(&name, s.len() - 1)?;
                 self.step += 1;
                 self.phase = if self.step < self.steps {
                     Phase::StepStart
                 } else {
                     Phase::TurnEnd
                 };
-                return None;
             }
             Phase::TurnEnd => {
-                self.phase = Phase::TurnStart;
+                s.append(
+                    TurnEnd {
+                        turn_id,
+                        reason: TurnEndReason::Completed,
+                    },
+                    (),
+                )
+                .map_err(|e| err("turn/end", e))?;
                 self.turn += 1;
-                (EventKind::TurnEnd, format!(r#"{{"turn":{turn}}}"#))
+                self.phase = Phase::Upkeep;
             }
-        };
-        Some(out)
+            Phase::Upkeep => {
+                if let Some(seq) = self.prune.take() {
+                    let at = s.surface().nodes.iter().position(|n| *n == seq);
+                    if let (Some(at), true) = (at, g.rng.gen_bool(0.5)) {
+                        s.prune_tool_result(
+                            at as u64,
+                            "[tool output pruned: it was large and is no longer needed]",
+                            16_000,
+                        )
+                        .map_err(|e| err("prune", e))?;
+                    }
+                }
+                if self.turn.is_multiple_of(COMPACT_EVERY) && self.turn_mark >= 2 {
+                    let summary =
+                        format!("Summary of the conversation so far: {}", g.text(300, 600));
+                    s.compact(
+                        &format!("c{}-{}", self.prefix, self.turn),
+                        0,
+                        self.turn_mark,
+                        &summary,
+                    )
+                    .map_err(|e| err("compaction", e))?;
+                }
+                if self.turn.is_multiple_of(PLUGIN_EVERY) {
+                    let data =
+                        json!({"turns": self.turn, "tokens": g.rng.gen_range(10_000..500_000)});
+                    s.append_plugin(PLUGIN_KIND, &data)
+                        .map_err(|e| err("plugin event", e))?;
+                }
+                if self.turn.is_multiple_of(SWITCH_EVERY) {
+                    self.model ^= 1;
+                }
+                self.phase = Phase::TurnStart;
+            }
+        }
+        Ok(waited)
     }
 }
 
-fn run_thread<S: Sink>(
-    sink: &S,
+/// Close what a graceful stop leaves open: tools the assistant asked for get
+/// a cancelled result, the open step and turn end as cancelled.
+fn wind_down(s: &mut Session) -> turnstone::Result<()> {
+    let open = s.open_state().clone();
+    let mut ids: Vec<(&(u64, u32), &String)> =
+        open.origin.iter().map(|(id, at)| (at, id)).collect();
+    ids.sort();
+    for (_, id) in ids {
+        s.append(
+            ToolResult {
+                call_id: id.clone(),
+                content: vec![ContentBlock::text(
+                    "cancelled: the agent stopped before this tool ran",
+                )],
+                is_error: true,
+                status: None,
+            },
+            SurfaceOp::Append,
+        )?;
+    }
+    if let Some((turn_id, step_id, _)) = open.step {
+        s.append(
+            StepEnd {
+                turn_id,
+                step_id,
+                reason: StepEndReason::Cancelled,
+            },
+            (),
+        )?;
+    }
+    if let Some((turn_id, _)) = open.turn {
+        s.append(
+            TurnEnd {
+                turn_id,
+                reason: TurnEndReason::Cancelled,
+            },
+            (),
+        )?;
+    }
+    Ok(())
+}
+
+fn run_thread(
+    host: &Host,
     sh: &Shared<'_>,
     names: Vec<String>,
     seed: u64,
@@ -262,63 +556,89 @@ fn run_thread<S: Sink>(
         corpus,
         max_text,
     };
-    let mut agents: Vec<Agent<S::Ticket>> = names
-        .into_iter()
-        .map(|name| Agent {
-            name,
+    let mut res = ThreadResult::default();
+    let mut agents = Vec::with_capacity(names.len());
+    for name in names {
+        let exists = host.store().session_len(&name).is_some();
+        let loaded = if exists {
+            host.load(&name).map(|(s, report)| {
+                res.reopened += 1;
+                if let Some(r) = report.filter(|r| !r.is_noop()) {
+                    res.repairs.push(r);
+                }
+                s
+            })
+        } else {
+            host.create(&name)
+        };
+        let session = match loaded {
+            Ok(s) => s,
+            Err(e) => {
+                sh.fail(format!(
+                    "cannot {} session {name}: {}",
+                    if exists { "reopen" } else { "create" },
+                    crate::failure::describe(&e)
+                ));
+                return res;
+            }
+        };
+        let prefix = session.lock().len();
+        agents.push(Agent {
+            session,
             phase: Phase::TurnStart,
+            prefix,
             turn: 0,
             step: 0,
             steps: 1,
-            call: 0,
-            last: None,
-        })
-        .collect();
-    let mut res = ThreadResult::default();
+            model: 0,
+            turn_mark: 0,
+            prune: None,
+            tool_use: None,
+        });
+    }
     let mut pending_progress = 0u64;
+    let mut graceful = false;
     'outer: loop {
         for a in agents.iter_mut() {
             if sh.stop.load(Ordering::Relaxed) {
                 break 'outer;
             }
-            // One step of this agent: its next event, and the durability wait
-            // that follows it at once if the agent must block on it.
-            if let Some((kind, payload)) = a.next(&mut g) {
-                if sh.claimed.fetch_add(1, Ordering::SeqCst) >= sh.budget {
-                    break 'outer;
-                }
-                match sink.append(&a.name, kind, payload.as_bytes()) {
-                    Ok(t) => a.last = Some(t),
-                    Err(e) => {
-                        sh.fail(format!("append to session {}: {e}", a.name));
-                        break 'outer;
-                    }
-                }
-                res.events += 1;
-                res.bytes += payload.len() as u64;
-                pending_progress += 1;
-                if pending_progress >= 64 {
-                    sh.progress.inc(pending_progress);
-                    pending_progress = 0;
-                }
-                if !a.phase.is_wait() {
-                    continue;
-                }
-                a.next(&mut g);
-            }
-            let Some(t) = a.last else { continue };
-            let t0 = Instant::now();
-            if let Err(e) = sink.wait_durable(&a.name, &t) {
-                sh.fail(format!("durability wait for session {}: {e}", a.name));
+            let max = a.phase.max_events();
+            if max > 0 && !sh.claim(max) {
+                graceful = true;
                 break 'outer;
             }
-            res.ack_us.push(t0.elapsed().as_micros() as u64);
-            if let (Some(mut f), Some(p)) = (sh.ledger, sh.ledger_path) {
-                let line = format!("{} {}\n", a.name, S::seq(&t));
-                if let Err(e) = f.write_all(line.as_bytes()) {
-                    sh.fail(format!("write to ack ledger {}: {e}", p.display()));
+            let session = a.session.clone();
+            let mut s = session.lock();
+            let before = s.len();
+            let r = a.act(&mut s, &mut g, sh);
+            let added = s.len() - before;
+            drop(s);
+            sh.refund(max.saturating_sub(added));
+            match r {
+                Ok(Some(us)) => res.ack_us.push(us),
+                Ok(None) => {}
+                Err(e) => {
+                    sh.fail(e);
                     break 'outer;
                 }
+            }
+            pending_progress += added;
+            if pending_progress >= 64 {
+                sh.progress.inc(pending_progress);
+                pending_progress = 0;
+            }
+        }
+    }
+    if graceful {
+        for a in &agents {
+            let mut s = a.session.lock();
+            if let Err(e) = wind_down(&mut s) {
+                sh.fail(format!(
+                    "closing session {} at the end of the run: {e}",
+                    s.id()
+                ));
+                break;
             }
         }
     }
@@ -329,7 +649,7 @@ fn run_thread<S: Sink>(
 /// The one JSON line `fleet` prints (fields in this order).
 #[derive(Debug, serde::Serialize)]
 struct FleetReport {
-    /// Events appended by this run.
+    /// Events appended by this run (repairs and the final cancellations included).
     events: u64,
     /// Payload bytes appended by this run.
     bytes: u64,
@@ -371,10 +691,17 @@ pub fn run(args: &FleetArgs) -> Result<(), Failure> {
     if let Some(b) = args.segment_bytes {
         opts.segment_bytes = b;
     }
-    let opts_segment_bytes = opts.segment_bytes;
+    let segment_bytes = opts.segment_bytes;
     let store = Store::open_with(&args.dir, opts).map_err(|e| {
         Failure::from(e).context(format!("cannot open store {}", args.dir.display()))
     })?;
+    let torn = store.recovery_report().torn_bytes_truncated;
+    if torn > 0 {
+        eprintln!(
+            "fleet: recovery truncated a torn tail of {torn} bytes (unacknowledged writes of an interrupted run)"
+        );
+    }
+    let store = Arc::new(store);
     let ledger = match &args.ack_ledger {
         None => None,
         Some(p) => Some(
@@ -385,20 +712,7 @@ pub fn run(args: &FleetArgs) -> Result<(), Failure> {
                 .map_err(|e| Failure::io(format!("cannot open ack ledger {}: {e}", p.display())))?,
         ),
     };
-    let progress = if std::io::stderr().is_terminal() {
-        let pb = ProgressBar::new(args.events);
-        pb.set_style(
-            ProgressStyle::with_template(
-                "{spinner} {elapsed_precise} [{bar:40}] {pos}/{len} events ({per_sec}, eta {eta})",
-            )
-            .unwrap_or_else(|_| ProgressStyle::default_bar())
-            .progress_chars("=> "),
-        );
-        pb.enable_steady_tick(Duration::from_millis(200));
-        pb
-    } else {
-        ProgressBar::hidden()
-    };
+    let progress = crate::progress::bar(args.events, "events", false, true);
     let shared = Shared {
         claimed: AtomicU64::new(0),
         budget: args.events,
@@ -408,10 +722,13 @@ pub fn run(args: &FleetArgs) -> Result<(), Failure> {
         ledger_path: args.ack_ledger.as_deref(),
         progress: &progress,
     };
-    let sink = EngineSink { store: &store };
+    let mut registry = Registry::new();
+    registry.register(PLUGIN_KIND, true).map_err(Failure::io)?;
+    let host = Host::new(store.clone(), Arc::new(registry));
     // Payloads must fit in one segment next to the segment and batch headers,
-    // a session-define frame and the JSON around the text.
-    let max_text = (opts_segment_bytes as usize).saturating_sub(512);
+    // a session-define frame and the JSON envelope around the text.
+    let max_text = (segment_bytes as usize).saturating_sub(1024);
+    let before = store.stats();
     let started = Instant::now();
     let results: Vec<ThreadResult> = std::thread::scope(|s| {
         let handles: Vec<_> = (0..threads)
@@ -421,8 +738,8 @@ pub fn run(args: &FleetArgs) -> Result<(), Failure> {
                     .map(|i| format!("sess-{i:06}"))
                     .collect();
                 let seed = args.seed ^ (t as u64 + 1).wrapping_mul(0x9E37_79B9_7F4A_7C15);
-                let (sink, shared) = (&sink, &shared);
-                s.spawn(move || run_thread(sink, shared, names, seed, max_text))
+                let (host, shared) = (&host, &shared);
+                s.spawn(move || run_thread(host, shared, names, seed, max_text))
             })
             .collect();
         handles
@@ -443,19 +760,31 @@ pub fn run(args: &FleetArgs) -> Result<(), Failure> {
     }
     synced.map_err(|e| Failure::from(e).context("final sync failed".into()))?;
     let stats = store.stats();
-    store
-        .close()
-        .map_err(|e| Failure::from(e).context(format!("closing store {}", args.dir.display())))?;
+    drop(host);
+    crate::store_open::close(store, &args.dir)?;
 
-    let events: u64 = results.iter().map(|r| r.events).sum();
-    let bytes: u64 = results.iter().map(|r| r.bytes).sum();
+    let reopened: u64 = results.iter().map(|r| r.reopened).sum();
+    if reopened > 0 {
+        let reps: Vec<&RepairReport> = results.iter().flat_map(|r| &r.repairs).collect();
+        eprintln!(
+            "fleet: continued {reopened} sessions; repaired {} left open by an earlier run ({} turns interrupted, {} steps closed, {} tools outcome-unknown, {} tools not-started)",
+            reps.len(),
+            reps.iter().map(|r| r.turns_interrupted as u64).sum::<u64>(),
+            reps.iter().map(|r| r.steps_closed as u64).sum::<u64>(),
+            reps.iter().map(|r| r.tools_outcome_unknown.len()).sum::<usize>(),
+            reps.iter().map(|r| r.tools_not_started.len()).sum::<usize>(),
+        );
+    }
+    let events = stats.appends - before.appends;
+    let bytes = stats.payload_bytes - before.payload_bytes;
+    let syncs = stats.syncs - before.syncs;
     let mut acks: Vec<u64> = results.into_iter().flat_map(|r| r.ack_us).collect();
     acks.sort_unstable();
     let report = FleetReport {
         events,
         bytes,
-        syncs: stats.syncs,
-        events_per_sync: ratio(events as f64, stats.syncs as f64),
+        syncs,
+        events_per_sync: ratio(events as f64, syncs as f64),
         events_per_s: ratio(events as f64, elapsed),
         mb_per_s: ratio(bytes as f64 / 1e6, elapsed),
         ack_p50_us: percentile(&acks, 0.50),
@@ -470,49 +799,91 @@ pub fn run(args: &FleetArgs) -> Result<(), Failure> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use turnstone::session::validate_messages;
 
+    /// One agent through several turns on a real store: the turn shape, and
+    /// every durability wait acknowledged after its events.
     #[test]
-    fn turn_shape() {
+    fn turn_shape_through_the_session_layer() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Arc::new(Store::open(dir.path()).unwrap());
+        let mut reg = Registry::new();
+        reg.register(PLUGIN_KIND, true).unwrap();
+        let host = Host::new(store.clone(), Arc::new(reg));
+        let progress = ProgressBar::hidden();
+        let sh = Shared {
+            claimed: AtomicU64::new(0),
+            budget: u64::MAX,
+            stop: AtomicBool::new(false),
+            error: Mutex::new(None),
+            ledger: None,
+            ledger_path: None,
+            progress: &progress,
+        };
         let mut g = Gen {
             rng: StdRng::seed_from_u64(3),
             corpus: Vec::new(),
             max_text: usize::MAX,
         };
         g.corpus = corpus(&mut g.rng);
-        let mut a: Agent<()> = Agent {
-            name: "s".into(),
+        let session = host.create("s").unwrap();
+        let mut a = Agent {
+            session: session.clone(),
             phase: Phase::TurnStart,
+            prefix: 0,
             turn: 0,
             step: 0,
             steps: 1,
-            call: 0,
-            last: None,
+            model: 0,
+            turn_mark: 0,
+            prune: None,
+            tool_use: None,
         };
-        let mut kinds = Vec::new();
-        loop {
-            match a.next(&mut g) {
-                Some((k, p)) => {
-                    serde_json::from_str::<serde_json::Value>(&p).expect("payload is JSON");
-                    kinds.push(Some(k));
-                    if k == EventKind::TurnEnd {
-                        break;
-                    }
-                }
-                None => kinds.push(None),
-            }
+        let mut s = session.lock();
+        let mut phases = Vec::new();
+        while a.turn < 12 {
+            phases.push(a.phase);
+            let before = s.len();
+            a.act(&mut s, &mut g, &sh).unwrap();
+            assert!(s.len() - before <= phases.last().unwrap().max_events());
         }
-        assert_eq!(kinds[0], Some(EventKind::TurnStart));
-        assert_eq!(kinds[1], Some(EventKind::UserMessage));
-        let steps = a.steps as usize;
-        let per_step = 1 + CHUNKS as usize + 1 + 1 + 1 + 1 + 1 + 1;
-        assert_eq!(kinds.len(), 3 + steps * per_step);
-        // Every tool/result follows a durability wait for its tool/call.
+        assert!(phases.contains(&Phase::Tool));
+        let ev = s.events(0..s.len()).unwrap();
+        let kinds: Vec<&str> = ev.iter().map(|e| e.kind.name()).collect();
+        for k in [
+            "turn/start",
+            "user/message",
+            "step/start",
+            "request/header",
+            "assistant/chunk",
+            "assistant/message",
+            "tool/call",
+            "tool/result",
+            "step/end",
+            "turn/end",
+            "compaction/start",
+            "compaction/summary",
+            "compaction/end",
+            PLUGIN_KIND,
+        ] {
+            assert!(kinds.contains(&k), "{k} missing");
+        }
+        // Headers: initial, then a change at the model switch after turn 10.
+        let reasons: Vec<String> = ev
+            .iter()
+            .filter(|e| e.kind.name() == "request/header")
+            .map(|e| e.data["reason"].as_str().unwrap().to_string())
+            .collect();
+        assert_eq!(reasons, ["initial", "change"]);
+        // Every tool/result directly follows its tool/call.
         for (i, k) in kinds.iter().enumerate() {
-            if *k == Some(EventKind::ToolResult) {
-                assert_eq!(kinds[i - 1], None);
-                assert_eq!(kinds[i - 2], Some(EventKind::ToolCall));
+            if *k == "tool/call" {
+                assert_eq!(kinds[i + 1], "tool/result");
             }
         }
+        validate_messages(s.derive_messages()).unwrap();
+        wind_down(&mut s).unwrap();
+        assert!(s.open_state().is_idle());
     }
 
     #[test]

@@ -1,86 +1,85 @@
-//! Event kinds of the agent workload and their codes in the log.
+//! Event kind names and payload decoding shared by the inspecting commands.
 
-/// Kinds of events a fleet agent appends. The `u16` is the frame's kind code
-/// (0 is the engine's `session-define`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-#[repr(u16)]
-pub enum EventKind {
-    TurnStart = 1,
-    TurnEnd = 2,
-    StepStart = 3,
-    StepEnd = 4,
-    UserMessage = 5,
-    AssistantChunk = 6,
-    AssistantMessage = 7,
-    ToolCall = 8,
-    ToolResult = 9,
-    RequestHeader = 10,
-    RequestContext = 11,
-    SessionEndSeed = 12,
-    CompactionStart = 13,
-    CompactionSummary = 14,
-    CompactionEnd = 15,
-    CompactionPrune = 16,
-}
+use std::collections::BTreeSet;
 
-const ALL: [EventKind; 16] = [
-    EventKind::TurnStart,
-    EventKind::TurnEnd,
-    EventKind::StepStart,
-    EventKind::StepEnd,
-    EventKind::UserMessage,
-    EventKind::AssistantChunk,
-    EventKind::AssistantMessage,
-    EventKind::ToolCall,
-    EventKind::ToolResult,
-    EventKind::RequestHeader,
-    EventKind::RequestContext,
-    EventKind::SessionEndSeed,
-    EventKind::CompactionStart,
-    EventKind::CompactionSummary,
-    EventKind::CompactionEnd,
-    EventKind::CompactionPrune,
-];
+use turnstone::frame::KIND_SESSION_DEFINE;
+use turnstone::session::event::{Envelope, KIND_CODE_PLUGIN, SESSION_FORMAT_VERSION};
+use turnstone::session::CoreKind;
 
-impl EventKind {
-    pub fn code(self) -> u16 {
-        self as u16
+/// Name shown for the engine's `session-define` frames.
+pub const DEFINE: &str = "session/define";
+
+/// A frame's kind name and, when the payload is a session envelope, the
+/// envelope. Plugin frames are named by the kind in their envelope; kind codes
+/// nobody knows are `unknown/<code>` (FORMAT.md §10).
+pub fn decode(code: u16, payload: &[u8]) -> (String, Option<Envelope>) {
+    if code == KIND_SESSION_DEFINE {
+        return (DEFINE.to_string(), None);
     }
-
-    pub fn from_code(code: u16) -> Option<EventKind> {
-        ALL.iter().copied().find(|k| k.code() == code)
-    }
-
-    pub fn name(self) -> &'static str {
-        match self {
-            EventKind::TurnStart => "turn/start",
-            EventKind::TurnEnd => "turn/end",
-            EventKind::StepStart => "step/start",
-            EventKind::StepEnd => "step/end",
-            EventKind::UserMessage => "user/message",
-            EventKind::AssistantChunk => "assistant/chunk",
-            EventKind::AssistantMessage => "assistant/message",
-            EventKind::ToolCall => "tool/call",
-            EventKind::ToolResult => "tool/result",
-            EventKind::RequestHeader => "request/header",
-            EventKind::RequestContext => "request/context",
-            EventKind::SessionEndSeed => "session/end-seed",
-            EventKind::CompactionStart => "compaction/start",
-            EventKind::CompactionSummary => "compaction/summary",
-            EventKind::CompactionEnd => "compaction/end",
-            EventKind::CompactionPrune => "compaction/prune",
+    let env = serde_json::from_slice::<Envelope>(payload)
+        .ok()
+        .filter(|e| e.v == SESSION_FORMAT_VERSION);
+    let name = if code == KIND_CODE_PLUGIN {
+        match env.as_ref().and_then(|e| e.kind.clone()) {
+            Some(k) => k,
+            None => format!("unknown/{code}"),
         }
+    } else {
+        match CoreKind::from_code(code) {
+            Some(k) => k.name().to_string(),
+            None => format!("unknown/{code}"),
+        }
+    };
+    (name, env)
+}
+
+/// Display name of a kind code (plugin frames: see [`decode`]).
+pub fn kind_name(code: u16) -> String {
+    if code == KIND_SESSION_DEFINE {
+        return DEFINE.to_string();
+    }
+    match CoreKind::from_code(code) {
+        Some(k) => k.name().to_string(),
+        None => format!("unknown/{code}"),
     }
 }
 
-/// Display name of any kind code found in a log.
-pub fn kind_name(code: u16) -> String {
-    if code == turnstone::frame::KIND_SESSION_DEFINE {
-        return "session/define".to_string();
+/// `--kind k1,k2`: kind names (core, plugin, `session/define`) or codes.
+#[derive(Debug, Clone, Default)]
+pub struct KindFilter {
+    names: BTreeSet<String>,
+    codes: BTreeSet<u16>,
+}
+
+impl KindFilter {
+    pub fn parse(spec: &str) -> Result<KindFilter, String> {
+        let mut f = KindFilter::default();
+        for part in spec.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+            if let Ok(code) = part.parse::<u16>() {
+                f.codes.insert(code);
+            } else if part == DEFINE || CoreKind::from_name(part).is_some() || part.contains('/') {
+                f.names.insert(part.to_string());
+            } else {
+                let core: Vec<&str> = CoreKind::ALL.iter().map(|k| k.name()).collect();
+                return Err(format!(
+                    "unknown kind {part:?}: use a kind code, {DEFINE}, a core kind ({}) or a plugin kind name (which contains a '/')",
+                    core.join(", ")
+                ));
+            }
+        }
+        if f.names.is_empty() && f.codes.is_empty() {
+            return Err("--kind needs at least one kind".into());
+        }
+        Ok(f)
     }
-    match EventKind::from_code(code) {
-        Some(k) => k.name().to_string(),
-        None => format!("kind/{code}"),
+
+    pub fn matches(&self, code: u16, name: &str) -> bool {
+        self.codes.contains(&code) || self.names.contains(name)
+    }
+
+    /// Whether `session/define` frames were asked for.
+    pub fn wants_define(&self) -> bool {
+        self.matches(KIND_SESSION_DEFINE, DEFINE)
     }
 }
 
@@ -89,12 +88,22 @@ mod tests {
     use super::*;
 
     #[test]
-    fn codes_roundtrip() {
-        for k in ALL {
-            assert_eq!(EventKind::from_code(k.code()), Some(k));
+    fn names_and_filters() {
+        for k in CoreKind::ALL {
             assert_eq!(kind_name(k.code()), k.name());
         }
-        assert_eq!(kind_name(0), "session/define");
-        assert_eq!(kind_name(999), "kind/999");
+        assert_eq!(kind_name(0), DEFINE);
+        assert_eq!(kind_name(999), "unknown/999");
+        let p = turnstone::session::event::encode_plugin("todo/update", &serde_json::json!({}));
+        assert_eq!(decode(KIND_CODE_PLUGIN, &p).0, "todo/update");
+        assert_eq!(decode(KIND_CODE_PLUGIN, b"junk").0, "unknown/65535");
+        let f = KindFilter::parse("tool/call, 9,todo/update").unwrap();
+        assert!(f.matches(8, "tool/call"));
+        assert!(f.matches(9, "tool/result"));
+        assert!(f.matches(KIND_CODE_PLUGIN, "todo/update"));
+        assert!(!f.matches(1, "turn/start"));
+        assert!(!f.wants_define());
+        assert!(KindFilter::parse("toolcall").is_err());
+        assert!(KindFilter::parse(",").is_err());
     }
 }

@@ -1,21 +1,33 @@
-//! The `turnstone` command line: `fleet`, `verify`, `dump`.
+//! The `turnstone` command line: run a fleet, inspect, repair, move sessions.
 
-use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
 mod dump;
+mod export;
+mod failure;
 mod fleet;
+mod import;
 mod kinds;
-mod sink;
+mod messages;
+mod progress;
+mod raw;
+mod recover;
+mod signals;
+mod stats;
+mod store_open;
+mod style;
 mod verify;
+
+pub use failure::Failure;
 
 #[derive(Debug, Parser)]
 #[command(
     name = "turnstone",
     version,
-    about = "Tools for turnstone stores: an embedded, event-sourced storage engine for agent sessions"
+    about = "Tools for turnstone stores: an embedded, event-sourced storage engine for agent sessions",
+    after_help = "Examples:\n  turnstone fleet ./demo-store\n  turnstone verify ./demo-store\n  turnstone dump ./demo-store --session sess-000003 --kind tool/call,tool/result\n  turnstone messages ./demo-store --session sess-000003 --json\n\nExit status: 0 success, 1 damage found (or a session could not be repaired), 2 the command could not run."
 )]
 struct Cli {
     #[command(subcommand)]
@@ -24,84 +36,86 @@ struct Cli {
 
 #[derive(Debug, Subcommand)]
 enum Cmd {
-    /// Simulate an agent fleet appending to a store; print one JSON line of results.
+    /// Simulate an agent fleet writing through the session layer; print one JSON line of results.
+    #[command(
+        after_help = "Example:\n  turnstone fleet ./demo-store --sessions 256 --threads 8 --events 200000\n\n\
+Each session runs turns of: turn/start, user/message, then steps of step/start,\n\
+request/header (initial, change on a model switch, resume after a reopen),\n\
+request/context now and then, a durability checkpoint before the model request,\n\
+20 assistant/chunk, assistant/message with a tool use, the tool run after its\n\
+tool/call is durable, step/end and a checkpoint before the next step. Every few\n\
+turns a compaction, now and then a pruned tool result and an empty assistant\n\
+message. Reopening a store continues its sessions (repairing them when the\n\
+previous run was killed; the repairs are counted on stderr)."
+    )]
     Fleet(fleet::FleetArgs),
-    /// Check every segment and frame of a store (read-only, full scan).
-    ///
-    /// Exit status: 0 when clean or when the only damage is a torn tail, 1 on
-    /// corruption, 2 when the store cannot be read at all.
-    Verify {
-        /// Store directory (or a single segment file).
-        dir: PathBuf,
-        /// Print one JSON object instead of text.
-        #[arg(long)]
-        json: bool,
-    },
-    /// Print the frames of a store or of one segment file in log order (read-only).
-    ///
-    /// Exit status: 1 when corruption was found, 2 when nothing could be read.
-    Dump {
-        /// Store directory or segment file.
-        path: PathBuf,
-        /// Only frames of this session id.
-        #[arg(long)]
-        session: Option<String>,
-        /// One JSON object per frame (and per problem) instead of text.
-        #[arg(long)]
-        json: bool,
-    },
-}
-
-/// A command failure: one sentence for the operator and an exit status.
-#[derive(Debug)]
-pub struct Failure {
-    pub code: u8,
-    pub msg: String,
-}
-
-impl Failure {
-    /// Bad arguments or a path that is not a store: exit 2.
-    pub fn usage(msg: impl Into<String>) -> Self {
-        Failure {
-            code: 2,
-            msg: msg.into(),
-        }
-    }
-    /// I/O and other runtime errors: exit 2.
-    pub fn io(msg: impl Into<String>) -> Self {
-        Failure {
-            code: 2,
-            msg: msg.into(),
-        }
-    }
-    pub fn context(mut self, what: String) -> Self {
-        self.msg = format!("{what}: {}", self.msg);
-        self
-    }
-}
-
-impl From<turnstone::Error> for Failure {
-    fn from(e: turnstone::Error) -> Self {
-        let code = match e {
-            turnstone::Error::Corrupt { .. } => 1,
-            _ => 2,
-        };
-        Failure {
-            code,
-            msg: e.to_string(),
-        }
-    }
+    /// Print the messages the model sees for one session (derive_messages), read-only.
+    #[command(
+        after_help = "Examples:\n  turnstone messages ./demo-store --session sess-000003\n  turnstone messages ./demo-store --session sess-000003 --json | jq -c 'select(.role == \"assistant\")'\n\n\
+With --json, one object per line: {\"role\":\"user\"|\"assistant\",\"source_seq\":N,\"kind\":\"user/message\"|\"assistant/message\"|\"tool/result\",\"content\":[blocks]}."
+    )]
+    Messages(messages::MessagesArgs),
+    /// Open a store for writing (recovery pass) and repair every session left open by a crash.
+    #[command(
+        after_help = "Examples:\n  turnstone recover ./demo-store\n  turnstone recover ./demo-store --json | jq .turns_interrupted\n\n\
+Recovery truncates a torn tail (unacknowledged writes of an interrupted commit)\n\
+and refuses corruption unless --point-in-time is given. Repair only appends:\n\
+a TOOL_OUTCOME_UNKNOWN result for a recorded tool call without a result, a\n\
+TOOL_NOT_STARTED result for a requested tool that was never recorded, step/end\n\
+and turn/end {interrupted} for an open step and turn. Running it twice repairs\n\
+nothing the second time. Exit status 1 when a session could not be repaired."
+    )]
+    Recover(recover::RecoverArgs),
+    /// Print the frames of a store or of one segment file in log order (read-only, never locks).
+    #[command(
+        after_help = "Examples:\n  turnstone dump ./demo-store\n  turnstone dump ./demo-store/0000000002.tseg --raw\n  turnstone dump ./demo-store --session sess-000003 --from-seq 10 --to-seq 20\n  turnstone dump ./demo-store --kind tool/call,tool/result --json | jq -c '{session, seq, kind}'\n  turnstone dump ./demo-store --follow          # like tail -f while a fleet runs\n\n\
+Damage is shown in place (offset, stored vs computed checksum, bytes skipped)\n\
+and dumping goes on past it. Exit status: 0 no corruption (a torn tail is not\n\
+corruption), 1 corruption found, 2 nothing could be read.\n\
+The --json field names are documented in README.md, \"dump --json fields\"."
+    )]
+    Dump(dump::DumpArgs),
+    /// Check every segment and frame of a store (read-only, full scan); report per segment.
+    #[command(
+        after_help = "Examples:\n  turnstone verify ./demo-store\n  turnstone verify ./demo-store --json | jq '.per_segment[] | select(.status != \"ok\")'\n\n\
+Exit status: 0 when clean or when the only damage is a torn tail, 1 on\n\
+corruption, 2 when the store cannot be read at all."
+    )]
+    Verify(verify::VerifyArgs),
+    /// Summarise a store: segments, bytes, sessions, events and bytes per kind, largest sessions, open turns.
+    #[command(
+        after_help = "Examples:\n  turnstone stats ./demo-store\n  turnstone stats ./demo-store --json | jq .kinds"
+    )]
+    Stats(stats::StatsArgs),
+    /// Write one session's events as JSONL (seq, kind, data, surface op), read-only.
+    #[command(
+        after_help = "Examples:\n  turnstone export ./demo-store --session sess-000003 > sess-000003.jsonl\n  turnstone import ./other-store sess-000003.jsonl --session copy-of-3\n\n\
+One line per event: {\"seq\":N,\"kind\":\"user/message\",\"data\":{...},\"surface\":{\"op\":\"append\"}};\n\
+plugin events also carry \"ignorable\"."
+    )]
+    Export(export::ExportArgs),
+    /// Append a JSONL file (as written by export) to a store as a new session; validates every line first.
+    #[command(
+        after_help = "Examples:\n  turnstone import ./demo-store sess-000003.jsonl                # session id from the file name\n  turnstone import ./demo-store sess-000003.jsonl --session restored-3\n\n\
+Every line is checked before anything is written: JSON shape, kind, event data,\n\
+surface ops (replayed against a scratch surface) and dense seqs 0, 1, 2, ...\n\
+On the first bad line the import is refused with its line number and the store\n\
+is not touched. The events are written in one atomic batch followed by\n\
+session/end-seed (they are the new session's seed history)."
+    )]
+    Import(import::ImportArgs),
 }
 
 fn run(cli: Cli) -> Result<ExitCode, Failure> {
     match cli.cmd {
-        Cmd::Fleet(args) => fleet::run(&args).map(|()| ExitCode::SUCCESS),
-        Cmd::Verify { dir, json } => verify::run(&dir, json),
-        Cmd::Dump {
-            path,
-            session,
-            json,
-        } => dump::run(&path, session.as_deref(), json),
+        Cmd::Fleet(a) => fleet::run(&a).map(|()| ExitCode::SUCCESS),
+        Cmd::Messages(a) => messages::run(&a),
+        Cmd::Recover(a) => recover::run(&a),
+        Cmd::Dump(a) => dump::run(&a),
+        Cmd::Verify(a) => verify::run(&a),
+        Cmd::Stats(a) => stats::run(&a),
+        Cmd::Export(a) => export::run(&a),
+        Cmd::Import(a) => import::run(&a),
     }
 }
 
@@ -110,6 +124,8 @@ fn main() -> ExitCode {
     std::panic::set_hook(Box::new(|info| {
         eprintln!("turnstone: internal error (a bug, please report it): {info}");
     }));
+    // `turnstone dump | head` ends quietly, as other Unix tools do.
+    signals::default_sigpipe();
     let cli = Cli::parse();
     match run(cli) {
         Ok(code) => code,
@@ -118,4 +134,9 @@ fn main() -> ExitCode {
             ExitCode::from(f.code)
         }
     }
+}
+
+/// Paths in messages: as given.
+pub fn show(p: &std::path::Path) -> String {
+    p.display().to_string()
 }

@@ -1,13 +1,24 @@
-//! `turnstone verify`: a full, read-only check of every segment and frame.
+//! `turnstone verify`: a full, read-only check of every segment and frame,
+//! reported per segment.
 
 use std::ops::ControlFlow;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
+use clap::Args;
 use turnstone::inspect::{self, InspectProblem, Item};
 use turnstone::ProblemKind;
 
 use crate::Failure;
+
+#[derive(Debug, Args)]
+pub struct VerifyArgs {
+    /// Store directory (or a single segment file).
+    pub dir: PathBuf,
+    /// Print one JSON object instead of text.
+    #[arg(long)]
+    pub json: bool,
+}
 
 /// A problem as a JSON object (fields in this order).
 #[derive(Debug, serde::Serialize)]
@@ -17,6 +28,12 @@ pub struct ProblemJson {
     pub offset: u64,
     pub bytes: u64,
     pub detail: String,
+    /// The checksum stored in the file, when a checksum is what failed.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub expected: Option<String>,
+    /// The checksum of the bytes as found.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub found: Option<String>,
 }
 
 pub fn problem_json(p: &InspectProblem) -> ProblemJson {
@@ -26,7 +43,63 @@ pub fn problem_json(p: &InspectProblem) -> ProblemJson {
         offset: p.offset,
         bytes: p.bytes,
         detail: p.detail.clone(),
+        expected: p.checksum.map(|c| format!("{:#010x}", c.stored)),
+        found: p.checksum.map(|c| format!("{:#010x}", c.computed)),
     }
+}
+
+pub fn kind_str(k: ProblemKind) -> &'static str {
+    match k {
+        ProblemKind::TornTail => "torn-tail",
+        ProblemKind::Corruption => "corruption",
+    }
+}
+
+/// One sentence describing a problem.
+pub fn problem_text(p: &InspectProblem) -> String {
+    let sum = p
+        .checksum
+        .map(|c| {
+            format!(
+                " [checksum: expected {:#010x}, found {:#010x}]",
+                c.stored, c.computed
+            )
+        })
+        .unwrap_or_default();
+    match p.kind {
+        ProblemKind::TornTail => format!(
+            "torn tail in {} at offset {} ({} bytes): {}{sum}; these are unacknowledged writes of an interrupted commit, the next writable open truncates them",
+            p.segment.display(),
+            p.offset,
+            p.bytes,
+            p.detail
+        ),
+        ProblemKind::Corruption => format!(
+            "corruption in {} at offset {} ({} bytes skipped): {}{sum}",
+            p.segment.display(),
+            p.offset,
+            p.bytes,
+            p.detail
+        ),
+    }
+}
+
+/// What verify found in one segment file.
+#[derive(Debug, Default, serde::Serialize)]
+pub struct SegmentReport {
+    pub file: String,
+    pub size: u64,
+    /// Format version from the header (`None`: the header does not decode).
+    pub format_version: Option<u32>,
+    pub first_batch_seq: Option<u64>,
+    pub batches: u64,
+    pub frames: u64,
+    pub events: u64,
+    pub payload_bytes: u64,
+    pub torn_tails: u64,
+    pub corruptions: u64,
+    /// `ok`, `torn-tail` or `corrupt`.
+    pub status: &'static str,
 }
 
 /// `verify --json` output.
@@ -42,52 +115,85 @@ struct VerifyJson {
     sessions: u64,
     payload_bytes: u64,
     clean_close: bool,
+    per_segment: Vec<SegmentReport>,
     problems: Vec<ProblemJson>,
 }
 
-pub fn kind_str(k: ProblemKind) -> &'static str {
-    match k {
-        ProblemKind::TornTail => "torn-tail",
-        ProblemKind::Corruption => "corruption",
-    }
-}
-
-/// One sentence describing a problem.
-pub fn problem_text(p: &InspectProblem) -> String {
-    match p.kind {
-        ProblemKind::TornTail => format!(
-            "torn tail in {} at offset {} ({} bytes): {}; these are unacknowledged writes of an interrupted commit, the next open truncates them",
-            p.segment.display(),
-            p.offset,
-            p.bytes,
-            p.detail
-        ),
-        ProblemKind::Corruption => format!(
-            "corruption in {} at offset {}: {}",
-            p.segment.display(),
-            p.offset,
-            p.detail
-        ),
-    }
-}
-
-pub fn run(dir: &Path, json: bool) -> Result<ExitCode, Failure> {
-    let mut problems = Vec::new();
-    let s = inspect::walk(dir, |item| {
-        if let Item::Problem(p) = item {
-            problems.push(p);
-        }
-        ControlFlow::Continue(())
-    })
-    .map_err(|e| Failure::usage(e.to_string()))?;
-    let status = if s.corruptions > 0 {
+fn status_of(torn: u64, corrupt: u64) -> &'static str {
+    if corrupt > 0 {
         "corrupt"
-    } else if s.torn_tails > 0 {
+    } else if torn > 0 {
         "torn-tail"
     } else {
-        "clean"
+        "ok"
+    }
+}
+
+pub fn run(args: &VerifyArgs) -> Result<ExitCode, Failure> {
+    let dir: &Path = &args.dir;
+    let total = crate::progress::segment_bytes(dir);
+    let bar = crate::progress::bar(
+        total,
+        "verify",
+        true,
+        total >= crate::progress::LARGE_STORE_BYTES,
+    );
+    let mut problems = Vec::new();
+    let mut segs: Vec<SegmentReport> = Vec::new();
+    let mut done = 0u64;
+    let s = inspect::walk(dir, |item| {
+        match item {
+            Item::Segment(s) => {
+                if let Some(prev) = segs.last() {
+                    done += prev.size;
+                }
+                bar.set_position(done);
+                segs.push(SegmentReport {
+                    file: s.file.display().to_string(),
+                    size: s.size,
+                    format_version: s.header.map(|h| h.version),
+                    first_batch_seq: s.header.map(|h| h.first_batch_seq),
+                    ..Default::default()
+                });
+            }
+            Item::Batch(b) => {
+                bar.set_position(done + b.offset);
+                if let Some(r) = segs.last_mut() {
+                    r.batches += 1;
+                }
+            }
+            Item::Frame(f) => {
+                if let Some(r) = segs.last_mut() {
+                    r.frames += 1;
+                    if !f.is_define() {
+                        r.events += 1;
+                        r.payload_bytes += f.payload.len() as u64;
+                    }
+                }
+            }
+            Item::Problem(p) => {
+                let file = p.segment.display().to_string();
+                if let Some(r) = segs.iter_mut().rev().find(|r| r.file == file) {
+                    match p.kind {
+                        ProblemKind::TornTail => r.torn_tails += 1,
+                        ProblemKind::Corruption => r.corruptions += 1,
+                    }
+                }
+                problems.push(p);
+            }
+        }
+        ControlFlow::Continue(())
+    });
+    bar.finish_and_clear();
+    let s = s.map_err(Failure::from)?;
+    for r in &mut segs {
+        r.status = status_of(r.torn_tails, r.corruptions);
+    }
+    let status = match status_of(s.torn_tails, s.corruptions) {
+        "ok" => "clean",
+        other => other,
     };
-    if json {
+    if args.json {
         let out = VerifyJson {
             path: dir.display().to_string(),
             ok: s.corruptions == 0,
@@ -99,12 +205,36 @@ pub fn run(dir: &Path, json: bool) -> Result<ExitCode, Failure> {
             sessions: s.sessions,
             payload_bytes: s.payload_bytes,
             clean_close: s.clean_close,
+            per_segment: segs,
             problems: problems.iter().map(problem_json).collect(),
         };
         let line = serde_json::to_string(&out)
             .map_err(|e| Failure::io(format!("cannot encode the report: {e}")))?;
         println!("{line}");
     } else {
+        for r in &segs {
+            let name = Path::new(&r.file)
+                .file_name()
+                .map_or_else(|| r.file.clone(), |n| n.to_string_lossy().into_owned());
+            let version = r
+                .format_version
+                .map_or_else(|| "header damaged".to_string(), |v| format!("format {v}"));
+            println!(
+                "{name}  {version}  {} bytes  {} batches  {} events  {}",
+                r.size,
+                r.batches,
+                r.events,
+                match r.status {
+                    "ok" => "ok".to_string(),
+                    "torn-tail" => "torn tail".to_string(),
+                    _ => format!(
+                        "CORRUPT ({} problem{})",
+                        r.corruptions,
+                        if r.corruptions == 1 { "" } else { "s" }
+                    ),
+                }
+            );
+        }
         for p in &problems {
             println!("{}", problem_text(p));
         }
