@@ -19,6 +19,7 @@ mod stats;
 mod store_open;
 mod style;
 mod verify;
+mod views;
 
 pub use failure::Failure;
 
@@ -104,6 +105,23 @@ is not touched. The events are written in one atomic batch followed by\n\
 session/end-seed (they are the new session's seed history)."
     )]
     Import(import::ImportArgs),
+    /// Stream one session's events in order (chunks and inherited fork events included), read-only.
+    #[command(after_help = "Examples:\n  turnstone replay ./demo-store --session sess-000003\n  turnstone replay ./demo-store --session sess-000003 --json --pace\n\n\
+With --json, one object per event in the shape of `dump --json` (session is the replayed session's id).")]
+    Replay(views::ReplayArgs),
+    /// Fork a session: the child references a stable prefix of the source (no event body is copied).
+    #[command(after_help = "Examples:\n  turnstone fork ./demo-store --session sess-000003\n  turnstone fork ./demo-store --session sess-000003 --at 120 --child experiment-1\n\n\
+The child holds the source's events with seq < AT; the default is the end of the last closed turn.\n\
+A boundary inside an unfinished turn is refused. Prints the child's id.")]
+    Fork(views::ForkArgs),
+    /// List sessions: events, created/updated time, open turn, fork parent (read-only).
+    #[command(after_help = "Examples:\n  turnstone sessions ./demo-store\n  turnstone sessions ./demo-store --json | jq -c 'select(.open_turn)'")]
+    Sessions(views::SessionsArgs),
+    /// Full-text search over message text of every session (user, assistant, tool results, summaries).
+    #[command(after_help = "Examples:\n  turnstone search ./demo-store \"disk full\"\n  turnstone search ./demo-store 'error NOT retry' --json\n\n\
+The index (DIR/search.sqlite, SQLite FTS5) is derived from the durable log, updated on each search,\n\
+and can be deleted at any time. --json prints {\"session\",\"seq\",\"snippet\"} per hit.")]
+    Search(views::SearchArgs),
 }
 
 fn run(cli: Cli) -> Result<ExitCode, Failure> {
@@ -116,6 +134,10 @@ fn run(cli: Cli) -> Result<ExitCode, Failure> {
         Cmd::Stats(a) => stats::run(&a),
         Cmd::Export(a) => export::run(&a),
         Cmd::Import(a) => import::run(&a),
+        Cmd::Replay(a) => views::run_replay(&a),
+        Cmd::Fork(a) => views::run_fork(&a),
+        Cmd::Sessions(a) => views::run_sessions(&a),
+        Cmd::Search(a) => views::run_search(&a),
     }
 }
 

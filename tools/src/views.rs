@@ -1,0 +1,194 @@
+//! `turnstone replay`, `fork`, `sessions` and `search`: the views over the
+//! one log (session layer: replay, fork, query).
+
+use std::io::{self, BufWriter, Write};
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::Duration;
+
+use clap::Args;
+use serde_json::{json, Value};
+use turnstone::session::query::{list_sessions, SearchIndex};
+use turnstone::session::{fork, replay, Registry, SessionEvent};
+use turnstone::Store;
+
+use crate::failure::existing_dir;
+use crate::Failure;
+
+#[derive(Debug, Args)]
+pub struct ReplayArgs {
+    /// Store directory.
+    pub dir: PathBuf,
+    /// Session id.
+    #[arg(long)]
+    pub session: String,
+    /// One JSON object per event, in the shape of `dump --json`.
+    #[arg(long)]
+    pub json: bool,
+    /// Wait between events as long as they were apart when recorded (at most 1 s each).
+    #[arg(long)]
+    pub pace: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct ForkArgs {
+    /// Store directory.
+    pub dir: PathBuf,
+    /// Session to fork.
+    #[arg(long)]
+    pub session: String,
+    /// The child holds the source's events with seq < AT (default: up to the last closed turn).
+    #[arg(long)]
+    pub at: Option<u64>,
+    /// Id of the child (default: SOURCE.fork-RANDOM).
+    #[arg(long)]
+    pub child: Option<String>,
+}
+
+#[derive(Debug, Args)]
+pub struct SessionsArgs {
+    /// Store directory.
+    pub dir: PathBuf,
+    /// One JSON object per session.
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct SearchArgs {
+    /// Store directory.
+    pub dir: PathBuf,
+    /// Words to find (SQLite FTS5 syntax; anything else is searched as a phrase).
+    pub query: String,
+    /// Most hits to print.
+    #[arg(long, default_value_t = 20)]
+    pub limit: usize,
+    /// One JSON object per hit: {"session","seq","snippet"}.
+    #[arg(long)]
+    pub json: bool,
+}
+
+fn read_only(dir: &std::path::Path) -> Result<Arc<Store>, Failure> {
+    crate::store_open::read_only(dir)
+}
+
+fn known(store: &Store, dir: &std::path::Path, id: &str) -> Result<(), Failure> {
+    if store.session_len(id).is_none() {
+        return Err(Failure::usage(format!(
+            "store {} has no session {id:?} (`turnstone sessions {}` lists them)",
+            dir.display(),
+            dir.display()
+        )));
+    }
+    Ok(())
+}
+
+/// The `dump --json`-shaped object of a session event.
+pub fn event_json(session: &str, ev: &SessionEvent) -> Value {
+    let mut o = json!({
+        "session": session,
+        "seq": ev.seq,
+        "kind": ev.kind.name(),
+        "ignorable": ev.ignorable,
+        "data": ev.data,
+    });
+    if let Some(op) = ev.surface {
+        o["surface"] = serde_json::to_value(op).expect("surface op serializes");
+    }
+    if let Some(ts) = ev.ts {
+        o["ts"] = json!(ts);
+    }
+    o
+}
+
+fn write_line(out: &mut impl Write, line: &str) -> Result<(), Failure> {
+    writeln!(out, "{line}").map_err(|e| Failure::io(format!("cannot write to stdout: {e}")))
+}
+
+pub fn run_replay(a: &ReplayArgs) -> Result<ExitCode, Failure> {
+    let store = read_only(&a.dir)?;
+    known(&store, &a.dir, &a.session)?;
+    let stdout = io::stdout();
+    let mut out = BufWriter::new(stdout.lock());
+    let mut last_ts: Option<u64> = None;
+    for ev in replay(&store, &a.session, Arc::new(Registry::new()), 0)? {
+        let ev = ev?;
+        if a.pace {
+            if let (Some(prev), Some(ts)) = (last_ts, ev.ts) {
+                out.flush().ok();
+                std::thread::sleep(Duration::from_millis(ts.saturating_sub(prev).min(1000)));
+            }
+            last_ts = ev.ts.or(last_ts);
+        }
+        let line = if a.json {
+            event_json(&a.session, &ev).to_string()
+        } else {
+            let preview = crate::dump::clip(&ev.data.to_string(), 100);
+            format!("{:>6}  {:<20} {preview}", ev.seq, ev.kind.name())
+        };
+        write_line(&mut out, &line)?;
+    }
+    out.flush().ok();
+    Ok(ExitCode::SUCCESS)
+}
+
+pub fn run_fork(a: &ForkArgs) -> Result<ExitCode, Failure> {
+    existing_dir(&a.dir)?;
+    let store = Store::open(&a.dir)?;
+    known(&store, &a.dir, &a.session)?;
+    let f = fork(&store, &a.session, a.at, a.child.as_deref())?;
+    store.sync()?;
+    store.close()?;
+    eprintln!(
+        "forked {:?} at seq {} (the child holds seqs 0..{})",
+        a.session, f.upto, f.upto
+    );
+    println!("{}", f.child);
+    Ok(ExitCode::SUCCESS)
+}
+
+pub fn run_sessions(a: &SessionsArgs) -> Result<ExitCode, Failure> {
+    let store = read_only(&a.dir)?;
+    let list = list_sessions(&store, &Registry::new())?;
+    let stdout = io::stdout();
+    let mut out = BufWriter::new(stdout.lock());
+    for s in &list {
+        let line = if a.json {
+            serde_json::to_string(s).expect("summary serializes")
+        } else {
+            format!(
+                "{:<32} {:>8} events  {}{}",
+                s.id,
+                s.events,
+                if s.open_turn { "turn open" } else { "idle" },
+                s.parent
+                    .as_ref()
+                    .map(|(p, n)| format!("  fork of {p} at {n}"))
+                    .unwrap_or_default()
+            )
+        };
+        write_line(&mut out, &line)?;
+    }
+    out.flush().ok();
+    Ok(ExitCode::SUCCESS)
+}
+
+pub fn run_search(a: &SearchArgs) -> Result<ExitCode, Failure> {
+    let store = read_only(&a.dir)?;
+    let mut ix = SearchIndex::open(&store)?;
+    ix.update(&store, &Registry::new())?;
+    let hits = ix.search(&a.query, a.limit)?;
+    let stdout = io::stdout();
+    let mut out = BufWriter::new(stdout.lock());
+    for h in &hits {
+        let line = if a.json {
+            serde_json::to_string(h).expect("hit serializes")
+        } else {
+            format!("{} #{}  {}", h.session, h.seq, h.snippet.replace('\n', " "))
+        };
+        write_line(&mut out, &line)?;
+    }
+    out.flush().ok();
+    Ok(ExitCode::SUCCESS)
+}

@@ -1,0 +1,109 @@
+//! `turnstone replay`, `fork`, `sessions`, `search` on a fleet store.
+
+use std::process::Command;
+
+use serde_json::Value;
+
+fn bin() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_turnstone"))
+}
+
+fn run(args: &[&str]) -> (i32, String, String) {
+    let out = bin().args(args).output().unwrap();
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+fn json_lines(s: &str) -> Vec<Value> {
+    s.lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}")))
+        .collect()
+}
+
+#[test]
+fn replay_fork_sessions_search() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path().to_str().unwrap();
+    let (code, _, err) = run(&[
+        "fleet",
+        d,
+        "--sessions",
+        "4",
+        "--threads",
+        "2",
+        "--events",
+        "600",
+    ]);
+    assert_eq!(code, 0, "{err}");
+
+    let (code, out, err) = run(&["sessions", d, "--json"]);
+    assert_eq!(code, 0, "{err}");
+    let sessions = json_lines(&out);
+    assert_eq!(sessions.len(), 4);
+    let total: u64 = sessions.iter().map(|s| s["events"].as_u64().unwrap()).sum();
+    assert!(total >= 600);
+    let id = sessions[0]["id"].as_str().unwrap().to_string();
+    let len = sessions[0]["events"].as_u64().unwrap();
+
+    // Replay: every event in order, chunks included, in the dump --json shape.
+    let (code, out, err) = run(&["replay", d, "--session", &id, "--json"]);
+    assert_eq!(code, 0, "{err}");
+    let evs = json_lines(&out);
+    assert_eq!(evs.len() as u64, len);
+    for (i, e) in evs.iter().enumerate() {
+        assert_eq!(e["seq"].as_u64(), Some(i as u64));
+        assert_eq!(e["session"].as_str(), Some(id.as_str()));
+    }
+    assert!(evs.iter().any(|e| e["kind"] == "assistant/chunk"));
+    assert!(evs.iter().any(|e| e["surface"]["op"] == "append"));
+
+    // Fork at a closed turn boundary: the child replays exactly the prefix.
+    let boundary = evs.iter().position(|e| e["kind"] == "turn/end").unwrap() + 1;
+    let at = boundary.to_string();
+    let (code, out, err) = run(&["fork", d, "--session", &id, "--at", &at, "--child", "kid"]);
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(out.trim(), "kid");
+    let (code, out, _) = run(&["replay", d, "--session", "kid", "--json"]);
+    assert_eq!(code, 0);
+    let kid = json_lines(&out);
+    assert_eq!(kid.len(), boundary);
+    for (a, b) in kid.iter().zip(&evs) {
+        assert_eq!(a["data"], b["data"]);
+        assert_eq!(a["session"], "kid");
+    }
+    // Inside a turn: refused with a clear message.
+    let inside = evs.iter().position(|e| e["kind"] == "turn/start").unwrap() + 2;
+    let (code, _, err) = run(&["fork", d, "--session", &id, "--at", &inside.to_string()]);
+    assert_ne!(code, 0);
+    assert!(err.contains("unfinished turn"), "{err}");
+
+    // Search finds message text, with session, seq and snippet.
+    let word = evs
+        .iter()
+        .find(|e| e["kind"] == "user/message")
+        .and_then(|e| e["data"]["content"][0]["text"].as_str())
+        .and_then(|t| {
+            t.split_whitespace()
+                .find(|w| w.len() > 4 && w.chars().all(|c| c.is_ascii_alphabetic()))
+        })
+        .expect("a word in a user message")
+        .to_string();
+    let (code, out, err) = run(&["search", d, &word, "--json", "--limit", "5"]);
+    assert_eq!(code, 0, "{err}");
+    let hits = json_lines(&out);
+    assert!(!hits.is_empty(), "no hit for {word:?}");
+    for h in &hits {
+        assert!(h["snippet"]
+            .as_str()
+            .unwrap()
+            .to_lowercase()
+            .contains(&word.to_lowercase()));
+        assert!(h["seq"].as_u64().is_some() && h["session"].as_str().is_some());
+    }
+    let (code, _, err) = run(&["replay", d, "--session", "nope"]);
+    assert_eq!(code, 2);
+    assert!(err.contains("no session"), "{err}");
+}
