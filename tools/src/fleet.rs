@@ -91,18 +91,16 @@ const PLUGIN_EVERY: u64 = 2;
 enum Phase {
     TurnStart,
     UserMessage,
+    /// `step/start`, `request/header` (when needed), now and then
+    /// `request/context`, then the durability checkpoint before the model
+    /// request: what an agent loop does back to back.
     StepStart,
-    /// `request/header` (when needed) and now and then `request/context`.
-    Request,
-    /// Durability checkpoint before the model request.
-    ModelCheckpoint,
     Chunk(u32),
     AssistantMessage,
     /// `tool/call`, checkpoint, body, `tool/result` ([`run_tool`]).
     Tool,
+    /// `step/end`, then the durability checkpoint before the next pre-step.
     StepEnd,
-    /// Durability checkpoint before the next pre-step.
-    PreStepCheckpoint,
     TurnEnd,
     /// Prune, compaction, plugin event, model switch, as due.
     Upkeep,
@@ -112,8 +110,8 @@ impl Phase {
     /// Most events the action appends.
     fn max_events(self) -> u64 {
         match self {
-            Phase::ModelCheckpoint | Phase::PreStepCheckpoint => 0,
-            Phase::Request | Phase::Tool => 2,
+            Phase::StepStart => 3,
+            Phase::Tool => 2,
             Phase::Upkeep => 7,
             _ => 1,
         }
@@ -297,9 +295,6 @@ impl Agent {
             Phase::StepStart => {
                 s.append(StepStart { turn_id, step_id }, ())
                     .map_err(|e| err("step/start", e))?;
-                self.phase = Phase::Request;
-            }
-            Phase::Request => {
                 let spec = self.spec(&name);
                 let reason = s
                     .prepare_request(&spec)
@@ -313,9 +308,6 @@ impl Agent {
                     })
                     .map_err(|e| err("request/context", e))?;
                 }
-                self.phase = Phase::ModelCheckpoint;
-            }
-            Phase::ModelCheckpoint => {
                 let t0 = Instant::now();
                 s.checkpoint(CheckpointPoint::BeforeModelRequest)
                     .map_err(|e| err("checkpoint before the model request", e))?;
@@ -434,9 +426,6 @@ impl Agent {
                     (),
                 )
                 .map_err(|e| err("step/end", e))?;
-                self.phase = Phase::PreStepCheckpoint;
-            }
-            Phase::PreStepCheckpoint => {
                 let t0 = Instant::now();
                 s.checkpoint(CheckpointPoint::BeforePreStep)
                     .map_err(|e| err("checkpoint before the next step", e))?;
