@@ -228,6 +228,7 @@ pub fn walk_with(
             });
         }
         w.load_checkpoint(path);
+        w.full_scan = true;
         w.walk_segments(path, &ids, 0, ids.len());
         w.result()
     } else if vfs.exists(path) {
@@ -244,6 +245,9 @@ pub fn walk_with(
                 // Scan the earlier segments quietly (for session names and
                 // seqs), then this one. If they cannot be read, walk it alone.
                 w.quiet_until = Some(at);
+                // With no earlier segment beside it, the file is walked as a
+                // lone segment (a copy), not as the start of a store.
+                w.full_scan = at > 0;
                 w.load_checkpoint(dir);
                 w.walk_segments(dir, &siblings, 0, at);
                 if w.error.is_some() {
@@ -299,6 +303,9 @@ struct Walker<'v, 'f> {
     lost_defines: bool,
     /// Whether the first segment has been seen.
     seen_first: bool,
+    /// The walk covers a whole store directory (its log must start at
+    /// segment 1), not a lone segment file.
+    full_scan: bool,
     /// Evidence from an intact index checkpoint: its store id and the end of
     /// the log it covers (everything before was durable, FORMAT.md §6.3 C4).
     checkpoint: Option<([u8; 16], LogPos)>,
@@ -322,6 +329,7 @@ impl<'v, 'f> Walker<'v, 'f> {
             next_define: Some(0),
             lost_defines: false,
             seen_first: false,
+            full_scan: false,
             checkpoint: None,
             stop: false,
         }
@@ -561,7 +569,27 @@ impl<'v, 'f> Walker<'v, 'f> {
             );
             self.lose_track();
         }
-        if is_first && h.first_batch_seq != 0 {
+        let starts_log = id.unwrap_or(h.segment).0 == frame::FIRST_SEGMENT_ID
+            && h.first_batch_seq == 0
+            && h.prev_segment_end == 0;
+        if is_first && self.full_scan && !starts_log && mismatch.is_empty() {
+            // FORMAT.md §6.3 H4: a store's log starts at segment 1, batch 0.
+            let detail = format!(
+                "the log starts at segment {} (batch {}, previous end {}) but must start at segment {} with batch 0: earlier segment files are missing",
+                id.unwrap_or(h.segment).0,
+                h.first_batch_seq,
+                h.prev_segment_end,
+                frame::FIRST_SEGMENT_ID
+            );
+            self.problem(
+                ProblemKind::Corruption,
+                path,
+                0,
+                SEGMENT_HEADER_BYTES as u64,
+                detail,
+            );
+            self.lose_track();
+        } else if is_first && h.first_batch_seq != 0 {
             // Earlier segments are not part of this walk.
             self.lose_track();
         }
@@ -623,8 +651,22 @@ impl<'v, 'f> Walker<'v, 'f> {
                 segment: seg,
             })
             .find(|salt| probe_after(bytes, salt, 0, 0).0.is_some());
+        // FORMAT.md §6.3 H2: creation writes only the header over zeros, so a
+        // torn creation leaves zeros after byte 64; a header whose checksum is
+        // valid (with an impossible field) was not torn; and a segment an
+        // intact checkpoint of this store reaches was complete.
+        let zeros_after_header = bytes
+            .get(SEGMENT_HEADER_BYTES..)
+            .is_none_or(|rest| rest.iter().all(|b| *b == 0));
+        let crc_valid = matches!(e, HeaderError::Invalid(_));
+        let covered = self
+            .checkpoint
+            .is_some_and(|(cid, c)| self.store_id.is_none_or(|s| s == cid) && c.segment() >= seg);
         let torn_creation = last
             && salt.is_none()
+            && !crc_valid
+            && !covered
+            && zeros_after_header
             && (self.known_store_id().is_some() || bytes.iter().all(|b| *b == 0));
         if torn_creation {
             let detail = format!("segment header incomplete ({e}): its creation was interrupted");
@@ -1428,6 +1470,50 @@ mod tests {
         let c = probs[0].checksum.expect("a body checksum failed");
         assert_ne!(c.stored, c.computed);
         assert!(probs[0].detail.contains(&format!("{:#010x}", c.stored)));
+    }
+
+    /// FORMAT.md §6.3: only a header torn over zeros (H2) is a torn tail; a
+    /// bad last header with data after it, or a log that does not start at
+    /// segment 1, is corruption (H4), as the store says.
+    #[test]
+    fn bad_headers_agree_with_recovery() {
+        let dir = tempfile::tempdir().unwrap();
+        make_store(dir.path(), 200);
+        std::fs::remove_file(dir.path().join(checkpoint::CHECKPOINT_FILE)).unwrap();
+        let ids = list_segments(&OsVfs, dir.path()).unwrap();
+        let last = dir
+            .path()
+            .join(frame::segment_file_name(*ids.last().unwrap()));
+        let orig = std::fs::read(&last).unwrap();
+        // Half a header over zeros: an interrupted creation.
+        let mut b = vec![0u8; orig.len()];
+        b[..32].copy_from_slice(&orig[..32]);
+        std::fs::write(&last, &b).unwrap();
+        let (s, lines) = collect(dir.path()).unwrap();
+        assert_eq!((s.torn_tails, s.corruptions), (1, 0), "{lines:?}");
+        // The same with bytes after the header: corruption.
+        b[200] = 7;
+        std::fs::write(&last, &b).unwrap();
+        let (s, lines) = collect(dir.path()).unwrap();
+        assert_eq!((s.torn_tails, s.corruptions), (0, 1), "{lines:?}");
+        std::fs::write(&last, &orig).unwrap();
+        // A store whose first segment is gone.
+        let first = dir.path().join(frame::segment_file_name(ids[0]));
+        let seg1 = std::fs::read(&first).unwrap();
+        std::fs::remove_file(&first).unwrap();
+        let (s, lines) = collect(dir.path()).unwrap();
+        assert!(s.corruptions >= 1, "{lines:?}");
+        assert!(lines
+            .iter()
+            .any(|l| l.contains("earlier segment files are missing")));
+        // A lone copy of a later segment is no store: no such problem.
+        let lone = tempfile::tempdir().unwrap();
+        let copy = lone.path().join(frame::segment_file_name(ids[1]));
+        std::fs::copy(dir.path().join(frame::segment_file_name(ids[1])), &copy).unwrap();
+        let (s, lines) = collect(&copy).unwrap();
+        assert_eq!(s.corruptions, 0, "{lines:?}");
+        std::fs::write(&first, &seg1).unwrap();
+        assert_eq!(collect(dir.path()).unwrap().0.corruptions, 0);
     }
 
     #[test]
