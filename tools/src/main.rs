@@ -122,6 +122,13 @@ A boundary inside an unfinished turn is refused. Prints the child's id.")]
 The index (DIR/search.sqlite, SQLite FTS5) is derived from the durable log, updated on each search,\n\
 and can be deleted at any time. --json prints {\"session\",\"seq\",\"snippet\"} per hit.")]
     Search(views::SearchArgs),
+    /// Serve the store over HTTP with the Durable Streams protocol (create, append, read, live tail, fork).
+    #[command(
+        after_help = "Examples:\n  turnstone serve ./streams-store\n  turnstone serve ./streams-store --listen 127.0.0.1:8080 --token \"$TOKEN\"\n\n\
+Each stream is a session, each append an atomic event group; a 2xx answer to a\n\
+write means it is durable. See README.md, \"turnstone serve\"."
+    )]
+    Serve(turnstone_server::cli::ServeArgs),
 }
 
 fn run(cli: Cli) -> Result<ExitCode, Failure> {
@@ -138,6 +145,9 @@ fn run(cli: Cli) -> Result<ExitCode, Failure> {
         Cmd::Fork(a) => views::run_fork(&a),
         Cmd::Sessions(a) => views::run_sessions(&a),
         Cmd::Search(a) => views::run_search(&a),
+        Cmd::Serve(a) => turnstone_server::cli::run(&a)
+            .map(|()| ExitCode::SUCCESS)
+            .map_err(Failure::io),
     }
 }
 

@@ -1,0 +1,733 @@
+//! Requests to responses: routing, header parsing, status codes.
+
+use std::convert::Infallible;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::{Bytes, BytesMut};
+use http_body_util::BodyExt;
+use hyper::body::Incoming;
+use hyper::header::{self, HeaderMap, HeaderName, HeaderValue};
+use hyper::{Method, Request, Response, StatusCode};
+
+use crate::body::Body;
+use crate::headers as h;
+use crate::offset::{self, Offset, Requested};
+use crate::read::{self, Chunk};
+use crate::record::now_ms;
+use crate::stream::{Fail, Stream};
+use crate::streams::{AppendReq, CreateReq, ForkReq};
+use crate::App;
+
+/// An error answer.
+pub struct HttpError {
+    pub status: StatusCode,
+    pub message: String,
+    pub headers: Vec<(&'static str, String)>,
+}
+
+impl HttpError {
+    pub fn new(status: StatusCode, message: impl Into<String>) -> Self {
+        HttpError {
+            status,
+            message: message.into(),
+            headers: Vec::new(),
+        }
+    }
+    fn bad(message: impl Into<String>) -> Self {
+        Self::new(StatusCode::BAD_REQUEST, message)
+    }
+}
+
+impl From<Fail> for HttpError {
+    fn from(f: Fail) -> Self {
+        use StatusCode as S;
+        match f {
+            Fail::NotFound => HttpError::new(S::NOT_FOUND, "stream not found"),
+            Fail::Gone => HttpError::new(S::GONE, "stream deleted (forks still read through it)"),
+            Fail::BadRequest(m) => HttpError::new(S::BAD_REQUEST, m),
+            Fail::Conflict(m) => HttpError::new(S::CONFLICT, m),
+            Fail::Closed { tail } => HttpError {
+                status: S::CONFLICT,
+                message: "stream is closed".into(),
+                headers: vec![
+                    (h::STREAM_CLOSED, "true".into()),
+                    (h::STREAM_NEXT_OFFSET, tail.token()),
+                ],
+            },
+            Fail::StaleEpoch { current } => HttpError {
+                status: S::FORBIDDEN,
+                message: "stale producer epoch".into(),
+                headers: vec![(h::PRODUCER_EPOCH, current.to_string())],
+            },
+            Fail::SeqGap { expected, received } => HttpError {
+                status: S::CONFLICT,
+                message: format!("producer sequence gap: expected {expected}, got {received}"),
+                headers: vec![
+                    (h::PRODUCER_EXPECTED_SEQ, expected.to_string()),
+                    (h::PRODUCER_RECEIVED_SEQ, received.to_string()),
+                ],
+            },
+            Fail::TooLarge(m) => HttpError::new(S::PAYLOAD_TOO_LARGE, m),
+            Fail::Unavailable(m) => HttpError::new(S::SERVICE_UNAVAILABLE, m),
+            Fail::Internal(m) => HttpError::new(S::INTERNAL_SERVER_ERROR, m),
+        }
+    }
+}
+
+type Result<T> = std::result::Result<T, HttpError>;
+
+/// Entry point for every request.
+pub async fn handle(
+    app: Arc<App>,
+    req: Request<Incoming>,
+) -> std::result::Result<Response<Body>, Infallible> {
+    let is_head = req.method() == Method::HEAD;
+    let mut resp = match route(&app, req).await {
+        Ok(r) => r,
+        Err(e) => {
+            let body = if is_head || e.status == StatusCode::NOT_MODIFIED {
+                Body::empty()
+            } else {
+                Body::full(format!("{}\n", e.message))
+            };
+            let mut r = Response::new(body);
+            *r.status_mut() = e.status;
+            r.headers_mut().insert(
+                header::CONTENT_TYPE,
+                HeaderValue::from_static("text/plain; charset=utf-8"),
+            );
+            for (k, v) in e.headers {
+                set(r.headers_mut(), k, &v);
+            }
+            r
+        }
+    };
+    let hd = resp.headers_mut();
+    hd.insert(
+        "x-content-type-options",
+        HeaderValue::from_static("nosniff"),
+    );
+    hd.insert(
+        "cross-origin-resource-policy",
+        HeaderValue::from_static("cross-origin"),
+    );
+    hd.insert(
+        header::ACCESS_CONTROL_ALLOW_ORIGIN,
+        HeaderValue::from_static("*"),
+    );
+    hd.insert(
+        header::ACCESS_CONTROL_EXPOSE_HEADERS,
+        HeaderValue::from_static(h::EXPOSED),
+    );
+    Ok(resp)
+}
+
+/// Set a header, skipping values that are not valid header text.
+pub fn set(hd: &mut HeaderMap, name: &'static str, value: &str) {
+    if let Ok(v) = HeaderValue::from_str(value) {
+        hd.insert(HeaderName::from_static(name), v);
+    }
+}
+
+fn header_str<'a>(hd: &'a HeaderMap, name: &str) -> Result<Option<&'a str>> {
+    match hd.get(name) {
+        None => Ok(None),
+        Some(v) => v
+            .to_str()
+            .map(Some)
+            .map_err(|_| HttpError::bad(format!("header {name} is not visible ASCII"))),
+    }
+}
+
+async fn route(app: &Arc<App>, req: Request<Incoming>) -> Result<Response<Body>> {
+    if req.method() == Method::OPTIONS {
+        return Ok(preflight(req.headers()));
+    }
+    if let Some(token) = &app.opts.token {
+        let ok = req
+            .headers()
+            .get(header::AUTHORIZATION)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.strip_prefix("Bearer "))
+            .is_some_and(|t| constant_time_eq(t.trim().as_bytes(), token.as_bytes()));
+        if !ok {
+            let mut e = HttpError::new(StatusCode::UNAUTHORIZED, "a bearer token is required");
+            e.headers.push(("www-authenticate", "Bearer".into()));
+            return Err(e);
+        }
+    }
+    let path = stream_path(req.uri().path())?;
+    let query = Query::parse(req.uri().query().unwrap_or(""))?;
+    match *req.method() {
+        Method::PUT => put(app, path, req).await,
+        Method::POST => post(app, path, req).await,
+        Method::GET => get(app, path, query, req.headers()).await,
+        Method::HEAD => head(app, path).await,
+        Method::DELETE => delete(app, path).await,
+        _ => {
+            let mut e = HttpError::new(StatusCode::METHOD_NOT_ALLOWED, "method not allowed");
+            e.headers
+                .push(("allow", "GET, HEAD, PUT, POST, DELETE, OPTIONS".into()));
+            Err(e)
+        }
+    }
+}
+
+fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+    if a.len() != b.len() {
+        return false;
+    }
+    a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+fn preflight(hd: &HeaderMap) -> Response<Body> {
+    let mut r = Response::new(Body::empty());
+    *r.status_mut() = StatusCode::NO_CONTENT;
+    let out = r.headers_mut();
+    set(
+        out,
+        "access-control-allow-methods",
+        "GET, HEAD, PUT, POST, DELETE, OPTIONS",
+    );
+    let asked = hd
+        .get(header::ACCESS_CONTROL_REQUEST_HEADERS)
+        .and_then(|v| v.to_str().ok())
+        .filter(|v| !v.trim().is_empty());
+    set(
+        out,
+        "access-control-allow-headers",
+        asked.unwrap_or(h::ALLOWED),
+    );
+    set(out, "access-control-max-age", "86400");
+    r
+}
+
+/// Longest stream path accepted (bytes, decoded).
+const PATH_MAX: usize = 1024;
+
+/// The stream key of a request path: percent-decoded, UTF-8, no `.`/`..`
+/// segments, no control characters. Streams live in the log, never in files
+/// named after them, so no path can reach the filesystem; this only keeps
+/// names unambiguous.
+pub fn stream_path(raw: &str) -> Result<String> {
+    let decoded =
+        percent_decode(raw).ok_or_else(|| HttpError::bad("malformed percent-encoding in path"))?;
+    let path = String::from_utf8(decoded).map_err(|_| HttpError::bad("path is not UTF-8"))?;
+    if !path.starts_with('/') || path.len() < 2 {
+        return Err(HttpError::new(StatusCode::NOT_FOUND, "no stream at /"));
+    }
+    if path.len() > PATH_MAX {
+        return Err(HttpError::new(
+            StatusCode::URI_TOO_LONG,
+            "stream path too long",
+        ));
+    }
+    if path.chars().any(|c| c.is_control()) {
+        return Err(HttpError::bad("control characters in path"));
+    }
+    if path.split('/').any(|seg| seg == "." || seg == "..") {
+        return Err(HttpError::bad(
+            "'.' and '..' segments are not allowed in stream paths",
+        ));
+    }
+    Ok(path)
+}
+
+fn percent_decode(s: &str) -> Option<Vec<u8>> {
+    let b = s.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        if b[i] == b'%' {
+            let hex = b.get(i + 1..i + 3)?;
+            let v = u8::from_str_radix(std::str::from_utf8(hex).ok()?, 16).ok()?;
+            out.push(v);
+            i += 3;
+        } else {
+            out.push(b[i]);
+            i += 1;
+        }
+    }
+    Some(out)
+}
+
+/// The protocol's query parameters (others are ignored).
+#[derive(Debug, Default)]
+pub struct Query {
+    pub offset: Option<String>,
+    pub live: Option<String>,
+    pub cursor: Option<String>,
+}
+
+impl Query {
+    pub fn parse(q: &str) -> Result<Query> {
+        let mut out = Query::default();
+        for (k, v) in form_urlencoded::parse(q.as_bytes()) {
+            let slot = match k.as_ref() {
+                "offset" => &mut out.offset,
+                "live" => &mut out.live,
+                "cursor" => &mut out.cursor,
+                _ => continue,
+            };
+            if slot.is_some() {
+                return Err(HttpError::bad(format!("query parameter {k} given twice")));
+            }
+            *slot = Some(v.into_owned());
+        }
+        Ok(out)
+    }
+}
+
+async fn read_body(app: &App, req: Request<Incoming>) -> Result<Bytes> {
+    let max = app.opts.max_body_bytes;
+    let too_large = || {
+        HttpError::new(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            format!("request body over {max} bytes"),
+        )
+    };
+    if let Some(len) = req
+        .headers()
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok())
+    {
+        if len > max as u64 {
+            return Err(too_large());
+        }
+    }
+    let mut body = req.into_body();
+    let mut buf = BytesMut::new();
+    while let Some(frame) = body.frame().await {
+        let frame = frame.map_err(|e| HttpError::bad(format!("reading the body: {e}")))?;
+        if let Ok(data) = frame.into_data() {
+            if buf.len() + data.len() > max {
+                return Err(too_large());
+            }
+            buf.extend_from_slice(&data);
+        }
+    }
+    Ok(buf.freeze())
+}
+
+async fn blocking<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> Result<T> {
+    tokio::task::spawn_blocking(f)
+        .await
+        .map_err(|e| HttpError::new(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()))
+}
+
+async fn durable(app: &App, pos: turnstone::LogPos) -> Result<()> {
+    app.durable
+        .wait(pos)
+        .await
+        .map_err(|e| HttpError::new(StatusCode::SERVICE_UNAVAILABLE, e))
+}
+
+/// The stream at `path`, once its creation is durable.
+async fn lookup(app: &App, path: &str) -> Result<Arc<Stream>> {
+    match app.streams.lookup(path, now_ms()) {
+        Ok(s) => {
+            durable(app, s.create_end).await?;
+            Ok(s)
+        }
+        Err((fail, end)) => {
+            if let Some(end) = end {
+                durable(app, end).await?;
+            }
+            Err(fail.into())
+        }
+    }
+}
+
+fn content_type(hd: &HeaderMap) -> Result<Option<String>> {
+    match header_str(hd, "content-type")? {
+        None => Ok(None),
+        Some(v) if v.trim().is_empty() => Ok(None),
+        Some(v) => h::normalize_content_type(v)
+            .map(Some)
+            .ok_or_else(|| HttpError::bad(format!("invalid Content-Type {v:?}"))),
+    }
+}
+
+fn fork_source_path(v: &str) -> Result<String> {
+    let v = v.trim();
+    let path = match v.find("://") {
+        Some(i) => {
+            let rest = &v[i + 3..];
+            &rest[rest.find('/').unwrap_or(rest.len())..]
+        }
+        None => v,
+    };
+    let path = path.split(['?', '#']).next().unwrap_or("");
+    stream_path(path).map_err(|e| HttpError::bad(format!("Stream-Forked-From: {}", e.message)))
+}
+
+async fn put(app: &Arc<App>, path: String, req: Request<Incoming>) -> Result<Response<Body>> {
+    let hd = req.headers();
+    let content_type = content_type(hd)?;
+    let ttl_secs = match header_str(hd, h::STREAM_TTL)? {
+        None => None,
+        Some(v) => Some(h::parse_strict_uint(v.trim()).ok_or_else(|| {
+            HttpError::bad(
+                "Stream-TTL must be a non-negative integer without sign or leading zeros",
+            )
+        })?),
+    };
+    let expires_at = match header_str(hd, h::STREAM_EXPIRES_AT)? {
+        None => None,
+        Some(v) => Some((
+            h::parse_rfc3339_ms(v)
+                .ok_or_else(|| HttpError::bad("Stream-Expires-At must be an RFC 3339 timestamp"))?,
+            v.trim().to_string(),
+        )),
+    };
+    if ttl_secs.is_some() && expires_at.is_some() {
+        return Err(HttpError::bad(
+            "give Stream-TTL or Stream-Expires-At, not both",
+        ));
+    }
+    let closed = header_str(hd, h::STREAM_CLOSED)?.is_some_and(h::is_true);
+    let forked_from = header_str(hd, h::STREAM_FORKED_FROM)?;
+    let fork_offset = header_str(hd, h::STREAM_FORK_OFFSET)?;
+    let sub_offset = header_str(hd, h::STREAM_FORK_SUB_OFFSET)?;
+    let fork = match forked_from {
+        None => {
+            if fork_offset.is_some() || sub_offset.is_some() {
+                return Err(HttpError::bad("fork offsets need Stream-Forked-From"));
+            }
+            None
+        }
+        Some(src) => {
+            let offset = match fork_offset {
+                None => None,
+                Some(v) => match offset::parse(v.trim()) {
+                    Some(Requested::Start) => Some(Offset::ZERO),
+                    Some(Requested::Now) => None,
+                    Some(Requested::At(o)) => Some(o),
+                    None => return Err(HttpError::bad("malformed Stream-Fork-Offset")),
+                },
+            };
+            let sub_offset = match sub_offset {
+                None => 0,
+                Some(v) => h::parse_strict_uint(v.trim())
+                    .ok_or_else(|| HttpError::bad("malformed Stream-Fork-Sub-Offset"))?,
+            };
+            if sub_offset > 0 && fork_offset.is_none() {
+                return Err(HttpError::bad(
+                    "Stream-Fork-Sub-Offset needs Stream-Fork-Offset",
+                ));
+            }
+            Some(ForkReq {
+                source_path: fork_source_path(src)?,
+                offset,
+                sub_offset,
+            })
+        }
+    };
+    let host = header_str(hd, "host")?.map(str::to_string);
+    let body = read_body(app, req).await?;
+    let creq = CreateReq {
+        path: path.clone(),
+        content_type,
+        ttl_secs,
+        expires_at,
+        closed,
+        fork,
+        body,
+    };
+    let a = app.clone();
+    let created = blocking(move || a.streams.create(&creq, now_ms())).await??;
+    durable(app, created.end).await?;
+    let s = &created.stream;
+    let (ct, vis, vis_closed) = {
+        let st = s.state.lock();
+        (st.config.content_type.clone(), st.vis, st.vis_closed)
+    };
+    let mut r = Response::new(Body::empty());
+    let hd = r.headers_mut();
+    set(hd, "content-type", &ct);
+    set(hd, h::STREAM_NEXT_OFFSET, &vis.token());
+    if vis_closed {
+        set(hd, h::STREAM_CLOSED, "true");
+    }
+    if created.created {
+        *r.status_mut() = StatusCode::CREATED;
+        let host = host.unwrap_or_else(|| app.opts.listen.to_string());
+        set(r.headers_mut(), "location", &format!("http://{host}{path}"));
+    }
+    Ok(r)
+}
+
+fn producer_headers(hd: &HeaderMap) -> Result<Option<(String, u64, u64)>> {
+    let id = header_str(hd, h::PRODUCER_ID)?;
+    let epoch = header_str(hd, h::PRODUCER_EPOCH)?;
+    let seq = header_str(hd, h::PRODUCER_SEQ)?;
+    match (id, epoch, seq) {
+        (None, None, None) => Ok(None),
+        (Some(id), Some(epoch), Some(seq)) => {
+            if id.trim().is_empty() {
+                return Err(HttpError::bad("Producer-Id must not be empty"));
+            }
+            let num = |v: &str, name: &str| {
+                h::parse_strict_uint(v.trim())
+                    .filter(|n| *n <= h::JS_SAFE_MAX)
+                    .ok_or_else(|| HttpError::bad(format!("{name} must be an integer 0..2^53-1")))
+            };
+            Ok(Some((
+                id.to_string(),
+                num(epoch, "Producer-Epoch")?,
+                num(seq, "Producer-Seq")?,
+            )))
+        }
+        _ => Err(HttpError::bad(
+            "Producer-Id, Producer-Epoch and Producer-Seq go together",
+        )),
+    }
+}
+
+async fn post(app: &Arc<App>, path: String, req: Request<Incoming>) -> Result<Response<Body>> {
+    let hd = req.headers();
+    let areq_head = (
+        content_type(hd)?,
+        header_str(hd, h::STREAM_CLOSED)?.is_some_and(h::is_true),
+        header_str(hd, h::STREAM_SEQ)?.map(str::to_string),
+        producer_headers(hd)?,
+    );
+    let s = lookup(app, &path).await?;
+    let body = read_body(app, req).await?;
+    let (content_type, close, stream_seq, producer) = areq_head;
+    let areq = AppendReq {
+        content_type,
+        body,
+        close,
+        stream_seq,
+        producer,
+    };
+    let done = app.streams.append(&s, &areq, now_ms())?;
+    durable(app, done.end).await?;
+    if !done.duplicate {
+        app.streams.publish(&s, done.tail, done.closed);
+    }
+    let status = if done.duplicate || !done.wrote || areq.producer.is_none() {
+        StatusCode::NO_CONTENT
+    } else {
+        StatusCode::OK
+    };
+    let mut r = Response::new(Body::empty());
+    *r.status_mut() = status;
+    let hd = r.headers_mut();
+    set(hd, h::STREAM_NEXT_OFFSET, &done.tail.token());
+    if done.closed {
+        set(hd, h::STREAM_CLOSED, "true");
+    }
+    if let Some((epoch, seq)) = done.producer {
+        set(hd, h::PRODUCER_EPOCH, &epoch.to_string());
+        set(hd, h::PRODUCER_SEQ, &seq.to_string());
+    }
+    Ok(r)
+}
+
+async fn head(app: &Arc<App>, path: String) -> Result<Response<Body>> {
+    let s = lookup(app, &path).await?;
+    let st = s.state.lock();
+    let mut r = Response::new(Body::empty());
+    let hd = r.headers_mut();
+    set(hd, "content-type", &st.config.content_type);
+    set(hd, h::STREAM_NEXT_OFFSET, &st.vis.token());
+    set(hd, "cache-control", "no-store");
+    if let Some(ttl) = st.config.ttl_secs {
+        set(hd, h::STREAM_TTL, &ttl.to_string());
+    }
+    if let Some(ms) = st.config.expires_at_ms {
+        set(hd, h::STREAM_EXPIRES_AT, &h::format_rfc3339_ms(ms));
+    }
+    if st.vis_closed {
+        set(hd, h::STREAM_CLOSED, "true");
+    }
+    Ok(r)
+}
+
+async fn delete(app: &Arc<App>, path: String) -> Result<Response<Body>> {
+    lookup(app, &path).await?;
+    let end = app.streams.delete(&path, now_ms())?;
+    durable(app, end).await?;
+    let mut r = Response::new(Body::empty());
+    *r.status_mut() = StatusCode::NO_CONTENT;
+    Ok(r)
+}
+
+/// Resolve `offset=` for a stream (validating real offsets against the log).
+async fn start_offset(app: &Arc<App>, s: &Arc<Stream>, requested: Requested) -> Result<Offset> {
+    let vis = s.state.lock().vis;
+    match requested {
+        Requested::Start => Ok(Offset::ZERO),
+        Requested::Now => Ok(vis),
+        Requested::At(o) => {
+            let (a, session) = (app.clone(), s.session.clone());
+            blocking(move || read::validate(&a.streams.store, &session, vis, o)).await??;
+            Ok(o)
+        }
+    }
+}
+
+async fn read_chunk(app: &Arc<App>, s: &Arc<Stream>, from: Offset) -> Result<Chunk> {
+    let (a, s2) = (app.clone(), s.clone());
+    let max = app.opts.read_chunk_bytes;
+    Ok(blocking(move || read::read(&a.streams.store, &s2, from, max)).await??)
+}
+
+async fn get(app: &Arc<App>, path: String, q: Query, req_hd: &HeaderMap) -> Result<Response<Body>> {
+    let live = match q.live.as_deref() {
+        None => None,
+        Some(m @ ("long-poll" | "sse")) => Some(m),
+        Some(other) => return Err(HttpError::bad(format!("unknown live mode {other:?}"))),
+    };
+    let requested = match q.offset.as_deref() {
+        None if live.is_some() => return Err(HttpError::bad("live reads need an offset")),
+        None => Requested::Start,
+        Some(v) => {
+            offset::parse(v).ok_or_else(|| HttpError::bad(format!("malformed offset {v:?}")))?
+        }
+    };
+    let s = lookup(app, &path).await?;
+    app.streams.touch(&s, now_ms());
+    let from = start_offset(app, &s, requested).await?;
+    let ct = s.state.lock().config.content_type.clone();
+    match live {
+        Some("sse") => return Ok(crate::sse::respond(app.clone(), s, from, q.cursor, &ct)),
+        Some(_) => return long_poll(app, &s, from, q.cursor.as_deref(), &ct).await,
+        None => {}
+    }
+    if requested == Requested::Now {
+        let st = s.state.lock();
+        let body = if st.json { "[]" } else { "" };
+        let mut r = Response::new(Body::full(body));
+        let hd = r.headers_mut();
+        set(hd, "content-type", &ct);
+        set(hd, h::STREAM_NEXT_OFFSET, &st.vis.token());
+        set(hd, h::STREAM_UP_TO_DATE, "true");
+        set(hd, "cache-control", "no-store");
+        if st.vis_closed {
+            set(hd, h::STREAM_CLOSED, "true");
+        }
+        return Ok(r);
+    }
+    let chunk = read_chunk(app, &s, from).await?;
+    let etag = format!(
+        "\"{}:{}:{}{}\"",
+        s.session,
+        from.token(),
+        chunk.next.token(),
+        if chunk.closed { ":c" } else { "" }
+    );
+    if let Some(inm) = req_hd
+        .get(header::IF_NONE_MATCH)
+        .and_then(|v| v.to_str().ok())
+    {
+        if inm
+            .split(',')
+            .any(|t| t.trim().trim_start_matches("W/") == etag)
+        {
+            let mut r = Response::new(Body::empty());
+            *r.status_mut() = StatusCode::NOT_MODIFIED;
+            set(r.headers_mut(), "etag", &etag);
+            set(r.headers_mut(), h::STREAM_NEXT_OFFSET, &chunk.next.token());
+            return Ok(r);
+        }
+    }
+    let mut r = chunk_response(app, chunk, &ct, None);
+    set(r.headers_mut(), "etag", &etag);
+    Ok(r)
+}
+
+/// A 200 with a chunk and its headers (`cursor`: for live responses).
+fn chunk_response(app: &App, chunk: Chunk, ct: &str, cursor: Option<String>) -> Response<Body> {
+    let up_to_date = chunk.up_to_date;
+    let mut r = Response::new(Body::full(chunk.body));
+    let hd = r.headers_mut();
+    set(hd, "content-type", ct);
+    set(hd, h::STREAM_NEXT_OFFSET, &chunk.next.token());
+    if up_to_date {
+        set(hd, h::STREAM_UP_TO_DATE, "true");
+        set(hd, "cache-control", "no-cache");
+    } else {
+        let scope = if app.opts.token.is_some() {
+            "private"
+        } else {
+            "public"
+        };
+        set(
+            hd,
+            "cache-control",
+            &format!("{scope}, max-age=60, stale-while-revalidate=300"),
+        );
+    }
+    if chunk.closed {
+        set(hd, h::STREAM_CLOSED, "true");
+    }
+    if let Some(c) = cursor {
+        set(hd, h::STREAM_CURSOR, &c);
+    }
+    r
+}
+
+pub fn now_secs() -> u64 {
+    now_ms() / 1000
+}
+
+async fn long_poll(
+    app: &Arc<App>,
+    s: &Arc<Stream>,
+    from: Offset,
+    client_cursor: Option<&str>,
+    ct: &str,
+) -> Result<Response<Body>> {
+    let mut changed = s.changed.subscribe();
+    let deadline = tokio::time::Instant::now() + app.opts.long_poll_timeout;
+    let mut shutdown = app.shutdown.clone();
+    let mut from = from;
+    loop {
+        s.state.lock().check_live()?;
+        let chunk = read_chunk(app, s, from).await?;
+        if chunk.items > 0 {
+            let cursor = offset::cursor(now_secs(), client_cursor);
+            return Ok(chunk_response(app, chunk, ct, Some(cursor)));
+        }
+        from = chunk.next;
+        if chunk.closed {
+            return Ok(no_content(from, true, client_cursor));
+        }
+        tokio::select! {
+            r = changed.changed() => { if r.is_err() { return Err(Fail::NotFound.into()); } }
+            _ = tokio::time::sleep_until(deadline) => {
+                let closed = s.state.lock().vis_closed;
+                return Ok(no_content(from, closed, client_cursor));
+            }
+            _ = shutdown.changed() => {
+                return Ok(no_content(from, false, client_cursor));
+            }
+        }
+    }
+}
+
+fn no_content(at: Offset, closed: bool, client_cursor: Option<&str>) -> Response<Body> {
+    let mut r = Response::new(Body::empty());
+    *r.status_mut() = StatusCode::NO_CONTENT;
+    let hd = r.headers_mut();
+    set(hd, h::STREAM_NEXT_OFFSET, &at.token());
+    set(hd, h::STREAM_UP_TO_DATE, "true");
+    set(
+        hd,
+        h::STREAM_CURSOR,
+        &offset::cursor(now_secs(), client_cursor),
+    );
+    set(hd, "cache-control", "no-store");
+    if closed {
+        set(hd, h::STREAM_CLOSED, "true");
+    }
+    r
+}
+
+/// Keep a long SSE connection's idle periods short enough for proxies.
+pub const SSE_KEEPALIVE: Duration = Duration::from_secs(15);

@@ -1,0 +1,189 @@
+//! Rebuild the registry from the log when the server starts: every `ds/`
+//! session is replayed from its own first event (a fork's inherited prefix
+//! belongs to its source). A session whose first own event is not a create
+//! record was cut short by a crash between the fork and its create group and
+//! is ignored. Sliding TTL windows restart at startup (reads renew them
+//! without being logged, so a stream never expires early).
+
+use std::sync::Arc;
+
+use tokio::sync::watch;
+use turnstone::Store;
+
+use crate::offset::Offset;
+use crate::record::{
+    self, CreateRecord, DeleteMode, DeleteRecord, StateRecord, KIND_CREATE, KIND_DATA, KIND_DELETE,
+    KIND_STATE,
+};
+use crate::stream::{State, Stream};
+use crate::streams::Registry;
+
+/// Events read per engine call while rebuilding.
+const REBUILD_BATCH: u64 = 256;
+
+/// What the rebuild found.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct RebuildReport {
+    pub streams: usize,
+    pub deleted: usize,
+    /// Sessions without a create record (crash between fork and create).
+    pub incomplete: usize,
+    /// Soft-deleted sources released at startup (no fork left).
+    pub released: usize,
+}
+
+/// Replay the store into a registry.
+pub fn rebuild(store: &Store, now_ms: u64) -> Result<(Registry, RebuildReport), String> {
+    let mut reg = Registry::default();
+    let mut report = RebuildReport::default();
+    let mut order: Vec<Arc<Stream>> = Vec::new();
+    for info in store.sessions() {
+        let Some(n) = record::parse_session_name(&info.name) else {
+            continue;
+        };
+        reg.next_incarnation = reg.next_incarnation.max(n + 1);
+        let own_start = info.parent.as_ref().map_or(0, |(_, upto)| *upto);
+        let Some(state) = replay(store, &info.name, own_start, info.len, now_ms)? else {
+            report.incomplete += 1;
+            continue;
+        };
+        if state.deleted == Some(DeleteMode::Hard) {
+            report.deleted += 1;
+            continue;
+        }
+        let (changed, _) = watch::channel(0u64);
+        let s = Arc::new(Stream {
+            path: state.config.path.clone(),
+            session: info.name.clone(),
+            create_end: turnstone::LogPos(0),
+            state: parking_lot::Mutex::new(state),
+            changed,
+        });
+        reg.by_path.insert(s.path.clone(), s.clone());
+        reg.by_session.insert(s.session.clone(), s.clone());
+        order.push(s);
+    }
+    // A path maps to its newest incarnation; older ones survive only as fork
+    // sources (soft-deleted).
+    for s in &order {
+        let parent = s
+            .state
+            .lock()
+            .config
+            .fork
+            .as_ref()
+            .map(|f| f.source_session.clone());
+        if let Some(p) = parent.and_then(|p| reg.by_session.get(&p).cloned()) {
+            p.state.lock().forks += 1;
+        }
+    }
+    // Release soft-deleted sources that no fork reads through any more.
+    loop {
+        let release: Vec<Arc<Stream>> = reg
+            .by_session
+            .values()
+            .filter(|s| {
+                let st = s.state.lock();
+                st.deleted == Some(DeleteMode::Soft) && st.forks == 0
+            })
+            .cloned()
+            .collect();
+        if release.is_empty() {
+            break;
+        }
+        for s in release {
+            let parent = {
+                let mut st = s.state.lock();
+                st.deleted = Some(DeleteMode::Hard);
+                st.config.fork.as_ref().map(|f| f.source_session.clone())
+            };
+            if reg.by_path.get(&s.path).is_some_and(|x| Arc::ptr_eq(x, &s)) {
+                reg.by_path.remove(&s.path);
+            }
+            reg.by_session.remove(&s.session);
+            report.released += 1;
+            if let Some(p) = parent.and_then(|p| reg.by_session.get(&p).cloned()) {
+                let mut pst = p.state.lock();
+                pst.forks = pst.forks.saturating_sub(1);
+            }
+        }
+    }
+    report.streams = reg.by_path.len();
+    Ok((reg, report))
+}
+
+/// Replay one session's own events into its state.
+fn replay(
+    store: &Store,
+    session: &str,
+    start: u64,
+    len: u64,
+    now_ms: u64,
+) -> Result<Option<State>, String> {
+    let mut state: Option<State> = None;
+    let mut seq = start;
+    while seq < len {
+        let to = (seq + REBUILD_BATCH).min(len);
+        let events = store
+            .read_range(session, seq..to)
+            .map_err(|e| format!("reading session {session}: {e}"))?;
+        if events.is_empty() {
+            break;
+        }
+        for e in events {
+            let Some(d) = record::decode(&e.payload) else {
+                return Err(format!(
+                    "session {session} seq {}: not a server record",
+                    e.seq.0
+                ));
+            };
+            let bad = |what: &str, err: serde_json::Error| {
+                format!(
+                    "session {session} seq {}: bad {what} record: {err}",
+                    e.seq.0
+                )
+            };
+            let Some(st) = state.as_mut() else {
+                if e.kind != KIND_CREATE {
+                    return Ok(None);
+                }
+                let config: CreateRecord =
+                    serde_json::from_slice(d.body).map_err(|err| bad("create", err))?;
+                let at = Offset::new(e.seq.0 + 1, d.bytes_before);
+                state = Some(State::new(config, at, turnstone::LogPos(0), now_ms));
+                continue;
+            };
+            match e.kind {
+                KIND_DATA => {
+                    st.tail = Offset::new(e.seq.0 + 1, d.bytes_before + d.body.len() as u64);
+                }
+                KIND_STATE => {
+                    let rec: StateRecord =
+                        serde_json::from_slice(d.body).map_err(|err| bad("state", err))?;
+                    st.apply(&rec);
+                    st.tail = Offset::new(e.seq.0 + 1, d.bytes_before);
+                }
+                KIND_DELETE => {
+                    let rec: DeleteRecord =
+                        serde_json::from_slice(d.body).map_err(|err| bad("delete", err))?;
+                    if st.deleted != Some(DeleteMode::Hard) {
+                        st.deleted = Some(rec.mode);
+                    }
+                    st.tail = Offset::new(e.seq.0 + 1, d.bytes_before);
+                }
+                other => {
+                    return Err(format!(
+                        "session {session} seq {}: unexpected kind {other:#06x}",
+                        e.seq.0
+                    ))
+                }
+            }
+        }
+        seq = to;
+    }
+    if let Some(st) = state.as_mut() {
+        st.vis = st.tail;
+        st.vis_closed = st.closed;
+    }
+    Ok(state)
+}

@@ -1,0 +1,246 @@
+//! One stream's in-memory state: what is accepted (pending durability) and
+//! what is visible (durable, served to readers), producers, closure,
+//! deletion and expiry. Rebuilt from the log on start (`rebuild.rs`).
+
+use std::collections::HashMap;
+
+use tokio::sync::watch;
+use turnstone::LogPos;
+
+use crate::offset::Offset;
+use crate::record::{CreateRecord, DeleteMode, StateRecord};
+
+/// Why a request failed, mapped to a status by the HTTP layer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Fail {
+    NotFound,
+    /// Soft-deleted: forks still read through it (410).
+    Gone,
+    BadRequest(String),
+    Conflict(String),
+    /// Append to a closed stream (409 with `Stream-Closed` and the tail).
+    Closed {
+        tail: Offset,
+    },
+    /// Stale producer epoch (403 with the current epoch).
+    StaleEpoch {
+        current: u64,
+    },
+    /// Producer sequence gap (409 with expected and received).
+    SeqGap {
+        expected: u64,
+        received: u64,
+    },
+    TooLarge(String),
+    /// The store cannot take writes (poisoned, closed).
+    Unavailable(String),
+    Internal(String),
+}
+
+impl Fail {
+    /// Map an engine error.
+    pub fn engine(e: turnstone::Error) -> Fail {
+        use turnstone::Error as E;
+        match e {
+            E::TooLarge { .. } => Fail::TooLarge(e.to_string()),
+            E::Poisoned { .. } | E::Closed | E::WriteFailed { .. } | E::ReadOnly => {
+                Fail::Unavailable(e.to_string())
+            }
+            other => Fail::Internal(other.to_string()),
+        }
+    }
+}
+
+/// A producer's state: epoch and highest accepted seq.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Producer {
+    pub epoch: u64,
+    pub seq: u64,
+}
+
+/// One stream (one engine session).
+#[derive(Debug)]
+pub struct Stream {
+    pub path: String,
+    pub session: String,
+    /// End of the record that created it: nothing is served before this is
+    /// durable.
+    pub create_end: LogPos,
+    pub state: parking_lot::Mutex<State>,
+    /// Bumped whenever visible state changes (data, close, delete).
+    pub changed: watch::Sender<u64>,
+}
+
+/// Mutable state of a stream.
+#[derive(Debug)]
+pub struct State {
+    pub config: CreateRecord,
+    pub json: bool,
+    /// Accepted: the tail after every append taken so far.
+    pub tail: Offset,
+    pub closed: bool,
+    /// End of the last engine write for this stream.
+    pub last_end: LogPos,
+    /// Visible: durable and served.
+    pub vis: Offset,
+    pub vis_closed: bool,
+    pub producers: HashMap<String, Producer>,
+    pub stream_seq: Option<String>,
+    /// Producer tuple of the append that closed the stream (dedupes retries).
+    pub closed_by: Option<(String, u64, u64)>,
+    pub deleted: Option<DeleteMode>,
+    /// Live forks whose data reads through this stream.
+    pub forks: u32,
+    /// Last access (sliding TTL), ms since the epoch.
+    pub last_access_ms: u64,
+}
+
+impl State {
+    pub fn new(config: CreateRecord, start: Offset, end: LogPos, now_ms: u64) -> State {
+        let json = crate::headers::is_json(&config.content_type);
+        let closed = config.closed;
+        State {
+            config,
+            json,
+            tail: start,
+            closed,
+            last_end: end,
+            vis: start,
+            vis_closed: closed,
+            producers: HashMap::new(),
+            stream_seq: None,
+            closed_by: None,
+            deleted: None,
+            forks: 0,
+            last_access_ms: now_ms,
+        }
+    }
+
+    /// Apply a logged state change (on append and on rebuild).
+    pub fn apply(&mut self, rec: &StateRecord) {
+        if let Some(p) = &rec.producer {
+            self.producers.insert(
+                p.id.clone(),
+                Producer {
+                    epoch: p.epoch,
+                    seq: p.seq,
+                },
+            );
+        }
+        if let Some(s) = &rec.stream_seq {
+            self.stream_seq = Some(s.clone());
+        }
+        if rec.closed {
+            self.closed = true;
+            self.closed_by = rec
+                .producer
+                .as_ref()
+                .map(|p| (p.id.clone(), p.epoch, p.seq));
+        }
+    }
+
+    /// When the stream expires (ms since the epoch), if ever.
+    pub fn expires_at_ms(&self) -> Option<u64> {
+        let ttl = self
+            .config
+            .ttl_secs
+            .map(|t| self.last_access_ms.saturating_add(t.saturating_mul(1000)));
+        let abs = self.config.expires_at_ms.map(|e| e.max(0) as u64);
+        match (ttl, abs) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+
+    pub fn is_expired(&self, now_ms: u64) -> bool {
+        self.deleted.is_none() && self.expires_at_ms().is_some_and(|t| t <= now_ms)
+    }
+
+    /// Refuse requests on a deleted stream.
+    pub fn check_live(&self) -> Result<(), Fail> {
+        match self.deleted {
+            None => Ok(()),
+            Some(DeleteMode::Soft) => Err(Fail::Gone),
+            Some(DeleteMode::Hard) => Err(Fail::NotFound),
+        }
+    }
+}
+
+/// What a producer's headers mean against its current state.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ProducerCheck {
+    /// New data: accept and record (epoch, seq).
+    Accept,
+    /// Already accepted: answer 204 with the highest accepted seq.
+    Duplicate { highest: u64 },
+}
+
+/// Validate `(epoch, seq)` for a producer (protocol §5.2.1).
+pub fn check_producer(
+    current: Option<Producer>,
+    epoch: u64,
+    seq: u64,
+) -> Result<ProducerCheck, Fail> {
+    match current {
+        None => {
+            if seq != 0 {
+                return Err(Fail::SeqGap {
+                    expected: 0,
+                    received: seq,
+                });
+            }
+            Ok(ProducerCheck::Accept)
+        }
+        Some(cur) if epoch < cur.epoch => Err(Fail::StaleEpoch { current: cur.epoch }),
+        Some(cur) if epoch > cur.epoch => {
+            if seq != 0 {
+                return Err(Fail::BadRequest(format!(
+                    "a new producer epoch must start at Producer-Seq 0, got {seq}"
+                )));
+            }
+            Ok(ProducerCheck::Accept)
+        }
+        Some(cur) if seq <= cur.seq => Ok(ProducerCheck::Duplicate { highest: cur.seq }),
+        Some(cur) if seq == cur.seq + 1 => Ok(ProducerCheck::Accept),
+        Some(cur) => Err(Fail::SeqGap {
+            expected: cur.seq + 1,
+            received: seq,
+        }),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn producer_rules() {
+        let p = |epoch, seq| Some(Producer { epoch, seq });
+        assert_eq!(check_producer(None, 0, 0), Ok(ProducerCheck::Accept));
+        assert!(matches!(
+            check_producer(None, 0, 3),
+            Err(Fail::SeqGap { expected: 0, .. })
+        ));
+        assert_eq!(
+            check_producer(p(1, 4), 0, 9),
+            Err(Fail::StaleEpoch { current: 1 })
+        );
+        assert_eq!(check_producer(p(1, 4), 2, 0), Ok(ProducerCheck::Accept));
+        assert!(matches!(
+            check_producer(p(1, 4), 2, 1),
+            Err(Fail::BadRequest(_))
+        ));
+        assert_eq!(
+            check_producer(p(1, 4), 1, 2),
+            Ok(ProducerCheck::Duplicate { highest: 4 })
+        );
+        assert_eq!(check_producer(p(1, 4), 1, 5), Ok(ProducerCheck::Accept));
+        assert_eq!(
+            check_producer(p(1, 4), 1, 7),
+            Err(Fail::SeqGap {
+                expected: 5,
+                received: 7
+            })
+        );
+    }
+}
