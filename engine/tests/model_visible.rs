@@ -72,13 +72,15 @@ fn run(ops: &[Op]) -> (Vec<u8>, Vec<u8>, Vec<u8>, Vec<u8>) {
             }
             Op::User(t, Some((a, b))) => {
                 let (start, end) = range(s.surface().len(), *a, *b);
-                s.append(
+                // A replace that would split a tool use from its result is
+                // refused (and appends nothing); anything else must succeed.
+                let r = s.append(
                     UserMessage {
                         content: vec![ContentBlock::text(t)],
                     },
                     SurfaceOp::Replace { start, end },
-                )
-                .unwrap();
+                );
+                assert!(matches!(r, Ok(_) | Err(turnstone::Error::Refused(_))), "{r:?}");
             }
             Op::Assistant(t, empty) => {
                 let content = if *empty {
@@ -147,7 +149,9 @@ fn run(ops: &[Op]) -> (Vec<u8>, Vec<u8>, Vec<u8>, Vec<u8>) {
             }
             Op::Compact(a, b, t) => {
                 let (start, end) = range(s.surface().len(), *a, *b);
-                s.compact("c", start, end, t).unwrap();
+                let r = s.compact("c", start, end, t);
+                assert!(matches!(r, Ok(_) | Err(turnstone::Error::Refused(_))), "{r:?}");
+                validate_messages(s.derive_messages()).unwrap();
             }
             Op::Prune(a) => {
                 let len = s.surface().len();

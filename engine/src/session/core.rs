@@ -339,10 +339,21 @@ impl Session {
         }
         // Check the whole group against a scratch surface before appending.
         let mut scratch = self.surface.clone();
+        let mut replaces = false;
         for ev in &decoded {
             if let Some(op) = ev.surface {
                 scratch.apply(ev.seq, op)?;
+                replaces |= matches!(op, SurfaceOp::Replace { .. });
             }
+        }
+        if replaces {
+            self.check_tool_pairs(&scratch, &decoded)?;
+        }
+        if self.store.session_len(&self.id).unwrap_or(0) != self.len {
+            return Err(Error::Refused(format!(
+                "session {:?} was appended to by another handle; reopen it",
+                self.id
+            )));
         }
         let group: Vec<(u16, u16, &[u8])> = items
             .iter()
@@ -368,6 +379,76 @@ impl Session {
             self.apply(ev)?;
         }
         Ok(seqs)
+    }
+
+    /// A replace must not separate a tool use from its tool result: every
+    /// tool-use id answered on the surface before must be answered (both
+    /// halves present) or gone entirely (both halves replaced) after.
+    fn check_tool_pairs(&self, after: &Surface, group: &[SessionEvent]) -> Result<()> {
+        let mut new_msgs: std::collections::HashMap<u64, Option<Message>> = Default::default();
+        for ev in group {
+            let m = match ev.kind {
+                EventKind::Core(CoreKind::UserMessage) => ev
+                    .typed::<UserMessage>()
+                    .and_then(|d| messages::user_message(ev.seq, &d)),
+                EventKind::Core(CoreKind::AssistantMessage) => ev
+                    .typed::<AssistantMessage>()
+                    .and_then(|d| messages::assistant_message(ev.seq, &d)),
+                EventKind::Core(CoreKind::ToolResult) => ev
+                    .typed::<ToolResult>()
+                    .and_then(|d| messages::tool_result_message(ev.seq, &d)),
+                _ => None,
+            };
+            new_msgs.insert(ev.seq, m);
+        }
+        let pairs = |surface: &Surface, extra: &std::collections::HashMap<u64, Option<Message>>| {
+            let mut uses = std::collections::BTreeSet::new();
+            let mut results = std::collections::BTreeSet::new();
+            for seq in &surface.nodes {
+                let msg = match extra.get(seq) {
+                    Some(m) => m.as_ref(),
+                    None => self.messages.node(*seq).map(|m| &**m),
+                };
+                for b in msg.map(|m| m.content.as_slice()).unwrap_or(&[]) {
+                    match b {
+                        ContentBlock::ToolUse { id, .. } => {
+                            uses.insert(id.clone());
+                        }
+                        ContentBlock::ToolResult { tool_use_id, .. } => {
+                            results.insert(tool_use_id.clone());
+                        }
+                        ContentBlock::Text { .. } => {}
+                    }
+                }
+            }
+            (uses, results)
+        };
+        let (uses_before, results_before) = pairs(&self.surface, &Default::default());
+        let (uses_after, results_after) = pairs(after, &new_msgs);
+        for id in uses_before.intersection(&results_before) {
+            if uses_after.contains(id) != results_after.contains(id) {
+                return Err(Error::Refused(format!(
+                    "this replace would separate tool use {id:?} from its tool result on the surface; replace both or neither"
+                )));
+            }
+        }
+        Ok(())
+    }
+
+    /// Create a session from existing history: the session, the seed events
+    /// and `session/end-seed` in one atomic batch (all or nothing).
+    pub fn create_seeded(
+        store: Arc<Store>,
+        id: &str,
+        registry: Arc<Registry>,
+        seed: &[SeedEvent],
+    ) -> Result<Session> {
+        if store.session_len(id).is_some() {
+            return Err(Error::SessionExists(id.to_string()));
+        }
+        let mut s = Self::empty(store, id, registry);
+        s.append_seed(seed)?;
+        Ok(s)
     }
 
     /// The session id.

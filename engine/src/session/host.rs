@@ -74,8 +74,7 @@ impl Host {
     /// Create a session from existing history: the seed events, then
     /// `session/end-seed`, in one atomic batch.
     pub fn create_seeded(&self, id: &str, seed: &[SeedEvent]) -> Result<SharedSession> {
-        let mut s = Session::create(self.store.clone(), id, self.registry.clone())?;
-        s.append_seed(seed)?;
+        let s = Session::create_seeded(self.store.clone(), id, self.registry.clone(), seed)?;
         Ok(self.register(s))
     }
 

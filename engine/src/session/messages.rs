@@ -114,6 +114,11 @@ impl MessageCache {
         self.node_msgs.insert(seq, msg.map(Arc::new));
     }
 
+    /// The message of a surface node (None: not on the surface, or skipped).
+    pub fn node(&self, seq: u64) -> Option<&Arc<Message>> {
+        self.node_msgs.get(&seq).and_then(|m| m.as_ref())
+    }
+
     /// Bring the list up to date with `surface` and return it.
     pub fn derive(&mut self, surface: &Surface) -> &[Arc<Message>] {
         if self.generation != surface.replace_generation || self.nodes_done > surface.nodes.len() {
