@@ -2,7 +2,8 @@
 # Run the official Durable Streams server conformance suite against
 # `turnstone serve`: install the pinned suite with `npm ci`, build the
 # binary, start it on a free loopback port with a temporary store, run
-# vitest, stop the server, print the counts. Exit 0 only if no test failed.
+# vitest, stop the server, print the counts; then the real-client test
+# (clients.test.mjs). Exit 0 only if no test failed.
 #
 # Needs: node >= 18 with npm, cargo, and the npm registry (for `npm ci`).
 # Environment: CONFORMANCE_KEEP=1 keeps the store and the server log.
@@ -74,7 +75,7 @@ wait "$server_pid" || die "turnstone serve did not shut down cleanly (log: $(tai
 server_pid=""
 
 [ -s "$results" ] || die "vitest wrote no results (exit $vitest_rc)"
-node - "$results" <<'EOF'
+summary="$(node - "$results" <<'EOF'
 const r = JSON.parse(require("fs").readFileSync(process.argv[2], "utf8"));
 const failed = [];
 for (const f of r.testResults) for (const t of f.assertionResults)
@@ -84,5 +85,16 @@ const skipped = r.numPendingTests + r.numTodoTests;
 console.log(`conformance: ${r.numTotalTests} tests`);
 console.log(`${r.numPassedTests} passed, ${r.numFailedTests} failed, ${skipped} skipped`);
 EOF
+)"
+
+# Real clients (@durable-streams/client): live SSE follower, restart, kill -9.
+echo "conformance: real-client test (TypeScript client, restart and kill -9)"
+set +e
+( cd "$here" && TURNSTONE_BIN="$bin" TMPDIR="$work" timeout 120 \
+    npx vitest run --config vitest.clients.config.mjs )
+clients_rc=$?
+set -e
 echo "conformance: done in $(( $(date +%s) - start )) s"
+echo "$summary"
 [ "$vitest_rc" -eq 0 ] || exit 1
+[ "$clients_rc" -eq 0 ] || { echo "conformance: the real-client test failed" >&2; exit 1; }

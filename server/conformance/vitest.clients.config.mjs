@@ -1,0 +1,8 @@
+import { defineConfig } from "vitest/config";
+
+export default defineConfig({
+  test: {
+    include: ["clients.test.mjs"],
+    testTimeout: 30000,
+  },
+});
