@@ -41,6 +41,8 @@ pub struct FleetResult {
     pub wait_p99_us: u64,
     pub wait_p999_us: u64,
     pub device_bytes: Option<u64>,
+    /// Bytes this process dirtied for storage during the run.
+    pub process_bytes: Option<u64>,
     pub cpu: Duration,
     pub syncs: Option<u64>,
     pub readback: ReadBack,
@@ -60,6 +62,10 @@ impl FleetResult {
     }
     pub fn device_per_payload(&self) -> Option<f64> {
         self.device_bytes
+            .map(|d| d as f64 / self.payload_bytes.max(1) as f64)
+    }
+    pub fn process_per_payload(&self) -> Option<f64> {
+        self.process_bytes
             .map(|d| d as f64 / self.payload_bytes.max(1) as f64)
     }
     pub fn events_per_sync(&self) -> Option<f64> {
@@ -82,6 +88,8 @@ impl FleetResult {
             "wait_p999_us": self.wait_p999_us,
             "device_bytes": self.device_bytes,
             "device_bytes_per_payload_byte": self.device_per_payload(),
+            "process_write_bytes": self.process_bytes,
+            "process_write_bytes_per_payload_byte": self.process_per_payload(),
             "cpu_s": self.cpu.as_secs_f64(),
             "syncs": self.syncs,
             "events_per_sync": self.events_per_sync(),
@@ -128,6 +136,7 @@ pub fn run(
     let threads = cfg.threads.max(1);
     let barrier = Barrier::new(threads + 1);
     let dev0 = device.and_then(Device::bytes_written);
+    let io0 = sys::process_write_bytes();
     let cpu0 = sys::cpu_time();
     let (start, outs) = std::thread::scope(|scope| -> Result<(Instant, Vec<ThreadOut>)> {
         let mut handles = Vec::new();
@@ -193,6 +202,7 @@ pub fn run(
     store.close()?;
     let cpu = sys::cpu_time().saturating_sub(cpu0);
     let dev1 = device.and_then(Device::bytes_written);
+    let io1 = sys::process_write_bytes();
     let mut expected = vec![0u64; cfg.sessions];
     let mut lat = Vec::new();
     let (mut events, mut bytes) = (0, 0);
@@ -224,6 +234,10 @@ pub fn run(
         wait_p99_us: sys::percentile(&lat, 99.0),
         wait_p999_us: sys::percentile(&lat, 99.9),
         device_bytes: match (dev0, dev1) {
+            (Some(a), Some(b)) => Some(b.saturating_sub(a)),
+            _ => None,
+        },
+        process_bytes: match (io0, io1) {
             (Some(a), Some(b)) => Some(b.saturating_sub(a)),
             _ => None,
         },

@@ -26,6 +26,16 @@ pub fn proc_status_kib(field: &str) -> Option<u64> {
         .and_then(|v| v.parse().ok())
 }
 
+/// Bytes this process caused to be written to storage (`write_bytes` of
+/// `/proc/self/io`: page-granular, counted when a page is dirtied; excludes
+/// the filesystem journal, which the kernel writes on its own account).
+pub fn process_write_bytes() -> Option<u64> {
+    let s = std::fs::read_to_string("/proc/self/io").ok()?;
+    s.lines()
+        .find_map(|l| l.strip_prefix("write_bytes:"))
+        .and_then(|v| v.trim().parse().ok())
+}
+
 /// The block device that holds `dir`, as its `/sys/dev/block/M:m/stat` file.
 #[derive(Debug, Clone)]
 pub struct Device {
