@@ -24,7 +24,7 @@ use criterion::{
 use turnstone::frame::{decode_frame, encode_frame, Salt};
 use turnstone::session::{ContentBlock, Registry, Session, SurfaceOp, UserMessage};
 use turnstone::{Options, SegmentId, SessionId, Store};
-use turnstone_benches::typed::fill_session;
+use turnstone_benches::typed::{compactable_prefix, fill_session};
 use turnstone_benches::workload::{mix, Workload};
 
 fn bench_dir() -> PathBuf {
@@ -236,7 +236,8 @@ fn derive_messages(c: &mut Criterion) {
             let mut timed = Duration::ZERO;
             for _ in 0..real {
                 k += 1;
-                s.compact(&format!("c{k}"), 0, 1, "summary")
+                let end = compactable_prefix(&s, &wl, 0, EVENTS);
+                s.compact(&format!("c{k}"), 0, end, "summary")
                     .expect("compact");
                 let t0 = Instant::now();
                 black_box(s.derive_messages().len());

@@ -11,6 +11,21 @@ use turnstone::session::{
 
 use crate::workload::{mix, Kind, Workload, CHUNKS};
 
+/// A surface range `0..end` that a compaction may replace without separating
+/// a tool use from its result: everything before the second user message.
+/// `filled` is the number of workload events the session was filled with;
+/// every surface node appended after them is a user message.
+pub fn compactable_prefix(s: &Session, wl: &Workload, sess: u32, filled: u64) -> u64 {
+    let nodes = &s.surface().nodes;
+    let is_user = |seq: u64| seq >= filled || wl.kind(sess, seq) == Kind::UserMessage;
+    nodes
+        .iter()
+        .enumerate()
+        .skip(1)
+        .find(|(_, q)| is_user(**q))
+        .map_or(nodes.len() as u64, |(i, _)| i as u64)
+}
+
 /// One typed event of the fleet turn.
 #[derive(Debug, Clone)]
 pub enum TypedEvent {
@@ -132,5 +147,10 @@ mod tests {
         typed_event(&wl, 0, 500).append_to(&mut s).unwrap();
         s.derive_messages();
         assert!(s.last_derive_work() <= 1);
+        for i in 0..3 {
+            let end = compactable_prefix(&s, &wl, 0, 500);
+            s.compact(&format!("c{i}"), 0, end, "summary").unwrap();
+            s.derive_messages();
+        }
     }
 }

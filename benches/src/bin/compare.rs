@@ -29,7 +29,7 @@ use turnstone::{Options, Store};
 use turnstone_benches::fleet::{self, FleetConfig};
 use turnstone_benches::stores::{self, PreallocFile, StoreKind};
 use turnstone_benches::sys::{self, Device};
-use turnstone_benches::typed::typed_event;
+use turnstone_benches::typed::{self, typed_event};
 use turnstone_benches::workload::Workload;
 
 type Result<T> = stores::Result<T>;
@@ -650,7 +650,8 @@ fn read_side(args: &Args, m: &mut Metrics) -> Result<()> {
     let inc_us = median_of(inc);
     let mut rebuild = Vec::new();
     for i in 0..20 {
-        s.compact(&format!("c{i}"), 0, 1, "summary of the first node")?;
+        let end = typed::compactable_prefix(&s, &wl, 0, n);
+        s.compact(&format!("c{i}"), 0, end, "summary of the first turn")?;
         let t0 = Instant::now();
         std::hint::black_box(s.derive_messages().len());
         rebuild.push(t0.elapsed().as_secs_f64() * 1e6);
