@@ -12,18 +12,24 @@ import { DurableStream, IdempotentProducer } from "@durable-streams/client";
 
 const bin = process.env.TURNSTONE_BIN;
 const dir = mkdtempSync(join(tmpdir(), "turnstone-clients-"));
-afterAll(() => rmSync(dir, { recursive: true, force: true }));
+const children = new Set();
+afterAll(() => {
+  for (const c of children) if (c.exitCode === null && c.signalCode === null) c.kill("SIGKILL");
+  rmSync(dir, { recursive: true, force: true });
+});
 
 async function startServer() {
   const child = spawn(bin, ["serve", join(dir, "store"), "--listen", "127.0.0.1:0"], {
     stdio: ["ignore", "ignore", "pipe"],
   });
+  children.add(child);
   let log = "";
   const url = await new Promise((resolve, reject) => {
-    const timer = setTimeout(() => reject(new Error(`no address: ${log}`)), 10000);
+    const timer = setTimeout(() => reject(new Error(`no address: ${log}`)), 30000);
     child.stderr.on("data", (d) => {
       log += d;
-      const m = log.match(/listening on (http:\S+)/);
+      // Wait for the whole address (stderr may arrive in pieces).
+      const m = log.match(/listening on (http:\S+) \(/);
       if (m) {
         clearTimeout(timer);
         resolve(m[1]);
@@ -35,9 +41,11 @@ async function startServer() {
 }
 
 async function stop(child, signal) {
+  if (child.exitCode !== null || child.signalCode !== null) return;
   const done = new Promise((resolve) => child.on("exit", resolve));
   child.kill(signal);
   await done;
+  children.delete(child);
 }
 
 function agentTurn(turn) {
@@ -95,5 +103,5 @@ describe.runIf(bin)("real clients", () => {
     res = await new DurableStream({ url: `${server.url}${path}` }).stream({ live: false });
     expect(await res.json()).toEqual([...events, ...more]);
     await stop(server.child, "SIGTERM");
-  }, 30000);
+  }, 90000);
 });

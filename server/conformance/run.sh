@@ -26,8 +26,10 @@ echo "conformance: npm ci (pinned @durable-streams/server-conformance-tests, vit
 ( cd "$here" && npm ci --no-audit --no-fund --loglevel=error ) \
   || die "npm ci failed: is the npm registry reachable?"
 
-echo "conformance: building turnstone"
-( cd "$root" && cargo build -q -p turnstone-cli ) || die "cargo build failed"
+# The test profile (opt-level 1, shared with `cargo test`): reuses CI's test
+# build, and opens stores far faster than an unoptimised build.
+echo "conformance: building turnstone (test profile)"
+( cd "$root" && cargo build -q --profile test -p turnstone-cli ) || die "cargo build failed"
 bin="$root/target/debug/turnstone"
 [ -x "$bin" ] || die "no binary at $bin"
 
@@ -54,7 +56,7 @@ trap cleanup EXIT
 server_pid=$!
 url=""
 for _ in $(seq 1 100); do
-  url="$(sed -n 's/.*listening on \(http:[^ ]*\).*/\1/p' "$log" | head -n1)"
+  url="$(sed -n 's/.*listening on \(http:[^ ]*\) (.*/\1/p' "$log" | head -n1)"
   [ -n "$url" ] && break
   kill -0 "$server_pid" 2>/dev/null || { cat "$log" >&2; die "turnstone serve exited at start"; }
   sleep 0.1
@@ -90,7 +92,7 @@ EOF
 # Real clients (@durable-streams/client): live SSE follower, restart, kill -9.
 echo "conformance: real-client test (TypeScript client, restart and kill -9)"
 set +e
-( cd "$here" && TURNSTONE_BIN="$bin" TMPDIR="$work" timeout 120 \
+( cd "$here" && TURNSTONE_BIN="$bin" TMPDIR="$work" timeout 180 \
     npx vitest run --config vitest.clients.config.mjs )
 clients_rc=$?
 set -e

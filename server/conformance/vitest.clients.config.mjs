@@ -3,6 +3,6 @@ import { defineConfig } from "vitest/config";
 export default defineConfig({
   test: {
     include: ["clients.test.mjs"],
-    testTimeout: 30000,
+    testTimeout: 90000,
   },
 });

@@ -23,7 +23,7 @@ trap cleanup EXIT
 
 wait_url() { # log file
   for _ in $(seq 1 100); do
-    url="$(sed -n 's/.*listening on \(http:[^ ]*\).*/\1/p' "$1" | head -n1)"
+    url="$(sed -n 's/.*listening on \(http:[^ ]*\) (.*/\1/p' "$1" | head -n1)"
     [ -n "$url" ] && return 0
     sleep 0.1
   done

@@ -28,6 +28,7 @@ use turnstone::Store;
 mod body;
 #[cfg(feature = "cli")]
 pub mod cli;
+mod delete;
 pub mod durable;
 pub mod headers;
 mod http;
@@ -38,6 +39,7 @@ pub mod record;
 mod sse;
 pub mod stream;
 pub mod streams;
+mod write;
 
 pub use rebuild::RebuildReport;
 
@@ -261,13 +263,18 @@ async fn close(app: Arc<App>) -> Result<(), String> {
 pub async fn serve(opts: Options) -> Result<(), String> {
     let server = start(opts).await?;
     let r = server.rebuild_report().clone();
-    eprintln!(
-        "turnstone serve: listening on http://{} ({} streams, {} deleted, {} incomplete)",
+    // One write, so that a reader of the log never sees half the address.
+    let line = format!(
+        "turnstone serve: listening on http://{} ({} streams, {} deleted, {} incomplete)\n",
         server.local_addr(),
         r.streams,
         r.deleted,
         r.incomplete
     );
+    {
+        use std::io::Write;
+        let _ = std::io::stderr().lock().write_all(line.as_bytes());
+    }
     wait_for_signal().await;
     eprintln!("turnstone serve: shutting down");
     server.shutdown().await
