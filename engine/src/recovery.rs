@@ -309,9 +309,7 @@ pub fn probe_after(
     min_seq: u64,
 ) -> (Option<u32>, Option<u32>) {
     let from_usize = (from as usize).min(bytes.len());
-    let nonzero_end = bytes[from_usize..]
-        .iter()
-        .rposition(|b| *b != 0)
+    let nonzero_end = last_nonzero(&bytes[from_usize..])
         .map(|p| (from_usize + p + 1).min(u32::MAX as usize) as u32);
     if nonzero_end.is_none() {
         return (None, None); // all zero: no batch can follow
@@ -330,6 +328,21 @@ pub fn probe_after(
         off += frame::ALIGN;
     }
     (later, nonzero_end)
+}
+
+/// Index of the last non-zero byte. Runs on every open over the unused,
+/// zero-filled rest of the active segment, so it compares 8 bytes at a time.
+fn last_nonzero(bytes: &[u8]) -> Option<usize> {
+    let tail = bytes.len() % 8;
+    if let Some(p) = bytes[bytes.len() - tail..].iter().rposition(|b| *b != 0) {
+        return Some(bytes.len() - tail + p);
+    }
+    let words = &bytes[..bytes.len() - tail];
+    let w = words
+        .chunks_exact(8)
+        .rposition(|c| u64::from_ne_bytes(c.try_into().expect("8 bytes")) != 0)?;
+    let p = words[w * 8..w * 8 + 8].iter().rposition(|b| *b != 0)?;
+    Some(w * 8 + p)
 }
 
 /// The result of the pass, for [`crate::Store::open`] to act on.
@@ -875,6 +888,10 @@ mod tests {
         b[100] = 9;
         assert_eq!(probe_after(&b, &salt, 64, 0), (None, Some(101)));
         assert_eq!(probe_after(&vec![0u8; 256], &salt, 64, 0), (None, None));
+        assert_eq!(last_nonzero(&[0, 0, 0, 0, 0, 0, 0, 0, 0, 5, 0]), Some(9));
+        assert_eq!(last_nonzero(&[1, 0, 0, 0, 0, 0, 0, 0, 0, 0]), Some(0));
+        assert_eq!(last_nonzero(&[0u8; 17]), None);
+        assert_eq!(last_nonzero(&[]), None);
         // A start past the end is not a panic.
         assert_eq!(probe_after(&b, &salt, 10_000, 0), (None, None));
         assert!(check_batch(&b, &salt, 250, None).is_err());
