@@ -741,10 +741,76 @@ pub(crate) fn recover(
         out.tail = Some((id, scan.end, scan.next_batch_seq));
         break;
     }
+    if ids.is_empty() && mode != RecoveryMode::PointInTime {
+        if let Some(floor) = durable_floor {
+            return Err(Error::corrupt(
+                seg_path(dir, floor.segment()),
+                0,
+                format!(
+                    "no segment file is left, but the index checkpoint proves the log was durable up to {floor}"
+                ),
+            ));
+        }
+    }
     if out.tail.is_none() {
         // Every segment was sealed and clean, or the last one was removed.
-        if let (Some(last), Some(next)) = (out.segments.last(), next_batch_seq) {
-            out.tail = Some((*last, prev_end.unwrap_or(SEGMENT_HEADER_BYTES as u32), next));
+        if let (Some(last), Some(next)) = (out.segments.last().copied(), next_batch_seq) {
+            let end = prev_end.unwrap_or(SEGMENT_HEADER_BYTES as u32);
+            // The previous segment becomes the last (§6.4): its bytes after
+            // the end of data get the last segment's checks (T2, C1), so no
+            // debris stays ahead of the next append.
+            if let Some(store_id) = out.store_id {
+                let path = seg_path(dir, last);
+                let bytes = read_segment(vfs, &path, false)?;
+                let salt = Salt {
+                    store_id,
+                    segment: last,
+                };
+                match probe_after(&bytes, &salt, end, next) {
+                    (Some(l), _) => {
+                        let i = ids.iter().position(|s| *s == last).expect("listed");
+                        let detail = format!(
+                            "unreadable bytes between offset {end} and a valid later batch at offset {l}"
+                        );
+                        damage(
+                            &mut out,
+                            mode,
+                            &ids,
+                            i,
+                            path,
+                            end as u64,
+                            (l - end) as u64,
+                            detail,
+                            Some(next),
+                        )?;
+                    }
+                    (None, Some(nz)) => {
+                        let detail = "non-zero bytes after the last valid batch".to_string();
+                        if mode == RecoveryMode::AbsoluteConsistency {
+                            return Err(Error::TornTailRefused {
+                                file: path,
+                                offset: end as u64,
+                                detail,
+                            });
+                        }
+                        let torn = (nz - end) as u64;
+                        out.report.problems.push(Problem {
+                            kind: ProblemKind::TornTail,
+                            file: path,
+                            offset: end as u64,
+                            bytes: torn,
+                            detail,
+                            action: "zeroed before the next append".into(),
+                        });
+                        out.zero_ranges.push((last, end, nz));
+                        out.report.torn_bytes_truncated += torn;
+                    }
+                    (None, None) => {}
+                }
+            }
+            if out.tail.is_none() {
+                out.tail = Some((last, end, next));
+            }
         }
     }
     out.report.sessions = out.index.sessions.len() as u64;
@@ -811,17 +877,35 @@ fn validate_checkpoint(
     ids: &[SegmentId],
     ck: &Checkpoint,
 ) -> std::result::Result<usize, (String, bool)> {
+    // A missing or unreadable covered segment cannot come from a power cut
+    // (a segment is durable, header included, before any batch goes into it,
+    // and a checkpoint never leads the log): the checkpoint still proves
+    // that the log was durable up to its position, so the scan calls the
+    // loss corruption instead of taking the segment for a torn creation.
     let seg = ck.covered.segment();
     let i = ids.iter().position(|s| *s == seg).ok_or_else(|| {
         (
             format!("checkpoint refers to missing segment {}", seg.0),
-            false,
+            true,
         )
     })?;
+    // The segments before the checkpoint are not read; their names must
+    // still be the ones a full scan accepts (it starts at segment 1), or the
+    // verdict would depend on a derived file.
+    if ids.first().is_some_and(|f| f.0 != frame::FIRST_SEGMENT_ID) {
+        return Err((
+            format!(
+                "the log starts at segment {} instead of {}",
+                ids[0].0,
+                frame::FIRST_SEGMENT_ID
+            ),
+            false,
+        ));
+    }
     let path = seg_path(dir, seg);
     let bytes = read_segment(vfs, &path, i + 1 < ids.len()).map_err(|e| (e.to_string(), false))?;
     let header =
-        SegmentHeader::decode(&bytes).map_err(|e| (format!("segment header: {e}"), false))?;
+        SegmentHeader::decode(&bytes).map_err(|e| (format!("segment header: {e}"), true))?;
     if header.store_id != ck.store_id {
         return Err(("checkpoint belongs to another store".into(), false));
     }

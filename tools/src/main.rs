@@ -18,6 +18,7 @@ mod signals;
 mod stats;
 mod store_open;
 mod style;
+mod torture;
 mod verify;
 mod views;
 
@@ -129,6 +130,8 @@ Each stream is a session, each append an atomic event group; a 2xx answer to a\n
 write means it is durable. See README.md, \"turnstone serve\"."
     )]
     Serve(turnstone_server::cli::ServeArgs),
+    /// Crash torture: kill a child fleet at random moments and power-cut a simulated store, checking every acknowledged event and every repair.
+    Torture(torture::TortureArgs),
 }
 
 fn run(cli: Cli) -> Result<ExitCode, Failure> {
@@ -148,6 +151,7 @@ fn run(cli: Cli) -> Result<ExitCode, Failure> {
         Cmd::Serve(a) => turnstone_server::cli::run(&a)
             .map(|()| ExitCode::SUCCESS)
             .map_err(Failure::io),
+        Cmd::Torture(a) => torture::run(&a),
     }
 }
 
