@@ -803,10 +803,8 @@ fn reopen_big(args: &Args, m: &mut Metrics) -> Result<()> {
         let t0 = Instant::now();
         let st = Store::open(dir.path())?;
         with.push(t0.elapsed().as_secs_f64() * 1e3);
-        if i == 0 {
-            if !st.recovery_report().checkpoint_used {
-                return Err("reopen did not use the index checkpoint".into());
-            }
+        if i == 0 && !st.recovery_report().checkpoint_used {
+            return Err("reopen did not use the index checkpoint".into());
         }
         st.close()?;
     }
