@@ -691,5 +691,9 @@ fn seed_history_is_marked_and_survives_reopen() {
     }];
     let r = host.create_seeded("t", &bad);
     assert!(r.is_err());
-    assert_eq!(store.session_len("t"), None, "a refused seed creates nothing");
+    assert_eq!(
+        store.session_len("t"),
+        None,
+        "a refused seed creates nothing"
+    );
 }

@@ -80,7 +80,10 @@ fn run(ops: &[Op]) -> (Vec<u8>, Vec<u8>, Vec<u8>, Vec<u8>) {
                     },
                     SurfaceOp::Replace { start, end },
                 );
-                assert!(matches!(r, Ok(_) | Err(turnstone::Error::Refused(_))), "{r:?}");
+                assert!(
+                    matches!(r, Ok(_) | Err(turnstone::Error::Refused(_))),
+                    "{r:?}"
+                );
             }
             Op::Assistant(t, empty) => {
                 let content = if *empty {
@@ -150,7 +153,10 @@ fn run(ops: &[Op]) -> (Vec<u8>, Vec<u8>, Vec<u8>, Vec<u8>) {
             Op::Compact(a, b, t) => {
                 let (start, end) = range(s.surface().len(), *a, *b);
                 let r = s.compact("c", start, end, t);
-                assert!(matches!(r, Ok(_) | Err(turnstone::Error::Refused(_))), "{r:?}");
+                assert!(
+                    matches!(r, Ok(_) | Err(turnstone::Error::Refused(_))),
+                    "{r:?}"
+                );
                 validate_messages(s.derive_messages()).unwrap();
             }
             Op::Prune(a) => {

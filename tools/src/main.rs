@@ -107,22 +107,32 @@ session/end-seed (they are the new session's seed history)."
     )]
     Import(import::ImportArgs),
     /// Stream one session's events in order (chunks and inherited fork events included), read-only.
-    #[command(after_help = "Examples:\n  turnstone replay ./demo-store --session sess-000003\n  turnstone replay ./demo-store --session sess-000003 --json --pace\n\n\
-With --json, one object per event in the shape of `dump --json` (session is the replayed session's id).")]
+    #[command(
+        after_help = "Examples:\n  turnstone replay ./demo-store --session sess-000003\n  turnstone replay ./demo-store --session sess-000003 --json --pace\n\n\
+With --json, one object per event in the shape of `dump --json` (session is the replayed session's id)."
+    )]
     Replay(views::ReplayArgs),
     /// Fork a session: the child references a stable prefix of the source (no event body is copied).
-    #[command(after_help = "Examples:\n  turnstone fork ./demo-store --session sess-000003\n  turnstone fork ./demo-store --session sess-000003 --at 120 --child experiment-1\n\n\
+    #[command(
+        after_help = "Examples:\n  turnstone fork ./demo-store --session sess-000003\n  turnstone fork ./demo-store --session sess-000003 --at 120 --child experiment-1\n\n\
 The child holds the source's events with seq < AT; the default is the end of the last closed turn.\n\
-A boundary inside an unfinished turn is refused. Prints the child's id.")]
+A boundary inside an unfinished turn is refused. Prints the child's id."
+    )]
     Fork(views::ForkArgs),
     /// List sessions: events, created/updated time, open turn, fork parent (read-only).
-    #[command(after_help = "Examples:\n  turnstone sessions ./demo-store\n  turnstone sessions ./demo-store --json | jq -c 'select(.open_turn)'")]
+    #[command(
+        after_help = "Examples:\n  turnstone sessions ./demo-store\n  turnstone sessions ./demo-store --json | jq -c 'select(.open_turn)'"
+    )]
     Sessions(views::SessionsArgs),
     /// Full-text search over message text of every session (user, assistant, tool results, summaries).
-    #[command(after_help = "Examples:\n  turnstone search ./demo-store \"disk full\"\n  turnstone search ./demo-store 'error NOT retry' --json\n\n\
+    #[command(
+        after_help = "Examples:\n  turnstone search ./demo-store \"disk full\"\n  turnstone search ./demo-store 'error NOT retry' --json\n\n\
 The index (DIR/search.sqlite, SQLite FTS5) is derived from the durable log, updated on each search,\n\
-and can be deleted at any time. --json prints {\"session\",\"seq\",\"snippet\"} per hit.")]
+and can be deleted at any time. --json prints {\"session\",\"seq\",\"snippet\"} per hit."
+    )]
     Search(views::SearchArgs),
+    /// Crash torture: kill a child fleet at random moments and power-cut a simulated store, checking every acknowledged event and every repair.
+    Torture(torture::TortureArgs),
     /// Serve the store over HTTP with the Durable Streams protocol (create, append, read, live tail, fork).
     #[command(
         after_help = "Examples:\n  turnstone serve ./streams-store\n  turnstone serve ./streams-store --listen 127.0.0.1:8080 --token \"$TOKEN\"\n\n\
@@ -130,8 +140,6 @@ Each stream is a session, each append an atomic event group; a 2xx answer to a\n
 write means it is durable. See README.md, \"turnstone serve\"."
     )]
     Serve(turnstone_server::cli::ServeArgs),
-    /// Crash torture: kill a child fleet at random moments and power-cut a simulated store, checking every acknowledged event and every repair.
-    Torture(torture::TortureArgs),
 }
 
 fn run(cli: Cli) -> Result<ExitCode, Failure> {
@@ -148,10 +156,10 @@ fn run(cli: Cli) -> Result<ExitCode, Failure> {
         Cmd::Fork(a) => views::run_fork(&a),
         Cmd::Sessions(a) => views::run_sessions(&a),
         Cmd::Search(a) => views::run_search(&a),
+        Cmd::Torture(a) => torture::run(&a),
         Cmd::Serve(a) => turnstone_server::cli::run(&a)
             .map(|()| ExitCode::SUCCESS)
             .map_err(Failure::io),
-        Cmd::Torture(a) => torture::run(&a),
     }
 }
 
