@@ -15,7 +15,7 @@
 //! the system temp dir) and are removed at the end.
 
 use std::path::PathBuf;
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use criterion::{
@@ -256,48 +256,46 @@ fn derive_messages(c: &mut Criterion) {
     g.finish();
 }
 
-/// The large store of the reopen benchmark, built once per process.
-fn big_store() -> &'static (tempfile::TempDir, u64) {
-    static STORE: OnceLock<(tempfile::TempDir, u64)> = OnceLock::new();
-    STORE.get_or_init(|| {
-        let mb: u64 = std::env::var("TURNSTONE_BENCH_REOPEN_MB")
-            .ok()
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(1024);
-        let dir = tempdir("turnstone-bench-reopen-");
-        let store = Store::open(dir.path()).expect("open");
-        let wl = Workload::new(1, 256);
-        let mut next = vec![0u64; 256];
-        let mut buf = Vec::new();
-        let mut bytes = 0u64;
-        let t0 = Instant::now();
-        'fill: loop {
-            for s in 0..256u32 {
-                let seq = next[s as usize];
-                wl.payload_into(s, seq, &mut buf);
-                store
-                    .append(wl.name(s), wl.kind(s, seq).code(), 0, &buf)
-                    .expect("append");
-                next[s as usize] += 1;
-                bytes += turnstone::frame::frame_padded_len(buf.len()) as u64;
-                if bytes >= mb << 20 {
-                    break 'fill;
-                }
+/// The large store of the reopen benchmark (removed when dropped).
+fn big_store() -> (tempfile::TempDir, u64) {
+    let mb: u64 = std::env::var("TURNSTONE_BENCH_REOPEN_MB")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(1024);
+    let dir = tempdir("turnstone-bench-reopen-");
+    let store = Store::open(dir.path()).expect("open");
+    let wl = Workload::new(1, 256);
+    let mut next = vec![0u64; 256];
+    let mut buf = Vec::new();
+    let mut bytes = 0u64;
+    let t0 = Instant::now();
+    'fill: loop {
+        for s in 0..256u32 {
+            let seq = next[s as usize];
+            wl.payload_into(s, seq, &mut buf);
+            store
+                .append(wl.name(s), wl.kind(s, seq).code(), 0, &buf)
+                .expect("append");
+            next[s as usize] += 1;
+            bytes += turnstone::frame::frame_padded_len(buf.len()) as u64;
+            if bytes >= mb << 20 {
+                break 'fill;
             }
         }
-        store.close().expect("close");
-        eprintln!(
-            "reopen store: {} MiB, {} events, built in {:.1} s",
-            bytes >> 20,
-            next.iter().sum::<u64>(),
-            t0.elapsed().as_secs_f64()
-        );
-        (dir, bytes)
-    })
+    }
+    store.close().expect("close");
+    eprintln!(
+        "reopen store: {} MiB, {} events, built in {:.1} s",
+        bytes >> 20,
+        next.iter().sum::<u64>(),
+        t0.elapsed().as_secs_f64()
+    );
+    (dir, bytes)
 }
 
 fn reopen(c: &mut Criterion) {
     let (dir, bytes) = big_store();
+    let bytes = &bytes;
     let mut g = c.benchmark_group("reopen");
     g.sample_size(10)
         .sampling_mode(SamplingMode::Flat)
