@@ -482,3 +482,75 @@ fn query_lists_filters_and_searches() {
     ix.update(&store, &reg()).unwrap();
     assert_eq!(ix.search("zebras", 10).unwrap().len(), 4);
 }
+
+#[test]
+fn search_session_sees_inherited_events_only_below_the_fork_point() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Arc::new(Store::open(dir.path()).unwrap());
+    // a: 2 closed turns (10 events, "zebras" at seq 1 and 6).
+    let mut a = Session::create(store.clone(), "a", reg()).unwrap();
+    build(&mut a, 2, false);
+    // b = a[0..5] (first turn only), then b's own message.
+    let b = fork(&store, "a", Some(5), Some("b")).unwrap();
+    assert_eq!(b.upto, 5);
+    let mut b = Session::open(store.clone(), "b", reg()).unwrap();
+    b.append(user("b talks about zebras too"), SurfaceOp::Append)
+        .unwrap();
+    // a writes more after the fork: b must not see it.
+    a.append(user("a late zebras question"), SurfaceOp::Append)
+        .unwrap();
+    // c = all of b (a[0..5] + b's seq 5).
+    fork(&store, "b", None, Some("c")).unwrap();
+    store.sync().unwrap();
+    let mut ix = SearchIndex::open(&store).unwrap();
+    ix.update(&store, &reg()).unwrap();
+    let seqs = |hits: Vec<turnstone::session::query::Hit>, who: &str| {
+        let mut v: Vec<u64> = hits
+            .iter()
+            .map(|h| {
+                assert_eq!(
+                    h.session, who,
+                    "hits are reported under the queried session"
+                );
+                h.seq
+            })
+            .collect();
+        v.sort();
+        v
+    };
+    // Globally every event is indexed once, under its writer.
+    let all = ix.search("zebras", 50).unwrap();
+    let mut by: Vec<(String, u64)> = all.iter().map(|h| (h.session.clone(), h.seq)).collect();
+    by.sort();
+    assert_eq!(
+        by,
+        vec![
+            ("a".into(), 1),
+            ("a".into(), 6),
+            ("a".into(), 10),
+            ("b".into(), 5)
+        ]
+    );
+    assert_eq!(
+        seqs(ix.search_session(&store, "a", "zebras", 50).unwrap(), "a"),
+        vec![1, 6, 10]
+    );
+    assert_eq!(
+        seqs(ix.search_session(&store, "b", "zebras", 50).unwrap(), "b"),
+        vec![1, 5]
+    );
+    assert_eq!(
+        seqs(ix.search_session(&store, "c", "zebras", 50).unwrap(), "c"),
+        vec![1, 5]
+    );
+    // What c reads at those seqs is the hit's text.
+    let c_events = events(&store, &reg(), "c", 0..10, Some(&["user/message"])).unwrap();
+    assert_eq!(
+        c_events.iter().map(|e| e.seq).collect::<Vec<_>>(),
+        vec![1, 5]
+    );
+    assert!(matches!(
+        ix.search_session(&store, "nope", "zebras", 5),
+        Err(Error::UnknownSession(_))
+    ));
+}

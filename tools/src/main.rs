@@ -126,8 +126,9 @@ A boundary inside an unfinished turn is refused. Prints the child's id."
     Sessions(views::SessionsArgs),
     /// Full-text search over message text of every session (user, assistant, tool results, summaries).
     #[command(
-        after_help = "Examples:\n  turnstone search ./demo-store \"disk full\"\n  turnstone search ./demo-store 'error NOT retry' --json\n\n\
-The index (DIR/search.sqlite, SQLite FTS5) is derived from the durable log, updated on each search,\n\
+        after_help = "Examples:\n  turnstone search ./demo-store \"disk full\"\n  turnstone search ./demo-store 'error NOT retry' --json\n  turnstone search ./demo-store deploy --session fork-1\n\n\
+Events a fork inherits are indexed once, under the session that wrote them; --session searches\n\
+one session with its inherited prefix. The index (DIR/search.sqlite, SQLite FTS5) is derived from the durable log, updated on each search,\n\
 and can be deleted at any time. --json prints {\"session\",\"seq\",\"snippet\"} per hit."
     )]
     Search(views::SearchArgs),

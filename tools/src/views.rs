@@ -64,6 +64,10 @@ pub struct SearchArgs {
     /// Most hits to print.
     #[arg(long, default_value_t = 20)]
     pub limit: usize,
+    /// Search only this session, with the events it inherits from fork
+    /// ancestors (hits are reported under this session).
+    #[arg(long)]
+    pub session: Option<String>,
     /// One JSON object per hit: {"session","seq","snippet"}.
     #[arg(long)]
     pub json: bool,
@@ -178,7 +182,13 @@ pub fn run_search(a: &SearchArgs) -> Result<ExitCode, Failure> {
     let store = read_only(&a.dir)?;
     let mut ix = SearchIndex::open(&store)?;
     ix.update(&store, &Registry::new())?;
-    let hits = ix.search(&a.query, a.limit)?;
+    let hits = match &a.session {
+        Some(id) => {
+            known(&store, &a.dir, id)?;
+            ix.search_session(&store, id, &a.query, a.limit)?
+        }
+        None => ix.search(&a.query, a.limit)?,
+    };
     let stdout = io::stdout();
     let mut out = BufWriter::new(stdout.lock());
     for h in &hits {

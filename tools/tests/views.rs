@@ -103,6 +103,35 @@ fn replay_fork_sessions_search() {
             .contains(&word.to_lowercase()));
         assert!(h["seq"].as_u64().is_some() && h["session"].as_str().is_some());
     }
+    // --session: the fork child finds the events it inherits, under its own id,
+    // and only below the fork point.
+    let first_user = evs
+        .iter()
+        .position(|e| e["kind"] == "user/message")
+        .unwrap() as u64;
+    let (code, out, err) = run(&[
+        "search",
+        d,
+        &word,
+        "--json",
+        "--limit",
+        "1000",
+        "--session",
+        "kid",
+    ]);
+    assert_eq!(code, 0, "{err}");
+    let hits = json_lines(&out);
+    assert!(
+        hits.iter().any(|h| h["seq"].as_u64() == Some(first_user)),
+        "{hits:?}"
+    );
+    for h in &hits {
+        assert_eq!(h["session"], "kid");
+        assert!(h["seq"].as_u64().unwrap() < boundary as u64, "{h}");
+    }
+    let (code, _, err) = run(&["search", d, &word, "--session", "nope"]);
+    assert_eq!(code, 2);
+    assert!(err.contains("no session"), "{err}");
     let (code, _, err) = run(&["replay", d, "--session", "nope"]);
     assert_eq!(code, 2);
     assert!(err.contains("no session"), "{err}");

@@ -258,14 +258,81 @@ impl SearchIndex {
 
     /// Search message text across sessions; best matches first. `query` is
     /// FTS5 syntax; if it does not parse it is searched as a plain phrase.
+    ///
+    /// An event that fork children inherit is indexed once, under the session
+    /// that wrote it; [`SearchIndex::search_session`] searches one session
+    /// with its inherited prefix.
     pub fn search(&self, query: &str, limit: usize) -> Result<Vec<Hit>> {
+        self.run_search(query, limit, &[], None)
+    }
+
+    /// Search one session's message text, the events it inherits from its
+    /// fork ancestors included (each hit is reported under `session`, at the
+    /// seq the event has there, which is the seq it has in the ancestor).
+    /// Unknown sessions are an [`Error::UnknownSession`].
+    pub fn search_session(
+        &self,
+        store: &Store,
+        session: &str,
+        query: &str,
+        limit: usize,
+    ) -> Result<Vec<Hit>> {
+        let meta = store
+            .session_meta(session)
+            .ok_or_else(|| Error::UnknownSession(session.to_string()))?;
+        // (session, seq bound): the session's own events, then each
+        // ancestor's events below the prefix the chain inherits.
+        let mut chain: Vec<(String, u64)> = vec![(session.to_string(), u64::MAX)];
+        let mut parent = meta.parent;
+        let mut bound = u64::MAX;
+        while let Some((p, n)) = parent {
+            bound = bound.min(n);
+            parent = store.session_meta(&p).and_then(|m| m.parent);
+            chain.push((p, bound));
+        }
+        self.run_search(query, limit, &chain, Some(session))
+    }
+
+    fn run_search(
+        &self,
+        query: &str,
+        limit: usize,
+        chain: &[(String, u64)],
+        report_as: Option<&str>,
+    ) -> Result<Vec<Hit>> {
+        let mut filter = String::new();
+        let mut params: Vec<rusqlite::types::Value> = vec![
+            rusqlite::types::Value::Null, // the query, set below
+            rusqlite::types::Value::Integer(limit.min(i64::MAX as usize) as i64),
+        ];
+        for (i, (s, bound)) in chain.iter().enumerate() {
+            filter.push_str(if i == 0 { " AND (" } else { " OR " });
+            params.push(rusqlite::types::Value::Text(s.clone()));
+            filter.push_str(&format!("(session = ?{}", params.len()));
+            if *bound != u64::MAX {
+                params.push(rusqlite::types::Value::Integer(
+                    (*bound).min(i64::MAX as u64) as i64,
+                ));
+                filter.push_str(&format!(" AND seq < ?{}", params.len()));
+            }
+            filter.push(')');
+        }
+        if !chain.is_empty() {
+            filter.push(')');
+        }
+        let sql = format!(
+            "SELECT session, seq, snippet(docs, 2, '[', ']', '…', 12) FROM docs WHERE docs MATCH ?1{filter} ORDER BY rank LIMIT ?2"
+        );
         let run = |q: &str| -> rusqlite::Result<Vec<Hit>> {
-            let mut st = self.conn.prepare(
-                "SELECT session, seq, snippet(docs, 2, '[', ']', '…', 12) FROM docs WHERE docs MATCH ?1 ORDER BY rank LIMIT ?2",
-            )?;
-            let rows = st.query_map(rusqlite::params![q, limit as i64], |r| {
+            let mut st = self.conn.prepare(&sql)?;
+            let mut params = params.clone();
+            params[0] = rusqlite::types::Value::Text(q.to_string());
+            let rows = st.query_map(rusqlite::params_from_iter(params.iter()), |r| {
                 Ok(Hit {
-                    session: r.get(0)?,
+                    session: match report_as {
+                        Some(s) => s.to_string(),
+                        None => r.get(0)?,
+                    },
                     seq: r.get::<_, i64>(1)? as u64,
                     snippet: r.get(2)?,
                 })
