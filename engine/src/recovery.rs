@@ -101,8 +101,9 @@ impl Deref for SegmentBytes {
     }
 }
 
-/// Read a whole segment: mapped when `map` (sealed segments), else copied with
-/// pread (the active segment, which may still be written).
+/// Read a whole segment: mapped when `map` (sealed segments, or the last one
+/// while the store lock is held and nothing writes to it), else copied with
+/// pread (the active segment of a store another process may be writing).
 pub fn read_segment(vfs: &dyn Vfs, path: &Path, map: bool) -> Result<SegmentBytes> {
     let file = vfs
         .open(path, false)
@@ -379,12 +380,17 @@ pub fn list_segments(vfs: &dyn Vfs, dir: &Path) -> Result<Vec<SegmentId>> {
 
 /// Run the recovery pass (no writes: the caller applies `zero_ranges` and
 /// removals when it opens for writing).
+///
+/// `exclusive`: the caller holds the store lock, so nothing writes to the
+/// last segment while the pass runs, and it is mapped rather than copied
+/// (a read-only open copies it: a live writer may still be appending).
 pub(crate) fn recover(
     vfs: &dyn Vfs,
     dir: &Path,
     mode: RecoveryMode,
     checkpoint: Option<Checkpoint>,
     checkpoint_problem: Option<String>,
+    exclusive: bool,
 ) -> Result<Recovered> {
     let started = Instant::now();
     let mut ids = list_segments(vfs, dir)?;
@@ -442,7 +448,7 @@ pub(crate) fn recover(
     // is corruption, never a torn tail (invariant 5: checkpoints never lead).
     let mut durable_floor: Option<LogPos> = None;
     if let Some(ck) = checkpoint {
-        match validate_checkpoint(vfs, dir, &ids, &ck) {
+        match validate_checkpoint(vfs, dir, &ids, &ck, exclusive) {
             Ok(i) => {
                 start_seg = i;
                 start_off = ck.covered.offset();
@@ -467,7 +473,7 @@ pub(crate) fn recover(
         let id = ids[i];
         let path = seg_path(dir, id);
         let is_last = i + 1 == ids.len();
-        let bytes = read_segment(vfs, &path, !is_last)?;
+        let bytes = read_segment(vfs, &path, !is_last || exclusive)?;
         out.report.segments_scanned += 1;
         let header = match SegmentHeader::decode(&bytes) {
             Ok(h) => h,
@@ -761,7 +767,7 @@ pub(crate) fn recover(
             // debris stays ahead of the next append.
             if let Some(store_id) = out.store_id {
                 let path = seg_path(dir, last);
-                let bytes = read_segment(vfs, &path, false)?;
+                let bytes = read_segment(vfs, &path, exclusive)?;
                 let salt = Salt {
                     store_id,
                     segment: last,
@@ -876,6 +882,7 @@ fn validate_checkpoint(
     dir: &Path,
     ids: &[SegmentId],
     ck: &Checkpoint,
+    exclusive: bool,
 ) -> std::result::Result<usize, (String, bool)> {
     // A missing or unreadable covered segment cannot come from a power cut
     // (a segment is durable, header included, before any batch goes into it,
@@ -903,7 +910,8 @@ fn validate_checkpoint(
         ));
     }
     let path = seg_path(dir, seg);
-    let bytes = read_segment(vfs, &path, i + 1 < ids.len()).map_err(|e| (e.to_string(), false))?;
+    let bytes = read_segment(vfs, &path, i + 1 < ids.len() || exclusive)
+        .map_err(|e| (e.to_string(), false))?;
     let header =
         SegmentHeader::decode(&bytes).map_err(|e| (format!("segment header: {e}"), true))?;
     if header.store_id != ck.store_id {

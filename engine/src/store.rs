@@ -172,7 +172,14 @@ impl Store {
             Some(Err(why)) => (None, Some(why)),
         };
         let had_bad_checkpoint = ck_problem.is_some();
-        let rec = recovery::recover(vfs.as_ref(), &dir, opts.recovery_mode, ck, ck_problem)?;
+        let rec = recovery::recover(
+            vfs.as_ref(),
+            &dir,
+            opts.recovery_mode,
+            ck,
+            ck_problem,
+            lock.is_some(),
+        )?;
         if opts.read_only && rec.segments.is_empty() && rec.store_id.is_none() {
             return Err(Error::NoStore {
                 dir,

@@ -32,8 +32,9 @@ pub trait VfsFile: Send + Sync + fmt::Debug {
     fn set_len(&self, len: u64) -> io::Result<()>;
     /// Reserve `len` bytes on the device (zero-filled), extending the file.
     fn allocate(&self, len: u64) -> io::Result<()>;
-    /// Map the whole file read-only. The caller must only map files that are no
-    /// longer written to (sealed segments).
+    /// Map the whole file read-only. The caller must only map files that
+    /// nothing writes to while the map lives (sealed segments, or the active
+    /// one during recovery under the store lock).
     fn map(&self) -> io::Result<MappedBytes>;
 }
 
@@ -116,11 +117,13 @@ impl VfsFile for OsFile {
         if self.file.metadata()?.len() == 0 {
             return Ok(Arc::new(Vec::<u8>::new()));
         }
-        // SAFETY: only sealed segments and read-only opens are mapped. The engine
-        // never writes to a sealed segment, and truncation of a mapped file only
-        // happens to the active (unmapped) segment during recovery, before any map
-        // of it exists. A foreign process truncating the file while mapped is
-        // outside the engine's contract (the store lock forbids a second writer).
+        // SAFETY: the engine maps sealed segments, which it never writes again,
+        // and the active segment only during the recovery pass of a writable
+        // open, while it holds the store lock and before the map is dropped and
+        // anything is written (the pass itself does not write). The engine never
+        // shrinks a segment file. A foreign process truncating or writing the
+        // file while mapped is outside the engine's contract (the store lock
+        // forbids a second writer).
         let map = unsafe { memmap2::Mmap::map(&self.file)? };
         Ok(Arc::new(map))
     }
