@@ -355,3 +355,50 @@ fn unknown_kinds_refuse_restore_unless_ignorable() {
         Err(Error::SessionFormat { found: 1, .. })
     ));
 }
+
+#[test]
+fn repair_inactive_each_repairs_the_others_past_an_unreadable_session() {
+    let (_d, store) = store();
+    // a: an open turn with a tool call; b: an unknown non-ignorable kind;
+    // c: an open turn. Order of creation: a, b, c.
+    let mut a = Session::create(store.clone(), "a", reg()).unwrap();
+    a.append(
+        TurnStart {
+            turn_id: "t".into(),
+        },
+        (),
+    )
+    .unwrap();
+    store.append("b", 77, 0, br#"{"v":0,"data":{}}"#).unwrap();
+    let mut c = Session::create(store.clone(), "c", reg()).unwrap();
+    c.append(
+        TurnStart {
+            turn_id: "t".into(),
+        },
+        (),
+    )
+    .unwrap();
+    drop((a, c));
+    store.sync().unwrap();
+    let host = Host::new(store.clone(), reg());
+    // The fail-fast form stops at b, before c.
+    assert!(matches!(
+        host.repair_inactive(),
+        Err(Error::UnknownKind { .. })
+    ));
+    let c_len = store.session_len("c").unwrap();
+    let out = host.repair_inactive_each();
+    let names: Vec<&str> = out.iter().map(|(n, _)| n.as_str()).collect();
+    assert_eq!(names, ["a", "b", "c"]);
+    assert!(
+        out[0].1.as_ref().unwrap().is_noop(),
+        "a was repaired by the first call"
+    );
+    assert!(matches!(out[1].1, Err(Error::UnknownKind { .. })));
+    let rc = out[2].1.as_ref().unwrap();
+    assert_eq!(rc.turns_interrupted, 1);
+    assert_eq!(store.session_len("c").unwrap(), c_len + rc.appended);
+    // Idempotent: a second pass appends nothing.
+    let again = host.repair_inactive_each();
+    assert!(again[2].1.as_ref().unwrap().is_noop());
+}

@@ -122,21 +122,44 @@ impl Host {
     }
 
     /// Repair every session that is not active here (after a crash), in
-    /// creation order. Sessions repaired are not kept live.
+    /// creation order. Sessions repaired are not kept live. Stops at the
+    /// first session that cannot be opened or repaired (see
+    /// [`Host::repair_inactive_each`] to repair the others anyway).
     pub fn repair_inactive(&self) -> Result<Vec<RepairReport>> {
         let mut out = Vec::new();
         for info in self.store.sessions() {
             if self.is_active(&info.name) {
                 continue;
             }
-            let mut s = Session::open(self.store.clone(), &info.name, self.registry.clone())?;
-            let plugins: Vec<&dyn PluginRepair> = self
-                .plugins
-                .iter()
-                .map(|p| p.as_ref() as &dyn PluginRepair)
-                .collect();
-            out.push(repair(&mut s, &plugins)?);
+            out.push(self.repair_one(&info.name)?);
         }
         Ok(out)
+    }
+
+    /// Like [`Host::repair_inactive`], but a session that cannot be opened
+    /// or repaired (an unknown event kind, a refused plugin repair) does not
+    /// stop the others: every inactive session gets its own outcome, in
+    /// creation order. A store-level failure (a poisoned store) fails every
+    /// session after it.
+    pub fn repair_inactive_each(&self) -> Vec<(String, Result<RepairReport>)> {
+        self.store
+            .sessions()
+            .into_iter()
+            .filter(|info| !self.is_active(&info.name))
+            .map(|info| {
+                let r = self.repair_one(&info.name);
+                (info.name, r)
+            })
+            .collect()
+    }
+
+    fn repair_one(&self, id: &str) -> Result<RepairReport> {
+        let mut s = Session::open(self.store.clone(), id, self.registry.clone())?;
+        let plugins: Vec<&dyn PluginRepair> = self
+            .plugins
+            .iter()
+            .map(|p| p.as_ref() as &dyn PluginRepair)
+            .collect();
+        repair(&mut s, &plugins)
     }
 }
