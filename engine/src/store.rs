@@ -942,18 +942,43 @@ fn create_segment(
     first_batch_seq: u64,
     prev_segment_end: u32,
 ) -> Result<Arc<dyn VfsFile>> {
+    create_segment_steps(
+        vfs,
+        dir,
+        opts,
+        store_id,
+        id,
+        first_batch_seq,
+        prev_segment_end,
+    )
+    .map_err(|(e, _)| e)
+}
+
+/// [`create_segment`], telling apart a failure before any fsync (`false`:
+/// nothing was claimed durable, the creation can be retried: the leftover
+/// file is reused) from a failed fsync (`true`: the store must be poisoned).
+fn create_segment_steps(
+    vfs: &dyn Vfs,
+    dir: &Path,
+    opts: &Options,
+    store_id: [u8; 16],
+    id: SegmentId,
+    first_batch_seq: u64,
+    prev_segment_end: u32,
+) -> std::result::Result<Arc<dyn VfsFile>, (Error, bool)> {
     let path = seg_path(dir, id);
+    let retryable = |e| (e, false);
     let file = match vfs.create_new(&path) {
         Ok(f) => f,
         // A leftover from an earlier failed attempt in this process: reuse it.
         Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => vfs
             .open(&path, true)
-            .map_err(|e| Error::io("open segment", &path, e))?,
-        Err(e) => return Err(Error::io("create segment", &path, e)),
+            .map_err(|e| retryable(Error::io("open segment", &path, e)))?,
+        Err(e) => return Err(retryable(Error::io("create segment", &path, e))),
     };
     if opts.preallocate {
         file.allocate(opts.segment_bytes as u64)
-            .map_err(|e| Error::io("preallocate segment", &path, e))?;
+            .map_err(|e| retryable(Error::io("preallocate segment", &path, e)))?;
     }
     let header = SegmentHeader {
         version: FORMAT_VERSION,
@@ -963,11 +988,11 @@ fn create_segment(
         prev_segment_end,
     };
     file.write_all_at(&header.encode(), 0)
-        .map_err(|e| Error::io("write segment header", &path, e))?;
+        .map_err(|e| retryable(Error::io("write segment header", &path, e)))?;
     file.sync_data()
-        .map_err(|e| Error::io("fsync new segment", &path, e))?;
+        .map_err(|e| (Error::io("fsync new segment", &path, e), true))?;
     vfs.sync_dir(dir)
-        .map_err(|e| Error::io("fsync directory", dir, e))?;
+        .map_err(|e| (Error::io("fsync directory", dir, e), true))?;
     Ok(file)
 }
 
@@ -997,7 +1022,7 @@ fn write_checkpoint(sh: &Shared) -> Result<()> {
 enum FlushError {
     /// The write failed: the batch is kept for an explicit retry.
     Write(String),
-    /// fdatasync (or segment creation) failed: poison.
+    /// fdatasync (or a new segment's fsync) failed: poison.
     Fatal(&'static str, String),
 }
 
@@ -1084,7 +1109,10 @@ fn write_batch(sh: &Shared, batch: &mut PendingBatch) -> std::result::Result<boo
     let mut rolled = false;
     if batch.segment != w.segment {
         debug_assert_eq!(batch.segment.0, w.segment.0 + 1);
-        let file = create_segment(
+        // A full disk (or any failure) before the new segment's fsync is a
+        // failed write: the batch is kept and the creation retried; a failed
+        // fsync poisons like any other.
+        let file = create_segment_steps(
             sh.vfs.as_ref(),
             &sh.dir,
             &sh.opts,
@@ -1093,7 +1121,13 @@ fn write_batch(sh: &Shared, batch: &mut PendingBatch) -> std::result::Result<boo
             batch.batch_seq,
             w.end,
         )
-        .map_err(|e| FlushError::Fatal("segment creation", e.to_string()))?;
+        .map_err(|(e, fsync_failed)| {
+            if fsync_failed {
+                FlushError::Fatal("segment creation", e.to_string())
+            } else {
+                FlushError::Write(e.to_string())
+            }
+        })?;
         sh.files.write().insert(batch.segment, file.clone());
         // The old segment is sealed from now on: reads may map it.
         sh.files.write().remove(&w.segment);
