@@ -773,10 +773,19 @@ impl Store {
             )
         } else {
             let file = self.active_file(seg)?;
+            // The frame is durable (waited for above) and durable bytes are
+            // never written again; only a read-only store, whose writer may be
+            // another process, reads with plain system calls.
+            let stable = !sh.opts.read_only;
+            let read = |buf: &mut [u8]| {
+                if stable {
+                    file.read_stable(buf, off as u64)
+                } else {
+                    file.read_at(buf, off as u64)
+                }
+            };
             let mut head = [0u8; FRAME_HEADER_BYTES];
-            let n = file
-                .read_at(&mut head, off as u64)
-                .map_err(|e| Error::io("read frame", &path, e))?;
+            let n = read(&mut head).map_err(|e| Error::io("read frame", &path, e))?;
             if n < FRAME_HEADER_BYTES {
                 return Err(corrupt(
                     "indexed frame lies past the end of the segment".into(),
@@ -787,9 +796,7 @@ impl Store {
                 return Err(corrupt(format!("impossible frame length {len}")));
             }
             let mut buf = vec![0u8; len];
-            let n = file
-                .read_at(&mut buf, off as u64)
-                .map_err(|e| Error::io("read frame", &path, e))?;
+            let n = read(&mut buf).map_err(|e| Error::io("read frame", &path, e))?;
             if n < len {
                 return Err(corrupt("frame cut short by the end of the segment".into()));
             }

@@ -32,6 +32,16 @@ pub trait VfsFile: Send + Sync + fmt::Debug {
     fn set_len(&self, len: u64) -> io::Result<()>;
     /// Reserve `len` bytes on the device (zero-filled), extending the file.
     fn allocate(&self, len: u64) -> io::Result<()>;
+    /// Read exactly `buf.len()` bytes at `offset` of a file that is still
+    /// being appended to, where the caller guarantees that these bytes were
+    /// written and are never written again (durable frames of the active
+    /// segment, read by the process that writes it). Returns the number read
+    /// (less at EOF). The real file system serves this from a growing
+    /// read-only map instead of a system call per read; the default is
+    /// [`VfsFile::read_at`].
+    fn read_stable(&self, buf: &mut [u8], offset: u64) -> io::Result<usize> {
+        self.read_at(buf, offset)
+    }
     /// Map the whole file read-only. The caller must only map files that
     /// nothing writes to while the map lives (sealed segments, or the active
     /// one during recovery under the store lock).
@@ -78,12 +88,73 @@ pub trait LockGuard: Send + Sync + fmt::Debug {}
 #[derive(Debug, Default, Clone, Copy)]
 pub struct OsVfs;
 
-#[derive(Debug)]
 struct OsFile {
     file: File,
+    /// Read-only map for [`VfsFile::read_stable`], made on first use and
+    /// remade when a read reaches past it (the file grew).
+    live_map: parking_lot::RwLock<Option<memmap2::MmapRaw>>,
+}
+
+impl OsFile {
+    fn new(file: File) -> OsFile {
+        OsFile {
+            file,
+            live_map: parking_lot::RwLock::new(None),
+        }
+    }
+}
+
+impl fmt::Debug for OsFile {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("OsFile").field("file", &self.file).finish()
+    }
+}
+
+/// Copy `buf.len()` bytes at `offset` out of `map`, if they lie inside it.
+fn copy_from_map(map: &memmap2::MmapRaw, buf: &mut [u8], offset: u64) -> bool {
+    let Some(end) = offset.checked_add(buf.len() as u64) else {
+        return false;
+    };
+    if end > map.len() as u64 {
+        return false;
+    }
+    // SAFETY: `offset..end` lies inside the live mapping (checked above), which
+    // `map` keeps alive for the call; `buf` is a distinct Rust allocation, so
+    // the ranges do not overlap. `read_stable`'s contract is that these bytes
+    // were written before the call and are not written again, so nothing
+    // modifies them during the copy (MAP_SHARED mappings are coherent with
+    // pwrite on Linux, so the copy sees what was written).
+    unsafe {
+        std::ptr::copy_nonoverlapping(
+            map.as_ptr().add(offset as usize),
+            buf.as_mut_ptr(),
+            buf.len(),
+        );
+    }
+    true
 }
 
 impl VfsFile for OsFile {
+    fn read_stable(&self, buf: &mut [u8], offset: u64) -> io::Result<usize> {
+        if let Some(map) = self.live_map.read().as_ref() {
+            if copy_from_map(map, buf, offset) {
+                return Ok(buf.len());
+            }
+        }
+        let len = self.file.metadata()?.len();
+        if len == 0 || offset.saturating_add(buf.len() as u64) > len {
+            // Past the end of the file: the plain read reports the short read.
+            return self.read_at(buf, offset);
+        }
+        let map = memmap2::MmapOptions::new()
+            .len(len as usize)
+            .map_raw_read_only(&self.file)?;
+        let done = copy_from_map(&map, buf, offset);
+        debug_assert!(done, "the new map covers the read");
+        *self.live_map.write() = Some(map);
+        Ok(buf.len())
+    }
+
     fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<usize> {
         use std::os::unix::fs::FileExt;
         let mut done = 0;
@@ -149,7 +220,7 @@ static LOCKED_PATHS: parking_lot::Mutex<Vec<PathBuf>> = parking_lot::Mutex::new(
 impl Vfs for OsVfs {
     fn open(&self, path: &Path, write: bool) -> io::Result<Arc<dyn VfsFile>> {
         let file = OpenOptions::new().read(true).write(write).open(path)?;
-        Ok(Arc::new(OsFile { file }))
+        Ok(Arc::new(OsFile::new(file)))
     }
     fn create_new(&self, path: &Path) -> io::Result<Arc<dyn VfsFile>> {
         let file = OpenOptions::new()
@@ -157,7 +228,7 @@ impl Vfs for OsVfs {
             .write(true)
             .create_new(true)
             .open(path)?;
-        Ok(Arc::new(OsFile { file }))
+        Ok(Arc::new(OsFile::new(file)))
     }
     fn create_truncate(&self, path: &Path) -> io::Result<Arc<dyn VfsFile>> {
         let file = OpenOptions::new()
@@ -166,7 +237,7 @@ impl Vfs for OsVfs {
             .create(true)
             .truncate(true)
             .open(path)?;
-        Ok(Arc::new(OsFile { file }))
+        Ok(Arc::new(OsFile::new(file)))
     }
     fn exists(&self, path: &Path) -> bool {
         path.exists()
@@ -234,5 +305,39 @@ impl Vfs for OsVfs {
     }
     fn is_dir(&self, path: &Path) -> bool {
         path.is_dir()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn read_stable_follows_a_growing_file_and_reports_eof() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("f");
+        let f = OsVfs.create_new(&path).unwrap();
+        let a: Vec<u8> = (0..100u8).collect();
+        f.write_all_at(&a, 0).unwrap();
+        let mut buf = [0u8; 10];
+        assert_eq!(f.read_stable(&mut buf, 90).unwrap(), 10);
+        assert_eq!(&buf, &a[90..]);
+        // The file grows past the map: the map is remade.
+        let b = vec![7u8; 9000];
+        f.write_all_at(&b, 100).unwrap();
+        let mut big = vec![0u8; 9000];
+        assert_eq!(f.read_stable(&mut big, 100).unwrap(), 9000);
+        assert_eq!(big, b);
+        // Served from the map, and the old bytes are still right.
+        assert_eq!(f.read_stable(&mut buf, 0).unwrap(), 10);
+        assert_eq!(&buf, &a[..10]);
+        // Past the end: a short read, as read_at.
+        let mut tail = [1u8; 16];
+        assert_eq!(f.read_stable(&mut tail, 9092).unwrap(), 8);
+        assert_eq!(&tail[..8], &[7u8; 8]);
+        assert!(f.read_stable(&mut tail, u64::MAX - 4).is_err(), "as pread");
+        // An empty file.
+        let e = OsVfs.create_new(&dir.path().join("e")).unwrap();
+        assert_eq!(e.read_stable(&mut buf, 0).unwrap(), 0);
     }
 }
