@@ -104,29 +104,43 @@ pub(crate) fn decode_error(id: &str, seq: u64, e: DecodeError) -> Error {
     }
 }
 
-/// Where a fork may cut: for each candidate boundary `b` (the child holds
-/// seqs `< b`), whether a turn is open at `b`. Returns the largest closed
-/// boundary `<= limit`, and whether `limit` itself is closed.
+/// Where a fork may cut: whether a turn is open at `limit` (the child holds
+/// seqs `< limit`), and the largest boundary `<= limit` at which no turn is
+/// open. A turn is open at `b` when the last `turn/start` or `turn/end`
+/// before `b` is a `turn/start`.
+///
+/// Walks back from `limit` and stops at the first marker that decides (a
+/// `turn/end`, or the start of the log): the cost is the length of the last
+/// turn, not of the session.
 fn closed_boundaries(store: &Store, id: &str, limit: u64) -> Result<(u64, bool)> {
     let (start, end) = (CoreKind::TurnStart.code(), CoreKind::TurnEnd.code());
-    let mut open = false;
-    let mut last_closed = 0u64;
-    let mut at = 0u64;
-    while at < limit {
-        let to = (at + REPLAY_CHUNK).min(limit);
-        for e in store.read_range(id, at..to)? {
-            if e.kind == start {
-                open = true;
-            } else if e.kind == end {
-                open = false;
+    // The earliest turn/start seen so far with only turn/starts after it
+    // (up to `limit`): once one is seen, a turn is open at `limit`, and the
+    // last closed boundary is the earliest such start whose previous marker
+    // is a turn/end (or none).
+    let mut open_since: Option<u64> = None;
+    let mut hi = limit;
+    let mut chunk = 32;
+    while hi > 0 {
+        let lo = hi.saturating_sub(chunk);
+        for e in store.read_range(id, lo..hi)?.iter().rev() {
+            if e.kind == end {
+                return Ok(match open_since {
+                    None => (limit, true),
+                    Some(s) => (s, false),
+                });
             }
-            if !open {
-                last_closed = e.seq.0 + 1;
+            if e.kind == start {
+                open_since = Some(e.seq.0);
             }
         }
-        at = to;
+        hi = lo;
+        chunk = (chunk * 2).min(REPLAY_CHUNK);
     }
-    Ok((last_closed, !open))
+    Ok(match open_since {
+        None => (limit, true),
+        Some(s) => (s, false),
+    })
 }
 
 /// What [`fork`] created.
@@ -187,4 +201,67 @@ pub fn fork(
     };
     store.fork(source, upto, &child)?;
     Ok(Forked { child, upto })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rand::{Rng, SeedableRng};
+
+    /// The forward definition: fold every event from seq 0.
+    fn forward(kinds: &[u16], limit: u64) -> (u64, bool) {
+        let (start, end) = (CoreKind::TurnStart.code(), CoreKind::TurnEnd.code());
+        let mut open = false;
+        let mut last_closed = 0;
+        for (seq, k) in kinds.iter().enumerate().take(limit as usize) {
+            if *k == start {
+                open = true;
+            } else if *k == end {
+                open = false;
+            }
+            if !open {
+                last_closed = seq as u64 + 1;
+            }
+        }
+        (last_closed, !open)
+    }
+
+    #[test]
+    fn backward_walk_agrees_with_the_forward_fold() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path()).unwrap();
+        let mut rng = rand::rngs::StdRng::seed_from_u64(7);
+        let (start, end) = (CoreKind::TurnStart.code(), CoreKind::TurnEnd.code());
+        for case in 0..40 {
+            let id = format!("s{case}");
+            // Long runs without markers (past the walk's chunk sizes),
+            // repeated starts, stray ends.
+            let n = rng.gen_range(0..300);
+            let marker_odds = [0.02, 0.1, 0.5][case % 3];
+            let mut kinds = Vec::new();
+            for _ in 0..n {
+                let k = if rng.gen_bool(marker_odds) {
+                    if rng.gen_bool(0.5) {
+                        start
+                    } else {
+                        end
+                    }
+                } else {
+                    CoreKind::AssistantChunk.code()
+                };
+                store.append(&id, k, 0, b"{}").unwrap();
+                kinds.push(k);
+            }
+            if n == 0 {
+                store.create_session(&id).unwrap();
+            }
+            for limit in 0..=n as u64 {
+                assert_eq!(
+                    closed_boundaries(&store, &id, limit).unwrap(),
+                    forward(&kinds, limit),
+                    "case {case}, limit {limit}, kinds {kinds:?}"
+                );
+            }
+        }
+    }
 }
