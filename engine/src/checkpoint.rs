@@ -47,7 +47,7 @@ impl Checkpoint {
         let mut out = Vec::with_capacity(
             CHECKPOINT_HEADER_BYTES
                 + self.index.sessions.len() * 64
-                + self.index.event_count() as usize * 8,
+                + self.index.own_event_count() as usize * 8,
         );
         out.extend_from_slice(&CHECKPOINT_MAGIC);
         put_u32(&mut out, FORMAT_VERSION);
@@ -71,7 +71,7 @@ impl Checkpoint {
                 }
             }
             put_u64(&mut out, s.define_pos.0);
-            let own = &s.positions[s.inherited() as usize..];
+            let own = &s.positions;
             put_u64(&mut out, own.len() as u64);
             for p in own {
                 put_u64(&mut out, *p);
@@ -129,20 +129,17 @@ impl Checkpoint {
             if own > (body.len() as u64) / 8 {
                 return Err("checkpoint position count too large".into());
             }
-            let mut positions = match parent {
-                None => Vec::with_capacity(own as usize),
-                Some((p, upto)) => {
-                    let parent = index
-                        .sessions
-                        .get(p.0 as usize)
-                        .filter(|_| p.0 < i)
-                        .ok_or_else(|| "checkpoint fork parent missing".to_string())?;
-                    if upto > parent.len() {
-                        return Err("checkpoint fork inherits more than the parent has".into());
-                    }
-                    parent.positions[..upto as usize].to_vec()
+            if let Some((p, upto)) = parent {
+                let parent = index
+                    .sessions
+                    .get(p.0 as usize)
+                    .filter(|_| p.0 < i)
+                    .ok_or_else(|| "checkpoint fork parent missing".to_string())?;
+                if upto > parent.len() {
+                    return Err("checkpoint fork inherits more than the parent has".into());
                 }
-            };
+            }
+            let mut positions = Vec::with_capacity(own as usize);
             for _ in 0..own {
                 positions.push(r.u64()?);
             }

@@ -1,6 +1,8 @@
 //! The seq-dense per-session index: for each session, `positions[seq]` is the
 //! log position of that event's frame (invariant 2: seqs are dense, so a
-//! lookup is one array access, 8 bytes per event).
+//! lookup is one array access, 8 bytes per event). A fork child holds only
+//! its own events' positions; seqs below the fork point are looked up in the
+//! parent's entry (forking costs no index copy, whatever the prefix length).
 //!
 //! Session ids are strings; inside the log each has a compact [`SessionId`]
 //! assigned densely (0, 1, 2, …) in the order of their `session-define` frames.
@@ -19,16 +21,19 @@ pub struct SessionEntry {
     pub parent: Option<(SessionId, u64)>,
     /// Where the `session-define` frame sits.
     pub define_pos: LogPos,
-    /// `positions[seq]` = packed [`LogPos`] of the frame of event `seq`.
+    /// The session's own events: `positions[seq - inherited]` = packed
+    /// [`LogPos`] of the frame of event `seq` (inherited events are found
+    /// through `parent`).
     pub positions: Vec<u64>,
 }
 
 impl SessionEntry {
+    /// Number of events, inherited ones included.
     pub fn len(&self) -> u64 {
-        self.positions.len() as u64
+        self.inherited() + self.positions.len() as u64
     }
     pub fn is_empty(&self) -> bool {
-        self.positions.is_empty()
+        self.len() == 0
     }
     /// How many events were inherited from a fork parent.
     pub fn inherited(&self) -> u64 {
@@ -53,6 +58,68 @@ impl Index {
         self.sessions.get(id.0 as usize)
     }
 
+    /// Positions of the events `range` of session `id` (clamped to its
+    /// length), in seq order, following fork parents for inherited seqs.
+    pub fn positions_in(&self, id: SessionId, range: std::ops::Range<u64>) -> Vec<u64> {
+        let mut out = Vec::new();
+        self.collect_positions(id, range, &mut out);
+        out
+    }
+
+    fn collect_positions(&self, id: SessionId, range: std::ops::Range<u64>, out: &mut Vec<u64>) {
+        let Some(e) = self.entry(id) else {
+            return;
+        };
+        let end = range.end.min(e.len());
+        let start = range.start.min(end);
+        let inherited = e.inherited();
+        if let Some((p, _)) = e.parent {
+            if start < inherited {
+                // Parents precede children (dense ids in define order), so
+                // this recursion ends.
+                self.collect_positions(p, start..end.min(inherited), out);
+            }
+        }
+        let (own_start, own_end) = (start.max(inherited), end.max(inherited));
+        out.extend_from_slice(
+            &e.positions[(own_start - inherited) as usize..(own_end - inherited) as usize],
+        );
+    }
+
+    /// Position of event `seq` of session `id`.
+    pub fn position(&self, id: SessionId, seq: u64) -> Option<u64> {
+        let e = self.entry(id)?;
+        let inherited = e.inherited();
+        match e.parent {
+            Some((p, _)) if seq < inherited => self.position(p, seq),
+            _ => e
+                .positions
+                .get((seq.checked_sub(inherited)?) as usize)
+                .copied(),
+        }
+    }
+
+    /// Position of the session's last event (inherited ones included).
+    pub fn last_position(&self, id: SessionId) -> Option<u64> {
+        let e = self.entry(id)?;
+        e.len().checked_sub(1).and_then(|l| self.position(id, l))
+    }
+
+    /// How many of the session's first events have frames before `end`.
+    pub fn len_before(&self, id: SessionId, end: LogPos) -> u64 {
+        let Some(e) = self.entry(id) else {
+            return 0;
+        };
+        let own = e.positions.partition_point(|p| *p < end.0) as u64;
+        match e.parent {
+            // Inherited frames lie before the define, which lies before
+            // every own frame.
+            _ if own > 0 => e.inherited() + own,
+            Some((p, n)) => self.len_before(p, end).min(n),
+            None => 0,
+        }
+    }
+
     /// Apply a `session-define` frame. The id must be the next dense one, the
     /// name new, and a fork parent must exist and hold the inherited events.
     pub fn apply_define(
@@ -71,22 +138,19 @@ impl Index {
         if self.by_name.contains_key(def.name.as_str()) {
             return Err(format!("session {:?} defined twice", def.name));
         }
-        let positions = match def.parent {
-            None => Vec::new(),
-            Some((p, upto)) => {
-                let parent = self
-                    .sessions
-                    .get(p.0 as usize)
-                    .ok_or_else(|| format!("fork parent {} does not exist", p.0))?;
-                if upto > parent.len() {
-                    return Err(format!(
-                        "fork inherits {upto} events but the parent has {}",
-                        parent.len()
-                    ));
-                }
-                parent.positions[..upto as usize].to_vec()
+        if let Some((p, upto)) = def.parent {
+            let parent = self
+                .sessions
+                .get(p.0 as usize)
+                .ok_or_else(|| format!("fork parent {} does not exist", p.0))?;
+            if upto > parent.len() {
+                return Err(format!(
+                    "fork inherits {upto} events but the parent has {}",
+                    parent.len()
+                ));
             }
-        };
+        }
+        let positions = Vec::new();
         let name: Arc<str> = Arc::from(def.name.as_str());
         self.by_name.insert(name.clone(), id);
         self.sessions.push(SessionEntry {
@@ -120,6 +184,12 @@ impl Index {
         self.sessions.iter().map(|s| s.len()).sum()
     }
 
+    /// Number of positions held (each frame once: inherited events are
+    /// not counted again for the children).
+    pub fn own_event_count(&self) -> u64 {
+        self.sessions.iter().map(|s| s.positions.len() as u64).sum()
+    }
+
     /// The part of the index covering only positions before `end` (used to
     /// checkpoint exactly what is durable).
     pub fn prefix_before(&self, end: LogPos) -> Index {
@@ -128,10 +198,9 @@ impl Index {
             if s.define_pos >= end {
                 break; // defines are in log order, so all later ones are too
             }
+            // Own frames follow the define; inherited ones are the parent's
+            // (kept there, since a parent's define precedes its children's).
             let keep = s.positions.partition_point(|p| *p < end.0);
-            // Inherited positions may lie anywhere before the define; they are
-            // all before `end` since the define is.
-            let keep = keep.max(s.inherited() as usize).min(s.positions.len());
             let entry = SessionEntry {
                 name: s.name.clone(),
                 parent: s.parent,
@@ -175,10 +244,44 @@ mod tests {
             .is_err());
         ix.apply_define(SessionId(1), &def("b", Some((SessionId(0), 1))), pos(300))
             .unwrap();
-        assert_eq!(ix.get("b").unwrap().1.positions, vec![pos(100).0]);
+        // The child holds no copy of the inherited position.
+        assert!(ix.get("b").unwrap().1.positions.is_empty());
+        assert_eq!(ix.get("b").unwrap().1.len(), 1);
+        assert_eq!(ix.position(SessionId(1), 0), Some(pos(100).0));
+        assert!(ix
+            .apply_define(SessionId(2), &def("c", Some((SessionId(1), 3))), pos(300))
+            .is_err());
         ix.apply_frame(SessionId(1), 1, pos(400)).unwrap();
+        assert!(ix.apply_frame(SessionId(1), 1, pos(410)).is_err());
+        ix.apply_frame(SessionId(1), 2, pos(420)).unwrap();
+        // A fork of the fork: b's seqs 0..2 = a's 0, b's own 1.
+        ix.apply_define(SessionId(2), &def("c", Some((SessionId(1), 2))), pos(500))
+            .unwrap();
+        ix.apply_frame(SessionId(2), 2, pos(600)).unwrap();
+        assert_eq!(
+            ix.positions_in(SessionId(2), 0..10),
+            vec![pos(100).0, pos(400).0, pos(600).0]
+        );
+        assert_eq!(ix.positions_in(SessionId(2), 1..2), vec![pos(400).0]);
+        assert_eq!(ix.positions_in(SessionId(2), 2..3), vec![pos(600).0]);
+        assert_eq!(ix.positions_in(SessionId(2), 5..9), Vec::<u64>::new());
+        assert_eq!(ix.position(SessionId(2), 3), None);
+        assert_eq!(ix.last_position(SessionId(2)), Some(pos(600).0));
+        assert_eq!(ix.last_position(SessionId(1)), Some(pos(420).0));
+        // Durable counts: a child without durable own frames counts the
+        // durable part of what it inherits.
+        assert_eq!(ix.len_before(SessionId(2), pos(150)), 1);
+        assert_eq!(ix.len_before(SessionId(2), pos(450)), 2);
+        assert_eq!(ix.len_before(SessionId(2), pos(700)), 3);
+        assert_eq!(ix.len_before(SessionId(1), pos(410)), 2);
+        assert_eq!(ix.event_count(), 2 + 3 + 3);
+        assert_eq!(ix.own_event_count(), 2 + 2 + 1);
         let p = ix.prefix_before(pos(250));
         assert_eq!(p.sessions.len(), 1);
         assert_eq!(p.sessions[0].positions.len(), 2);
+        let p = ix.prefix_before(pos(410));
+        assert_eq!(p.sessions.len(), 2);
+        assert_eq!(p.sessions[1].positions, vec![pos(400).0]);
+        assert_eq!(p.sessions[1].len(), 2);
     }
 }

@@ -622,6 +622,8 @@ impl Store {
                 .index
                 .get(session)
                 .ok_or_else(|| Error::UnknownSession(session.to_string()))?;
+            // The last own frame, or else the define (which follows every
+            // inherited frame).
             match e.positions.last() {
                 Some(p) => LogPos(*p + 1),
                 None => LogPos(e.define_pos.0 + 1),
@@ -637,7 +639,7 @@ impl Store {
     pub fn session_meta(&self, session: &str) -> Option<SessionMeta> {
         let st = self.shared.state.lock();
         let (id, e) = st.index.get(session)?;
-        let durable_len = e.positions.partition_point(|p| *p < st.durable.0) as u64;
+        let durable_len = st.index.len_before(id, st.durable);
         Some(SessionMeta {
             id,
             len: e.len(),
@@ -703,7 +705,7 @@ impl Store {
                 .ok_or_else(|| Error::UnknownSession(session.to_string()))?;
             let end = range.end.min(e.len());
             let start = range.start.min(end);
-            let positions = e.positions[start as usize..end as usize].to_vec();
+            let positions = st.index.positions_in(sid, start..end);
             // Sessions whose frames this session may hold: itself and its fork
             // ancestors (inherited events keep their parent's session id).
             let mut owners = vec![sid];
