@@ -14,7 +14,6 @@
 //! Stores live in temporary directories under `TURNSTONE_BENCH_DIR` (default:
 //! the system temp dir) and are removed at the end.
 
-use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -27,18 +26,7 @@ use turnstone::{Options, SegmentId, SessionId, Store};
 use turnstone_benches::typed::{compactable_prefix, fill_session};
 use turnstone_benches::workload::{mix, Workload};
 
-fn bench_dir() -> PathBuf {
-    std::env::var_os("TURNSTONE_BENCH_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(std::env::temp_dir)
-}
-
-fn tempdir(prefix: &str) -> tempfile::TempDir {
-    tempfile::Builder::new()
-        .prefix(prefix)
-        .tempdir_in(bench_dir())
-        .expect("temp dir for the bench store")
-}
+use turnstone_benches::sys::bench_tempdir as tempdir;
 
 fn frame(c: &mut Criterion) {
     let salt = Salt {

@@ -27,7 +27,6 @@
 //! Stores live in temporary directories under `TURNSTONE_BENCH_DIR` (default:
 //! the system temp dir) and are removed at the end of each bench function.
 
-use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use criterion::{black_box, criterion_group, criterion_main, BenchmarkId, Criterion, SamplingMode};
@@ -44,18 +43,7 @@ use turnstone_benches::sys::proc_status_kib;
 use turnstone_benches::typed::{typed_event, TypedEvent};
 use turnstone_benches::workload::{Workload, TURN_LEN};
 
-fn bench_dir() -> PathBuf {
-    std::env::var_os("TURNSTONE_BENCH_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(std::env::temp_dir)
-}
-
-fn tempdir(prefix: &str) -> tempfile::TempDir {
-    tempfile::Builder::new()
-        .prefix(prefix)
-        .tempdir_in(bench_dir())
-        .expect("temp dir for the bench store")
-}
+use turnstone_benches::sys::bench_tempdir as tempdir;
 
 /// Peak and current resident memory of the process so far (Linux).
 fn rss(what: &str) {

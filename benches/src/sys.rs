@@ -105,6 +105,19 @@ pub fn raise_nofile() {
     }
 }
 
+/// A temporary directory for a criterion bench store, in
+/// `TURNSTONE_BENCH_DIR` if set, else the system temp dir; removed when
+/// dropped.
+pub fn bench_tempdir(prefix: &str) -> tempfile::TempDir {
+    let dir = std::env::var_os("TURNSTONE_BENCH_DIR")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(std::env::temp_dir);
+    tempfile::Builder::new()
+        .prefix(prefix)
+        .tempdir_in(dir)
+        .expect("temp dir for the bench store")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -238,7 +238,8 @@ impl Store {
                 let mut id = [0u8; 16];
                 rand::thread_rng().fill_bytes(&mut id);
                 let id = store_id.unwrap_or(id);
-                create_segment(vfs.as_ref(), &dir, &opts, id, FIRST_SEGMENT, 0, 0)?;
+                create_segment(vfs.as_ref(), &dir, &opts, id, FIRST_SEGMENT, 0, 0)
+                    .map_err(|(e, _)| e)?;
                 (id, FIRST_SEGMENT, SEGMENT_HEADER_BYTES as u32, 0)
             }
         };
@@ -941,32 +942,11 @@ fn zero_range(vfs: &dyn Vfs, path: &Path, from: u32, to: u32) -> Result<()> {
 }
 
 /// Create a segment file: preallocate, write its header, fsync it, fsync the
-/// directory. Only then may a batch be written into it.
+/// directory. Only then may a batch be written into it. A failure says
+/// whether it came before any fsync (`false`: nothing was claimed durable,
+/// the creation can be retried and reuses the leftover file) or from a
+/// failed fsync (`true`: the store must be poisoned).
 fn create_segment(
-    vfs: &dyn Vfs,
-    dir: &Path,
-    opts: &Options,
-    store_id: [u8; 16],
-    id: SegmentId,
-    first_batch_seq: u64,
-    prev_segment_end: u32,
-) -> Result<Arc<dyn VfsFile>> {
-    create_segment_steps(
-        vfs,
-        dir,
-        opts,
-        store_id,
-        id,
-        first_batch_seq,
-        prev_segment_end,
-    )
-    .map_err(|(e, _)| e)
-}
-
-/// [`create_segment`], telling apart a failure before any fsync (`false`:
-/// nothing was claimed durable, the creation can be retried: the leftover
-/// file is reused) from a failed fsync (`true`: the store must be poisoned).
-fn create_segment_steps(
     vfs: &dyn Vfs,
     dir: &Path,
     opts: &Options,
@@ -1121,7 +1101,7 @@ fn write_batch(sh: &Shared, batch: &mut PendingBatch) -> std::result::Result<boo
         // A full disk (or any failure) before the new segment's fsync is a
         // failed write: the batch is kept and the creation retried; a failed
         // fsync poisons like any other.
-        let file = create_segment_steps(
+        let file = create_segment(
             sh.vfs.as_ref(),
             &sh.dir,
             &sh.opts,

@@ -353,15 +353,12 @@ fn enospc_on_write_behaves_like_a_failed_write() {
     assert_eq!(m.check(&store, "enospc").get("s"), Some(&3));
 }
 
-/// A full disk when a new segment is created (preallocation) is a failed
-/// write, not a poisoned store: nothing acknowledged is lost or reordered,
-/// and once space is back the same batch goes into the new segment.
-#[test]
-fn enospc_when_rolling_a_segment_loses_nothing_acknowledged() {
-    let sim = SimVfs::new();
-    let mut m = Model::default();
-    let store = store_with_one_batch(&sim, &mut m);
-    // Fill most of segment 1.
+/// Fill most of segment 1 with acknowledged events, then append one that
+/// needs a new segment while the disk has no room for its preallocation.
+/// Returns the store, the next seq of "s" (acknowledged: `0..seq`) and the
+/// end of the event that waits for the new segment.
+fn enospc_at_roll(sim: &SimVfs, m: &mut Model) -> (Store, u64, LogPos) {
+    let store = store_with_one_batch(sim, m);
     let mut seq = 1;
     while store.durable_pos().offset() < SEGMENT - 12_000 {
         let end = m.append(&store, "s", payload_for("s", seq, 5000)).unwrap();
@@ -385,8 +382,17 @@ fn enospc_when_rolling_a_segment_loses_nothing_acknowledged() {
         other => panic!("expected WriteFailed, got {other:?}"),
     }
     assert!(store.durable_pos() < end);
-    // A power cut now: exactly the acknowledged events (the half-made
-    // segment is a torn creation).
+    (store, seq, end)
+}
+
+/// A full disk when a new segment is created (preallocation) is a failed
+/// write, not a poisoned store; a power cut then keeps exactly the
+/// acknowledged events (the half-made segment is a torn creation).
+#[test]
+fn enospc_when_rolling_a_segment_loses_nothing_acknowledged() {
+    let sim = SimVfs::new();
+    let mut m = Model::default();
+    let (store, seq, _) = enospc_at_roll(&sim, &mut m);
     cut_power_and_drop(&sim, store);
     sim.crash(5);
     let store = Store::open_with(dir(), opts(&sim, false)).unwrap();
@@ -400,27 +406,7 @@ fn enospc_when_rolling_a_segment_loses_nothing_acknowledged() {
 fn enospc_when_rolling_a_segment_is_retried_when_space_returns() {
     let sim = SimVfs::new();
     let mut m = Model::default();
-    let store = store_with_one_batch(&sim, &mut m);
-    let mut seq = 1;
-    while store.durable_pos().offset() < SEGMENT - 12_000 {
-        let end = m.append(&store, "s", payload_for("s", seq, 5000)).unwrap();
-        store.wait_durable(end).unwrap();
-        m.ack(end);
-        seq += 1;
-    }
-    let written = 64 + store.stats().bytes_written;
-    sim.set_faults(FaultPlan {
-        enospc_after_bytes: Some(written + 20_000),
-        ..Default::default()
-    });
-    let end = m
-        .append(&store, "s", payload_for("s", seq, 15_000))
-        .unwrap();
-    assert_eq!(end.segment().0, 2);
-    assert!(matches!(
-        store.wait_durable(end),
-        Err(Error::WriteFailed { .. })
-    ));
+    let (store, seq, _) = enospc_at_roll(&sim, &mut m);
     // Still accepting appends, queued behind the failed batch.
     let later = m.append(&store, "t", payload_for("t", 0, 100)).unwrap();
     sim.set_faults(FaultPlan::default());

@@ -101,13 +101,7 @@ impl Host {
             }
             return Ok((shared, None));
         }
-        let mut s = Session::open(self.store.clone(), id, self.registry.clone())?;
-        let plugins: Vec<&dyn PluginRepair> = self
-            .plugins
-            .iter()
-            .map(|p| p.as_ref() as &dyn PluginRepair)
-            .collect();
-        let report = repair(&mut s, &plugins)?;
+        let (s, report) = self.open_and_repair(id)?;
         Ok((self.register(s), Some(report)))
     }
 
@@ -154,12 +148,18 @@ impl Host {
     }
 
     fn repair_one(&self, id: &str) -> Result<RepairReport> {
+        self.open_and_repair(id).map(|(_, report)| report)
+    }
+
+    /// Restore an inactive session and repair it (core, then plugins).
+    fn open_and_repair(&self, id: &str) -> Result<(Session, RepairReport)> {
         let mut s = Session::open(self.store.clone(), id, self.registry.clone())?;
         let plugins: Vec<&dyn PluginRepair> = self
             .plugins
             .iter()
             .map(|p| p.as_ref() as &dyn PluginRepair)
             .collect();
-        repair(&mut s, &plugins)
+        let report = repair(&mut s, &plugins)?;
+        Ok((s, report))
     }
 }
