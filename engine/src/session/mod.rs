@@ -32,5 +32,5 @@ pub use host::{Host, SharedSession};
 pub use messages::{Message, Role};
 pub use projection::{Projection, ProjectionRegistry, RunState, RunStatus, TokenMeter, TokenState};
 pub use repair::{repair, validate_messages, PluginRepair, RepairReport};
-pub use replay::{fork, replay, Forked, Replay};
+pub use replay::{fork, replay, turn_open, Forked, Replay};
 pub use surface::{Surface, SurfaceOp};

@@ -17,9 +17,7 @@ use crate::session::event::{
     AssistantMessage, CompactionSummary, ContentBlock, CoreKind, EventKind, Registry, SessionEvent,
     ToolResult, UserMessage,
 };
-use crate::session::projection::{RunStatus, TurnStatus};
-use crate::session::replay::replay;
-use crate::session::snapshot;
+use crate::session::replay::{replay, turn_open};
 use crate::store::Store;
 
 /// One row of [`list_sessions`].
@@ -46,8 +44,9 @@ fn ts_of(store: &Store, registry: &Registry, id: &str, seq: u64) -> Result<Optio
     )
 }
 
-/// Every session of the store, in creation order. The open-turn flag comes
-/// from the run-status projection (through its snapshot cache when present).
+/// Every session of the store, in creation order. The open-turn flag is
+/// [`turn_open`]: a walk back from the end to the last turn marker, so a
+/// listing costs the sessions' last turns, not their whole logs.
 pub fn list_sessions(store: &Store, registry: &Registry) -> Result<Vec<SessionSummary>> {
     let mut out = Vec::new();
     for info in store.sessions() {
@@ -59,13 +58,12 @@ pub fn list_sessions(store: &Store, registry: &Registry) -> Result<Vec<SessionSu
                 ts_of(store, registry, &info.name, info.len - 1)?,
             )
         };
-        let run = snapshot::read(store, registry, &info.name, &RunStatus)?;
         out.push(SessionSummary {
             id: info.name.clone(),
             events: info.len,
             created_ms,
             updated_ms,
-            open_turn: matches!(run.state.status, TurnStatus::Running { .. }),
+            open_turn: turn_open(store, &info.name)?,
             parent: info.parent.clone(),
         });
     }

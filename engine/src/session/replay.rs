@@ -143,6 +143,16 @@ fn closed_boundaries(store: &Store, id: &str, limit: u64) -> Result<(u64, bool)>
     })
 }
 
+/// Whether a turn is open at the end of session `id`: its last `turn/start`
+/// or `turn/end` is a `turn/start` (the rule [`fork`] cuts by). Reads back
+/// from the end only as far as the last turn marker.
+pub fn turn_open(store: &Store, id: &str) -> Result<bool> {
+    let len = store
+        .session_len(id)
+        .ok_or_else(|| Error::UnknownSession(id.to_string()))?;
+    Ok(!closed_boundaries(store, id, len)?.1)
+}
+
 /// What [`fork`] created.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Forked {
