@@ -41,4 +41,4 @@ pub use commit::Stats;
 pub use error::{Error, Result};
 pub use recovery::{Problem, ProblemKind, RecoveryMode, RecoveryReport};
 pub use store::{Options, SessionInfo, SessionMeta, Store};
-pub use types::{Appended, Event, LogPos, SegmentId, Seq, SessionId};
+pub use types::{Appended, Event, EventRef, LogPos, SegmentId, Seq, SessionId};

@@ -4,6 +4,7 @@
 //! waits and reads go through here; see [`crate::commit`] for the group commit.
 
 use std::collections::HashMap;
+use std::ops::ControlFlow;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
@@ -16,14 +17,14 @@ use crate::checkpoint::{self, Checkpoint, CHECKPOINT_TMP_FILE};
 use crate::commit::{PendingBatch, State, Stats, WriterFile};
 use crate::error::{Error, Result};
 use crate::frame::{
-    self, decode_frame, encode_frame, frame_padded_len, Salt, SegmentHeader, SessionDefine,
-    BATCH_BODY_BYTES_MAX, BATCH_FLAG_CLEAN_CLOSE, BATCH_HEADER_BYTES, FORMAT_VERSION,
-    FRAME_HEADER_BYTES, KIND_SESSION_DEFINE, PAYLOAD_BYTES_MAX, SEGMENT_HEADER_BYTES,
-    SESSION_NAME_BYTES_MAX,
+    self, decode_frame, encode_frame, frame_padded_len, FrameHeader, Salt, SegmentHeader,
+    SessionDefine, BATCH_BODY_BYTES_MAX, BATCH_FLAG_CLEAN_CLOSE, BATCH_HEADER_BYTES,
+    FORMAT_VERSION, FRAME_HEADER_BYTES, KIND_SESSION_DEFINE, PAYLOAD_BYTES_MAX,
+    SEGMENT_HEADER_BYTES, SESSION_NAME_BYTES_MAX,
 };
 use crate::index::Index;
 use crate::recovery::{self, RecoveryMode, RecoveryReport};
-use crate::types::{Appended, Event, LogPos, SegmentId, Seq, SessionId};
+use crate::types::{Appended, Event, EventRef, LogPos, SegmentId, Seq, SessionId};
 use crate::vfs::{LockGuard, MappedBytes, OsVfs, Vfs, VfsFile};
 
 /// Name of the lock file inside a store directory.
@@ -698,7 +699,28 @@ impl Store {
     /// session's length), in seq order. Events not yet written are made
     /// durable first.
     pub fn read_range(&self, session: &str, range: std::ops::Range<u64>) -> Result<Vec<Event>> {
-        let (positions, owners, durable) = {
+        let mut out = Vec::new();
+        self.visit_range(session, range, |e| {
+            out.push(e.to_event());
+            ControlFlow::Continue(())
+        })?;
+        Ok(out)
+    }
+
+    /// Visit the events of `session` with seq in `range` (clamped to the
+    /// session's length), in seq order, lending each payload instead of
+    /// copying it: out of the segment's map for sealed segments, out of one
+    /// reused buffer for the active one. Checks are those of
+    /// [`Store::read_range`] (checksum, seq, owner); events not yet written
+    /// are made durable first. The visitor stops the walk with
+    /// `ControlFlow::Break`. Returns the number of events visited.
+    pub fn visit_range(
+        &self,
+        session: &str,
+        range: std::ops::Range<u64>,
+        mut visit: impl FnMut(EventRef<'_>) -> ControlFlow<()>,
+    ) -> Result<u64> {
+        let (positions, start, owners, durable) = {
             let st = self.shared.state.lock();
             let (sid, e) = st
                 .index
@@ -715,22 +737,31 @@ impl Store {
                 owners.push(p);
                 cur = st.index.sessions[p.0 as usize].parent;
             }
-            (
-                positions.into_iter().zip(start..).collect::<Vec<_>>(),
-                owners,
-                st.durable,
-            )
+            (positions, start, owners, st.durable)
         };
-        if let Some((last, _)) = positions.last() {
+        if let Some(last) = positions.last() {
             if *last >= durable.0 && !self.shared.opts.read_only {
                 self.wait_durable(LogPos(*last + 1))?;
             }
         }
-        let mut out = Vec::with_capacity(positions.len());
-        for (p, seq) in positions {
-            out.push(self.read_frame_at(LogPos(p), seq, &owners)?);
+        let mut cursor = FrameCursor::default();
+        let mut visited = 0;
+        for (p, seq) in positions.into_iter().zip(start..) {
+            let flow = self.with_frame_at(LogPos(p), seq, &owners, &mut cursor, |h, payload| {
+                visit(EventRef {
+                    seq: Seq(seq),
+                    kind: h.kind,
+                    flags: h.flags,
+                    payload,
+                    pos: LogPos(p),
+                })
+            })?;
+            visited += 1;
+            if flow.is_break() {
+                break;
+            }
         }
-        Ok(out)
+        Ok(visited)
     }
 
     fn segment_bytes_for_read(&self, seg: SegmentId) -> Result<Option<MappedBytes>> {
@@ -752,29 +783,39 @@ impl Store {
         Ok(Some(map))
     }
 
-    fn read_frame_at(&self, pos: LogPos, seq: u64, owners: &[SessionId]) -> Result<Event> {
+    /// Check the frame of event `seq` at `pos` and hand its header and
+    /// payload to `f`. `cursor` keeps the last segment's map and a buffer
+    /// across calls.
+    fn with_frame_at<R>(
+        &self,
+        pos: LogPos,
+        seq: u64,
+        owners: &[SessionId],
+        cursor: &mut FrameCursor,
+        f: impl FnOnce(&FrameHeader, &[u8]) -> R,
+    ) -> Result<R> {
         let sh = &*self.shared;
         let seg = pos.segment();
-        let path = seg_path(&sh.dir, seg);
         let salt = Salt {
             store_id: sh.store_id,
             segment: seg,
         };
         let off = pos.offset() as usize;
-        let corrupt = |detail: String| Error::corrupt(&path, off as u64, detail);
-        let (header, payload) = if let Some(map) = self.segment_bytes_for_read(seg)? {
-            let bytes: &[u8] = &map;
+        let corrupt = |detail: String| Error::corrupt(seg_path(&sh.dir, seg), off as u64, detail);
+        if cursor.segment != Some(seg) {
+            cursor.map = self.segment_bytes_for_read(seg)?;
+            cursor.segment = Some(seg);
+        }
+        let frame: &[u8] = if let Some(map) = &cursor.map {
+            let bytes: &[u8] = map;
             if off >= bytes.len() {
                 return Err(corrupt(
                     "indexed frame lies past the end of the segment".into(),
                 ));
             }
-            let h = decode_frame(&bytes[off..], &salt).map_err(|e| corrupt(e.to_string()))?;
-            (
-                h,
-                bytes[off + FRAME_HEADER_BYTES..off + h.frame_len as usize].to_vec(),
-            )
+            &bytes[off..]
         } else {
+            let path = seg_path(&sh.dir, seg);
             let file = self.active_file(seg)?;
             // The frame is durable (waited for above) and durable bytes are
             // never written again; only a read-only store, whose writer may be
@@ -798,15 +839,14 @@ impl Store {
             if !(FRAME_HEADER_BYTES..=FRAME_HEADER_BYTES + PAYLOAD_BYTES_MAX).contains(&len) {
                 return Err(corrupt(format!("impossible frame length {len}")));
             }
-            let mut buf = vec![0u8; len];
-            let n = read(&mut buf).map_err(|e| Error::io("read frame", &path, e))?;
+            cursor.buf.resize(len, 0);
+            let n = read(&mut cursor.buf).map_err(|e| Error::io("read frame", &path, e))?;
             if n < len {
                 return Err(corrupt("frame cut short by the end of the segment".into()));
             }
-            let h = decode_frame(&buf, &salt).map_err(|e| corrupt(e.to_string()))?;
-            buf.drain(..FRAME_HEADER_BYTES);
-            (h, buf)
+            &cursor.buf
         };
+        let header = decode_frame(frame, &salt).map_err(|e| corrupt(e.to_string()))?;
         if header.seq != seq
             || !owners.contains(&header.session)
             || header.kind == KIND_SESSION_DEFINE
@@ -816,13 +856,10 @@ impl Store {
                 header.session.0, header.seq, header.kind
             )));
         }
-        Ok(Event {
-            seq: Seq(seq),
-            kind: header.kind,
-            flags: header.flags,
-            payload,
-            pos,
-        })
+        Ok(f(
+            &header,
+            &frame[FRAME_HEADER_BYTES..header.frame_len as usize],
+        ))
     }
 
     fn active_file(&self, seg: SegmentId) -> Result<Arc<dyn VfsFile>> {
@@ -913,6 +950,16 @@ fn validate_session_name(name: &str) -> Result<()> {
         )));
     }
     Ok(())
+}
+
+/// Per-walk read state of [`Store::visit_range`]: the map of the segment
+/// read last (`None` for the active segment) and a buffer for frames read
+/// from the active segment.
+#[derive(Default)]
+struct FrameCursor {
+    segment: Option<SegmentId>,
+    map: Option<MappedBytes>,
+    buf: Vec<u8>,
 }
 
 /// Zero the non-zero bytes of `[from, to)` (to = u32::MAX: to the end of the

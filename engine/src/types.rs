@@ -71,3 +71,31 @@ impl Event {
         self.flags & crate::frame::FLAG_IGNORABLE != 0
     }
 }
+
+/// One event lent by [`crate::Store::visit_range`]: the payload borrows the
+/// log's bytes for the duration of the visit.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct EventRef<'a> {
+    pub seq: Seq,
+    pub kind: u16,
+    pub flags: u16,
+    pub payload: &'a [u8],
+    pub pos: LogPos,
+}
+
+impl EventRef<'_> {
+    /// Whether the frame carries the `ignorable` flag.
+    pub fn ignorable(&self) -> bool {
+        self.flags & crate::frame::FLAG_IGNORABLE != 0
+    }
+    /// An owned copy.
+    pub fn to_event(&self) -> Event {
+        Event {
+            seq: self.seq,
+            kind: self.kind,
+            flags: self.flags,
+            payload: self.payload.to_vec(),
+            pos: self.pos,
+        }
+    }
+}

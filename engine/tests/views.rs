@@ -554,3 +554,29 @@ fn search_session_sees_inherited_events_only_below_the_fork_point() {
         Err(Error::UnknownSession(_))
     ));
 }
+
+#[test]
+fn replay_yields_the_events_before_an_unreadable_one_then_its_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Arc::new(Store::open(dir.path()).unwrap());
+    let mut s = Session::create(store.clone(), "s", reg()).unwrap();
+    build(&mut s, 1, false);
+    let good = store.session_len("s").unwrap();
+    drop(s);
+    // An unknown, non-ignorable kind, then more events after it.
+    store.append("s", 77, 0, br#"{"v":0,"data":{}}"#).unwrap();
+    store.append("s", 77, 0, br#"{"v":0,"data":{}}"#).unwrap();
+    let items: Vec<_> = replay(&store, "s", reg(), 0).unwrap().collect();
+    assert_eq!(
+        items.len() as u64,
+        good + 1,
+        "the good events, then one error"
+    );
+    for (i, it) in items[..good as usize].iter().enumerate() {
+        assert_eq!(it.as_ref().unwrap().seq, i as u64);
+    }
+    match &items[good as usize] {
+        Err(Error::UnknownKind { seq, .. }) => assert_eq!(*seq, good),
+        other => panic!("{other:?}"),
+    }
+}

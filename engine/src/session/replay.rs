@@ -10,6 +10,7 @@
 //! plus 8 bytes of index per inherited event.
 
 use std::collections::VecDeque;
+use std::ops::ControlFlow;
 use std::sync::Arc;
 
 use rand::RngCore;
@@ -28,7 +29,8 @@ pub struct Replay<'a> {
     registry: Arc<Registry>,
     next: u64,
     end: u64,
-    buf: VecDeque<SessionEvent>,
+    /// Decoded events of the current chunk; an error ends it (and the walk).
+    buf: VecDeque<Result<SessionEvent>>,
 }
 
 /// Replay the events `from..` of session `id` (as they are now).
@@ -60,26 +62,31 @@ impl Iterator for Replay<'_> {
                 return None;
             }
             let to = (self.next + REPLAY_CHUNK).min(self.end);
-            let evs = match self.store.read_range(&self.id, self.next..to) {
-                Ok(v) => v,
+            let (id, registry, buf) = (&self.id, &self.registry, &mut self.buf);
+            // Decode straight from the log's bytes (no payload copies). Events
+            // before a bad one are still yielded, then its error.
+            let walked = self.store.visit_range(id, self.next..to, |e| {
+                match event::decode(e.seq.0, e.kind, e.flags, e.payload, registry) {
+                    Ok(ev) => {
+                        buf.push_back(Ok(ev));
+                        ControlFlow::Continue(())
+                    }
+                    Err(err) => {
+                        buf.push_back(Err(decode_error(id, e.seq.0, err)));
+                        ControlFlow::Break(())
+                    }
+                }
+            });
+            match walked {
+                Ok(_) if !matches!(buf.back(), Some(Err(_))) => self.next = to,
+                Ok(_) => self.next = self.end,
                 Err(e) => {
                     self.next = self.end;
-                    return Some(Err(e));
-                }
-            };
-            self.next = to;
-            for e in evs {
-                match event::decode(e.seq.0, e.kind, e.flags, &e.payload, &self.registry) {
-                    Ok(ev) => self.buf.push_back(ev),
-                    Err(err) => {
-                        self.next = self.end;
-                        self.buf.clear();
-                        return Some(Err(decode_error(&self.id, e.seq.0, err)));
-                    }
+                    buf.push_back(Err(e));
                 }
             }
         }
-        self.buf.pop_front().map(Ok)
+        self.buf.pop_front()
     }
 }
 
@@ -123,15 +130,21 @@ fn closed_boundaries(store: &Store, id: &str, limit: u64) -> Result<(u64, bool)>
     let mut chunk = 32;
     while hi > 0 {
         let lo = hi.saturating_sub(chunk);
-        for e in store.read_range(id, lo..hi)?.iter().rev() {
-            if e.kind == end {
+        // Only kinds are needed: collect them without copying payloads.
+        let mut kinds = Vec::with_capacity((hi - lo) as usize);
+        store.visit_range(id, lo..hi, |e| {
+            kinds.push((e.seq.0, e.kind));
+            ControlFlow::Continue(())
+        })?;
+        for (seq, kind) in kinds.into_iter().rev() {
+            if kind == end {
                 return Ok(match open_since {
                     None => (limit, true),
                     Some(s) => (s, false),
                 });
             }
-            if e.kind == start {
-                open_since = Some(e.seq.0);
+            if kind == start {
+                open_since = Some(seq);
             }
         }
         hi = lo;
