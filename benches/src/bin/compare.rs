@@ -664,7 +664,23 @@ fn read_side(args: &Args, m: &mut Metrics) -> Result<()> {
             t.push(t0.elapsed().as_secs_f64() * 1e3);
             std::hint::black_box(got);
         }
-        ts.push((label, median_of(t)));
+        // The same walk lending each payload (no copy per event).
+        let mut tv = Vec::new();
+        for _ in 0..5 {
+            let t0 = Instant::now();
+            let mut bytes = 0u64;
+            let visited = store.visit_range(&name, 0..n, |e| {
+                bytes +=
+                    e.payload.len() as u64 + u64::from(e.payload.first().copied().unwrap_or(0));
+                std::ops::ControlFlow::Continue(())
+            })?;
+            tv.push(t0.elapsed().as_secs_f64() * 1e3);
+            if visited != n {
+                return Err(format!("turnstone ({label}) visited {visited} of {n} events").into());
+            }
+            std::hint::black_box(bytes);
+        }
+        ts.push((label, median_of(t), median_of(tv)));
         store.close()?;
     }
     // Load + derive through the session layer, and derive after one append.
@@ -742,16 +758,26 @@ fn read_side(args: &Args, m: &mut Metrics) -> Result<()> {
         }
     }
     let sqlite_ms = median_of(t);
-    let active = ts[0].1;
-    let sealed = ts[1].1;
+    let (active, visit_active) = (ts[0].1, ts[0].2);
+    let (sealed, visit_sealed) = (ts[1].1, ts[1].2);
     m.insert("read/events".into(), n as f64);
     m.insert("read/payload_mb".into(), payload as f64 / 1e6);
     m.insert("read/turnstone_load_active_ms".into(), active);
     m.insert("read/turnstone_load_sealed_ms".into(), sealed);
+    m.insert("read/turnstone_visit_active_ms".into(), visit_active);
+    m.insert("read/turnstone_visit_sealed_ms".into(), visit_sealed);
     m.insert("read/turnstone_open_derive_ms".into(), open_derive_ms);
     m.insert("read/sqlite_select_ms".into(), sqlite_ms);
     m.insert("read/ratio_sqlite_over_active".into(), sqlite_ms / active);
     m.insert("read/ratio_sqlite_over_sealed".into(), sqlite_ms / sealed);
+    m.insert(
+        "read/ratio_sqlite_over_visit_active".into(),
+        sqlite_ms / visit_active,
+    );
+    m.insert(
+        "read/ratio_sqlite_over_visit_sealed".into(),
+        sqlite_ms / visit_sealed,
+    );
     m.insert("read/messages".into(), msgs as f64);
     m.insert("read/derive_after_append_us".into(), inc_us);
     m.insert("read/derive_after_replace_us".into(), replace_us);
@@ -761,7 +787,7 @@ fn read_side(args: &Args, m: &mut Metrics) -> Result<()> {
     );
     println!(
         "read side ({n} events, {:.0} MB): turnstone load {active:.1} ms (active segment) / \
-         {sealed:.1} ms (sealed); sqlite select {sqlite_ms:.1} ms; \
+         {sealed:.1} ms (sealed), visit {visit_active:.1} / {visit_sealed:.1} ms; sqlite select {sqlite_ms:.1} ms; \
          Session::open+derive {open_derive_ms:.0} ms ({msgs} messages); derive after one append {inc_us:.2} µs, \
          after a replace {replace_us:.0} µs",
         payload as f64 / 1e6
@@ -1243,12 +1269,20 @@ fn render(args: &Args, machine: &Value, s: &Summary, failures: &[String]) -> Str
         let sq = med(s, "read/sqlite_select_ms").unwrap_or(f64::NAN);
         for (label, k) in [
             (
-                "turnstone `read_range(0..n)`, session in the active segment (pread)",
+                "turnstone `read_range(0..n)`, session in the active segment",
                 "read/turnstone_load_active_ms",
             ),
             (
                 "turnstone `read_range(0..n)`, session in sealed segments (mmap)",
                 "read/turnstone_load_sealed_ms",
+            ),
+            (
+                "turnstone `visit_range(0..n)` (payloads lent, not copied), active segment",
+                "read/turnstone_visit_active_ms",
+            ),
+            (
+                "turnstone `visit_range(0..n)`, sealed segments",
+                "read/turnstone_visit_sealed_ms",
             ),
             (
                 "turnstone `Session::open` + `derive_messages` (full rebuild)",
@@ -1461,6 +1495,14 @@ fn targets(s: &Summary, runs: usize) -> Vec<String> {
     for (label, k) in [
         ("active segment", "read/ratio_sqlite_over_active"),
         ("sealed segments", "read/ratio_sqlite_over_sealed"),
+        (
+            "visit_range, active segment",
+            "read/ratio_sqlite_over_visit_active",
+        ),
+        (
+            "visit_range, sealed segments",
+            "read/ratio_sqlite_over_visit_sealed",
+        ),
     ] {
         check(
             &format!(
