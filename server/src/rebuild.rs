@@ -5,6 +5,7 @@
 //! is ignored. Sliding TTL windows restart at startup (reads renew them
 //! without being logged, so a stream never expires early).
 
+use std::ops::ControlFlow;
 use std::sync::Arc;
 
 use tokio::sync::watch;
@@ -17,9 +18,6 @@ use crate::record::{
 };
 use crate::stream::{State, Stream};
 use crate::streams::Registry;
-
-/// Events read per engine call while rebuilding.
-const REBUILD_BATCH: u64 = 256;
 
 /// What the rebuild found.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
@@ -121,69 +119,90 @@ fn replay(
     now_ms: u64,
 ) -> Result<Option<State>, String> {
     let mut state: Option<State> = None;
-    let mut seq = start;
-    while seq < len {
-        let to = (seq + REBUILD_BATCH).min(len);
-        let events = store
-            .read_range(session, seq..to)
-            .map_err(|e| format!("reading session {session}: {e}"))?;
-        if events.is_empty() {
-            break;
-        }
-        for e in events {
-            let Some(d) = record::decode(&e.payload) else {
-                return Err(format!(
-                    "session {session} seq {}: not a server record",
-                    e.seq.0
-                ));
-            };
-            let bad = |what: &str, err: serde_json::Error| {
-                format!(
-                    "session {session} seq {}: bad {what} record: {err}",
-                    e.seq.0
-                )
-            };
-            let Some(st) = state.as_mut() else {
-                if e.kind != KIND_CREATE {
-                    return Ok(None);
+    // The first problem, or a session cut short before its create record;
+    // either ends the walk.
+    let mut stop: Option<Result<(), String>> = None;
+    let visited = store
+        .visit_range(session, start..len, |e| {
+            match apply(session, &mut state, &e, now_ms) {
+                Ok(true) => ControlFlow::Continue(()),
+                Ok(false) => {
+                    stop = Some(Ok(()));
+                    ControlFlow::Break(())
                 }
-                let config: CreateRecord =
-                    serde_json::from_slice(d.body).map_err(|err| bad("create", err))?;
-                let at = Offset::new(e.seq.0 + 1, d.bytes_before);
-                state = Some(State::new(config, at, turnstone::LogPos(0), now_ms));
-                continue;
-            };
-            match e.kind {
-                KIND_DATA => {
-                    st.tail = Offset::new(e.seq.0 + 1, d.bytes_before + d.body.len() as u64);
-                }
-                KIND_STATE => {
-                    let rec: StateRecord =
-                        serde_json::from_slice(d.body).map_err(|err| bad("state", err))?;
-                    st.apply(&rec);
-                    st.tail = Offset::new(e.seq.0 + 1, d.bytes_before);
-                }
-                KIND_DELETE => {
-                    let rec: DeleteRecord =
-                        serde_json::from_slice(d.body).map_err(|err| bad("delete", err))?;
-                    if st.deleted != Some(DeleteMode::Hard) {
-                        st.deleted = Some(rec.mode);
-                    }
-                    st.tail = Offset::new(e.seq.0 + 1, d.bytes_before);
-                }
-                other => {
-                    return Err(format!(
-                        "session {session} seq {}: unexpected kind {other:#06x}",
-                        e.seq.0
-                    ))
+                Err(err) => {
+                    stop = Some(Err(err));
+                    ControlFlow::Break(())
                 }
             }
-        }
-        seq = to;
+        })
+        .map_err(|e| format!("reading session {session}: {e}"))?;
+    match stop {
+        Some(Err(err)) => return Err(err),
+        Some(Ok(())) => return Ok(None),
+        None => debug_assert_eq!(visited, len.saturating_sub(start)),
     }
     if let Some(st) = state.as_mut() {
         st.vis = st.tail;
         st.vis_closed = st.closed;
     }
     Ok(state)
+}
+
+/// Fold one event of a server session into its state. `Ok(false)`: the
+/// session does not start with a create record (ignored).
+fn apply(
+    session: &str,
+    state: &mut Option<State>,
+    e: &turnstone::EventRef<'_>,
+    now_ms: u64,
+) -> Result<bool, String> {
+    let Some(d) = record::decode(e.payload) else {
+        return Err(format!(
+            "session {session} seq {}: not a server record",
+            e.seq.0
+        ));
+    };
+    let bad = |what: &str, err: serde_json::Error| {
+        format!(
+            "session {session} seq {}: bad {what} record: {err}",
+            e.seq.0
+        )
+    };
+    let Some(st) = state.as_mut() else {
+        if e.kind != KIND_CREATE {
+            return Ok(false);
+        }
+        let config: CreateRecord =
+            serde_json::from_slice(d.body).map_err(|err| bad("create", err))?;
+        let at = Offset::new(e.seq.0 + 1, d.bytes_before);
+        *state = Some(State::new(config, at, turnstone::LogPos(0), now_ms));
+        return Ok(true);
+    };
+    match e.kind {
+        KIND_DATA => {
+            st.tail = Offset::new(e.seq.0 + 1, d.bytes_before + d.body.len() as u64);
+        }
+        KIND_STATE => {
+            let rec: StateRecord =
+                serde_json::from_slice(d.body).map_err(|err| bad("state", err))?;
+            st.apply(&rec);
+            st.tail = Offset::new(e.seq.0 + 1, d.bytes_before);
+        }
+        KIND_DELETE => {
+            let rec: DeleteRecord =
+                serde_json::from_slice(d.body).map_err(|err| bad("delete", err))?;
+            if st.deleted != Some(DeleteMode::Hard) {
+                st.deleted = Some(rec.mode);
+            }
+            st.tail = Offset::new(e.seq.0 + 1, d.bytes_before);
+        }
+        other => {
+            return Err(format!(
+                "session {session} seq {}: unexpected kind {other:#06x}",
+                e.seq.0
+            ))
+        }
+    }
+    Ok(true)
 }
