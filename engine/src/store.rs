@@ -804,61 +804,91 @@ impl Store {
         let corrupt = |detail: String| Error::corrupt(seg_path(&sh.dir, seg), off as u64, detail);
         if cursor.segment != Some(seg) {
             cursor.map = self.segment_bytes_for_read(seg)?;
+            cursor.file = match cursor.map {
+                Some(_) => None,
+                None => Some(self.active_file(seg)?),
+            };
             cursor.segment = Some(seg);
         }
-        let frame: &[u8] = if let Some(map) = &cursor.map {
+        // Decode and check a whole frame.
+        let check = |frame: &[u8]| -> Result<FrameHeader> {
+            let header = decode_frame(frame, &salt).map_err(|e| corrupt(e.to_string()))?;
+            if header.seq != seq
+                || !owners.contains(&header.session)
+                || header.kind == KIND_SESSION_DEFINE
+            {
+                return Err(corrupt(format!(
+                    "index points at a frame of session {} seq {} (kind {}), expected seq {seq}",
+                    header.session.0, header.seq, header.kind
+                )));
+            }
+            Ok(header)
+        };
+        if let Some(map) = &cursor.map {
             let bytes: &[u8] = map;
             if off >= bytes.len() {
                 return Err(corrupt(
                     "indexed frame lies past the end of the segment".into(),
                 ));
             }
-            &bytes[off..]
-        } else {
-            let path = seg_path(&sh.dir, seg);
-            let file = self.active_file(seg)?;
-            // The frame is durable (waited for above) and durable bytes are
-            // never written again; only a read-only store, whose writer may be
-            // another process, reads with plain system calls.
-            let stable = !sh.opts.read_only;
-            let read = |buf: &mut [u8]| {
-                if stable {
-                    file.read_stable(buf, off as u64)
-                } else {
-                    file.read_at(buf, off as u64)
-                }
-            };
-            let mut head = [0u8; FRAME_HEADER_BYTES];
-            let n = read(&mut head).map_err(|e| Error::io("read frame", &path, e))?;
-            if n < FRAME_HEADER_BYTES {
-                return Err(corrupt(
-                    "indexed frame lies past the end of the segment".into(),
-                ));
-            }
-            let len = u32::from_le_bytes(head[0..4].try_into().expect("4")) as usize;
-            if !(FRAME_HEADER_BYTES..=FRAME_HEADER_BYTES + PAYLOAD_BYTES_MAX).contains(&len) {
-                return Err(corrupt(format!("impossible frame length {len}")));
-            }
-            cursor.buf.resize(len, 0);
-            let n = read(&mut cursor.buf).map_err(|e| Error::io("read frame", &path, e))?;
-            if n < len {
-                return Err(corrupt("frame cut short by the end of the segment".into()));
-            }
-            &cursor.buf
-        };
-        let header = decode_frame(frame, &salt).map_err(|e| corrupt(e.to_string()))?;
-        if header.seq != seq
-            || !owners.contains(&header.session)
-            || header.kind == KIND_SESSION_DEFINE
-        {
-            return Err(corrupt(format!(
-                "index points at a frame of session {} seq {} (kind {}), expected seq {seq}",
-                header.session.0, header.seq, header.kind
-            )));
+            let frame = &bytes[off..];
+            let header = check(frame)?;
+            return Ok(f(
+                &header,
+                &frame[FRAME_HEADER_BYTES..header.frame_len as usize],
+            ));
         }
+        let path = seg_path(&sh.dir, seg);
+        let file = cursor.file.as_ref().expect("the active segment's file");
+        let io = |e| Error::io("read frame", &path, e);
+        // The frame is durable (waited for above) and durable bytes are never
+        // written again, so it is lent from the file's live map; a read-only
+        // store, whose writer may be another process, copies it with plain
+        // system calls instead.
+        let stable = !sh.opts.read_only;
+        let mut head = [0u8; FRAME_HEADER_BYTES];
+        let n = if stable {
+            file.read_stable(&mut head, off as u64)
+        } else {
+            file.read_at(&mut head, off as u64)
+        }
+        .map_err(io)?;
+        if n < FRAME_HEADER_BYTES {
+            return Err(corrupt(
+                "indexed frame lies past the end of the segment".into(),
+            ));
+        }
+        let len = u32::from_le_bytes(head[0..4].try_into().expect("4")) as usize;
+        if !(FRAME_HEADER_BYTES..=FRAME_HEADER_BYTES + PAYLOAD_BYTES_MAX).contains(&len) {
+            return Err(corrupt(format!("impossible frame length {len}")));
+        }
+        let short = || corrupt("frame cut short by the end of the segment".into());
+        if stable {
+            let mut f = Some(f);
+            let mut out: Option<Result<R>> = None;
+            let lent = file
+                .lend_stable(off as u64, len, &mut |frame| {
+                    out = Some(check(frame).map(|header| {
+                        (f.take().expect("lent once"))(
+                            &header,
+                            &frame[FRAME_HEADER_BYTES..header.frame_len as usize],
+                        )
+                    }));
+                })
+                .map_err(io)?;
+            if !lent {
+                return Err(short());
+            }
+            return out.expect("lent frames are visited");
+        }
+        cursor.buf.resize(len, 0);
+        if file.read_at(&mut cursor.buf, off as u64).map_err(io)? < len {
+            return Err(short());
+        }
+        let header = check(&cursor.buf)?;
         Ok(f(
             &header,
-            &frame[FRAME_HEADER_BYTES..header.frame_len as usize],
+            &cursor.buf[FRAME_HEADER_BYTES..header.frame_len as usize],
         ))
     }
 
@@ -953,12 +983,14 @@ fn validate_session_name(name: &str) -> Result<()> {
 }
 
 /// Per-walk read state of [`Store::visit_range`]: the map of the segment
-/// read last (`None` for the active segment) and a buffer for frames read
-/// from the active segment.
+/// read last (`None` for the active segment, read through its file) and a
+/// buffer for frames a read-only store copies out of the active segment.
 #[derive(Default)]
 struct FrameCursor {
     segment: Option<SegmentId>,
     map: Option<MappedBytes>,
+    /// The active segment's file, when `map` is `None`.
+    file: Option<Arc<dyn VfsFile>>,
     buf: Vec<u8>,
 }
 

@@ -42,6 +42,18 @@ pub trait VfsFile: Send + Sync + fmt::Debug {
     fn read_stable(&self, buf: &mut [u8], offset: u64) -> io::Result<usize> {
         self.read_at(buf, offset)
     }
+    /// Lend the `len` bytes at `offset` to `f`, under the contract of
+    /// [`VfsFile::read_stable`]; `Ok(false)` (and `f` not called) if the file
+    /// ends before. The real file system lends them straight from its map,
+    /// without a copy; the default copies them into a buffer first.
+    fn lend_stable(&self, offset: u64, len: usize, f: &mut dyn FnMut(&[u8])) -> io::Result<bool> {
+        let mut buf = vec![0u8; len];
+        if self.read_stable(&mut buf, offset)? < len {
+            return Ok(false);
+        }
+        f(&buf);
+        Ok(true)
+    }
     /// Map the whole file read-only. The caller must only map files that
     /// nothing writes to while the map lives (sealed segments, or the active
     /// one during recovery under the store lock).
@@ -110,49 +122,69 @@ impl fmt::Debug for OsFile {
     }
 }
 
-/// Copy `buf.len()` bytes at `offset` out of `map`, if they lie inside it.
-fn copy_from_map(map: &memmap2::MmapRaw, buf: &mut [u8], offset: u64) -> bool {
-    let Some(end) = offset.checked_add(buf.len() as u64) else {
-        return false;
-    };
-    if end > map.len() as u64 {
-        return false;
-    }
-    // SAFETY: `offset..end` lies inside the live mapping (checked above), which
-    // `map` keeps alive for the call; `buf` is a distinct Rust allocation, so
-    // the ranges do not overlap. `read_stable`'s contract is that these bytes
-    // were written before the call and are not written again, so nothing
-    // modifies them during the copy (MAP_SHARED mappings are coherent with
-    // pwrite on Linux, so the copy sees what was written).
-    unsafe {
-        std::ptr::copy_nonoverlapping(
-            map.as_ptr().add(offset as usize),
-            buf.as_mut_ptr(),
-            buf.len(),
-        );
-    }
-    true
-}
-
-impl VfsFile for OsFile {
-    fn read_stable(&self, buf: &mut [u8], offset: u64) -> io::Result<usize> {
-        if let Some(map) = self.live_map.read().as_ref() {
-            if copy_from_map(map, buf, offset) {
-                return Ok(buf.len());
-            }
+impl OsFile {
+    /// Make sure the live map covers `..end` (remapping if the file grew).
+    /// `false`: the file ends before `end`.
+    fn map_to(&self, end: u64) -> io::Result<bool> {
+        if self
+            .live_map
+            .read()
+            .as_ref()
+            .is_some_and(|m| end <= m.len() as u64)
+        {
+            return Ok(true);
         }
         let len = self.file.metadata()?.len();
-        if len == 0 || offset.saturating_add(buf.len() as u64) > len {
-            // Past the end of the file: the plain read reports the short read.
-            return self.read_at(buf, offset);
+        if len == 0 || end > len {
+            return Ok(false);
         }
         let map = memmap2::MmapOptions::new()
             .len(len as usize)
             .map_raw_read_only(&self.file)?;
-        let done = copy_from_map(&map, buf, offset);
-        debug_assert!(done, "the new map covers the read");
         *self.live_map.write() = Some(map);
-        Ok(buf.len())
+        Ok(true)
+    }
+
+    /// Run `f` on the `len` mapped bytes at `offset`, if the live map covers
+    /// them (see [`OsFile::map_to`]).
+    fn with_mapped<R>(&self, offset: u64, len: usize, f: impl FnOnce(&[u8]) -> R) -> Option<R> {
+        let guard = self.live_map.read();
+        let map = guard.as_ref()?;
+        let end = offset.checked_add(len as u64)?;
+        if end > map.len() as u64 {
+            return None;
+        }
+        // SAFETY: `offset..end` lies inside the live mapping (checked above),
+        // which the read guard keeps mapped while the slice lives (it does not
+        // outlive this call). The callers' contract (`read_stable`) is that
+        // these bytes were written before the call and are never written
+        // again, so nothing modifies the memory behind the shared slice; the
+        // engine never shrinks a segment file, so the pages stay backed.
+        // MAP_SHARED mappings are coherent with pwrite on Linux.
+        let bytes = unsafe { std::slice::from_raw_parts(map.as_ptr().add(offset as usize), len) };
+        Some(f(bytes))
+    }
+}
+
+impl VfsFile for OsFile {
+    fn read_stable(&self, buf: &mut [u8], offset: u64) -> io::Result<usize> {
+        let end = offset.saturating_add(buf.len() as u64);
+        if !self.map_to(end)? {
+            // Past the end of the file: the plain read reports the short read.
+            return self.read_at(buf, offset);
+        }
+        match self.with_mapped(offset, buf.len(), |b| buf.copy_from_slice(b)) {
+            Some(()) => Ok(buf.len()),
+            None => self.read_at(buf, offset),
+        }
+    }
+
+    fn lend_stable(&self, offset: u64, len: usize, f: &mut dyn FnMut(&[u8])) -> io::Result<bool> {
+        let end = offset.saturating_add(len as u64);
+        if !self.map_to(end)? {
+            return Ok(false);
+        }
+        Ok(self.with_mapped(offset, len, f).is_some())
     }
 
     fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<usize> {
@@ -339,5 +371,17 @@ mod tests {
         // An empty file.
         let e = OsVfs.create_new(&dir.path().join("e")).unwrap();
         assert_eq!(e.read_stable(&mut buf, 0).unwrap(), 0);
+        // Lending: the same bytes, growth followed, nothing past the end.
+        let mut seen = Vec::new();
+        assert!(f.lend_stable(95, 10, &mut |b| seen = b.to_vec()).unwrap());
+        assert_eq!(&seen[..5], &a[95..]);
+        assert_eq!(&seen[5..], &[7u8; 5]);
+        f.write_all_at(&[9u8; 100], 9100).unwrap();
+        assert!(f.lend_stable(9150, 50, &mut |b| seen = b.to_vec()).unwrap());
+        assert_eq!(seen, vec![9u8; 50]);
+        let mut called = false;
+        assert!(!f.lend_stable(9190, 11, &mut |_| called = true).unwrap());
+        assert!(!e.lend_stable(0, 1, &mut |_| called = true).unwrap());
+        assert!(!called);
     }
 }
