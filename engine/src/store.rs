@@ -709,8 +709,9 @@ impl Store {
 
     /// Visit the events of `session` with seq in `range` (clamped to the
     /// session's length), in seq order, lending each payload instead of
-    /// copying it: out of the segment's map for sealed segments, out of one
-    /// reused buffer for the active one. Checks are those of
+    /// copying it: out of the segment's map (sealed segments), or out of the
+    /// active segment's live map (lent once per walk, for the span of the
+    /// walk's frames, which are durable and never written again). Checks are those of
     /// [`Store::read_range`] (checksum, seq, owner); events not yet written
     /// are made durable first. The visitor stops the walk with
     /// `ControlFlow::Break`. Returns the number of events visited.
@@ -744,24 +745,146 @@ impl Store {
                 self.wait_durable(LogPos(*last + 1))?;
             }
         }
-        let mut cursor = FrameCursor::default();
+        // Positions grow with seq (inherited frames precede the define, own
+        // frames follow it), so each segment's frames form one run.
         let mut visited = 0;
-        for (p, seq) in positions.into_iter().zip(start..) {
-            let flow = self.with_frame_at(LogPos(p), seq, &owners, &mut cursor, |h, payload| {
-                visit(EventRef {
+        let mut i = 0;
+        while i < positions.len() {
+            let seg = LogPos(positions[i]).segment();
+            let n = positions[i..].partition_point(|p| LogPos(*p).segment() == seg);
+            let run = Run {
+                seg,
+                positions: &positions[i..i + n],
+                first_seq: start + i as u64,
+                owners: &owners,
+            };
+            if self.visit_run(&run, &mut visit, &mut visited)?.is_break() {
+                break;
+            }
+            i += n;
+        }
+        Ok(visited)
+    }
+
+    /// Visit one segment's run of frames.
+    fn visit_run(
+        &self,
+        run: &Run<'_>,
+        visit: &mut dyn FnMut(EventRef<'_>) -> ControlFlow<()>,
+        visited: &mut u64,
+    ) -> Result<ControlFlow<()>> {
+        let sh = &*self.shared;
+        let salt = Salt {
+            store_id: sh.store_id,
+            segment: run.seg,
+        };
+        let path = seg_path(&sh.dir, run.seg);
+        // Walk the run over the segment's bytes from offset `base`.
+        let mut walk = |bytes: &[u8], base: usize, visited: &mut u64| -> Result<ControlFlow<()>> {
+            for (k, p) in run.positions.iter().enumerate() {
+                let seq = run.first_seq + k as u64;
+                let off = LogPos(*p).offset() as usize;
+                let frame = bytes.get(off - base..).ok_or_else(|| {
+                    Error::corrupt(
+                        &path,
+                        off as u64,
+                        "indexed frame lies past the end of the segment",
+                    )
+                })?;
+                let (h, payload) = check_frame(frame, &salt, seq, run.owners)
+                    .map_err(|d| Error::corrupt(&path, off as u64, d))?;
+                *visited += 1;
+                let flow = visit(EventRef {
                     seq: Seq(seq),
                     kind: h.kind,
                     flags: h.flags,
                     payload,
-                    pos: LogPos(p),
+                    pos: LogPos(*p),
+                });
+                if flow.is_break() {
+                    return Ok(flow);
+                }
+            }
+            Ok(ControlFlow::Continue(()))
+        };
+        if let Some(map) = self.segment_bytes_for_read(run.seg)? {
+            return walk(&map, 0, visited);
+        }
+        let file = self.active_file(run.seg)?;
+        let io = |e| Error::io("read frame", &path, e);
+        if !sh.opts.read_only {
+            // The run's frames are durable (waited for above) and durable
+            // bytes are never written again: lend the span from its first
+            // frame to the end of its last one out of the live map, once.
+            let first = LogPos(run.positions[0]).offset() as u64;
+            let last = LogPos(*run.positions.last().expect("a run is not empty")).offset() as u64;
+            let mut head = [0u8; FRAME_HEADER_BYTES];
+            if file.read_stable(&mut head, last).map_err(io)? < FRAME_HEADER_BYTES {
+                return Err(Error::corrupt(
+                    &path,
+                    last,
+                    "indexed frame lies past the end of the segment",
+                ));
+            }
+            let len = u32::from_le_bytes(head[0..4].try_into().expect("4")) as usize;
+            if !(FRAME_HEADER_BYTES..=FRAME_HEADER_BYTES + PAYLOAD_BYTES_MAX).contains(&len) {
+                return Err(Error::corrupt(
+                    &path,
+                    last,
+                    format!("impossible frame length {len}"),
+                ));
+            }
+            let span = (last - first) as usize + len;
+            let mut out = None;
+            let lent = file
+                .lend_stable(first, span, &mut |bytes| {
+                    out = Some(walk(bytes, first as usize, visited));
                 })
-            })?;
-            visited += 1;
+                .map_err(io)?;
+            return match out {
+                Some(r) if lent => r,
+                _ => Err(Error::corrupt(
+                    &path,
+                    last,
+                    "frame cut short by the end of the segment",
+                )),
+            };
+        }
+        // A read-only store (its writer may be another process): copy each
+        // frame with plain system calls.
+        let mut buf = Vec::new();
+        for (k, p) in run.positions.iter().enumerate() {
+            let seq = run.first_seq + k as u64;
+            let off = LogPos(*p).offset() as u64;
+            let corrupt = |d: String| Error::corrupt(&path, off, d);
+            let mut head = [0u8; FRAME_HEADER_BYTES];
+            if file.read_at(&mut head, off).map_err(io)? < FRAME_HEADER_BYTES {
+                return Err(corrupt(
+                    "indexed frame lies past the end of the segment".into(),
+                ));
+            }
+            let len = u32::from_le_bytes(head[0..4].try_into().expect("4")) as usize;
+            if !(FRAME_HEADER_BYTES..=FRAME_HEADER_BYTES + PAYLOAD_BYTES_MAX).contains(&len) {
+                return Err(corrupt(format!("impossible frame length {len}")));
+            }
+            buf.resize(len, 0);
+            if file.read_at(&mut buf, off).map_err(io)? < len {
+                return Err(corrupt("frame cut short by the end of the segment".into()));
+            }
+            let (h, payload) = check_frame(&buf, &salt, seq, run.owners).map_err(corrupt)?;
+            *visited += 1;
+            let flow = visit(EventRef {
+                seq: Seq(seq),
+                kind: h.kind,
+                flags: h.flags,
+                payload,
+                pos: LogPos(*p),
+            });
             if flow.is_break() {
-                break;
+                return Ok(flow);
             }
         }
-        Ok(visited)
+        Ok(ControlFlow::Continue(()))
     }
 
     fn segment_bytes_for_read(&self, seg: SegmentId) -> Result<Option<MappedBytes>> {
@@ -781,115 +904,6 @@ impl Store {
         let map = file.map().map_err(|e| Error::io("map segment", &path, e))?;
         sh.maps.write().insert(seg, map.clone());
         Ok(Some(map))
-    }
-
-    /// Check the frame of event `seq` at `pos` and hand its header and
-    /// payload to `f`. `cursor` keeps the last segment's map and a buffer
-    /// across calls.
-    fn with_frame_at<R>(
-        &self,
-        pos: LogPos,
-        seq: u64,
-        owners: &[SessionId],
-        cursor: &mut FrameCursor,
-        f: impl FnOnce(&FrameHeader, &[u8]) -> R,
-    ) -> Result<R> {
-        let sh = &*self.shared;
-        let seg = pos.segment();
-        let salt = Salt {
-            store_id: sh.store_id,
-            segment: seg,
-        };
-        let off = pos.offset() as usize;
-        let corrupt = |detail: String| Error::corrupt(seg_path(&sh.dir, seg), off as u64, detail);
-        if cursor.segment != Some(seg) {
-            cursor.map = self.segment_bytes_for_read(seg)?;
-            cursor.file = match cursor.map {
-                Some(_) => None,
-                None => Some(self.active_file(seg)?),
-            };
-            cursor.segment = Some(seg);
-        }
-        // Decode and check a whole frame.
-        let check = |frame: &[u8]| -> Result<FrameHeader> {
-            let header = decode_frame(frame, &salt).map_err(|e| corrupt(e.to_string()))?;
-            if header.seq != seq
-                || !owners.contains(&header.session)
-                || header.kind == KIND_SESSION_DEFINE
-            {
-                return Err(corrupt(format!(
-                    "index points at a frame of session {} seq {} (kind {}), expected seq {seq}",
-                    header.session.0, header.seq, header.kind
-                )));
-            }
-            Ok(header)
-        };
-        if let Some(map) = &cursor.map {
-            let bytes: &[u8] = map;
-            if off >= bytes.len() {
-                return Err(corrupt(
-                    "indexed frame lies past the end of the segment".into(),
-                ));
-            }
-            let frame = &bytes[off..];
-            let header = check(frame)?;
-            return Ok(f(
-                &header,
-                &frame[FRAME_HEADER_BYTES..header.frame_len as usize],
-            ));
-        }
-        let path = seg_path(&sh.dir, seg);
-        let file = cursor.file.as_ref().expect("the active segment's file");
-        let io = |e| Error::io("read frame", &path, e);
-        // The frame is durable (waited for above) and durable bytes are never
-        // written again, so it is lent from the file's live map; a read-only
-        // store, whose writer may be another process, copies it with plain
-        // system calls instead.
-        let stable = !sh.opts.read_only;
-        let mut head = [0u8; FRAME_HEADER_BYTES];
-        let n = if stable {
-            file.read_stable(&mut head, off as u64)
-        } else {
-            file.read_at(&mut head, off as u64)
-        }
-        .map_err(io)?;
-        if n < FRAME_HEADER_BYTES {
-            return Err(corrupt(
-                "indexed frame lies past the end of the segment".into(),
-            ));
-        }
-        let len = u32::from_le_bytes(head[0..4].try_into().expect("4")) as usize;
-        if !(FRAME_HEADER_BYTES..=FRAME_HEADER_BYTES + PAYLOAD_BYTES_MAX).contains(&len) {
-            return Err(corrupt(format!("impossible frame length {len}")));
-        }
-        let short = || corrupt("frame cut short by the end of the segment".into());
-        if stable {
-            let mut f = Some(f);
-            let mut out: Option<Result<R>> = None;
-            let lent = file
-                .lend_stable(off as u64, len, &mut |frame| {
-                    out = Some(check(frame).map(|header| {
-                        (f.take().expect("lent once"))(
-                            &header,
-                            &frame[FRAME_HEADER_BYTES..header.frame_len as usize],
-                        )
-                    }));
-                })
-                .map_err(io)?;
-            if !lent {
-                return Err(short());
-            }
-            return out.expect("lent frames are visited");
-        }
-        cursor.buf.resize(len, 0);
-        if file.read_at(&mut cursor.buf, off as u64).map_err(io)? < len {
-            return Err(short());
-        }
-        let header = check(&cursor.buf)?;
-        Ok(f(
-            &header,
-            &cursor.buf[FRAME_HEADER_BYTES..header.frame_len as usize],
-        ))
     }
 
     fn active_file(&self, seg: SegmentId) -> Result<Arc<dyn VfsFile>> {
@@ -982,16 +996,31 @@ fn validate_session_name(name: &str) -> Result<()> {
     Ok(())
 }
 
-/// Per-walk read state of [`Store::visit_range`]: the map of the segment
-/// read last (`None` for the active segment, read through its file) and a
-/// buffer for frames a read-only store copies out of the active segment.
-#[derive(Default)]
-struct FrameCursor {
-    segment: Option<SegmentId>,
-    map: Option<MappedBytes>,
-    /// The active segment's file, when `map` is `None`.
-    file: Option<Arc<dyn VfsFile>>,
-    buf: Vec<u8>,
+/// One segment's frames of a [`Store::visit_range`] walk.
+struct Run<'a> {
+    seg: SegmentId,
+    positions: &'a [u64],
+    first_seq: u64,
+    /// The session and its fork ancestors (whose frames it may hold).
+    owners: &'a [SessionId],
+}
+
+/// Decode the frame at the start of `frame` and check that it is event
+/// `seq` of one of `owners`; returns its header and payload.
+fn check_frame<'a>(
+    frame: &'a [u8],
+    salt: &Salt,
+    seq: u64,
+    owners: &[SessionId],
+) -> std::result::Result<(FrameHeader, &'a [u8]), String> {
+    let h = decode_frame(frame, salt).map_err(|e| e.to_string())?;
+    if h.seq != seq || !owners.contains(&h.session) || h.kind == KIND_SESSION_DEFINE {
+        return Err(format!(
+            "index points at a frame of session {} seq {} (kind {}), expected seq {seq}",
+            h.session.0, h.seq, h.kind
+        ));
+    }
+    Ok((h, &frame[FRAME_HEADER_BYTES..h.frame_len as usize]))
 }
 
 /// Zero the non-zero bytes of `[from, to)` (to = u32::MAX: to the end of the
