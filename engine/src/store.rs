@@ -751,7 +751,10 @@ impl Store {
         let mut i = 0;
         while i < positions.len() {
             let seg = LogPos(positions[i]).segment();
-            let n = positions[i..].partition_point(|p| LogPos(*p).segment() == seg);
+            let n = positions[i..]
+                .iter()
+                .take_while(|p| LogPos(**p).segment() == seg)
+                .count();
             let run = Run {
                 seg,
                 positions: &positions[i..i + n],
@@ -784,13 +787,18 @@ impl Store {
             for (k, p) in run.positions.iter().enumerate() {
                 let seq = run.first_seq + k as u64;
                 let off = LogPos(*p).offset() as usize;
-                let frame = bytes.get(off - base..).ok_or_else(|| {
-                    Error::corrupt(
-                        &path,
-                        off as u64,
-                        "indexed frame lies past the end of the segment",
-                    )
-                })?;
+                // (A position below `base` can only come from a damaged
+                // index: it is reported, never read.)
+                let frame = off
+                    .checked_sub(base)
+                    .and_then(|o| bytes.get(o..))
+                    .ok_or_else(|| {
+                        Error::corrupt(
+                            &path,
+                            off as u64,
+                            "indexed frame lies past the end of the segment",
+                        )
+                    })?;
                 let (h, payload) = check_frame(frame, &salt, seq, run.owners)
                     .map_err(|d| Error::corrupt(&path, off as u64, d))?;
                 *visited += 1;
@@ -834,7 +842,13 @@ impl Store {
                     format!("impossible frame length {len}"),
                 ));
             }
-            let span = (last - first) as usize + len;
+            let Some(span) = last.checked_sub(first).map(|d| d as usize + len) else {
+                return Err(Error::corrupt(
+                    &path,
+                    last,
+                    "index positions out of log order",
+                ));
+            };
             let mut out = None;
             let lent = file
                 .lend_stable(first, span, &mut |bytes| {
