@@ -802,13 +802,7 @@ impl Store {
                 let (h, payload) = check_frame(frame, &salt, seq, run.owners)
                     .map_err(|d| Error::corrupt(&path, off as u64, d))?;
                 *visited += 1;
-                let flow = visit(EventRef {
-                    seq: Seq(seq),
-                    kind: h.kind,
-                    flags: h.flags,
-                    payload,
-                    pos: LogPos(*p),
-                });
+                let flow = visit(event_ref(&h, payload, seq, *p));
                 if flow.is_break() {
                     return Ok(flow);
                 }
@@ -834,14 +828,7 @@ impl Store {
                     "indexed frame lies past the end of the segment",
                 ));
             }
-            let len = u32::from_le_bytes(head[0..4].try_into().expect("4")) as usize;
-            if !(FRAME_HEADER_BYTES..=FRAME_HEADER_BYTES + PAYLOAD_BYTES_MAX).contains(&len) {
-                return Err(Error::corrupt(
-                    &path,
-                    last,
-                    format!("impossible frame length {len}"),
-                ));
-            }
+            let len = frame_len(&head).map_err(|d| Error::corrupt(&path, last, d))?;
             let Some(span) = last.checked_sub(first).map(|d| d as usize + len) else {
                 return Err(Error::corrupt(
                     &path,
@@ -877,23 +864,14 @@ impl Store {
                     "indexed frame lies past the end of the segment".into(),
                 ));
             }
-            let len = u32::from_le_bytes(head[0..4].try_into().expect("4")) as usize;
-            if !(FRAME_HEADER_BYTES..=FRAME_HEADER_BYTES + PAYLOAD_BYTES_MAX).contains(&len) {
-                return Err(corrupt(format!("impossible frame length {len}")));
-            }
+            let len = frame_len(&head).map_err(corrupt)?;
             buf.resize(len, 0);
             if file.read_at(&mut buf, off).map_err(io)? < len {
                 return Err(corrupt("frame cut short by the end of the segment".into()));
             }
             let (h, payload) = check_frame(&buf, &salt, seq, run.owners).map_err(corrupt)?;
             *visited += 1;
-            let flow = visit(EventRef {
-                seq: Seq(seq),
-                kind: h.kind,
-                flags: h.flags,
-                payload,
-                pos: LogPos(*p),
-            });
+            let flow = visit(event_ref(&h, payload, seq, *p));
             if flow.is_break() {
                 return Ok(flow);
             }
@@ -1017,6 +995,25 @@ struct Run<'a> {
     first_seq: u64,
     /// The session and its fork ancestors (whose frames it may hold).
     owners: &'a [SessionId],
+}
+
+/// The frame length a frame header states, if it is possible.
+fn frame_len(head: &[u8; FRAME_HEADER_BYTES]) -> std::result::Result<usize, String> {
+    let len = u32::from_le_bytes(head[0..4].try_into().expect("4")) as usize;
+    if !(FRAME_HEADER_BYTES..=FRAME_HEADER_BYTES + PAYLOAD_BYTES_MAX).contains(&len) {
+        return Err(format!("impossible frame length {len}"));
+    }
+    Ok(len)
+}
+
+fn event_ref<'a>(h: &FrameHeader, payload: &'a [u8], seq: u64, pos: u64) -> EventRef<'a> {
+    EventRef {
+        seq: Seq(seq),
+        kind: h.kind,
+        flags: h.flags,
+        payload,
+        pos: LogPos(pos),
+    }
 }
 
 /// Decode the frame at the start of `frame` and check that it is event
