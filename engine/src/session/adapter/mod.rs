@@ -19,6 +19,7 @@
 
 pub mod anthropic;
 pub mod chat;
+mod ingest;
 pub mod responses;
 
 use std::sync::Arc;
