@@ -29,6 +29,7 @@ pub mod error;
 pub mod frame;
 pub mod index;
 pub mod inspect;
+pub mod live;
 pub mod recovery;
 pub mod session;
 pub mod sim;

@@ -113,6 +113,7 @@ pub struct Store {
     shared: Arc<Shared>,
     flusher: Mutex<Option<JoinHandle<()>>>,
     report: RecoveryReport,
+    live: crate::live::LiveSet,
 }
 
 impl std::fmt::Debug for Store {
@@ -200,6 +201,7 @@ impl Store {
                 shared: Arc::new(shared),
                 flusher: Mutex::new(None),
                 report,
+                live: Default::default(),
             });
         }
 
@@ -270,6 +272,7 @@ impl Store {
             shared,
             flusher: Mutex::new(Some(handle)),
             report,
+            live: Default::default(),
         })
     }
 
@@ -320,6 +323,11 @@ impl Store {
     }
 
     /// What the recovery pass found and did when this store was opened.
+    /// The sessions that have a writable handle in this process.
+    pub fn live_sessions(&self) -> &crate::live::LiveSet {
+        &self.live
+    }
+
     pub fn recovery_report(&self) -> &RecoveryReport {
         &self.report
     }
