@@ -421,7 +421,7 @@ impl Session {
     }
 
     /// Append encoded events atomically (one commit batch), then fold them.
-    fn append_encoded(&mut self, items: Vec<(u16, u16, Vec<u8>)>) -> Result<Vec<u64>> {
+    pub(crate) fn append_encoded(&mut self, items: Vec<(u16, u16, Vec<u8>)>) -> Result<Vec<u64>> {
         if self.live_handle.is_none() {
             return Err(Error::Refused(format!(
                 "session {:?} was opened read-only; open it for writing to append",

@@ -13,6 +13,7 @@ pub mod event;
 pub mod header;
 pub mod host;
 pub mod messages;
+pub mod parallel;
 pub mod projection;
 pub mod query;
 pub mod repair;
@@ -34,7 +35,8 @@ pub use event::{
 pub use header::{Difference, Request, RequestSpec};
 pub use host::{Host, SharedSession};
 pub use messages::{Message, Role};
+pub use parallel::run_tools_parallel;
 pub use projection::{Projection, ProjectionRegistry, RunState, RunStatus, TokenMeter, TokenState};
 pub use repair::{repair, validate_messages, MessageProblem, PluginRepair, RepairReport};
-pub use replay::{fork, replay, turn_open, Forked, Replay};
+pub use replay::{fork, replay, replay_range, turn_open, Forked, Replay};
 pub use surface::{Surface, SurfaceOp};
