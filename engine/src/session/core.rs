@@ -71,6 +71,8 @@ pub struct Session {
     /// This handle's claim on the session in the store's live set
     /// (`None`: a read-only view).
     live_handle: Option<u64>,
+    /// Every turn, in order (see [`Session::turns`]).
+    pub(crate) turns: Vec<crate::session::coords::TurnInfo>,
 }
 
 impl Drop for Session {
@@ -201,6 +203,7 @@ impl Session {
             loop_wrote_header: false,
             last_end: LogPos(0),
             live_handle: None,
+            turns: Vec::new(),
         }
     }
 
@@ -249,9 +252,21 @@ impl Session {
             CoreKind::TurnStart => {
                 let d: event::TurnStart =
                     serde_json::from_value(ev.data.clone()).map_err(|e| typed_err(self, e))?;
+                self.turns.push(crate::session::coords::TurnInfo {
+                    turn_id: d.turn_id.clone(),
+                    start_seq: ev.seq,
+                    end_seq: None,
+                    reason: None,
+                });
                 self.open.turn = Some((d.turn_id, ev.seq));
             }
             CoreKind::TurnEnd => {
+                if let Ok(d) = serde_json::from_value::<event::TurnEnd>(ev.data.clone()) {
+                    if let Some(t) = self.turns.last_mut().filter(|t| t.end_seq.is_none()) {
+                        t.end_seq = Some(ev.seq);
+                        t.reason = Some(d.reason);
+                    }
+                }
                 self.open.turn = None;
                 self.open.step = None;
             }

@@ -7,6 +7,7 @@
 
 pub mod adapter;
 pub mod content;
+pub mod coords;
 pub mod core;
 pub mod durability;
 pub mod event;
@@ -24,6 +25,7 @@ pub mod surface;
 pub use self::core::{OpenState, SeedEvent, Session};
 pub use adapter::Provider;
 pub use content::{ChatFunction, ContentBlock, Extra, MediaSource, ToolResultContent, Usage};
+pub use coords::TurnInfo;
 pub use durability::{run_tool, CancelToken, CheckpointPoint, ToolBody, ToolOutcome, ToolScope};
 pub use event::{
     AssistantChunk, AssistantMessage, CallConfig, CompactionEnd, CompactionPrune, CompactionStart,
