@@ -68,7 +68,19 @@ impl From<Fail> for HttpError {
                 ],
             },
             Fail::TooLarge(m) => HttpError::new(S::PAYLOAD_TOO_LARGE, m),
-            Fail::Unavailable(m) => HttpError::new(S::SERVICE_UNAVAILABLE, m),
+            Fail::Unavailable(m) => HttpError {
+                status: S::SERVICE_UNAVAILABLE,
+                message: format!("{m} (nothing of this request was applied)"),
+                headers: vec![("retry-after", "1".into())],
+            },
+            Fail::Unknown(m) => HttpError {
+                status: S::INTERNAL_SERVER_ERROR,
+                message: format!(
+                    "{m}: the write may or may not be applied; retry it with the same \
+                     Producer-Id/Epoch/Seq or Stream-Seq, or read the stream first"
+                ),
+                headers: vec![(h::STREAM_OUTCOME, "unknown".into())],
+            },
             Fail::Internal(m) => HttpError::new(S::INTERNAL_SERVER_ERROR, m),
         }
     }
@@ -318,11 +330,38 @@ pub(crate) async fn blocking<T: Send + 'static>(
         .map_err(|e| HttpError::new(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()))
 }
 
+/// Wait until `pos` is durable when this request wrote nothing of its own
+/// before it: a failure is a 503 (nothing of this request is applied).
 pub(crate) async fn durable(app: &App, pos: turnstone::LogPos) -> Result<()> {
-    app.durable
-        .wait(pos)
-        .await
-        .map_err(|e| HttpError::new(StatusCode::SERVICE_UNAVAILABLE, e))
+    match app.durable.wait(pos).await {
+        Ok(()) => {
+            app.streams.settle();
+            Ok(())
+        }
+        Err(e) => Err(Fail::Unavailable(e).into()),
+    }
+}
+
+/// Wait until this request's own write (ending at `pos`) is durable: a
+/// failure is "outcome unknown" (the engine keeps a failed batch and
+/// retries it; after an fdatasync error the bytes may be on disk anyway).
+pub(crate) async fn durable_write(app: &App, pos: turnstone::LogPos) -> Result<()> {
+    match app.durable.wait(pos).await {
+        Ok(()) => {
+            app.streams.settle();
+            Ok(())
+        }
+        Err(e) => Err(Fail::Unknown(e).into()),
+    }
+}
+
+/// Answer `fail` (derived from a stream's accepted state) only once that
+/// state is durable: a 409 or 404 must not claim what a crash could undo.
+pub(crate) async fn after_durable(app: &App, fail: Fail, pos: turnstone::LogPos) -> HttpError {
+    match durable(app, pos).await {
+        Ok(()) => fail.into(),
+        Err(e) => e,
+    }
 }
 
 /// The stream at `path`, once its creation is durable.
@@ -502,7 +541,7 @@ async fn long_poll(
     let mut shutdown = app.shutdown.clone();
     let mut from = from;
     loop {
-        s.state.lock().check_live()?;
+        s.state.lock().check_visible()?;
         let chunk = read_chunk(app, s, from).await?;
         if chunk.items > 0 {
             let cursor = offset::cursor(now_secs(), client_cursor);

@@ -221,7 +221,9 @@ async fn sweep_loop(app: Arc<App>) {
             .ok()
             .flatten();
         if let Some(end) = end {
-            let _ = app.durable.wait(end).await;
+            if app.durable.wait(end).await.is_ok() {
+                app.streams.settle();
+            }
         }
     }
 }

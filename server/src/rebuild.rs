@@ -91,6 +91,7 @@ pub fn rebuild(store: &Store, now_ms: u64) -> Result<(Registry, RebuildReport), 
         let parent = {
             let mut st = s.state.lock();
             st.deleted = Some(DeleteMode::Hard);
+            st.vis_deleted = st.deleted;
             st.config.fork.as_ref().map(|f| f.source_session.clone())
         };
         if reg.by_path.get(&s.path).is_some_and(|x| Arc::ptr_eq(x, &s)) {
@@ -146,6 +147,7 @@ fn replay(
     if let Some(st) = state.as_mut() {
         st.vis = st.tail;
         st.vis_closed = st.closed;
+        st.vis_deleted = st.deleted;
     }
     Ok(state)
 }

@@ -132,7 +132,7 @@ async fn pump(
     // Whether the last control event already said "up to date" at `pos`.
     let mut announced = false;
     loop {
-        if s.state.lock().check_live().is_err() {
+        if s.state.lock().check_visible().is_err() {
             return;
         }
         let (a, s2, max) = (app.clone(), s.clone(), app.opts.read_chunk_bytes);

@@ -37,6 +37,8 @@ pub struct Registry {
 pub struct Streams {
     pub store: Arc<Store>,
     pub reg: parking_lot::Mutex<Registry>,
+    /// Tombstones written but not yet known durable: (stream, end).
+    pub(crate) pending_deletes: parking_lot::Mutex<Vec<(Arc<Stream>, LogPos)>>,
 }
 
 /// A PUT.
@@ -169,7 +171,7 @@ impl Group {
         let mut end = None;
         store
             .append_group(session, &evs, |a| end = Some(a.end))
-            .map_err(Fail::engine)?;
+            .map_err(Fail::engine_write)?;
         end.ok_or_else(|| Fail::Internal("empty event group".into()))
     }
 }
@@ -190,6 +192,7 @@ impl Streams {
         Streams {
             store,
             reg: parking_lot::Mutex::new(reg),
+            pending_deletes: parking_lot::Mutex::new(Vec::new()),
         }
     }
 
@@ -206,11 +209,13 @@ impl Streams {
             .ok_or((Fail::NotFound, None))?;
         let (expired, live) = {
             let st = s.state.lock();
-            (st.is_expired(now_ms), st.check_live())
+            (st.is_expired(now_ms), st.check_visible())
         };
         if expired {
             let mut reg = self.reg.lock();
-            let (mode, end) = self.delete_locked(&mut reg, &s, "expired", now_ms);
+            let (mode, end) = self
+                .delete_locked(&mut reg, &s, "expired", now_ms)
+                .map_err(|f| (f, None))?;
             let fail = match mode {
                 DeleteMode::Soft => Fail::Gone,
                 DeleteMode::Hard => Fail::NotFound,
@@ -226,9 +231,15 @@ impl Streams {
     pub fn create(&self, req: &CreateReq, now_ms: u64) -> Result<Created, Fail> {
         let mut reg = self.reg.lock();
         if let Some(existing) = reg.by_path.get(&req.path).cloned() {
-            let expired = existing.state.lock().is_expired(now_ms);
-            if expired {
-                let (mode, _) = self.delete_locked(&mut reg, &existing, "expired", now_ms);
+            let (expired, hard_deleted) = {
+                let st = existing.state.lock();
+                (st.is_expired(now_ms), st.deleted == Some(DeleteMode::Hard))
+            };
+            // A hard-deleted stream (its tombstone maybe not durable yet) is
+            // replaced: the new incarnation is logged after the tombstone.
+            if hard_deleted {
+            } else if expired {
+                let (mode, _) = self.delete_locked(&mut reg, &existing, "expired", now_ms)?;
                 if mode == DeleteMode::Soft {
                     return Err(Fail::Conflict(
                         "the stream was deleted but forks still read through it".into(),
@@ -310,7 +321,7 @@ impl Streams {
             .cloned()
             .ok_or(Fail::NotFound)?;
         if source.state.lock().is_expired(now_ms) {
-            let (mode, _) = self.delete_locked(reg, &source, "expired", now_ms);
+            let (mode, _) = self.delete_locked(reg, &source, "expired", now_ms)?;
             return Err(match mode {
                 DeleteMode::Soft => Fail::Conflict("the fork source was deleted".into()),
                 DeleteMode::Hard => Fail::NotFound,
@@ -318,8 +329,12 @@ impl Streams {
         }
         let (src_config, src_vis) = {
             let st = source.state.lock();
-            if st.deleted.is_some() {
-                return Err(Fail::Conflict("the fork source was deleted".into()));
+            match st.deleted {
+                Some(DeleteMode::Hard) => return Err(Fail::NotFound),
+                Some(DeleteMode::Soft) => {
+                    return Err(Fail::Conflict("the fork source was deleted".into()))
+                }
+                None => {}
             }
             (st.config.clone(), st.vis)
         };
@@ -388,7 +403,7 @@ impl Streams {
         };
         self.store
             .fork(&source.session, cut.upto, session)
-            .map_err(Fail::engine)?;
+            .map_err(Fail::engine_write)?;
         let mut g = Group::new(cut.bytes);
         g.json(KIND_CREATE, &config);
         if let Some(p) = &cut.partial {

@@ -9,8 +9,8 @@ use hyper::{Request, Response, StatusCode};
 use crate::body::Body;
 use crate::headers as h;
 use crate::http::{
-    blocking, content_type, durable, header_str, lookup, read_body, set, stream_path, HttpError,
-    Result,
+    after_durable, blocking, content_type, durable, durable_write, header_str, lookup, read_body,
+    set, stream_path, HttpError, Result,
 };
 use crate::offset::{self, Offset, Requested};
 use crate::record::now_ms;
@@ -109,7 +109,11 @@ pub(crate) async fn put(
     };
     let a = app.clone();
     let created = blocking(move || a.streams.create(&creq, now_ms())).await??;
-    durable(app, created.end).await?;
+    if created.created {
+        durable_write(app, created.end).await?;
+    } else {
+        durable(app, created.end).await?;
+    }
     let s = &created.stream;
     let (ct, vis, vis_closed) = {
         let st = s.state.lock();
@@ -179,11 +183,24 @@ pub(crate) async fn post(
         stream_seq,
         producer,
     };
-    let done = app.streams.append(&s, &areq, now_ms())?;
-    durable(app, done.end).await?;
-    if !done.duplicate {
-        app.streams.publish(&s, done.tail, done.closed);
+    let done = match app.streams.append(&s, &areq, now_ms()) {
+        Ok(done) => done,
+        Err(fail) => {
+            // A conflict, a closed or deleted stream, a producer error: all
+            // come from accepted state, which may not be durable yet (a
+            // retry racing its original): answer once it is.
+            let end = s.state.lock().last_end;
+            return Err(after_durable(app, fail, end).await);
+        }
+    };
+    if done.duplicate {
+        // Nothing written by this request: what it confirms must be
+        // durable, and once it is, it is visible.
+        durable(app, done.end).await?;
+    } else {
+        durable_write(app, done.end).await?;
     }
+    app.streams.publish(&s, done.tail, done.closed);
     let status = if done.duplicate || !done.wrote || areq.producer.is_none() {
         StatusCode::NO_CONTENT
     } else {
@@ -205,8 +222,12 @@ pub(crate) async fn post(
 
 pub(crate) async fn delete(app: &Arc<App>, path: String) -> Result<Response<Body>> {
     lookup(app, &path).await?;
-    let end = app.streams.delete(&path, now_ms())?;
-    durable(app, end).await?;
+    let end = match app.streams.delete(&path, now_ms()) {
+        Ok(end) => end,
+        Err((fail, Some(wait))) => return Err(after_durable(app, fail, wait).await),
+        Err((fail, None)) => return Err(fail.into()),
+    };
+    durable_write(app, end).await?;
     let mut r = Response::new(Body::empty());
     *r.status_mut() = StatusCode::NO_CONTENT;
     Ok(r)

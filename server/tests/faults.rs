@@ -1,0 +1,203 @@
+//! A slow or failing disk under the server (issue 19, items 2, 7 and 11),
+//! through a fault-injecting file layer in-process: an answer is only ever
+//! given for what is durable, a 503 means nothing of the request is or will
+//! be applied, a 500 on a write means "outcome unknown" and an idempotent
+//! retry settles it exactly, and readers never see what is not durable.
+
+mod common;
+
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Duration;
+
+use common::fault::{FaultVfs, Faults};
+use common::*;
+use reqwest::Method;
+use turnstone_server::Server;
+
+async fn faulty_server(dir: &std::path::Path) -> (Server, Arc<Faults>) {
+    let (vfs, faults) = FaultVfs::new();
+    let mut o = options(dir);
+    o.store.vfs = vfs;
+    (start(o).await, faults)
+}
+
+async fn wait_held(f: &Arc<Faults>, n: u64) {
+    let f = f.clone();
+    tokio::task::spawn_blocking(move || f.wait_held(n))
+        .await
+        .unwrap();
+}
+
+fn spawn_req(
+    h: &Http,
+    method: Method,
+    path: &str,
+    headers: Vec<(&'static str, &'static str)>,
+    body: &'static str,
+) -> tokio::task::JoinHandle<reqwest::Response> {
+    let (client, url) = (h.client.clone(), format!("{}{}", h.base, path));
+    tokio::spawn(async move {
+        let mut rb = client.request(method, url);
+        for (k, v) in headers {
+            rb = rb.header(k, v);
+        }
+        rb.body(body).send().await.expect("request sent")
+    })
+}
+
+/// Item 2: a `Stream-Seq` retry is not answered 409 ("it was durable")
+/// while the original append is still waiting for its fdatasync.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stream_seq_retry_waits_for_the_original() {
+    let dir = tempfile::tempdir().unwrap();
+    let (server, faults) = faulty_server(dir.path()).await;
+    let h = Http::new(&server);
+    assert_eq!(h.put("/s", "text/plain", "").await.status(), 201);
+
+    faults.hold_syncs();
+    let hd = vec![("content-type", "text/plain"), ("stream-seq", "001")];
+    let original = spawn_req(&h, Method::POST, "/s", hd.clone(), "one");
+    wait_held(&faults, 1).await;
+    let mut retry = spawn_req(&h, Method::POST, "/s", hd, "one");
+    // The original is not durable: the retry must not be answered yet (a
+    // 409 now would claim durability the disk has not given).
+    assert!(
+        tokio::time::timeout(Duration::from_millis(500), &mut retry)
+            .await
+            .is_err(),
+        "the retry was answered before the original was durable"
+    );
+    // Nor may a reader see the append.
+    let (status, _, body) = h.read("/s").await;
+    assert_eq!((status, body.as_str()), (200, ""));
+    faults.release_syncs();
+    assert_eq!(original.await.unwrap().status(), 204);
+    assert_eq!(retry.await.unwrap().status(), 409);
+    assert_eq!(h.read("/s").await.2, "one");
+    server.shutdown().await.unwrap();
+}
+
+/// Item 7: a write that fails (ENOSPC: the engine keeps the batch and may
+/// commit it later) answers 500 with `Stream-Outcome: unknown`; nothing is
+/// shown to readers; the producer's retry settles it exactly once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn failed_write_is_outcome_unknown_and_a_producer_retry_settles_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let (server, faults) = faulty_server(dir.path()).await;
+    let h = Http::new(&server);
+    assert_eq!(h.put("/p", "text/plain", "a").await.status(), 201);
+    let prod = |seq: &'static str| {
+        vec![
+            ("content-type", "text/plain"),
+            ("producer-id", "w"),
+            ("producer-epoch", "0"),
+            ("producer-seq", seq),
+        ]
+    };
+    faults.fail_writes.store(true, Ordering::SeqCst);
+    let r = spawn_req(&h, Method::POST, "/p", prod("0"), "b")
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 500);
+    assert_eq!(header(&r, "stream-outcome"), "unknown");
+    assert!(faults.failed_writes.load(Ordering::SeqCst) > 0);
+    assert_eq!(h.read("/p").await.2, "a", "a failed write is not shown");
+    // A plain append meanwhile: also unknown (the disk still fails).
+    let r = h.post("/p", "text/plain", "c").await;
+    assert_eq!(r.status(), 500);
+    assert_eq!(h.read("/p").await.2, "a");
+
+    faults.fail_writes.store(false, Ordering::SeqCst);
+    // The retry settles the producer's append: a duplicate, once durable.
+    let r = spawn_req(&h, Method::POST, "/p", prod("0"), "b")
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 204);
+    assert_eq!(header(&r, "producer-seq"), "0");
+    // Both failed appends were kept by the engine and are now durable (which
+    // is why their answer had to be "unknown", not "not applied").
+    assert_eq!(h.read("/p").await.2, "abc");
+    let r = spawn_req(&h, Method::POST, "/p", prod("1"), "d")
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    server.shutdown().await.unwrap();
+
+    let server = start(options(dir.path())).await;
+    let h = Http::new(&server);
+    assert_eq!(h.read("/p").await.2, "abcd");
+    server.shutdown().await.unwrap();
+}
+
+/// Item 7: after a failed fdatasync the store is poisoned; the failed write
+/// answers 500 (unknown), every later write 503, and a 503 write is never
+/// found after a restart.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn poisoned_store_answers_503_and_applies_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let (server, faults) = faulty_server(dir.path()).await;
+    let h = Http::new(&server);
+    assert_eq!(h.put("/q", "text/plain", "a").await.status(), 201);
+    faults.fail_syncs.store(true, Ordering::SeqCst);
+    let r = h.post("/q", "text/plain", "b").await;
+    assert_eq!(r.status(), 500);
+    assert_eq!(header(&r, "stream-outcome"), "unknown");
+    for body in ["x", "y"] {
+        let r = h.post("/q", "text/plain", body).await;
+        assert_eq!(r.status(), 503, "{:?}", r.text().await);
+    }
+    assert_eq!(h.read("/q").await.2, "a");
+    let r = h.req(Method::PUT, "/new", &[], "").await;
+    assert_eq!(r.status(), 503);
+    let _ = server.shutdown().await;
+
+    let server = start(options(dir.path())).await;
+    let h = Http::new(&server);
+    let body = h.read("/q").await.2;
+    assert!(body == "a" || body == "ab", "{body:?}");
+    assert_eq!(h.get("/new").await.status(), 404);
+    server.shutdown().await.unwrap();
+}
+
+/// Item 7: a DELETE hides the stream only once its tombstone is durable; a
+/// DELETE whose write fails leaves the stream readable and a retry settles it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn delete_hides_the_stream_only_when_durable() {
+    let dir = tempfile::tempdir().unwrap();
+    let (server, faults) = faulty_server(dir.path()).await;
+    let h = Http::new(&server);
+    assert_eq!(h.put("/d", "text/plain", "data").await.status(), 201);
+
+    faults.hold_syncs();
+    let del = spawn_req(&h, Method::DELETE, "/d", vec![], "");
+    wait_held(&faults, 1).await;
+    let (status, _, body) = h.read("/d").await;
+    assert_eq!(
+        (status, body.as_str()),
+        (200, "data"),
+        "hidden before durable"
+    );
+    faults.release_syncs();
+    assert_eq!(del.await.unwrap().status(), 204);
+    assert_eq!(h.get("/d").await.status(), 404);
+
+    assert_eq!(h.put("/e", "text/plain", "data").await.status(), 201);
+    faults.fail_writes.store(true, Ordering::SeqCst);
+    let r = h.req(Method::DELETE, "/e", &[], "").await;
+    assert_eq!(r.status(), 500);
+    assert_eq!(header(&r, "stream-outcome"), "unknown");
+    let (status, _, body) = h.read("/e").await;
+    assert_eq!((status, body.as_str()), (200, "data"));
+    faults.fail_writes.store(false, Ordering::SeqCst);
+    let r = h.req(Method::DELETE, "/e", &[], "").await;
+    assert!([204, 404].contains(&r.status().as_u16()), "{}", r.status());
+    assert_eq!(h.get("/e").await.status(), 404);
+    server.shutdown().await.unwrap();
+
+    let server = start(options(dir.path())).await;
+    let h = Http::new(&server);
+    assert_eq!(h.get("/d").await.status(), 404);
+    assert_eq!(h.get("/e").await.status(), 404);
+    server.shutdown().await.unwrap();
+}
