@@ -1,19 +1,20 @@
 //! Write requests: PUT (create, fork), POST (append, close), DELETE.
 
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
-use hyper::body::Incoming;
 use hyper::header::HeaderMap;
-use hyper::{Request, Response, StatusCode};
+use hyper::{Response, StatusCode};
 
 use crate::body::Body;
 use crate::headers as h;
 use crate::http::{
     after_durable, blocking, content_type, durable, durable_write, header_str, lookup, read_body,
-    set, stream_path, HttpError, Result,
+    set, stream_path, BodySlot, HttpError, Result,
 };
 use crate::offset::{self, Offset, Requested};
 use crate::record::now_ms;
+use crate::stream::Fail;
 use crate::streams::{AppendReq, CreateReq, ForkReq};
 use crate::App;
 
@@ -30,12 +31,30 @@ fn fork_source_path(v: &str) -> Result<String> {
     stream_path(path).map_err(|e| HttpError::bad(format!("Stream-Forked-From: {}", e.message)))
 }
 
+/// Refuse writes up front while the store takes none (nothing applied).
+fn check_writable(app: &App) -> Result<()> {
+    match app.health.refusal() {
+        None => Ok(()),
+        Some(why) => Err(Fail::Unavailable(why).into()),
+    }
+}
+
+/// The engine refused a write (poisoned, closed): nothing applied; the
+/// store is reported unhealthy and the refusal logged once.
+fn refused(app: &App, fail: Fail) -> HttpError {
+    if let Fail::Unavailable(m) = &fail {
+        app.health.failed(m);
+    }
+    fail.into()
+}
+
 pub(crate) async fn put(
     app: &Arc<App>,
     path: String,
-    req: Request<Incoming>,
+    hd: &HeaderMap,
+    body: &mut BodySlot,
 ) -> Result<Response<Body>> {
-    let hd = req.headers();
+    check_writable(app)?;
     let content_type = content_type(hd)?;
     let ttl_secs = match header_str(hd, h::STREAM_TTL)? {
         None => None,
@@ -97,7 +116,7 @@ pub(crate) async fn put(
         }
     };
     let host = header_str(hd, "host")?.map(str::to_string);
-    let body = read_body(app, req).await?;
+    let body = read_body(app, hd, body).await?;
     let creq = CreateReq {
         path: path.clone(),
         content_type,
@@ -108,7 +127,11 @@ pub(crate) async fn put(
         body,
     };
     let a = app.clone();
-    let created = blocking(move || a.streams.create(&creq, now_ms())).await??;
+    let created = match blocking(move || a.streams.create(&creq, now_ms())).await? {
+        Ok(c) => c,
+        Err(fail @ Fail::Unavailable(_)) => return Err(refused(app, fail)),
+        Err(fail) => return Err(fail.into()),
+    };
     if created.created {
         durable_write(app, created.end).await?;
     } else {
@@ -164,9 +187,10 @@ fn producer_headers(hd: &HeaderMap) -> Result<Option<(String, u64, u64)>> {
 pub(crate) async fn post(
     app: &Arc<App>,
     path: String,
-    req: Request<Incoming>,
+    hd: &HeaderMap,
+    body: &mut BodySlot,
 ) -> Result<Response<Body>> {
-    let hd = req.headers();
+    check_writable(app)?;
     let areq_head = (
         content_type(hd)?,
         header_str(hd, h::STREAM_CLOSED)?.is_some_and(h::is_true),
@@ -174,7 +198,7 @@ pub(crate) async fn post(
         producer_headers(hd)?,
     );
     let s = lookup(app, &path).await?;
-    let body = read_body(app, req).await?;
+    let body = read_body(app, hd, body).await?;
     let (content_type, close, stream_seq, producer) = areq_head;
     let areq = AppendReq {
         content_type,
@@ -185,6 +209,7 @@ pub(crate) async fn post(
     };
     let done = match app.streams.append(&s, &areq, now_ms()) {
         Ok(done) => done,
+        Err(fail @ Fail::Unavailable(_)) => return Err(refused(app, fail)),
         Err(fail) => {
             // A conflict, a closed or deleted stream, a producer error: all
             // come from accepted state, which may not be durable yet (a
@@ -201,6 +226,12 @@ pub(crate) async fn post(
         durable_write(app, done.end).await?;
     }
     app.streams.publish(&s, done.tail, done.closed);
+    if done.wrote && !done.duplicate {
+        app.metrics.appends.fetch_add(1, Ordering::Relaxed);
+        app.metrics
+            .append_bytes
+            .fetch_add(areq.body.len() as u64, Ordering::Relaxed);
+    }
     let status = if done.duplicate || !done.wrote || areq.producer.is_none() {
         StatusCode::NO_CONTENT
     } else {
@@ -221,9 +252,11 @@ pub(crate) async fn post(
 }
 
 pub(crate) async fn delete(app: &Arc<App>, path: String) -> Result<Response<Body>> {
+    check_writable(app)?;
     lookup(app, &path).await?;
     let end = match app.streams.delete(&path, now_ms()) {
         Ok(end) => end,
+        Err((fail @ Fail::Unavailable(_), _)) => return Err(refused(app, fail)),
         Err((fail, Some(wait))) => return Err(after_durable(app, fail, wait).await),
         Err((fail, None)) => return Err(fail.into()),
     };

@@ -132,13 +132,16 @@ async fn failed_write_is_outcome_unknown_and_a_producer_retry_settles_it() {
 
 /// Item 7: after a failed fdatasync the store is poisoned; the failed write
 /// answers 500 (unknown), every later write 503, and a 503 write is never
-/// found after a restart.
+/// found after a restart. Health and metrics say so (item 11).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn poisoned_store_answers_503_and_applies_nothing() {
     let dir = tempfile::tempdir().unwrap();
     let (server, faults) = faulty_server(dir.path()).await;
     let h = Http::new(&server);
     assert_eq!(h.put("/q", "text/plain", "a").await.status(), 201);
+    let r = h.get("/.well-known/turnstone/health").await;
+    assert_eq!(r.status(), 200);
+    assert_eq!(r.text().await.unwrap(), "ready\n");
     faults.fail_syncs.store(true, Ordering::SeqCst);
     let r = h.post("/q", "text/plain", "b").await;
     assert_eq!(r.status(), 500);
@@ -150,6 +153,17 @@ async fn poisoned_store_answers_503_and_applies_nothing() {
     assert_eq!(h.read("/q").await.2, "a");
     let r = h.req(Method::PUT, "/new", &[], "").await;
     assert_eq!(r.status(), 503);
+    // Exposed: health says why, metrics say unhealthy (item 11).
+    let r = h.get("/.well-known/turnstone/health").await;
+    assert_eq!(r.status(), 503);
+    assert!(r.text().await.unwrap().starts_with("poisoned: "));
+    let m = h
+        .get("/.well-known/turnstone/metrics")
+        .await
+        .text()
+        .await
+        .unwrap();
+    assert!(m.contains("\nturnstone_serve_healthy 0\n"), "{m}");
     let _ = server.shutdown().await;
 
     let server = start(options(dir.path())).await;
@@ -200,4 +214,30 @@ async fn delete_hides_the_stream_only_when_durable() {
     assert_eq!(h.get("/d").await.status(), 404);
     assert_eq!(h.get("/e").await.status(), 404);
     server.shutdown().await.unwrap();
+}
+
+/// Item 11: a store directory removed while serving takes no more writes
+/// (503, logged), and health says so.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn removed_store_directory_stops_writes() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = dir.path().join("store");
+    let server = start(options(&store)).await;
+    let h = Http::new(&server);
+    assert_eq!(h.put("/r", "text/plain", "a").await.status(), 201);
+    std::fs::remove_dir_all(&store).unwrap();
+    let r = h.post("/r", "text/plain", "b").await;
+    assert!(
+        [500, 503].contains(&r.status().as_u16()),
+        "a write into a removed store was acknowledged: {}",
+        r.status()
+    );
+    for _ in 0..3 {
+        let r = h.post("/r", "text/plain", "c").await;
+        assert_eq!(r.status(), 503);
+    }
+    let r = h.get("/.well-known/turnstone/health").await;
+    assert_eq!(r.status(), 503);
+    assert_eq!(r.text().await.unwrap(), "store-missing\n");
+    let _ = server.shutdown().await;
 }
