@@ -35,7 +35,7 @@ pub struct Metrics {
     pub accept_errors: AtomicU64,
     pub sse_readers: AtomicU64,
     /// Response bytes produced but not yet taken by the connection (SSE).
-    pub bytes_buffered: AtomicU64,
+    pub bytes_buffered: std::sync::Arc<AtomicU64>,
     pub durable_waits: AtomicU64,
     pub durable_wait_us_sum: AtomicU64,
     durable_wait_buckets: [AtomicU64; WAIT_BUCKETS_US.len()],

@@ -22,8 +22,10 @@ use crate::record::{
 };
 use crate::stream::{check_producer, Fail, ProducerCheck, State, Stream};
 
-/// Byte bodies are stored as events of at most this many bytes.
-pub const DATA_EVENT_BYTES: usize = 1 << 20;
+/// Byte bodies are stored as events of at most this many bytes (FORMAT.md
+/// §13 allows up to 1 MiB; smaller events bound what a reader holds: a
+/// catch-up chunk or an SSE event always carries at least one whole event).
+pub const DATA_EVENT_BYTES: usize = 64 << 10;
 
 /// Streams by path and by engine session.
 #[derive(Debug, Default)]
