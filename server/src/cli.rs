@@ -15,8 +15,9 @@ pub struct ServeArgs {
     /// Require `Authorization: Bearer <TOKEN>` on every request.
     #[arg(long, env = "TURNSTONE_SERVE_TOKEN", hide_env_values = true)]
     pub token: Option<String>,
-    /// Largest request body in bytes (413 above it).
-    #[arg(long, default_value_t = 16 << 20)]
+    /// Largest request body in bytes (413 above it); the default is the
+    /// largest JSON message (16 MiB - 16 bytes).
+    #[arg(long, default_value_t = crate::DEFAULT_MAX_BODY_BYTES)]
     pub max_body_bytes: usize,
     /// How long a long-poll read waits for data before answering 204.
     #[arg(long, default_value_t = 20_000)]

@@ -92,7 +92,7 @@ impl Options {
             dir: dir.into(),
             listen: DEFAULT_LISTEN.parse().expect("valid default address"),
             token: None,
-            max_body_bytes: 16 << 20,
+            max_body_bytes: DEFAULT_MAX_BODY_BYTES,
             long_poll_timeout: Duration::from_secs(20),
             sse_max_duration: Duration::from_secs(60),
             read_chunk_bytes: 256 << 10,
@@ -106,6 +106,10 @@ impl Options {
         }
     }
 }
+
+/// The default `max_body_bytes`: the largest JSON message (16 MiB less the
+/// record header), so that any body the limit lets in fits as one message.
+pub const DEFAULT_MAX_BODY_BYTES: usize = record::JSON_MESSAGE_BYTES_MAX;
 
 /// The largest `max_body_bytes` accepted: one append is one engine batch.
 pub const MAX_BODY_LIMIT: usize = 24 << 20;

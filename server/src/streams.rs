@@ -127,7 +127,19 @@ fn data_units(json: bool, body: &[u8], allow_empty: bool) -> Result<Vec<Vec<u8>>
         return Ok(Vec::new());
     }
     if json {
-        json_messages(body, allow_empty)
+        let messages = json_messages(body, allow_empty)?;
+        if let Some(m) = messages
+            .iter()
+            .find(|m| m.len() > record::JSON_MESSAGE_BYTES_MAX)
+        {
+            return Err(Fail::TooLarge(format!(
+                "a JSON message of {} bytes is over the {} bytes one message can hold \
+                 (one message is one event)",
+                m.len(),
+                record::JSON_MESSAGE_BYTES_MAX
+            )));
+        }
+        Ok(messages)
     } else {
         Ok(body.chunks(DATA_EVENT_BYTES).map(<[u8]>::to_vec).collect())
     }
@@ -173,7 +185,19 @@ impl Group {
         let mut end = None;
         store
             .append_group(session, &evs, |a| end = Some(a.end))
-            .map_err(Fail::engine_write)?;
+            .map_err(|e| match e {
+                turnstone::Error::TooLarge {
+                    what: "event group",
+                    len,
+                    max,
+                } => Fail::TooLarge(format!(
+                    "this append takes {len} bytes in the log ({} events), over the {max} \
+                     bytes one append (one atomic commit group) can hold: send it in \
+                     several requests",
+                    evs.len()
+                )),
+                e => Fail::engine_write(e),
+            })?;
         end.ok_or_else(|| Fail::Internal("empty event group".into()))
     }
 }

@@ -152,9 +152,29 @@ pub(crate) async fn put(
     if created.created {
         *r.status_mut() = StatusCode::CREATED;
         let host = host.unwrap_or_else(|| app.opts.listen.to_string());
-        set(r.headers_mut(), "location", &format!("http://{host}{path}"));
+        set(
+            r.headers_mut(),
+            "location",
+            &format!("http://{host}{}", encode_path(&path)),
+        );
     }
     Ok(r)
+}
+
+/// Percent-encode a decoded stream path for a URL: every byte but the
+/// unreserved and sub-delimiter characters, `:`, `@` and `/` (RFC 3986
+/// `pchar`), so that `?`, `#`, `%` and spaces stay part of the path.
+fn encode_path(path: &str) -> String {
+    let mut out = String::with_capacity(path.len());
+    for &b in path.as_bytes() {
+        let keep = b.is_ascii_alphanumeric() || b"-._~!$&'()*+,;=:@/".contains(&b);
+        if keep {
+            out.push(b as char);
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
 }
 
 fn producer_headers(hd: &HeaderMap) -> Result<Option<(String, u64, u64)>> {

@@ -266,3 +266,137 @@ async fn health_and_metrics() {
     }
     server.shutdown().await.unwrap();
 }
+
+/// Read one response whose body ends with `tail`; `None` if the connection
+/// ends first.
+async fn read_response(s: &mut TcpStream, tail: &str) -> Option<String> {
+    let mut got = Vec::new();
+    let mut buf = [0u8; 4096];
+    let r = tokio::time::timeout(Duration::from_secs(20), async {
+        while !got.ends_with(tail.as_bytes()) {
+            match s.read(&mut buf).await {
+                Ok(0) | Err(_) => return false,
+                Ok(n) => got.extend_from_slice(&buf[..n]),
+            }
+        }
+        true
+    })
+    .await;
+    matches!(r, Ok(true)).then(|| String::from_utf8_lossy(&got).into_owned())
+}
+
+/// Item 8: an answer given before the body is read (404 to a POST, 413)
+/// reaches the client, and the connection either stays usable or says
+/// `Connection: close`.
+#[tokio::test]
+async fn early_answers_reach_the_client() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut o = options(dir.path());
+    o.max_body_bytes = 1024;
+    let server = start(o).await;
+    let addr = server.local_addr();
+    let mut s = TcpStream::connect(addr).await.unwrap();
+    s.write_all(
+        b"POST /missing HTTP/1.1\r\nhost: a\r\ncontent-type: text/plain\r\ncontent-length: 5\r\n\r\nhello",
+    )
+    .await
+    .unwrap();
+    let first = read_response(&mut s, "stream not found\n")
+        .await
+        .expect("404 received");
+    assert!(first.starts_with("HTTP/1.1 404"), "{first}");
+    if !first.to_lowercase().contains("connection: close") {
+        s.write_all(b"GET /missing HTTP/1.1\r\nhost: a\r\n\r\n")
+            .await
+            .unwrap();
+        let second = read_response(&mut s, "stream not found\n").await;
+        assert!(
+            second.is_some(),
+            "keep-alive connection broken after an early 404"
+        );
+    }
+    // A body far over the limit, sent without `Expect`: the 413 arrives
+    // (the body is drained, up to a bound), not a reset.
+    let h = Http::new(&server);
+    assert_eq!(h.put("/x", "text/plain", "").await.status(), 201);
+    let mut s = TcpStream::connect(addr).await.unwrap();
+    let body = vec![b'z'; 2 << 20];
+    let head = format!(
+        "POST /x HTTP/1.1\r\nhost: a\r\ncontent-type: text/plain\r\ncontent-length: {}\r\n\r\n",
+        body.len()
+    );
+    s.write_all(head.as_bytes()).await.unwrap();
+    s.write_all(&body)
+        .await
+        .expect("the body is read, not refused");
+    let out = read_response(&mut s, "(--max-body-bytes)\n")
+        .await
+        .expect("413 received");
+    assert!(out.starts_with("HTTP/1.1 413"), "{out}");
+    assert_eq!(h.read("/x").await.2, "");
+    server.shutdown().await.unwrap();
+}
+
+/// Item 9: `Location` is the request path re-encoded, not decoded.
+#[tokio::test]
+async fn location_is_percent_encoded() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = start(options(dir.path())).await;
+    let h = Http::new(&server);
+    let r = h
+        .req(
+            Method::PUT,
+            "/loc%3Fq%3D1%23f%20x/%C3%A9",
+            &[("content-type", "text/plain")],
+            "hi",
+        )
+        .await;
+    assert_eq!(r.status(), 201);
+    let loc = header(&r, "location");
+    let path = loc.splitn(4, '/').nth(3).map(|p| format!("/{p}")).unwrap();
+    // (`=` may stay as it is: it is a path character.)
+    assert_eq!(path, "/loc%3Fq=1%23f%20x/%C3%A9", "{loc}");
+    assert_eq!(h.read(&path).await.2, "hi");
+    server.shutdown().await.unwrap();
+}
+
+/// Item 10: one JSON message may be as large as --max-body-bytes allows by
+/// default; over a limit, the 413 names the limit that was hit.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn body_and_message_limits_agree() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut o = options(dir.path());
+    o.store.segment_bytes = 64 << 20;
+    let max = o.max_body_bytes;
+    let server = start(o).await;
+    let h = Http::new(&server);
+    assert_eq!(h.put("/j", "application/json", "").await.status(), 201);
+    // A JSON string that makes the body exactly max bytes.
+    let msg = format!("\"{}\"", "m".repeat(max - 2));
+    let r = h.post("/j", "application/json", &msg).await;
+    assert_eq!(r.status(), 204, "{:?}", r.text().await);
+    let over = format!("\"{}\"", "m".repeat(max - 1));
+    let r = h.post("/j", "application/json", &over).await;
+    assert_eq!(r.status(), 413);
+    assert!(r.text().await.unwrap().contains("--max-body-bytes"));
+    server.shutdown().await.unwrap();
+
+    // A larger body limit: one message over the per-message limit, and an
+    // append whose events take more than one atomic append can hold.
+    let mut o = options(dir.path());
+    o.store.segment_bytes = 64 << 20;
+    o.max_body_bytes = 24 << 20;
+    let server = start(o).await;
+    let h = Http::new(&server);
+    let big = format!("\"{}\"", "m".repeat(17 << 20));
+    let r = h.post("/j", "application/json", &big).await;
+    assert_eq!(r.status(), 413);
+    let text = r.text().await.unwrap();
+    assert!(text.contains("JSON message"), "{text}");
+    let many = format!("[{}1]", "1,".repeat(2 << 20));
+    let r = h.post("/j", "application/json", &many).await;
+    assert_eq!(r.status(), 413);
+    let text = r.text().await.unwrap();
+    assert!(text.contains("one append"), "{text}");
+    server.shutdown().await.unwrap();
+}
