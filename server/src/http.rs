@@ -126,8 +126,11 @@ pub async fn handle(
         .and_then(|v| v.to_str().ok())
         .map(str::to_string);
     let allow_origin = cors_allow(app.opts.cors_origin.as_deref(), origin.as_deref());
+    // A preflight is always answered (it does nothing); without an allowed
+    // origin it carries no Access-Control-Allow-Origin, so the browser never
+    // sends the request it asked about.
     let routed = match (&origin, &allow_origin) {
-        (Some(o), None) => Err(HttpError::new(
+        (Some(o), None) if parts.method != Method::OPTIONS => Err(HttpError::new(
             StatusCode::FORBIDDEN,
             format!("origin {o:?} is not allowed (see --cors-origin)"),
         )),

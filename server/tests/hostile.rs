@@ -196,6 +196,14 @@ async fn cors_is_opt_in() {
     assert_eq!(header(&r, "access-control-allow-origin"), "");
     let r = h.req(Method::DELETE, "/c", &evil, "").await;
     assert_eq!(r.status(), 403);
+    // A preflight is answered, but allows no origin: the browser stops there.
+    let pre = [
+        ("origin", "https://evil.example"),
+        ("access-control-request-method", "DELETE"),
+    ];
+    let r = h.req(Method::OPTIONS, "/c", &pre, "").await;
+    assert_eq!(r.status(), 204);
+    assert_eq!(header(&r, "access-control-allow-origin"), "");
     let r = h.get("/c").await;
     assert_eq!(header(&r, "access-control-allow-origin"), "");
     assert_eq!(r.text().await.unwrap(), "", "nothing was appended");
