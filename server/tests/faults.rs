@@ -55,7 +55,7 @@ async fn stream_seq_retry_waits_for_the_original() {
     let h = Http::new(&server);
     assert_eq!(h.put("/s", "text/plain", "").await.status(), 201);
 
-    faults.hold_syncs();
+    let _hold = faults.hold_syncs();
     let hd = vec![("content-type", "text/plain"), ("stream-seq", "001")];
     let original = spawn_req(&h, Method::POST, "/s", hd.clone(), "one");
     wait_held(&faults, 1).await;
@@ -183,7 +183,7 @@ async fn delete_hides_the_stream_only_when_durable() {
     let h = Http::new(&server);
     assert_eq!(h.put("/d", "text/plain", "data").await.status(), 201);
 
-    faults.hold_syncs();
+    let _hold = faults.hold_syncs();
     let del = spawn_req(&h, Method::DELETE, "/d", vec![], "");
     wait_held(&faults, 1).await;
     let (status, _, body) = h.read("/d").await;

@@ -26,9 +26,22 @@ pub struct Faults {
     pub fail_syncs: AtomicBool,
 }
 
+/// Releases held fdatasyncs when dropped, so that a failing test cannot
+/// leave the server's flusher blocked forever.
+pub struct Hold(Arc<Faults>);
+
+impl Drop for Hold {
+    fn drop(&mut self) {
+        self.0.release_syncs();
+    }
+}
+
 impl Faults {
-    pub fn hold_syncs(&self) {
+    /// Hold every fdatasync until [`Faults::release_syncs`] or until the
+    /// returned guard is dropped.
+    pub fn hold_syncs(self: &Arc<Self>) -> Hold {
         *self.held.lock() = true;
+        Hold(self.clone())
     }
     pub fn release_syncs(&self) {
         *self.held.lock() = false;
