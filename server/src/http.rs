@@ -75,6 +75,7 @@ impl From<Fail> for HttpError {
                 message: format!("{m} (nothing of this request was applied)"),
                 headers: vec![("retry-after", "1".into())],
             },
+            Fail::After(f, _) => (*f).into(),
             Fail::Unknown(m) => HttpError {
                 status: S::INTERNAL_SERVER_ERROR,
                 message: format!(

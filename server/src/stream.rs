@@ -40,10 +40,18 @@ pub enum Fail {
     /// after an fdatasync error, be found after a restart (500 with
     /// `Stream-Outcome: unknown`; an idempotent retry settles it).
     Unknown(String),
+    /// Answer the inner failure once `LogPos` is durable: it rests on
+    /// accepted state (a create or tombstone) that may not be durable yet.
+    After(Box<Fail>, LogPos),
     Internal(String),
 }
 
 impl Fail {
+    /// `self`, to be answered once `pos` is durable.
+    pub fn after(self, pos: LogPos) -> Fail {
+        Fail::After(Box::new(self), pos)
+    }
+
     /// Map an engine error.
     pub fn engine(e: turnstone::Error) -> Fail {
         use turnstone::Error as E;

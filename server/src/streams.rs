@@ -265,23 +265,31 @@ impl Streams {
             // replaced: the new incarnation is logged after the tombstone.
             if hard_deleted {
             } else if expired {
-                let (mode, _) = self.delete_locked(&mut reg, &existing, "expired", now_ms)?;
+                let (mode, end) = self.delete_locked(&mut reg, &existing, "expired", now_ms)?;
                 if mode == DeleteMode::Soft {
-                    return Err(Fail::Conflict(
+                    let fail = Fail::Conflict(
                         "the stream was deleted but forks still read through it".into(),
-                    ));
+                    );
+                    return Err(match end {
+                        Some(end) => fail.after(end),
+                        None => fail,
+                    });
                 }
             } else {
+                // Conflicts rest on the existing stream's state: answered
+                // once its last write is durable.
                 let st = existing.state.lock();
                 if st.deleted == Some(DeleteMode::Soft) {
                     return Err(Fail::Conflict(
                         "the stream was deleted but forks still read through it".into(),
-                    ));
+                    )
+                    .after(st.last_end));
                 }
                 if !same_config(req, &st.config) {
                     return Err(Fail::Conflict(
                         "the stream exists with a different configuration".into(),
-                    ));
+                    )
+                    .after(st.last_end));
                 }
                 let end = st.last_end;
                 drop(st);
@@ -347,18 +355,24 @@ impl Streams {
             .cloned()
             .ok_or(Fail::NotFound)?;
         if source.state.lock().is_expired(now_ms) {
-            let (mode, _) = self.delete_locked(reg, &source, "expired", now_ms)?;
-            return Err(match mode {
+            let (mode, end) = self.delete_locked(reg, &source, "expired", now_ms)?;
+            let fail = match mode {
                 DeleteMode::Soft => Fail::Conflict("the fork source was deleted".into()),
                 DeleteMode::Hard => Fail::NotFound,
+            };
+            return Err(match end {
+                Some(end) => fail.after(end),
+                None => fail,
             });
         }
         let (src_config, src_vis) = {
             let st = source.state.lock();
             match st.deleted {
-                Some(DeleteMode::Hard) => return Err(Fail::NotFound),
+                Some(DeleteMode::Hard) => return Err(Fail::NotFound.after(st.last_end)),
                 Some(DeleteMode::Soft) => {
-                    return Err(Fail::Conflict("the fork source was deleted".into()))
+                    return Err(
+                        Fail::Conflict("the fork source was deleted".into()).after(st.last_end)
+                    )
                 }
                 None => {}
             }

@@ -130,6 +130,7 @@ pub(crate) async fn put(
     let created = match blocking(move || a.streams.create(&creq, now_ms())).await? {
         Ok(c) => c,
         Err(fail @ Fail::Unavailable(_)) => return Err(refused(app, fail)),
+        Err(Fail::After(fail, pos)) => return Err(after_durable(app, *fail, pos).await),
         Err(fail) => return Err(fail.into()),
     };
     if created.created {

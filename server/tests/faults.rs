@@ -241,3 +241,38 @@ async fn removed_store_directory_stops_writes() {
     assert_eq!(r.text().await.unwrap(), "store-missing\n");
     let _ = server.shutdown().await;
 }
+
+/// Items 2 and 7 for PUT: a conflicting create racing one that is not yet
+/// durable is answered 409 only once the original is durable.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn put_conflict_waits_for_the_original_create() {
+    let dir = tempfile::tempdir().unwrap();
+    let (server, faults) = faulty_server(dir.path()).await;
+    let h = Http::new(&server);
+    let hold = faults.hold_syncs();
+    let original = spawn_req(
+        &h,
+        Method::PUT,
+        "/c",
+        vec![("content-type", "text/plain")],
+        "",
+    );
+    wait_held(&faults, 1).await;
+    let mut other = spawn_req(
+        &h,
+        Method::PUT,
+        "/c",
+        vec![("content-type", "application/json")],
+        "",
+    );
+    assert!(
+        tokio::time::timeout(Duration::from_millis(500), &mut other)
+            .await
+            .is_err(),
+        "409 before the stream it conflicts with was durable"
+    );
+    drop(hold);
+    assert_eq!(original.await.unwrap().status(), 201);
+    assert_eq!(other.await.unwrap().status(), 409);
+    server.shutdown().await.unwrap();
+}
