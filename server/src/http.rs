@@ -312,7 +312,8 @@ fn bearer_credentials(v: &str) -> Option<&str> {
 }
 
 /// `GET /.well-known/turnstone/health`: 200 `ready` or `read-only`, 503
-/// otherwise (`poisoned: ...`, `store-missing`). No token needed.
+/// otherwise (`poisoned: ...`, `write-failing: ...`, `store-missing`). No
+/// token needed.
 fn health(app: &App) -> Response<Body> {
     let state = app.health.state();
     let mut r = Response::new(Body::full(format!("{state}\n")));
@@ -544,6 +545,10 @@ async fn wait_durable(
     }
     match r {
         Ok(()) if !own_write || app.health.check_dir() => {
+            if own_write {
+                // (A wait for what was durable already proves nothing.)
+                app.health.write_ok();
+            }
             app.streams.settle();
             Ok(())
         }
@@ -551,6 +556,8 @@ async fn wait_durable(
         Err(e) => {
             if e.fatal {
                 app.health.failed(&e.message);
+            } else {
+                app.health.write_failed(&e.message);
             }
             Err(e.message)
         }

@@ -371,12 +371,23 @@ async fn serve_connection(tcp: tokio::net::TcpStream, peer: SocketAddr, app: Arc
     app.metrics.open_connections.fetch_sub(1, Ordering::Relaxed);
 }
 
-/// Expire streams in the background (reads and writes also check on access).
+/// Expire streams in the background (reads and writes also check on access),
+/// and retry the engine's failed batch while writes are failing.
 async fn sweep_loop(app: Arc<App>) {
     let mut tick = tokio::time::interval(Duration::from_millis(250));
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         tick.tick().await;
+        if app.health.is_write_failing() {
+            // Retry the engine's kept batch, so that writes resume once
+            // the disk has room again.
+            let a = app.clone();
+            let retried = tokio::task::spawn_blocking(move || a.streams.store.sync()).await;
+            if matches!(retried, Ok(Ok(_))) {
+                app.health.write_ok();
+                app.streams.settle();
+            }
+        }
         let a = app.clone();
         let end = tokio::task::spawn_blocking(move || a.streams.sweep(record::now_ms()))
             .await

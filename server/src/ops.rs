@@ -200,6 +200,11 @@ pub struct Health {
     /// (device, inode) of the store directory at start.
     dir_id: Option<(u64, u64)>,
     failed: parking_lot::Mutex<Option<String>>,
+    /// The last durability wait failed without poisoning the store (a
+    /// failed write, kept by the engine for a retry): new writes are refused
+    /// until a retry succeeds, so that a full disk does not pile up
+    /// unacknowledgeable appends in memory.
+    write_failing: parking_lot::Mutex<Option<String>>,
     missing: AtomicBool,
 }
 
@@ -222,6 +227,7 @@ impl Health {
             read_only,
             dir_id: dir_id(dir),
             failed: parking_lot::Mutex::new(None),
+            write_failing: parking_lot::Mutex::new(None),
             missing: AtomicBool::new(false),
         }
     }
@@ -237,6 +243,30 @@ impl Health {
             );
             *f = Some(why.to_string());
         }
+    }
+
+    /// A durability wait failed but the store is not poisoned (the engine
+    /// retries the batch): log once per episode.
+    pub fn write_failed(&self, why: &str) {
+        let mut f = self.write_failing.lock();
+        if f.is_none() {
+            eprintln!(
+                "turnstone serve: a write to the store failed: {why}; new writes answer 503 \
+                 until a retry succeeds (retried every 250 ms)"
+            );
+        }
+        *f = Some(why.to_string());
+    }
+
+    /// A durability wait succeeded: writes are taken again.
+    pub fn write_ok(&self) {
+        if self.write_failing.lock().take().is_some() {
+            eprintln!("turnstone serve: writes to the store succeed again");
+        }
+    }
+
+    pub fn is_write_failing(&self) -> bool {
+        self.write_failing.lock().is_some()
     }
 
     /// Check that the store directory is still the one opened (not removed
@@ -260,13 +290,17 @@ impl Health {
         false
     }
 
-    /// `ready`, `read-only`, `store-missing` or `poisoned: <why>`.
+    /// `ready`, `read-only`, `store-missing`, `poisoned: <why>` or
+    /// `write-failing: <why>`.
     pub fn state(&self) -> String {
         if !self.check_dir() {
             return "store-missing".into();
         }
         if let Some(why) = self.failed.lock().as_ref() {
             return format!("poisoned: {why}");
+        }
+        if let Some(why) = self.write_failing.lock().as_ref() {
+            return format!("write-failing: {why}");
         }
         if self.read_only {
             return "read-only".into();

@@ -103,21 +103,32 @@ async fn failed_write_is_outcome_unknown_and_a_producer_retry_settles_it() {
     assert_eq!(header(&r, "stream-outcome"), "unknown");
     assert!(faults.failed_writes.load(Ordering::SeqCst) > 0);
     assert_eq!(h.read("/p").await.2, "a", "a failed write is not shown");
-    // A plain append meanwhile: also unknown (the disk still fails).
+    // While the write fails, new writes are refused (503: not applied), so
+    // that a full disk does not pile up appends in memory; health says so.
     let r = h.post("/p", "text/plain", "c").await;
-    assert_eq!(r.status(), 500);
+    assert_eq!(r.status(), 503);
+    let r = h.get("/.well-known/turnstone/health").await;
+    assert_eq!(r.status(), 503);
+    assert!(r.text().await.unwrap().starts_with("write-failing: "));
     assert_eq!(h.read("/p").await.2, "a");
 
     faults.fail_writes.store(false, Ordering::SeqCst);
+    // The server retries the kept batch by itself; writes resume.
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while h.get("/.well-known/turnstone/health").await.status() != 200 {
+        assert!(std::time::Instant::now() < deadline, "writes never resumed");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
     // The retry settles the producer's append: a duplicate, once durable.
     let r = spawn_req(&h, Method::POST, "/p", prod("0"), "b")
         .await
         .unwrap();
     assert_eq!(r.status(), 204);
     assert_eq!(header(&r, "producer-seq"), "0");
-    // Both failed appends were kept by the engine and are now durable (which
-    // is why their answer had to be "unknown", not "not applied").
-    assert_eq!(h.read("/p").await.2, "abc");
+    // The failed append was kept by the engine and is now durable (which
+    // is why its answer had to be "unknown", not "not applied"); the
+    // refused one is not there.
+    assert_eq!(h.read("/p").await.2, "ab");
     let r = spawn_req(&h, Method::POST, "/p", prod("1"), "d")
         .await
         .unwrap();
@@ -126,7 +137,7 @@ async fn failed_write_is_outcome_unknown_and_a_producer_retry_settles_it() {
 
     let server = start(options(dir.path())).await;
     let h = Http::new(&server);
-    assert_eq!(h.read("/p").await.2, "abcd");
+    assert_eq!(h.read("/p").await.2, "abd");
     server.shutdown().await.unwrap();
 }
 
@@ -204,6 +215,11 @@ async fn delete_hides_the_stream_only_when_durable() {
     let (status, _, body) = h.read("/e").await;
     assert_eq!((status, body.as_str()), (200, "data"));
     faults.fail_writes.store(false, Ordering::SeqCst);
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while h.get("/.well-known/turnstone/health").await.status() != 200 {
+        assert!(std::time::Instant::now() < deadline, "writes never resumed");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
     let r = h.req(Method::DELETE, "/e", &[], "").await;
     assert!([204, 404].contains(&r.status().as_u16()), "{}", r.status());
     assert_eq!(h.get("/e").await.status(), 404);
