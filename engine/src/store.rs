@@ -737,15 +737,10 @@ impl Store {
                 .ok_or_else(|| Error::UnknownSession(session.to_string()))?;
             let end = range.end.min(e.len());
             let start = range.start.min(end);
-            let positions = st.index.positions_in(sid, start..end);
-            // Sessions whose frames this session may hold: itself and its fork
-            // ancestors (inherited events keep their parent's session id).
-            let mut owners = vec![sid];
-            let mut cur = e.parent;
-            while let Some((p, _)) = cur {
-                owners.push(p);
-                cur = st.index.sessions[p.0 as usize].parent;
-            }
+            // The sessions whose frames these are: itself and the fork
+            // ancestors the range reads through (inherited events keep
+            // their parent's session id), sorted for `check_frame`.
+            let (positions, owners) = st.index.positions_and_owners_in(sid, start..end);
             (positions, start, owners, st.durable)
         };
         if let Some(last) = positions.last() {
@@ -1001,7 +996,8 @@ struct Run<'a> {
     seg: SegmentId,
     positions: &'a [u64],
     first_seq: u64,
-    /// The session and its fork ancestors (whose frames it may hold).
+    /// The session and its fork ancestors whose frames the run may hold,
+    /// sorted by id.
     owners: &'a [SessionId],
 }
 
@@ -1025,7 +1021,7 @@ fn event_ref<'a>(h: &FrameHeader, payload: &'a [u8], seq: u64, pos: u64) -> Even
 }
 
 /// Decode the frame at the start of `frame` and check that it is event
-/// `seq` of one of `owners`; returns its header and payload.
+/// `seq` of one of `owners` (sorted by id); returns its header and payload.
 fn check_frame<'a>(
     frame: &'a [u8],
     salt: &Salt,
@@ -1033,7 +1029,7 @@ fn check_frame<'a>(
     owners: &[SessionId],
 ) -> std::result::Result<(FrameHeader, &'a [u8]), String> {
     let h = decode_frame(frame, salt).map_err(|e| e.to_string())?;
-    if h.seq != seq || !owners.contains(&h.session) || h.kind == KIND_SESSION_DEFINE {
+    if h.seq != seq || owners.binary_search(&h.session).is_err() || h.kind == KIND_SESSION_DEFINE {
         return Err(format!(
             "index points at a frame of session {} seq {} (kind {}), expected seq {seq}",
             h.session.0, h.seq, h.kind
