@@ -369,18 +369,16 @@ impl Session {
 
     /// Rules checked before a live append (restore is lenient: the log is
     /// the truth, whatever wrote it).
-    fn check_live<D: EventData>(&self, data: &D, op: Option<SurfaceOp>) -> Result<()> {
+    fn check_live(&self, kind: CoreKind, v: &Value, op: Option<SurfaceOp>) -> Result<()> {
         if let Some(op) = op {
             self.surface.check(op)?;
         }
         {
-            let v =
-                serde_json::to_value(data).map_err(|e| Error::InvalidArgument(e.to_string()))?;
             let interrupted = v
                 .get("reason")
                 .and_then(|r| r.get("kind"))
                 .is_some_and(|k| k == "interrupted");
-            if interrupted && matches!(D::KIND, CoreKind::TurnEnd | CoreKind::StepEnd) {
+            if interrupted && matches!(kind, CoreKind::TurnEnd | CoreKind::StepEnd) {
                 return Err(Error::Refused(
                     "`interrupted` is written only by repair, never by a live loop".into(),
                 ));
@@ -415,9 +413,13 @@ impl Session {
     /// ```
     pub fn append<D: EventData>(&mut self, data: D, intent: D::Intent) -> Result<u64> {
         let op = intent.surface_op();
-        self.check_live(&data, op)?;
-        let payload = event::encode_core(&data, op);
-        let seqs = self.append_encoded(vec![(D::KIND.code(), 0, payload)])?;
+        // One serialisation: the JSON value is both written and folded (the
+        // typed data is valid by construction, so it is not re-parsed).
+        let value =
+            serde_json::to_value(&data).map_err(|e| Error::InvalidArgument(e.to_string()))?;
+        self.check_live(D::KIND, &value, op)?;
+        let (payload, ev) = event::encode_core_value(D::KIND, value, op, self.len);
+        let seqs = self.append_decoded(vec![(D::KIND.code(), 0, payload)], vec![ev])?;
         Ok(seqs[0])
     }
 
@@ -437,16 +439,32 @@ impl Session {
 
     /// Append encoded events atomically (one commit batch), then fold them.
     pub(crate) fn append_encoded(&mut self, items: Vec<(u16, u16, Vec<u8>)>) -> Result<Vec<u64>> {
+        // Decode first: the live state is folded from exactly the bytes logged.
+        let mut decoded = Vec::with_capacity(items.len());
+        for (i, (code, flags, payload)) in items.iter().enumerate() {
+            decoded.push(self.decode(self.len + i as u64, *code, *flags, payload)?);
+        }
+        self.append_decoded(items, decoded)
+    }
+
+    /// Append encoded events whose decoded form the caller already has
+    /// (built from the same JSON value the payload was written from, so it
+    /// is what decoding the payload gives; debug builds check that).
+    fn append_decoded(
+        &mut self,
+        items: Vec<(u16, u16, Vec<u8>)>,
+        decoded: Vec<SessionEvent>,
+    ) -> Result<Vec<u64>> {
         if self.live_handle.is_none() {
             return Err(Error::Refused(format!(
                 "session {:?} was opened read-only; open it for writing to append",
                 self.id
             )));
         }
-        // Decode first: the live state is folded from exactly the bytes logged.
-        let mut decoded = Vec::with_capacity(items.len());
-        for (i, (code, flags, payload)) in items.iter().enumerate() {
-            decoded.push(self.decode(self.len + i as u64, *code, *flags, payload)?);
+        #[cfg(debug_assertions)]
+        for ((code, flags, payload), ev) in items.iter().zip(&decoded) {
+            let again = self.decode(ev.seq, *code, *flags, payload)?;
+            debug_assert_eq!(&again, ev, "the live event differs from its logged bytes");
         }
         // Check the whole group against a scratch surface before appending.
         let mut scratch = self.surface.clone();

@@ -453,6 +453,33 @@ pub fn encode_core<D: EventData>(data: &D, op: Option<SurfaceOp>) -> Vec<u8> {
     serde_json::to_vec(&env).expect("envelope serializes")
 }
 
+/// Encode a core event from its data as JSON, returning the payload and
+/// the event that decoding it gives (at `seq`), built from the same value.
+pub(crate) fn encode_core_value(
+    kind: CoreKind,
+    data: Value,
+    op: Option<SurfaceOp>,
+    seq: u64,
+) -> (Vec<u8>, SessionEvent) {
+    let env = Envelope {
+        v: SESSION_FORMAT_VERSION,
+        kind: None,
+        surface: op,
+        ts: Some(now_ms()),
+        data,
+    };
+    let payload = serde_json::to_vec(&env).expect("envelope serializes");
+    let ev = SessionEvent {
+        seq,
+        kind: EventKind::Core(kind),
+        ignorable: false,
+        surface: env.surface,
+        ts: env.ts,
+        data: env.data,
+    };
+    (payload, ev)
+}
+
 /// Encode a plugin event's payload.
 pub fn encode_plugin(kind: &str, data: &Value) -> Vec<u8> {
     let env = Envelope {
