@@ -117,14 +117,16 @@ impl Session {
     /// writing: liveness is a property of the store, so a second host cannot
     /// "repair" a turn that is still running.
     pub fn open(store: Arc<Store>, id: &str, registry: Arc<Registry>) -> Result<Session> {
-        let mut s = Self::restore(store, id, registry)?;
+        let mut s = Self::restore(store, id, registry, false)?;
         s.claim()?;
         Ok(s)
     }
 
     /// A read-only view of a session, live or not: the same fold (surface,
     /// messages, header, open state) over its durable and appended events,
-    /// claiming nothing. Appends are refused.
+    /// claiming nothing. Appends are refused. Events of kinds this process
+    /// does not know are kept as opaque plugin events instead of refusing
+    /// the open (see [`event::decode_view`]).
     ///
     /// ```
     /// # use std::sync::Arc;
@@ -140,7 +142,7 @@ impl Session {
     /// assert_eq!(view.derive_messages().len(), 1);
     /// ```
     pub fn open_read_only(store: Arc<Store>, id: &str, registry: Arc<Registry>) -> Result<Session> {
-        Self::restore(store, id, registry)
+        Self::restore(store, id, registry, true)
     }
 
     /// Whether this handle is a read-only view.
@@ -161,7 +163,12 @@ impl Session {
         }
     }
 
-    fn restore(store: Arc<Store>, id: &str, registry: Arc<Registry>) -> Result<Session> {
+    fn restore(
+        store: Arc<Store>,
+        id: &str,
+        registry: Arc<Registry>,
+        view: bool,
+    ) -> Result<Session> {
         let len = store
             .session_len(id)
             .ok_or_else(|| Error::UnknownSession(id.to_string()))?;
@@ -171,7 +178,12 @@ impl Session {
         while at < len {
             let evs = store.read_range(id, at..(at + CHUNK).min(len))?;
             for e in evs {
-                let ev = s.decode(e.seq.0, e.kind, e.flags, &e.payload)?;
+                let ev = if view {
+                    event::decode_view(e.seq.0, e.kind, e.flags, &e.payload, &s.registry)
+                        .map_err(|err| crate::session::replay::decode_error(&s.id, e.seq.0, err))?
+                } else {
+                    s.decode(e.seq.0, e.kind, e.flags, &e.payload)?
+                };
                 s.apply(&ev)?;
             }
             at += CHUNK;
@@ -437,6 +449,13 @@ impl Session {
         Ok(seqs[0])
     }
 
+    /// Append a harness's own typed event (see [`event::CustomEvent`]); its
+    /// kind must be registered.
+    pub fn append_custom<E: event::CustomEvent>(&mut self, e: &E) -> Result<u64> {
+        let data = event::custom_data(e).map_err(|e| Error::InvalidArgument(e.to_string()))?;
+        self.append_plugin(E::KIND, &data)
+    }
+
     /// Append encoded events atomically (one commit batch), then fold them.
     pub(crate) fn append_encoded(&mut self, items: Vec<(u16, u16, Vec<u8>)>) -> Result<Vec<u64>> {
         // Decode first: the live state is folded from exactly the bytes logged.
@@ -645,12 +664,20 @@ impl Session {
         self.messages.last_work
     }
 
-    /// Read and decode events `range` from the log.
+    /// Read and decode events `range` from the log (a read-only view shows
+    /// kinds this process does not know as opaque events).
     pub fn events(&self, range: std::ops::Range<u64>) -> Result<Vec<SessionEvent>> {
         self.store
             .read_range(&self.id, range)?
             .into_iter()
-            .map(|e| self.decode(e.seq.0, e.kind, e.flags, &e.payload))
+            .map(|e| {
+                if self.is_read_only() {
+                    event::decode_view(e.seq.0, e.kind, e.flags, &e.payload, &self.registry)
+                        .map_err(|err| crate::session::replay::decode_error(&self.id, e.seq.0, err))
+                } else {
+                    self.decode(e.seq.0, e.kind, e.flags, &e.payload)
+                }
+            })
             .collect()
     }
 
