@@ -280,8 +280,32 @@ impl ContentBlock {
     /// back exactly this JSON, else [`ContentBlock::Other`]. Never fails.
     pub fn from_json(v: Value) -> ContentBlock {
         match ContentBlock::deserialize(&v) {
-            Ok(b) if !matches!(b, ContentBlock::Other(_)) && b.to_json() == v => b,
+            Ok(b)
+                if !matches!(b, ContentBlock::Other(_))
+                    && (b.exact_by_shape(&v) || b.to_json() == v) =>
+            {
+                b
+            }
             _ => ContentBlock::Other(v),
+        }
+    }
+
+    /// A fast proof that the typed block serialises back to `v`, for the
+    /// common blocks: when nothing went to `extra` and `v` has exactly the
+    /// keys the variant names (all required, none optional), every key was
+    /// read into a field that writes it back unchanged. Otherwise the caller
+    /// compares in full.
+    fn exact_by_shape(&self, v: &Value) -> bool {
+        let keys = v.as_object().map_or(usize::MAX, |o| o.len());
+        match self {
+            ContentBlock::Text { extra, .. }
+            | ContentBlock::OutputText { extra, .. }
+            | ContentBlock::InputText { extra, .. } => extra.is_empty() && keys == 2,
+            ContentBlock::Thinking { extra, .. } => extra.is_empty() && keys == 3,
+            ContentBlock::ToolUse { extra, .. } | ContentBlock::ServerToolUse { extra, .. } => {
+                extra.is_empty() && keys == 4
+            }
+            _ => false,
         }
     }
 

@@ -219,8 +219,10 @@ impl Session {
         }
     }
 
+    /// Decode for the fold: [`Session::apply`] checks each core event's data
+    /// (parsing what it needs once), so the decode does not parse it too.
     fn decode(&self, seq: u64, code: u16, flags: u16, payload: &[u8]) -> Result<SessionEvent> {
-        event::decode(seq, code, flags, payload, &self.registry).map_err(|e| match e {
+        event::decode_for_fold(seq, code, flags, payload, &self.registry).map_err(|e| match e {
             DecodeError::UnknownKind(kind) => Error::UnknownKind {
                 session: self.id.to_string(),
                 seq,
@@ -260,6 +262,24 @@ impl Session {
         };
         let typed_err =
             |s: &Self, e: serde_json::Error| s.bad(ev.seq, format!("{}: {e}", kind.name()));
+        // Kinds whose data the fold below does not parse are checked here
+        // (the decode leaves the check to the fold, so nothing is parsed twice).
+        if matches!(
+            kind,
+            CoreKind::TurnEnd
+                | CoreKind::StepEnd
+                | CoreKind::AssistantChunk
+                | CoreKind::SessionEndSeed
+                | CoreKind::CompactionStart
+                | CoreKind::CompactionSummary
+                | CoreKind::CompactionEnd
+                | CoreKind::CompactionPrune
+        ) {
+            event::validate_core(*kind, &ev.data).map_err(|e| match e {
+                DecodeError::Malformed(d) => self.bad(ev.seq, d),
+                other => self.bad(ev.seq, format!("{other:?}")),
+            })?;
+        }
         match kind {
             CoreKind::TurnStart => {
                 let d: event::TurnStart =
