@@ -29,6 +29,7 @@ pub mod error;
 pub mod frame;
 pub mod index;
 pub mod inspect;
+mod log;
 pub mod recovery;
 pub mod session;
 pub mod sim;

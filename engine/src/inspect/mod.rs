@@ -25,7 +25,8 @@ use crate::frame::{
     BATCH_FLAG_CLEAN_CLOSE, BATCH_HEADER_BYTES, FLAG_IGNORABLE, FRAME_HEADER_BYTES,
     KIND_SESSION_DEFINE, SEGMENT_HEADER_BYTES,
 };
-use crate::recovery::{check_batch, list_segments, probe_after, read_segment, ProblemKind};
+use crate::log::{list_segments, read_segment};
+use crate::recovery::{check_batch, probe_after, ProblemKind};
 use crate::types::{LogPos, SegmentId, SessionId};
 use crate::vfs::{OsVfs, Vfs};
 

@@ -11,7 +11,6 @@
 //! tail iff it is in the last segment and no valid batch with a later sequence
 //! number follows it (and no index checkpoint claims it was durable).
 
-use std::ops::Deref;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
@@ -25,8 +24,9 @@ use crate::frame::{
     KIND_SESSION_DEFINE, SEGMENT_HEADER_BYTES,
 };
 use crate::index::Index;
+use crate::log::{list_segments, read_segment, segment_path, zero_range};
 use crate::types::{LogPos, SegmentId};
-use crate::vfs::{MappedBytes, Vfs};
+use crate::vfs::Vfs;
 
 /// What to do with damage found on open, modelled on RocksDB's WAL recovery
 /// modes.
@@ -83,59 +83,6 @@ pub struct RecoveryReport {
     pub events: u64,
     pub problems: Vec<Problem>,
     pub duration_us: u64,
-}
-
-/// Bytes of one segment, mapped or read.
-pub enum SegmentBytes {
-    Mapped(MappedBytes),
-    Owned(Vec<u8>),
-}
-
-impl Deref for SegmentBytes {
-    type Target = [u8];
-    fn deref(&self) -> &[u8] {
-        match self {
-            SegmentBytes::Mapped(m) => m,
-            SegmentBytes::Owned(v) => v,
-        }
-    }
-}
-
-/// Read a whole segment: mapped when `map` (sealed segments, or the last one
-/// while the store lock is held and nothing writes to it), else copied with
-/// pread (the active segment of a store another process may be writing).
-pub fn read_segment(vfs: &dyn Vfs, path: &Path, map: bool) -> Result<SegmentBytes> {
-    let file = vfs
-        .open(path, false)
-        .map_err(|e| Error::io("open segment", path, e))?;
-    if map {
-        let len = file.len().map_err(|e| Error::io("stat segment", path, e))?;
-        if len > frame::SEGMENT_BYTES_MAX {
-            return Err(Error::corrupt(
-                path,
-                frame::SEGMENT_BYTES_MAX,
-                format!("segment file has {len} bytes; segments are at most 4 GiB"),
-            ));
-        }
-        return file
-            .map()
-            .map(SegmentBytes::Mapped)
-            .map_err(|e| Error::io("map segment", path, e));
-    }
-    let len = file.len().map_err(|e| Error::io("stat segment", path, e))?;
-    if len > frame::SEGMENT_BYTES_MAX {
-        return Err(Error::corrupt(
-            path,
-            frame::SEGMENT_BYTES_MAX,
-            format!("segment file has {len} bytes; segments are at most 4 GiB"),
-        ));
-    }
-    let mut buf = vec![0u8; len as usize];
-    let n = file
-        .read_at(&mut buf, 0)
-        .map_err(|e| Error::io("read segment", path, e))?;
-    buf.truncate(n);
-    Ok(SegmentBytes::Owned(buf))
 }
 
 /// One valid batch, as seen by a scan.
@@ -362,22 +309,6 @@ pub(crate) struct Recovered {
     pub remove_checkpoint: bool,
 }
 
-fn seg_path(dir: &Path, id: SegmentId) -> PathBuf {
-    dir.join(frame::segment_file_name(id))
-}
-
-/// List segment ids in the directory, sorted.
-pub fn list_segments(vfs: &dyn Vfs, dir: &Path) -> Result<Vec<SegmentId>> {
-    let mut ids: Vec<SegmentId> = vfs
-        .list(dir)
-        .map_err(|e| Error::io("list store directory", dir, e))?
-        .iter()
-        .filter_map(|n| frame::parse_segment_file_name(n))
-        .collect();
-    ids.sort();
-    Ok(ids)
-}
-
 /// Run the recovery pass (no writes: the caller applies `zero_ranges` and
 /// removals when it opens for writing).
 ///
@@ -412,7 +343,7 @@ pub(crate) fn recover(
     // Contiguous ids: a missing file in the middle is corruption.
     for w in ids.windows(2) {
         if w[1].0 != w[0].0 + 1 {
-            let missing = seg_path(dir, SegmentId(w[0].0 + 1));
+            let missing = segment_path(dir, SegmentId(w[0].0 + 1));
             let detail = format!(
                 "segment file {} is missing between {} and {}",
                 missing.display(),
@@ -471,7 +402,7 @@ pub(crate) fn recover(
     let mut i = start_seg;
     while i < ids.len() {
         let id = ids[i];
-        let path = seg_path(dir, id);
+        let path = segment_path(dir, id);
         let is_last = i + 1 == ids.len();
         let bytes = read_segment(vfs, &path, !is_last || exclusive)?;
         out.report.segments_scanned += 1;
@@ -750,7 +681,7 @@ pub(crate) fn recover(
     if ids.is_empty() && mode != RecoveryMode::PointInTime {
         if let Some(floor) = durable_floor {
             return Err(Error::corrupt(
-                seg_path(dir, floor.segment()),
+                segment_path(dir, floor.segment()),
                 0,
                 format!(
                     "no segment file is left, but the index checkpoint proves the log was durable up to {floor}"
@@ -766,7 +697,7 @@ pub(crate) fn recover(
             // the end of data get the last segment's checks (T2, C1), so no
             // debris stays ahead of the next append.
             if let Some(store_id) = out.store_id {
-                let path = seg_path(dir, last);
+                let path = segment_path(dir, last);
                 let bytes = read_segment(vfs, &path, exclusive)?;
                 let salt = Salt {
                     store_id,
@@ -823,6 +754,43 @@ pub(crate) fn recover(
     out.report.events = out.index.event_count();
     out.report.duration_us = started.elapsed().as_micros() as u64;
     Ok(out)
+}
+
+/// Apply a plan to the bytes, before anything new is written (FORMAT.md
+/// §6.4), each step durable. A checkpoint that no longer matches goes first:
+/// once the log is cut it would claim durability for bytes that are gone.
+pub(crate) fn apply(
+    vfs: &dyn Vfs,
+    dir: &Path,
+    rec: &Recovered,
+    had_bad_checkpoint: bool,
+) -> Result<()> {
+    if rec.remove_checkpoint || had_bad_checkpoint {
+        crate::checkpoint::remove(vfs, dir)?;
+    }
+    for (seg, from, to) in &rec.zero_ranges {
+        zero_range(vfs, &segment_path(dir, *seg), *from, *to)?;
+    }
+    let mut dir_dirty = false;
+    for seg in &rec.remove_segments {
+        let p = segment_path(dir, *seg);
+        if vfs.exists(&p) {
+            vfs.remove(&p)
+                .map_err(|e| Error::io("remove segment", &p, e))?;
+            dir_dirty = true;
+        }
+    }
+    let tmp = dir.join(crate::checkpoint::CHECKPOINT_TMP_FILE);
+    if vfs.exists(&tmp) {
+        vfs.remove(&tmp)
+            .map_err(|e| Error::io("remove stale checkpoint", &tmp, e))?;
+        dir_dirty = true;
+    }
+    if dir_dirty {
+        vfs.sync_dir(dir)
+            .map_err(|e| Error::io("fsync directory", dir, e))?;
+    }
+    Ok(())
 }
 
 /// Damage that no power cut explains at segment `i`: refuse, or (PointInTime,
@@ -909,7 +877,7 @@ fn validate_checkpoint(
             false,
         ));
     }
-    let path = seg_path(dir, seg);
+    let path = segment_path(dir, seg);
     let bytes = read_segment(vfs, &path, i + 1 < ids.len() || exclusive)
         .map_err(|e| (e.to_string(), false))?;
     let header =
