@@ -26,7 +26,10 @@ use crate::frame::{
     KIND_SESSION_DEFINE, SEGMENT_HEADER_BYTES,
 };
 use crate::log::{list_segments, read_segment};
-use crate::recovery::{check_batch, probe_after, ProblemKind};
+use crate::recovery::{
+    check_batch, classify_bad_header, classify_stop, probe_after, HeaderFacts, ProblemKind, Row,
+    StopFacts,
+};
 use crate::types::{LogPos, SegmentId, SessionId};
 use crate::vfs::{OsVfs, Vfs};
 
@@ -616,16 +619,6 @@ impl<'v, 'f> Walker<'v, 'f> {
         last: bool,
         first: bool,
     ) -> Option<Salt> {
-        if let HeaderError::Version(v) = e {
-            if first && self.store_id.is_none() {
-                self.error = Some(Error::UnsupportedVersion {
-                    file: path.to_path_buf(),
-                    found: v,
-                    supported: frame::FORMAT_VERSION,
-                });
-                return None;
-            }
-        }
         // Candidate salts: the store id we know, or the one the damaged header
         // holds (a checksum mismatch may leave it intact).
         let seg = id.unwrap_or_else(|| {
@@ -652,35 +645,52 @@ impl<'v, 'f> Walker<'v, 'f> {
                 segment: seg,
             })
             .find(|salt| probe_after(bytes, salt, 0, 0).0.is_some());
-        // FORMAT.md §6.3 H2: creation writes only the header over zeros, so a
-        // torn creation leaves zeros after byte 64; a header whose checksum is
-        // valid (with an impossible field) was not torn; and a segment an
-        // intact checkpoint of this store reaches was complete.
-        let zeros_after_header = bytes
-            .get(SEGMENT_HEADER_BYTES..)
-            .is_none_or(|rest| rest.iter().all(|b| *b == 0));
-        let crc_valid = matches!(e, HeaderError::Invalid(_));
-        let covered = self
-            .checkpoint
-            .is_some_and(|(cid, c)| self.store_id.is_none_or(|s| s == cid) && c.segment() >= seg);
-        let torn_creation = last
-            && salt.is_none()
-            && !crc_valid
-            && !covered
-            && zeros_after_header
-            && (self.known_store_id().is_some() || bytes.iter().all(|b| *b == 0));
-        if torn_creation {
-            let detail = format!("segment header incomplete ({e}): its creation was interrupted");
-            self.problem(ProblemKind::TornTail, path, 0, bytes.len() as u64, detail);
-            return None;
-        }
-        if first && self.known_store_id().is_none() && salt.is_none() {
-            self.error = Some(Error::NotTurnstone {
-                file: path.to_path_buf(),
-                what: "segment",
-                detail: e.to_string(),
-            });
-            return None;
+        // FORMAT.md §6.3 H1-H4, the rule recovery applies: creation writes
+        // only the header over zeros, so a torn creation leaves zeros after
+        // byte 64; a header whose checksum is valid (with an impossible
+        // field) was not torn; and a segment an intact checkpoint of this
+        // store reaches was complete.
+        let facts = HeaderFacts {
+            other_version: matches!(e, HeaderError::Version(_)),
+            crc_valid: matches!(e, HeaderError::Invalid(_)),
+            last_segment: last,
+            first_segment: first,
+            zeros_after_header: bytes
+                .get(SEGMENT_HEADER_BYTES..)
+                .is_none_or(|rest| rest.iter().all(|b| *b == 0)),
+            has_batch: salt.is_some(),
+            checkpoint_covers: self.checkpoint.is_some_and(|(cid, c)| {
+                self.store_id.is_none_or(|s| s == cid) && c.segment() >= seg
+            }),
+            store_id_known: self.known_store_id().is_some(),
+            all_zero: bytes.iter().all(|b| *b == 0),
+        };
+        match (classify_bad_header(&facts), &e) {
+            // Nothing to walk: the store itself is of another version.
+            (Row::H1, HeaderError::Version(v)) if first && self.store_id.is_none() => {
+                self.error = Some(Error::UnsupportedVersion {
+                    file: path.to_path_buf(),
+                    found: *v,
+                    supported: frame::FORMAT_VERSION,
+                });
+                return None;
+            }
+            (Row::H2, _) => {
+                let detail =
+                    format!("segment header incomplete ({e}): its creation was interrupted");
+                self.problem(ProblemKind::TornTail, path, 0, bytes.len() as u64, detail);
+                return None;
+            }
+            (Row::H3, _) => {
+                self.error = Some(Error::NotTurnstone {
+                    file: path.to_path_buf(),
+                    what: "segment",
+                    detail: e.to_string(),
+                });
+                return None;
+            }
+            // H1 in a later segment (reported, and the walk goes on), H4.
+            _ => {}
         }
         let checksum = match e {
             HeaderError::BadChecksum { expected, found } => Some(ChecksumMismatch {
@@ -755,8 +765,15 @@ impl<'v, 'f> Walker<'v, 'f> {
                 };
                 let skipped = l as u64 - off as u64;
                 let sum = failure.as_ref().and_then(|_| checksum_at(bytes, salt, off));
+                let row = classify_stop(&StopFacts {
+                    last_segment: last,
+                    failure: failure.as_ref().map(|f| f.certain),
+                    later_batch: true,
+                    nonzero_after: true,
+                    checkpoint_covers: false,
+                });
                 self.problem_with(
-                    ProblemKind::Corruption,
+                    row.kind().unwrap_or(ProblemKind::Corruption),
                     path,
                     off as u64,
                     skipped,
@@ -774,8 +791,14 @@ impl<'v, 'f> Walker<'v, 'f> {
             } else {
                 None
             };
-            if failure.is_some() || torn > 0 || proven.is_some() {
-                let certain = failure.as_ref().is_some_and(|f| f.certain);
+            let row = classify_stop(&StopFacts {
+                last_segment: last,
+                failure: failure.as_ref().map(|f| f.certain),
+                later_batch: false,
+                nonzero_after: torn > 0,
+                checkpoint_covers: proven.is_some(),
+            });
+            if let Some(kind) = row.kind() {
                 let sum = failure.as_ref().and_then(|_| checksum_at(bytes, salt, off));
                 let mut detail = match failure {
                     Some(f) => f.detail,
@@ -787,15 +810,13 @@ impl<'v, 'f> Walker<'v, 'f> {
                         "; an intact index checkpoint covers the log up to {c}, so this region was durable"
                     ));
                 }
-                if last && !certain && proven.is_none() {
-                    self.problem_with(ProblemKind::TornTail, path, off as u64, torn, detail, sum);
-                } else {
+                if kind == ProblemKind::Corruption {
                     if !last {
                         detail.push_str(" (in a sealed segment: a later segment exists)");
                     }
-                    self.problem_with(ProblemKind::Corruption, path, off as u64, torn, detail, sum);
                     damaged = true;
                 }
+                self.problem_with(kind, path, off as u64, torn, detail, sum);
             }
             break;
         }
