@@ -25,6 +25,7 @@
 
 pub mod checkpoint;
 pub mod commit;
+mod derived;
 pub mod error;
 pub mod frame;
 pub mod index;
