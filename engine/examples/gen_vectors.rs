@@ -16,13 +16,13 @@ use std::collections::BTreeMap;
 use std::path::Path;
 
 use serde_json::{json, Value};
-use turnstone::checkpoint::{Checkpoint, CHECKPOINT_FILE};
 use turnstone::frame::{
     encode_frame, segment_file_name, BatchHeader, Salt, SegmentHeader, SessionDefine,
     BATCH_FLAG_CLEAN_CLOSE, BATCH_HEADER_BYTES, FLAG_IGNORABLE, FORMAT_VERSION,
     KIND_SESSION_DEFINE,
 };
-use turnstone::index::Index;
+use turnstone::internals::Index;
+use turnstone::internals::{Checkpoint, CHECKPOINT_FILE};
 use turnstone::{LogPos, SegmentId, SessionId};
 
 /// The store id of every vector: 16 readable bytes.

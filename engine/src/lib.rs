@@ -23,24 +23,37 @@
 #![forbid(unsafe_op_in_unsafe_fn)]
 #![deny(unsafe_code)]
 
-pub mod checkpoint;
-pub mod commit;
+mod checkpoint;
+mod commit;
 mod derived;
-pub mod error;
+mod error;
 pub mod frame;
-pub mod index;
+mod index;
 pub mod inspect;
 mod log;
-pub mod recovery;
+mod recovery;
 pub mod session;
 pub mod sim;
-pub mod store;
-pub mod types;
+mod store;
+mod types;
 #[allow(unsafe_code)]
 pub mod vfs;
 
 pub use commit::Stats;
 pub use error::{Error, Result};
-pub use recovery::{Problem, ProblemKind, RecoveryMode, RecoveryReport};
-pub use store::{Options, SessionInfo, SessionMeta, Store};
+pub use recovery::{Problem, ProblemKind, RecoveryMode, RecoveryReport, Row};
+pub use store::{Options, SessionInfo, SessionMeta, Store, FIRST_SEGMENT, LOCK_FILE};
 pub use types::{Appended, Event, EventRef, LogPos, SegmentId, Seq, SessionId};
+
+/// Byte-level internals that the fuzz targets, the vector generator and the
+/// format tests drive directly. Not a stable API: use [`Store`] and
+/// [`inspect`].
+#[doc(hidden)]
+pub mod internals {
+    pub use crate::checkpoint::{Checkpoint, CHECKPOINT_FILE, CHECKPOINT_TMP_FILE};
+    pub use crate::index::{Index, SessionEntry};
+    pub use crate::recovery::{
+        check_batch, classify_bad_header, classify_stop, probe_after, scan_batches, HeaderFacts,
+        ScanFailure, ScannedFrame, SegmentScan, StopFacts,
+    };
+}
