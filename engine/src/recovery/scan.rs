@@ -9,6 +9,7 @@
 
 use crate::frame::{
     self, decode_frame, BatchHeader, FrameHeader, Salt, BATCH_HEADER_BYTES, FRAME_HEADER_BYTES,
+    KIND_SESSION_DEFINE,
 };
 use crate::types::LogPos;
 
@@ -98,6 +99,29 @@ pub fn check_batch<'a>(
                 true,
             )
         })?;
+        // §4: the padding is zero and a define's seq is 0. Both lie under
+        // body_crc, which held: no torn write explains either (certain).
+        let pad_end = (at + fh.padded_len()).min(body.len());
+        if body[at + fh.frame_len as usize..pad_end]
+            .iter()
+            .any(|b| *b != 0)
+        {
+            return Err(fail(
+                format!(
+                    "checksum-valid batch holds non-zero padding after the frame at body offset {at}"
+                ),
+                true,
+            ));
+        }
+        if fh.kind == KIND_SESSION_DEFINE && fh.seq != 0 {
+            return Err(fail(
+                format!(
+                    "checksum-valid batch holds a session-define frame at body offset {at} with seq {} (must be 0)",
+                    fh.seq
+                ),
+                true,
+            ));
+        }
         let pos = LogPos::new(salt.segment, (body_start + at) as u32);
         frames.push(ScannedFrame {
             pos,
@@ -242,5 +266,41 @@ mod tests {
         // A start past the end is not a panic.
         assert_eq!(probe_after(&b, &salt, 10_000, 0), (None, None));
         assert!(check_batch(&b, &salt, 250, None).is_err());
+    }
+
+    /// FORMAT.md §4: padding and a define's seq are checked, and inside a
+    /// checksum-valid body their failure is certain (row C2).
+    #[test]
+    fn padding_and_define_seq_are_checked() {
+        use crate::frame::{encode_frame, BatchHeader, SEGMENT_HEADER_BYTES};
+        use crate::types::SessionId;
+        let salt = Salt {
+            store_id: [7; 16],
+            segment: SegmentId(1),
+        };
+        let batch = |kind: u16, seq: u64, dirty_pad: bool| {
+            let mut body = Vec::new();
+            encode_frame(&mut body, &salt, SessionId(0), kind, 0, seq, b"abc");
+            if dirty_pad {
+                // frame_len is 27: bytes 27..32 are padding.
+                body[30] = 1;
+            }
+            let h = BatchHeader {
+                body_len: body.len() as u32,
+                batch_seq: 0,
+                frame_count: 1,
+                body_crc: salt.crc(&body),
+                flags: 0,
+            };
+            let mut bytes = vec![0u8; SEGMENT_HEADER_BYTES];
+            bytes.extend_from_slice(&h.encode(&salt));
+            bytes.extend_from_slice(&body);
+            bytes
+        };
+        assert!(check_batch(&batch(5, 0, false), &salt, SEGMENT_HEADER_BYTES, Some(0)).is_ok());
+        for bad in [batch(5, 0, true), batch(KIND_SESSION_DEFINE, 3, false)] {
+            let f = check_batch(&bad, &salt, SEGMENT_HEADER_BYTES, Some(0)).unwrap_err();
+            assert!(f.certain, "{}", f.detail);
+        }
     }
 }
