@@ -10,12 +10,14 @@ use crate::frame::{
     Salt, SessionDefine, BATCH_FLAG_CLEAN_CLOSE, BATCH_HEADER_BYTES, KIND_SESSION_DEFINE,
     SEGMENT_HEADER_BYTES,
 };
-use crate::recovery::{check_batch, classify_stop, probe_after, ProblemKind, StopFacts};
+use crate::recovery::{
+    check_batch, classify_stop, probe_after, ProblemKind, ScannedFrame, StopFacts,
+};
 use crate::types::{LogPos, SegmentId, SessionId};
 
-use super::hop::checksum_at;
+use super::hop::{body_frames, checksum_at, BodyFrame};
 use super::walker::{SessionState, Walker};
-use super::{BatchInfo, FrameInfo, Item, Tail};
+use super::{BatchInfo, ChecksumMismatch, DamagedFrame, FrameInfo, InspectProblem, Item, Tail};
 
 impl Walker<'_, '_> {
     /// Walk the batches of one segment from the header on, resynchronising
@@ -74,14 +76,12 @@ impl Walker<'_, '_> {
                     nonzero_after: true,
                     checkpoint_covers: false,
                 });
-                self.problem_with(
-                    row.kind().unwrap_or(ProblemKind::Corruption),
-                    path,
-                    off as u64,
-                    skipped,
-                    detail,
-                    sum,
-                );
+                let kind = row.kind().unwrap_or(ProblemKind::Corruption);
+                if failure.is_some() {
+                    self.batch_problem(kind, path, bytes, salt, off, skipped, detail, sum);
+                } else {
+                    self.problem_with(kind, path, off as u64, skipped, detail, sum);
+                }
                 self.lose_track();
                 damaged = true;
                 off = l as usize;
@@ -102,6 +102,7 @@ impl Walker<'_, '_> {
             });
             if let Some(kind) = row.kind() {
                 let sum = failure.as_ref().and_then(|_| checksum_at(bytes, salt, off));
+                let failed = failure.is_some();
                 let mut detail = match failure {
                     Some(f) => f.detail,
                     None if torn > 0 => "non-zero bytes after the last valid batch".to_string(),
@@ -118,7 +119,11 @@ impl Walker<'_, '_> {
                     }
                     damaged = true;
                 }
-                self.problem_with(kind, path, off as u64, torn, detail, sum);
+                if failed {
+                    self.batch_problem(kind, path, bytes, salt, off, torn, detail, sum);
+                } else {
+                    self.problem_with(kind, path, off as u64, torn, detail, sum);
+                }
             }
             break;
         }
@@ -139,6 +144,106 @@ impl Walker<'_, '_> {
             }),
             _ => None,
         };
+    }
+
+    /// Report the failing batch at `off` as one problem that names the frames
+    /// inside it failing their own checksum, then show the frames that check
+    /// as not trusted (FORMAT.md §6.5): one flipped byte shows up where it is,
+    /// not as the loss of the whole batch.
+    #[allow(clippy::too_many_arguments)]
+    fn batch_problem(
+        &mut self,
+        kind: ProblemKind,
+        path: &Path,
+        bytes: &[u8],
+        salt: &Salt,
+        off: usize,
+        affected: u64,
+        detail: String,
+        checksum: Option<ChecksumMismatch>,
+    ) {
+        if self.quiet {
+            return;
+        }
+        let (batch_seq, inside) = body_frames(bytes, salt, off).unwrap_or_default();
+        let damaged_frames: Vec<DamagedFrame> = inside
+            .iter()
+            .filter_map(|f| match f {
+                BodyFrame::Damaged(d) => Some(d.clone()),
+                BodyFrame::Intact(_) => None,
+            })
+            .collect();
+        let untrusted_frames = (inside.len() - damaged_frames.len()) as u64;
+        match kind {
+            ProblemKind::TornTail => self.summary.torn_tails += 1,
+            ProblemKind::Corruption => self.summary.corruptions += 1,
+        }
+        self.summary.clean_close = false;
+        self.emit(Item::Problem(InspectProblem {
+            kind,
+            segment: path.to_path_buf(),
+            offset: off as u64,
+            bytes: affected,
+            detail,
+            checksum,
+            damaged_frames,
+            untrusted_frames,
+        }));
+        for f in &inside {
+            if let BodyFrame::Intact(f) = f {
+                self.untrusted_frame(path, salt.segment, batch_seq, f, bytes);
+            }
+        }
+    }
+
+    /// Show a frame that checks on its own inside a failing batch. It changes
+    /// nothing the walk expects (the batch is not part of the log).
+    fn untrusted_frame(
+        &mut self,
+        path: &Path,
+        segment_id: SegmentId,
+        batch_seq: u64,
+        f: &ScannedFrame<'_>,
+        bytes: &[u8],
+    ) {
+        if self.stop {
+            return;
+        }
+        self.summary.untrusted_frames += 1;
+        let h = &f.header;
+        let offset = f.pos.offset() as u64;
+        let define = (h.kind == KIND_SESSION_DEFINE)
+            .then(|| SessionDefine::decode(f.payload).ok())
+            .flatten();
+        let name = match &define {
+            Some(d) => Some(d.name.as_str()),
+            None => self
+                .sessions
+                .get(&h.session.0)
+                .and_then(|s| s.name.as_deref()),
+        };
+        let item = Item::Frame(FrameInfo {
+            segment: path,
+            segment_id,
+            offset,
+            len: h.frame_len,
+            batch_seq,
+            session: h.session,
+            session_name: name,
+            seq: h.seq,
+            kind: h.kind,
+            flags: h.flags,
+            payload: f.payload,
+            define: define.as_ref(),
+            raw: bytes
+                .get(offset as usize..offset as usize + h.frame_len as usize)
+                .unwrap_or(&[]),
+            trusted: false,
+        });
+        if (self.visit)(item).is_break() {
+            self.stop = true;
+            self.summary.stopped = true;
+        }
     }
 
     pub(super) fn frame(
@@ -235,6 +340,7 @@ impl Walker<'_, '_> {
             raw: bytes
                 .get(offset as usize..offset as usize + h.frame_len as usize)
                 .unwrap_or(&[]),
+            trusted: true,
         });
         if (self.visit)(item).is_break() {
             self.stop = true;

@@ -130,6 +130,7 @@ impl<'v> Follower<'v> {
                             None
                         },
                         raw: &buf[at..at + fh.frame_len as usize],
+                        trusted: true,
                     });
                     n += 1;
                     stop = (visit)(item).is_break();

@@ -3,11 +3,14 @@
 //! fails. Never panics on any bytes.
 
 use crate::frame::{
-    self, BatchError, BatchHeader, FrameError, Salt, BATCH_HEADER_BYTES, FRAME_HEADER_BYTES,
-    SEGMENT_HEADER_BYTES,
+    self, decode_frame, BatchError, BatchHeader, FrameError, Salt, BATCH_HEADER_BYTES,
+    FRAME_HEADER_BYTES, SEGMENT_HEADER_BYTES,
 };
 
-use super::{ChecksumMismatch, FrameSpan};
+use crate::recovery::ScannedFrame;
+use crate::types::LogPos;
+
+use super::{ChecksumMismatch, ChecksumOf, DamagedFrame, FrameSpan};
 
 /// Hop from batch header to batch header (and frame header to frame header)
 /// to find where a segment's frames lie. Cheap: batch bodies are not
@@ -80,6 +83,7 @@ pub(super) fn checksum_at(bytes: &[u8], salt: &Salt, off: usize) -> Option<Check
         Ok(h) => h,
         Err(BatchError::BadHeaderChecksum { expected, found }) => {
             return Some(ChecksumMismatch {
+                of: ChecksumOf::BatchHeader,
                 stored: found,
                 computed: expected,
             })
@@ -91,6 +95,7 @@ pub(super) fn checksum_at(bytes: &[u8], salt: &Salt, off: usize) -> Option<Check
     let crc = salt.crc(body);
     if crc != h.body_crc {
         return Some(ChecksumMismatch {
+            of: ChecksumOf::BatchBody,
             stored: h.body_crc,
             computed: crc,
         });
@@ -101,6 +106,7 @@ pub(super) fn checksum_at(bytes: &[u8], salt: &Salt, off: usize) -> Option<Check
             Ok(fh) => at += fh.padded_len(),
             Err(FrameError::BadChecksum { expected, found }) => {
                 return Some(ChecksumMismatch {
+                    of: ChecksumOf::Frame,
                     stored: found,
                     computed: expected,
                 })
@@ -109,4 +115,77 @@ pub(super) fn checksum_at(bytes: &[u8], salt: &Salt, off: usize) -> Option<Check
         }
     }
     None
+}
+
+/// A frame of a failing batch, checked on its own.
+pub(super) enum BodyFrame<'a> {
+    /// Its frame_crc holds: shown, not trusted.
+    Intact(ScannedFrame<'a>),
+    Damaged(DamagedFrame),
+}
+
+/// Walk the body of the failing batch at `off` frame by frame, checking each
+/// frame's own checksum (FORMAT.md §6.5). `None` when the batch header does
+/// not decode or its body does not lie in the file: then nothing inside can
+/// be located. After a frame whose length is impossible, the walk resumes at
+/// the next 8-aligned offset where a frame checks.
+/// Returns the batch's sequence number and its frames.
+pub(super) fn body_frames<'a>(
+    bytes: &'a [u8],
+    salt: &Salt,
+    off: usize,
+) -> Option<(u64, Vec<BodyFrame<'a>>)> {
+    let h = BatchHeader::decode(bytes.get(off..off + BATCH_HEADER_BYTES)?, salt).ok()?;
+    let start = off + BATCH_HEADER_BYTES;
+    let end = start.checked_add(h.body_len as usize)?;
+    let body = bytes.get(start..end)?;
+    let mut out = Vec::new();
+    let mut at = 0usize;
+    while at + FRAME_HEADER_BYTES <= body.len() {
+        let offset = (start + at) as u64;
+        match decode_frame(&body[at..], salt) {
+            Ok(fh) => {
+                out.push(BodyFrame::Intact(ScannedFrame {
+                    pos: LogPos::new(salt.segment, offset as u32),
+                    header: fh,
+                    payload: &body[at + FRAME_HEADER_BYTES..at + fh.frame_len as usize],
+                }));
+                at += fh.padded_len();
+            }
+            Err(FrameError::BadChecksum { expected, found }) => {
+                let len = u32::from_le_bytes([body[at], body[at + 1], body[at + 2], body[at + 3]]);
+                out.push(BodyFrame::Damaged(DamagedFrame {
+                    offset,
+                    len: len as u64,
+                    checksum: Some(ChecksumMismatch {
+                        of: ChecksumOf::Frame,
+                        stored: found,
+                        computed: expected,
+                    }),
+                    detail: format!(
+                        "frame checksum mismatch: stored {found:#010x}, computed {expected:#010x}"
+                    ),
+                }));
+                at += frame::align_up(len as usize);
+            }
+            Err(e) => {
+                // The extent is unknown: up to the next frame that checks.
+                let mut next = at + frame::ALIGN;
+                while next + FRAME_HEADER_BYTES <= body.len()
+                    && decode_frame(&body[next..], salt).is_err()
+                {
+                    next += frame::ALIGN;
+                }
+                let next = next.min(body.len());
+                out.push(BodyFrame::Damaged(DamagedFrame {
+                    offset,
+                    len: (next - at) as u64,
+                    checksum: None,
+                    detail: format!("{e}; skipped to the next frame that checks"),
+                }));
+                at = next;
+            }
+        }
+    }
+    Some((h.batch_seq, out))
 }

@@ -117,6 +117,10 @@ pub struct FrameInfo<'a> {
     pub define: Option<&'a SessionDefine>,
     /// The frame's bytes as stored: 24-byte header, then the payload.
     pub raw: &'a [u8],
+    /// `false` for a frame whose own frame_crc holds inside a batch that
+    /// fails: shown so that damage is seen where it is, but recovery keeps
+    /// or drops a batch whole and never uses it (FORMAT.md §6.5).
+    pub trusted: bool,
 }
 
 impl FrameInfo<'_> {
@@ -139,14 +143,51 @@ pub struct InspectProblem {
     /// Bytes affected (skipped, or torn).
     pub bytes: u64,
     pub detail: String,
-    /// For a checksum failure: the checksum stored in the file and the one
-    /// computed over the bytes as found.
+    /// For a checksum failure: which checksum, the one stored in the file and
+    /// the one computed over the bytes as found.
     pub checksum: Option<ChecksumMismatch>,
+    /// For a failing batch whose header decodes and whose body lies in the
+    /// file: the frames inside it whose own frame_crc does not hold (FORMAT.md
+    /// §6.5). The frames around them that check are reported after this
+    /// problem as [`Item::Frame`]s with `trusted: false`.
+    pub damaged_frames: Vec<DamagedFrame>,
+    /// How many frames of the failing batch check on their own (reported as
+    /// untrusted frames).
+    pub untrusted_frames: u64,
+}
+
+/// A frame inside a failing batch that does not check on its own.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct DamagedFrame {
+    /// Offset of the frame in the segment file.
+    pub offset: u64,
+    /// Bytes taken as this frame's: its frame_len when that is possible,
+    /// else up to the next frame that checks (or the end of the body).
+    pub len: u64,
+    /// The frame_crc that fails, when frame_len was possible.
+    pub checksum: Option<ChecksumMismatch>,
+    pub detail: String,
+}
+
+/// Which checksum of FORMAT.md failed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum ChecksumOf {
+    /// §2 header_crc.
+    SegmentHeader,
+    /// §3 header_crc.
+    BatchHeader,
+    /// §3 body_crc.
+    BatchBody,
+    /// §4 frame_crc.
+    Frame,
 }
 
 /// A checksum that does not match.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
 pub struct ChecksumMismatch {
+    /// Which checksum.
+    pub of: ChecksumOf,
     /// What the header says the bytes hash to.
     pub stored: u32,
     /// What the bytes hash to now.
@@ -187,6 +228,9 @@ pub struct Summary {
     pub payload_bytes: u64,
     /// `session-define` frames seen.
     pub sessions: u64,
+    /// Frames reported as not trusted (they check on their own, inside a
+    /// failing batch); not counted in `frames`.
+    pub untrusted_frames: u64,
     pub torn_tails: u64,
     pub corruptions: u64,
     /// The last valid batch of the walk marks a clean close.

@@ -4,6 +4,7 @@ use std::collections::HashMap;
 use crate::checkpoint;
 use crate::frame::{BATCH_HEADER_BYTES, FRAME_HEADER_BYTES, SEGMENT_HEADER_BYTES};
 use crate::recovery::ProblemKind;
+use crate::types::SegmentId;
 use crate::{Options, Store};
 use rand::{Rng, RngCore, SeedableRng};
 
@@ -509,4 +510,116 @@ fn never_panics_on_any_bytes() {
         std::fs::write(&p, &b).unwrap();
         let _ = collect(&p);
     }
+}
+
+/// Issue 16, part 2: one flipped byte in one frame of a large batch is
+/// reported at that frame (offset, length, which checksum), and the frames
+/// around it that check are still shown, marked not trusted.
+#[test]
+fn a_flipped_byte_names_its_frame_and_the_rest_of_the_batch_is_shown_untrusted() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(dir.path()).unwrap();
+    store.append("before", 1, 0, b"first batch").unwrap();
+    store.sync().unwrap();
+    let payloads: Vec<Vec<u8>> = (0..200u32).map(|i| vec![i as u8; 700]).collect();
+    let group: Vec<(u16, u16, &[u8])> = payloads.iter().map(|p| (2, 0, &p[..])).collect();
+    let mut pos = Vec::new();
+    store
+        .append_group("big", &group, |a| pos.push(a.pos))
+        .unwrap();
+    store.sync().unwrap();
+    store.append("after", 1, 0, b"a later batch").unwrap();
+    store.close().unwrap();
+    let victim = pos[120].offset() as usize;
+    let seg = dir.path().join(frame::segment_file_name(SegmentId(1)));
+    let mut b = std::fs::read(&seg).unwrap();
+    b[victim + FRAME_HEADER_BYTES + 100] ^= 0x01;
+    std::fs::write(&seg, &b).unwrap();
+
+    let mut problems = Vec::new();
+    let mut untrusted = Vec::new();
+    let mut trusted_big = 0;
+    let s = walk(dir.path(), |item| {
+        match item {
+            Item::Problem(p) => problems.push(p),
+            Item::Frame(f) if !f.trusted => untrusted.push((f.offset, f.seq)),
+            Item::Frame(f) if f.session_name == Some("big") => trusted_big += 1,
+            _ => {}
+        }
+        ControlFlow::Continue(())
+    })
+    .unwrap();
+    assert_eq!(problems.len(), 1, "{problems:?}");
+    let p = &problems[0];
+    assert_eq!(p.kind, ProblemKind::Corruption, "a later batch follows");
+    assert_eq!(p.checksum.map(|c| c.of), Some(ChecksumOf::BatchBody));
+    assert_eq!(p.damaged_frames.len(), 1, "{:?}", p.damaged_frames);
+    let d = &p.damaged_frames[0];
+    assert_eq!(d.offset, victim as u64);
+    assert_eq!(d.len, (FRAME_HEADER_BYTES + 700) as u64);
+    assert_eq!(d.checksum.map(|c| c.of), Some(ChecksumOf::Frame));
+    // The define of "big" and the 199 intact events, not trusted.
+    assert_eq!(p.untrusted_frames, 200);
+    assert_eq!(untrusted.len(), 200);
+    assert_eq!(s.untrusted_frames, 200);
+    assert!(untrusted.iter().all(|(o, _)| *o != victim as u64));
+    assert!(untrusted.iter().any(|(_, seq)| *seq == 199));
+    assert_eq!(trusted_big, 0, "nothing of the failing batch is trusted");
+    assert_eq!(
+        s.events, 2,
+        "the batches before and after are intact: {s:?}"
+    );
+}
+
+/// FORMAT.md §6.5: a segment of another store is reported over the whole
+/// file and its frames are not shown as this store's sessions.
+#[test]
+fn a_foreign_segment_is_not_walked_as_this_stores_sessions() {
+    let dir = tempfile::tempdir().unwrap();
+    make_store(dir.path(), 400);
+    let other = tempfile::tempdir().unwrap();
+    {
+        let store = Store::open_with(
+            other.path(),
+            Options {
+                segment_bytes: 16 * 1024,
+                ..Default::default()
+            },
+        )
+        .unwrap();
+        for i in 0..200u32 {
+            store
+                .append(&format!("foreign-{}", i % 3), 1, 0, &[7; 300])
+                .unwrap();
+        }
+        store.close().unwrap();
+    }
+    let name = frame::segment_file_name(SegmentId(2));
+    std::fs::copy(other.path().join(&name), dir.path().join(&name)).unwrap();
+    let size = std::fs::metadata(dir.path().join(&name)).unwrap().len();
+    let mut in_foreign = 0;
+    let mut problems = Vec::new();
+    walk(dir.path(), |item| {
+        match item {
+            Item::Frame(f) if f.segment_id == SegmentId(2) => in_foreign += 1,
+            Item::Frame(f) => assert!(
+                !f.session_name.is_some_and(|n| n.starts_with("foreign")),
+                "{f:?}"
+            ),
+            Item::Problem(p) => problems.push(p),
+            _ => {}
+        }
+        ControlFlow::Continue(())
+    })
+    .unwrap();
+    assert_eq!(in_foreign, 0);
+    let p = problems
+        .iter()
+        .find(|p| p.segment.ends_with(&name))
+        .expect("the foreign segment is reported");
+    assert_eq!(
+        (p.kind, p.offset, p.bytes),
+        (ProblemKind::Corruption, 0, size)
+    );
+    assert!(p.detail.contains("another store"), "{}", p.detail);
 }

@@ -17,7 +17,7 @@ use crate::types::{LogPos, SegmentId};
 use crate::vfs::Vfs;
 
 use super::hop::hop_frames;
-use super::{ChecksumMismatch, InspectProblem, Item, SegmentInfo, Summary};
+use super::{ChecksumMismatch, ChecksumOf, InspectProblem, Item, SegmentInfo, Summary};
 
 #[derive(Debug)]
 pub(super) struct SessionState {
@@ -163,6 +163,8 @@ impl<'v, 'f> Walker<'v, 'f> {
             bytes,
             detail,
             checksum,
+            damaged_frames: Vec::new(),
+            untrusted_frames: 0,
         }));
     }
 
@@ -280,7 +282,10 @@ impl<'v, 'f> Walker<'v, 'f> {
         let is_first = !self.seen_first;
         self.seen_first = true;
         let salt = match header {
-            Ok(h) => self.check_header(path, id, &h, is_first),
+            Ok(h) => match self.check_header(path, id, &h, is_first, bytes.len() as u64) {
+                Some(salt) => salt,
+                None => return,
+            },
             Err(e) => match self.bad_header(path, id, bytes, e, last, first) {
                 Some(salt) => salt,
                 None => return,
@@ -297,7 +302,8 @@ impl<'v, 'f> Walker<'v, 'f> {
         id: Option<SegmentId>,
         h: &SegmentHeader,
         is_first: bool,
-    ) -> Salt {
+        size: u64,
+    ) -> Option<Salt> {
         let mut mismatch = Vec::new();
         if let Some(id) = id.filter(|id| *id != h.segment) {
             mismatch.push(format!(
@@ -305,7 +311,8 @@ impl<'v, 'f> Walker<'v, 'f> {
                 h.segment.0, id.0
             ));
         }
-        if self.store_id.is_some_and(|s| s != h.store_id) {
+        let foreign = self.store_id.is_some_and(|s| s != h.store_id);
+        if foreign {
             mismatch.push("segment belongs to another store (store id differs)".to_string());
         }
         if let Some(n) = self.expected_batch.filter(|n| *n != h.first_batch_seq) {
@@ -319,6 +326,18 @@ impl<'v, 'f> Walker<'v, 'f> {
                 "previous segment ended at offset {p} but this header says {}",
                 h.prev_segment_end
             ));
+        }
+        if foreign {
+            // FORMAT.md §6.5: its batches, salted with another store's id,
+            // would read as sessions that are not in this store. Not walked.
+            let detail = format!(
+                "{}; its batches are not walked (they are not this store's events)",
+                mismatch.join("; ")
+            );
+            self.problem(ProblemKind::Corruption, path, 0, size, detail);
+            self.lose_track();
+            self.summary.tail = None;
+            return None;
         }
         if !mismatch.is_empty() {
             let detail = mismatch.join("; ");
@@ -359,10 +378,10 @@ impl<'v, 'f> Walker<'v, 'f> {
             self.store_id = Some(h.store_id);
         }
         self.expected_batch = Some(h.first_batch_seq);
-        Salt {
+        Some(Salt {
             store_id: h.store_id,
             segment: id.unwrap_or(h.segment),
-        }
+        })
     }
 
     /// A header that does not decode: a torn creation (last segment only),
@@ -452,6 +471,7 @@ impl<'v, 'f> Walker<'v, 'f> {
         }
         let checksum = match e {
             HeaderError::BadChecksum { expected, found } => Some(ChecksumMismatch {
+                of: ChecksumOf::SegmentHeader,
                 stored: found,
                 computed: expected,
             }),
