@@ -135,10 +135,7 @@ impl<'a> TurnGen<'a> {
                     TypedEvent::User(d)
                 }
                 TypedEvent::Assistant(mut d) => {
-                    d.usage = Some(Usage {
-                        input_tokens: 2000 + (t % COMPACT_EVERY) * 1500,
-                        output_tokens: 250 + t % 100,
-                    });
+                    d.usage = Some(Usage::new(2000 + (t % COMPACT_EVERY) * 1500, 250 + t % 100));
                     TypedEvent::Assistant(d)
                 }
                 TypedEvent::Result(mut d) if plant => {

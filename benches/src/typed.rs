@@ -60,10 +60,12 @@ pub fn typed_event(wl: &Workload, s: u32, seq: u64) -> TypedEvent {
                     id: call_id,
                     name: "bash".into(),
                     input: json!({"cmd": "ls -la"}),
+                    extra: Default::default(),
                 },
             ],
             usage: None,
             stop_reason: Some("tool_use".into()),
+            extra: Default::default(),
         }),
         Kind::ToolCall => TypedEvent::Call(ToolCall {
             call_id,

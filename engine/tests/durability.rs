@@ -87,15 +87,18 @@ fn script(s: &mut Session, obs: &Mutex<Observed>) -> turnstone::Result<()> {
                     id: "A".into(),
                     name: "ls".into(),
                     input: json!({}),
+                    extra: Default::default(),
                 },
                 ContentBlock::ToolUse {
                     id: "B".into(),
                     name: "wc".into(),
                     input: json!({}),
+                    extra: Default::default(),
                 },
             ],
             usage: None,
             stop_reason: Some("tool_use".into()),
+            extra: Default::default(),
         },
         SurfaceOp::Append,
     )?;
@@ -163,6 +166,7 @@ fn script(s: &mut Session, obs: &Mutex<Observed>) -> turnstone::Result<()> {
             content: vec![ContentBlock::text("done")],
             usage: None,
             stop_reason: None,
+            extra: Default::default(),
         },
         SurfaceOp::Append,
     )?;
@@ -323,15 +327,18 @@ fn repair_writes_statuses_in_request_order_visible_to_the_model() {
                         id: "x".into(),
                         name: "a".into(),
                         input: json!(1),
+                        extra: Default::default(),
                     },
                     ContentBlock::ToolUse {
                         id: "y".into(),
                         name: "b".into(),
                         input: json!(2),
+                        extra: Default::default(),
                     },
                 ],
                 usage: None,
                 stop_reason: None,
+                extra: Default::default(),
             },
             SurfaceOp::Append,
         )
@@ -377,7 +384,10 @@ fn repair_writes_statuses_in_request_order_visible_to_the_model() {
     let texts: Vec<String> = msgs[1..]
         .iter()
         .map(|m| match &m.content[0] {
-            ContentBlock::ToolResult { content, .. } => content.clone(),
+            ContentBlock::ToolResult {
+                content: ToolResultContent::Text(t),
+                ..
+            } => t.clone(),
             _ => panic!(),
         })
         .collect();

@@ -154,9 +154,11 @@ fn compaction_cannot_split_a_tool_use_from_its_result() {
                 id: "c1".into(),
                 name: "shell".into(),
                 input: serde_json::json!({}),
+                extra: Default::default(),
             }],
             usage: None,
             stop_reason: None,
+            extra: Default::default(),
         },
         SurfaceOp::Append,
     )

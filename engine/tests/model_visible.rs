@@ -94,11 +94,9 @@ fn run(ops: &[Op]) -> (Vec<u8>, Vec<u8>, Vec<u8>, Vec<u8>) {
                 s.append(
                     AssistantMessage {
                         content,
-                        usage: Some(Usage {
-                            input_tokens: 3,
-                            output_tokens: 1,
-                        }),
+                        usage: Some(Usage::new(3, 1)),
                         stop_reason: None,
+                        extra: Default::default(),
                     },
                     SurfaceOp::Append,
                 )
@@ -113,9 +111,11 @@ fn run(ops: &[Op]) -> (Vec<u8>, Vec<u8>, Vec<u8>, Vec<u8>) {
                             id: id.clone(),
                             name: "sh".into(),
                             input: json!({"cmd": t, "f": 0.1}),
+                            extra: Default::default(),
                         }],
                         usage: None,
                         stop_reason: Some("tool_use".into()),
+                        extra: Default::default(),
                     },
                     SurfaceOp::Append,
                 )
@@ -184,9 +184,10 @@ fn run(ops: &[Op]) -> (Vec<u8>, Vec<u8>, Vec<u8>, Vec<u8>) {
                         name: format!("t{i}"),
                         description: "d".into(),
                         input_schema: json!({"type": "object"}),
+                        extra: Default::default(),
                     })
                     .collect();
-                spec.system = sys.then(|| "system prompt".to_string());
+                spec.system = sys.then(|| "system prompt".into());
                 s.prepare_request(&spec).unwrap();
             }
             Op::Plugin(k) => {

@@ -28,6 +28,7 @@ fn assistant(t: &str) -> AssistantMessage {
         },
         usage: None,
         stop_reason: None,
+        extra: Default::default(),
     }
 }
 
@@ -62,9 +63,11 @@ fn derive_messages_maps_kinds_skips_empty_and_keeps_identity() {
                 id: "c1".into(),
                 name: "ls".into(),
                 input: json!({"path": "/"}),
+                extra: Default::default(),
             }],
             usage: None,
             stop_reason: None,
+            extra: Default::default(),
         },
         SurfaceOp::Append,
     )
@@ -125,7 +128,7 @@ fn replace_rebuilds_and_keeps_originals_in_the_log() {
         .derive_messages()
         .iter()
         .map(|m| match &m.content[0] {
-            ContentBlock::Text { text } => text.clone(),
+            ContentBlock::Text { text, .. } => text.clone(),
             _ => panic!(),
         })
         .collect();
@@ -274,6 +277,7 @@ fn headers_initial_change_resume_and_context() {
         name: "ls".into(),
         description: String::new(),
         input_schema: json!({"type": "object"}),
+        extra: Default::default(),
     });
     drop(s);
     // A new agent loop over the existing session writes `resume`.

@@ -50,11 +50,9 @@ fn build(s: &mut Session, turns: usize, open: bool) {
         s.append(
             AssistantMessage {
                 content: vec![ContentBlock::text(format!("answer {t}"))],
-                usage: Some(Usage {
-                    input_tokens: 10,
-                    output_tokens: 5,
-                }),
+                usage: Some(Usage::new(10, 5)),
                 stop_reason: None,
+                extra: Default::default(),
             },
             SurfaceOp::Append,
         )

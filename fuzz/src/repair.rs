@@ -212,6 +212,7 @@ fn encode(ev: &Ev, t: &Track) -> Vec<(u16, u16, Vec<u8>)> {
                     id: call_id(*id),
                     name: "shell".into(),
                     input: json!({"cmd": "ls"}),
+                    extra: Default::default(),
                 });
             }
             vec![core(
@@ -219,6 +220,7 @@ fn encode(ev: &Ev, t: &Track) -> Vec<(u16, u16, Vec<u8>)> {
                     content,
                     usage: None,
                     stop_reason: None,
+                    extra: Default::default(),
                 },
                 Some(resolve(*op, &t.surface)),
             )]
@@ -511,27 +513,20 @@ fn check_repaired(
 /// `engine/tests/fuzz_replay.rs`); here the target only checks that this is
 /// the cause: every unanswered tool use on the surface has a tool result in
 /// the log, and the surface has seen a replace.
-fn known_split(s: &Session, msgs: &[Arc<Message>], err: &str) {
-    let evs = s.events(0..s.len()).expect("read session");
-    let mut pending: Vec<String> = Vec::new();
-    for m in msgs {
-        for b in &m.content {
-            match b {
-                ContentBlock::ToolUse { id, .. } => pending.push(id.clone()),
-                ContentBlock::ToolResult { tool_use_id, .. } => {
-                    pending.retain(|p| p != tool_use_id)
-                }
-                ContentBlock::Text { .. } => {}
-            }
-        }
-    }
+fn known_split(s: &Session, _msgs: &[Arc<Message>], err: &MessageProblem) {
     let replaced = s.surface().replace_generation > 0;
-    for id in pending {
+    assert!(
+        replaced,
+        "{}: invalid messages after repair, with no replace to explain it: {err}",
+        s.id()
+    );
+    if let MessageProblem::UnansweredToolUse { id, .. } = err {
+        let evs = s.events(0..s.len()).expect("read session");
         let answered = evs
             .iter()
-            .any(|e| e.typed::<ToolResult>().is_some_and(|r| r.call_id == id));
+            .any(|e| e.typed::<ToolResult>().is_some_and(|r| &r.call_id == id));
         assert!(
-            answered && replaced,
+            answered,
             "{}: invalid messages after repair ({err}): tool use {id:?} is not answered",
             s.id()
         );

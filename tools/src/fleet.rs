@@ -35,13 +35,13 @@ use indicatif::ProgressBar;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use serde_json::{json, Value};
-use turnstone::session::SurfaceOp;
 use turnstone::session::{
     run_tool, AssistantChunk, AssistantMessage, CancelToken, CheckpointPoint, ContentBlock, Host,
     Registry, RepairReport, RequestContext, RequestSpec, Session, SharedSession, StepEnd,
     StepEndReason, StepStart, ToolBody, ToolResult, ToolSchema, ToolScope, TurnEnd, TurnEndReason,
     TurnStart, Usage, UserMessage,
 };
+use turnstone::session::{SurfaceOp, SystemPrompt};
 use turnstone::{Options, Store};
 
 use crate::Failure;
@@ -237,6 +237,7 @@ fn tool_schema() -> ToolSchema {
         name: "shell".into(),
         description: "Run a shell command and return its output.".into(),
         input_schema: json!({"type": "object", "properties": {"cmd": {"type": "string"}}, "required": ["cmd"]}),
+        extra: Default::default(),
     }
 }
 
@@ -252,9 +253,9 @@ impl Agent {
                 json!(if self.model == 0 { 8192 } else { 4096 }),
             )]
             .into(),
-            system: Some(format!(
+            system: Some(SystemPrompt::from(format!(
                 "You are fleet agent {name}. Use the shell tool to inspect the workspace."
-            )),
+            ))),
             tools: vec![tool_schema()],
         }
     }
@@ -326,10 +327,10 @@ impl Agent {
                 };
             }
             Phase::AssistantMessage => {
-                let usage = Some(Usage {
-                    input_tokens: g.rng.gen_range(1_000..50_000),
-                    output_tokens: g.rng.gen_range(100..2_000),
-                });
+                let usage = Some(Usage::new(
+                    g.rng.gen_range(1_000..50_000),
+                    g.rng.gen_range(100..2_000),
+                ));
                 let msg = if g.rng.gen_bool(0.03) {
                     // An empty reply: no tool, and the turn ends after this step.
                     self.tool_use = None;
@@ -338,6 +339,7 @@ impl Agent {
                         content: vec![],
                         usage,
                         stop_reason: Some("end_turn".into()),
+                        extra: Default::default(),
                     }
                 } else {
                     let call_id = format!("call-{}-{}-{}", self.prefix, self.turn, self.step);
@@ -350,10 +352,12 @@ impl Agent {
                                 id: call_id,
                                 name: "shell".into(),
                                 input,
+                                extra: Default::default(),
                             },
                         ],
                         usage,
                         stop_reason: Some("tool_use".into()),
+                        extra: Default::default(),
                     }
                 };
                 s.append(msg, SurfaceOp::Append)

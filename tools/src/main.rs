@@ -53,8 +53,10 @@ previous run was killed; the repairs are counted on stderr)."
     Fleet(fleet::FleetArgs),
     /// Print the messages the model sees for one session (derive_messages), read-only.
     #[command(
-        after_help = "Examples:\n  turnstone messages ./demo-store --session sess-000003\n  turnstone messages ./demo-store --session sess-000003 --json | jq -c 'select(.role == \"assistant\")'\n\n\
-With --json, one object per line: {\"role\":\"user\"|\"assistant\",\"source_seq\":N,\"kind\":\"user/message\"|\"assistant/message\"|\"tool/result\",\"content\":[blocks]}."
+        after_help = "Examples:\n  turnstone messages ./demo-store --session sess-000003\n  turnstone messages ./demo-store --session sess-000003 --json | jq -c 'select(.role == \"assistant\")'\n  turnstone messages ./demo-store --session sess-000003 --format anthropic | jq '.messages | length'\n\n\
+With --json, one object per line: {\"role\":\"user\"|\"assistant\",\"source_seq\":N,\"kind\":\"user/message\"|\"assistant/message\"|\"tool/result\",\"content\":[blocks]}.\n\
+With --format anthropic|openai-responses|openai-chat, the request body the log\n\
+rebuilds for that API (model, parameters, system, tools, messages), as JSON."
     )]
     Messages(messages::MessagesArgs),
     /// Open a store for writing (recovery pass) and repair every session left open by a crash.

@@ -290,10 +290,12 @@ impl Agent {
                                 id: call,
                                 name: "shell".into(),
                                 input: json!({"cmd": "ls"}),
+                                extra: Default::default(),
                             },
                         ],
                         usage: None,
                         stop_reason: None,
+                        extra: Default::default(),
                     },
                     Some(SurfaceOp::Append),
                 )

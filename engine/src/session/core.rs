@@ -13,12 +13,13 @@ use std::sync::Arc;
 use serde_json::Value;
 
 use crate::error::{Error, Result};
+use crate::session::adapter::{self, Provider};
 use crate::session::event::{
     self, AssistantMessage, CompactionEnd, CompactionPrune, CompactionStart, CompactionSummary,
     ContentBlock, CoreKind, DecodeError, EpochHeader, EventData, EventKind, HeaderReason, Intent,
     Registry, RequestContext, RequestHeader, SessionEvent, ToolResult, UserMessage,
 };
-use crate::session::header::{first_difference, Request, RequestSpec};
+use crate::session::header::{first_difference, first_json_difference, Request, RequestSpec};
 use crate::session::messages::{self, Message, MessageCache};
 use crate::session::surface::{Surface, SurfaceOp};
 use crate::store::Store;
@@ -39,6 +40,10 @@ pub struct OpenState {
     /// Where each open tool use was requested: (seq of the assistant message,
     /// index of the block). Repair answers open tools in this order.
     pub origin: BTreeMap<String, (u64, u32)>,
+    /// Open `tool/call`s the model did not request (a tool called from
+    /// inside another tool, or by the harness itself). Their results stay
+    /// in the log but are not model-visible: no tool use would match them.
+    pub unrequested: std::collections::BTreeSet<String>,
 }
 
 impl OpenState {
@@ -212,11 +217,11 @@ impl Session {
                         let d: AssistantMessage = serde_json::from_value(ev.data.clone())
                             .map_err(|e| typed_err(self, e))?;
                         for (i, b) in d.content.iter().enumerate() {
-                            if let ContentBlock::ToolUse { id, name, .. } = b {
+                            if let Some((id, name)) = b.client_tool_use() {
                                 self.open
                                     .requested
-                                    .insert(id.clone(), (ev.seq, name.clone()));
-                                self.open.origin.insert(id.clone(), (ev.seq, i as u32));
+                                    .insert(id.to_string(), (ev.seq, name.to_string()));
+                                self.open.origin.insert(id.to_string(), (ev.seq, i as u32));
                             }
                         }
                         messages::assistant_message(ev.seq, &d)
@@ -227,7 +232,11 @@ impl Session {
                         self.open.calls.remove(&d.call_id);
                         self.open.requested.remove(&d.call_id);
                         self.open.origin.remove(&d.call_id);
-                        messages::tool_result_message(ev.seq, &d)
+                        if self.open.unrequested.remove(&d.call_id) {
+                            None
+                        } else {
+                            messages::tool_result_message(ev.seq, &d)
+                        }
                     }
                 };
                 self.messages.insert(ev.seq, msg);
@@ -235,7 +244,9 @@ impl Session {
             CoreKind::ToolCall => {
                 let d: event::ToolCall =
                     serde_json::from_value(ev.data.clone()).map_err(|e| typed_err(self, e))?;
-                self.open.requested.remove(&d.call_id);
+                if self.open.requested.remove(&d.call_id).is_none() {
+                    self.open.unrequested.insert(d.call_id.clone());
+                }
                 self.open
                     .origin
                     .entry(d.call_id.clone())
@@ -410,14 +421,11 @@ impl Session {
                     None => self.messages.node(*seq).map(|m| &**m),
                 };
                 for b in msg.map(|m| m.content.as_slice()).unwrap_or(&[]) {
-                    match b {
-                        ContentBlock::ToolUse { id, .. } => {
-                            uses.insert(id.clone());
-                        }
-                        ContentBlock::ToolResult { tool_use_id, .. } => {
-                            results.insert(tool_use_id.clone());
-                        }
-                        ContentBlock::Text { .. } => {}
+                    if let Some((id, _)) = b.client_tool_use() {
+                        uses.insert(id.to_string());
+                    }
+                    if let Some(id) = b.answers_tool_use() {
+                        results.insert(id.to_string());
                     }
                 }
             }
@@ -429,6 +437,16 @@ impl Session {
             if uses_after.contains(id) != results_after.contains(id) {
                 return Err(Error::Refused(format!(
                     "this replace would separate tool use {id:?} from its tool result on the surface; replace both or neither"
+                )));
+            }
+        }
+        // A tool use whose result is still to come must stay on the surface:
+        // its result (from the tool, or from repair) would answer nothing.
+        for id in uses_before.difference(&results_before) {
+            let pending = self.open.calls.contains_key(id) || self.open.requested.contains_key(id);
+            if pending && !uses_after.contains(id) && !results_after.contains(id) {
+                return Err(Error::Refused(format!(
+                    "this replace would remove tool use {id:?} while its result is still pending; record the result first"
                 )));
             }
         }
@@ -537,10 +555,12 @@ impl Session {
     /// system or tools changed. Returns the reason written, or `None`.
     pub fn prepare_request(&mut self, spec: &RequestSpec) -> Result<Option<HeaderReason>> {
         let next = spec.resolve();
+        // A difference is a `change` even for the first request of a new
+        // loop (or of a fork child): the header records what changed.
         let reason = match &self.header {
             None => Some(HeaderReason::Initial),
-            Some(_) if !self.loop_wrote_header => Some(HeaderReason::Resume),
             Some(prev) if *prev != next => Some(HeaderReason::Change),
+            Some(_) if !self.loop_wrote_header => Some(HeaderReason::Resume),
             Some(_) => None,
         };
         if let Some(reason) = reason {
@@ -579,6 +599,40 @@ impl Session {
     pub fn check_request(&mut self, actual: &Request) -> Result<()> {
         let expected = self.rebuild_request();
         match first_difference(&expected, actual) {
+            None => Ok(()),
+            Some(d) => Err(Error::RequestMismatch(d)),
+        }
+    }
+
+    /// The request body for `provider` that the log rebuilds: the latest
+    /// header's model, parameters, system prompt and tools, and the derived
+    /// messages arranged by the provider's rules (see
+    /// [`crate::session::adapter`]).
+    pub fn request_body(&mut self, provider: Provider) -> Value {
+        let header = self.header.clone();
+        adapter::request_body(provider, header.as_ref(), self.derive_messages())
+    }
+
+    /// The invariant check on the wire: the body a harness is about to send
+    /// to `provider` must equal the one rebuilt from the log. The error
+    /// names the first differing JSON path.
+    ///
+    /// ```
+    /// # use std::sync::Arc;
+    /// # use turnstone::session::*;
+    /// # let dir = tempfile::tempdir().unwrap();
+    /// # let store = Arc::new(turnstone::Store::open(dir.path()).unwrap());
+    /// # let mut s = Session::create(store, "s1", Arc::new(Registry::new())).unwrap();
+    /// s.append(UserMessage { content: vec![ContentBlock::text("hi")] }, SurfaceOp::Append).unwrap();
+    /// let mut body = s.request_body(Provider::OpenAiChat);
+    /// assert!(s.check_request_body(Provider::OpenAiChat, &body).is_ok());
+    /// body["messages"][0]["content"] = "hello".into();
+    /// let err = s.check_request_body(Provider::OpenAiChat, &body).unwrap_err();
+    /// assert!(err.to_string().contains("/messages/0/content"));
+    /// ```
+    pub fn check_request_body(&mut self, provider: Provider, body: &Value) -> Result<()> {
+        let expected = self.request_body(provider);
+        match first_json_difference(&expected, body) {
             None => Ok(()),
             Some(d) => Err(Error::RequestMismatch(d)),
         }

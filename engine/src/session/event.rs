@@ -77,38 +77,7 @@ impl CoreKind {
     }
 }
 
-/// A content block of a message.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(tag = "type", rename_all = "snake_case")]
-pub enum ContentBlock {
-    Text {
-        text: String,
-    },
-    ToolUse {
-        id: String,
-        name: String,
-        input: Value,
-    },
-    ToolResult {
-        tool_use_id: String,
-        content: String,
-        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
-        is_error: bool,
-    },
-}
-
-impl ContentBlock {
-    pub fn text(t: impl Into<String>) -> Self {
-        ContentBlock::Text { text: t.into() }
-    }
-}
-
-/// Token usage of a model response.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Usage {
-    pub input_tokens: u64,
-    pub output_tokens: u64,
-}
+pub use crate::session::content::{ContentBlock, Usage};
 
 /// Why a turn ended.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -195,6 +164,10 @@ pub struct AssistantMessage {
     pub usage: Option<Usage>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub stop_reason: Option<String>,
+    /// Every other field of the response worth keeping (its id, model,
+    /// `stop_sequence`, …), stored unchanged; never sent to the model.
+    #[serde(flatten)]
+    pub extra: serde_json::Map<String, Value>,
 }
 /// `tool/call`: recorded before the tool body may run.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -228,7 +201,64 @@ pub struct ToolSchema {
     pub name: String,
     #[serde(default)]
     pub description: String,
+    /// JSON schema of the input (absent for provider-run tools such as a
+    /// web search, which are described by fields in `extra`).
+    #[serde(default, skip_serializing_if = "Value::is_null")]
     pub input_schema: Value,
+    /// Every other field (`cache_control`, `strict`, a server tool's `type`
+    /// and options), kept and sent unchanged.
+    #[serde(flatten)]
+    pub extra: serde_json::Map<String, Value>,
+}
+
+impl ToolSchema {
+    /// A client tool with a name, a description and an input schema.
+    pub fn new(
+        name: impl Into<String>,
+        description: impl Into<String>,
+        input_schema: Value,
+    ) -> Self {
+        ToolSchema {
+            name: name.into(),
+            description: description.into(),
+            input_schema,
+            extra: Default::default(),
+        }
+    }
+}
+
+/// The system prompt: a string, or blocks (Anthropic's form, which can
+/// carry `cache_control`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum SystemPrompt {
+    Text(String),
+    Blocks(Vec<ContentBlock>),
+}
+
+impl SystemPrompt {
+    /// The prompt's text (blocks' texts joined by blank lines).
+    pub fn text(&self) -> String {
+        match self {
+            SystemPrompt::Text(t) => t.clone(),
+            SystemPrompt::Blocks(b) => b
+                .iter()
+                .filter_map(ContentBlock::as_text)
+                .collect::<Vec<_>>()
+                .join("\n\n"),
+        }
+    }
+}
+
+impl From<&str> for SystemPrompt {
+    fn from(s: &str) -> Self {
+        SystemPrompt::Text(s.to_string())
+    }
+}
+impl From<String> for SystemPrompt {
+    fn from(s: String) -> Self {
+        SystemPrompt::Text(s)
+    }
 }
 /// Call configuration: provider, model and every other parameter (sampling,
 /// reasoning effort, max tokens, …) by name.
@@ -248,7 +278,7 @@ pub struct EpochHeader {
     #[serde(default)]
     pub adapter_defaults: Vec<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub system: Option<String>,
+    pub system: Option<SystemPrompt>,
     #[serde(default)]
     pub tools: Vec<ToolSchema>,
 }

@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use crate::session::event::{CallConfig, EpochHeader, ToolSchema};
+use crate::session::event::{CallConfig, EpochHeader, SystemPrompt, ToolSchema};
 use crate::session::messages::Message;
 
 /// What an agent loop asks for before a request.
@@ -20,7 +20,7 @@ pub struct RequestSpec {
     /// Parameters the current route's adapter supplies as defaults: used only
     /// where the caller set nothing, and dropped before the next request.
     pub adapter_defaults: BTreeMap<String, Value>,
-    pub system: Option<String>,
+    pub system: Option<SystemPrompt>,
     pub tools: Vec<ToolSchema>,
 }
 
@@ -92,6 +92,12 @@ pub fn first_difference(expected: &Request, actual: &Request) -> Option<Differen
     let e = serde_json::to_value(expected).expect("request serializes");
     let a = serde_json::to_value(actual).expect("request serializes");
     diff_value(&e, &a, String::new())
+}
+
+/// Compare two JSON values (request bodies); `None` when equal, else the
+/// first differing path in key order.
+pub fn first_json_difference(expected: &Value, actual: &Value) -> Option<Difference> {
+    diff_value(expected, actual, String::new())
 }
 
 fn short(v: Option<&Value>) -> String {

@@ -13,6 +13,7 @@ use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
+use crate::session::content::ToolResultContent;
 use crate::session::event::{AssistantMessage, ContentBlock, ToolResult, ToolStatus, UserMessage};
 use crate::session::surface::Surface;
 
@@ -71,27 +72,43 @@ pub(crate) fn assistant_message(seq: u64, m: &AssistantMessage) -> Option<Messag
     })
 }
 
+/// The user message carrying a tool result: one `tool_result` block whose
+/// content is the result's content as logged — a string when it is one
+/// plain text block, else the blocks unchanged (images included). A
+/// synthetic result (repair, abort) gets its status text first; it and an
+/// error result are marked `is_error`.
 pub(crate) fn tool_result_message(seq: u64, r: &ToolResult) -> Option<Message> {
-    let mut text = String::new();
-    if let Some(status) = r.status {
-        text.push_str(status_text(status));
-    }
-    for b in &r.content {
-        if let ContentBlock::Text { text: t } = b {
-            if !text.is_empty() {
+    let plain =
+        |b: &ContentBlock| matches!(b, ContentBlock::Text { extra, .. } if extra.is_empty());
+    let content = if let Some(status) = r.status {
+        if r.content.iter().all(plain) {
+            let mut text = status_text(status).to_string();
+            for b in &r.content {
                 text.push('\n');
+                text.push_str(b.as_text().unwrap_or_default());
             }
-            text.push_str(t);
+            ToolResultContent::Text(text)
+        } else {
+            let mut blocks = vec![ContentBlock::text(status_text(status))];
+            blocks.extend(r.content.iter().cloned());
+            ToolResultContent::Blocks(blocks)
         }
-    }
+    } else {
+        match r.content.as_slice() {
+            [] => ToolResultContent::Text(String::new()),
+            [b] if plain(b) => ToolResultContent::Text(b.as_text().unwrap_or_default().into()),
+            blocks => ToolResultContent::Blocks(blocks.to_vec()),
+        }
+    };
     Some(Message {
         role: Role::User,
         source_seq: seq,
         kind: "tool/result".into(),
         content: vec![ContentBlock::ToolResult {
             tool_use_id: r.call_id.clone(),
-            content: text,
-            is_error: r.is_error || r.status.is_some(),
+            content,
+            is_error: (r.is_error || r.status.is_some()).then_some(true),
+            extra: Default::default(),
         }],
     })
 }

@@ -5,6 +5,8 @@
 //! view (surface, messages, header, open turn/step/tool state) is a fold over
 //! that log, computed the same way live and on restore.
 
+pub mod adapter;
+pub mod content;
 pub mod core;
 pub mod durability;
 pub mod event;
@@ -19,18 +21,20 @@ pub mod snapshot;
 pub mod surface;
 
 pub use self::core::{OpenState, SeedEvent, Session};
+pub use adapter::Provider;
+pub use content::{ChatFunction, ContentBlock, Extra, MediaSource, ToolResultContent, Usage};
 pub use durability::{run_tool, CancelToken, CheckpointPoint, ToolBody, ToolOutcome, ToolScope};
 pub use event::{
     AssistantChunk, AssistantMessage, CallConfig, CompactionEnd, CompactionPrune, CompactionStart,
-    CompactionSummary, ContentBlock, CoreKind, EpochHeader, EventData, EventKind, HeaderReason,
-    Registry, RequestContext, RequestHeader, SessionEndSeed, SessionEvent, StepEnd, StepEndReason,
-    StepStart, ToolCall, ToolResult, ToolSchema, ToolStatus, TurnEnd, TurnEndReason, TurnStart,
-    Usage, UserMessage, SESSION_FORMAT_VERSION,
+    CompactionSummary, CoreKind, EpochHeader, EventData, EventKind, HeaderReason, Registry,
+    RequestContext, RequestHeader, SessionEndSeed, SessionEvent, StepEnd, StepEndReason, StepStart,
+    SystemPrompt, ToolCall, ToolResult, ToolSchema, ToolStatus, TurnEnd, TurnEndReason, TurnStart,
+    UserMessage, SESSION_FORMAT_VERSION,
 };
 pub use header::{Difference, Request, RequestSpec};
 pub use host::{Host, SharedSession};
 pub use messages::{Message, Role};
 pub use projection::{Projection, ProjectionRegistry, RunState, RunStatus, TokenMeter, TokenState};
-pub use repair::{repair, validate_messages, PluginRepair, RepairReport};
+pub use repair::{repair, validate_messages, MessageProblem, PluginRepair, RepairReport};
 pub use replay::{fork, replay, turn_open, Forked, Replay};
 pub use surface::{Surface, SurfaceOp};

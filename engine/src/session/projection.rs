@@ -226,6 +226,12 @@ pub struct TokenState {
     /// Sum of reported usage.
     pub input_tokens: u64,
     pub output_tokens: u64,
+    #[serde(default)]
+    pub cache_read_input_tokens: u64,
+    #[serde(default)]
+    pub cache_creation_input_tokens: u64,
+    #[serde(default)]
+    pub reasoning_tokens: u64,
     /// Estimated tokens of each surface node (seq, tokens), in surface order.
     pub nodes: Vec<(u64, u64)>,
     /// Estimated tokens of the current surface (what the next request carries).
@@ -245,18 +251,38 @@ pub struct TokenState {
 #[derive(Debug, Clone, Copy, Default)]
 pub struct TokenMeter;
 
-/// Rough token estimate: 4 bytes of text per token.
+/// Rough token estimate: 4 bytes of text per token (text, thinking,
+/// tool names and inputs, nested tool-result content); an image or document
+/// counts as [`MEDIA_TOKENS_ESTIMATE`]; an opaque block by its JSON length.
 pub fn estimate_tokens(blocks: &[ContentBlock]) -> u64 {
-    let bytes: usize = blocks
-        .iter()
-        .map(|b| match b {
-            ContentBlock::Text { text } => text.len(),
-            ContentBlock::ToolUse { name, input, .. } => name.len() + input.to_string().len(),
-            ContentBlock::ToolResult { content, .. } => content.len(),
-        })
-        .sum();
-    (bytes as u64).div_ceil(4)
+    fn bytes(b: &ContentBlock) -> u64 {
+        match b {
+            ContentBlock::Image { .. }
+            | ContentBlock::Document { .. }
+            | ContentBlock::InputImage { .. }
+            | ContentBlock::InputFile { .. }
+            | ContentBlock::ImageUrl { .. } => MEDIA_TOKENS_ESTIMATE * 4,
+            ContentBlock::Other(v) => v.to_string().len() as u64,
+            ContentBlock::ToolResult { .. } | ContentBlock::Message { .. }
+                if !b.children().is_empty() =>
+            {
+                b.children().iter().map(bytes).sum()
+            }
+            _ => {
+                let mut n = 0u64;
+                b.visit_text(&mut |t| n += t.len() as u64);
+                if let (Some((_, name)), Some(input)) = (b.client_tool_use(), b.tool_input()) {
+                    n += name.len() as u64 + input.to_string().len() as u64;
+                }
+                n
+            }
+        }
+    }
+    blocks.iter().map(bytes).sum::<u64>().div_ceil(4)
 }
+
+/// Tokens an image or document is assumed to cost in [`estimate_tokens`].
+pub const MEDIA_TOKENS_ESTIMATE: u64 = 1_600;
 
 impl TokenMeter {
     fn surface(s: &TokenState, e: &SessionEvent, tokens: u64) -> TokenState {
@@ -294,7 +320,8 @@ impl Projection for TokenMeter {
         "token-meter"
     }
     fn version(&self) -> u32 {
-        1
+        // 2: cache and reasoning token sums.
+        2
     }
     fn fold(&self, s: &TokenState, e: &SessionEvent) -> Option<TokenState> {
         match &e.kind {
@@ -308,6 +335,9 @@ impl Projection for TokenMeter {
                 if let Some(u) = &d.usage {
                     n.input_tokens += u.input_tokens;
                     n.output_tokens += u.output_tokens;
+                    n.cache_read_input_tokens += u.cache_read_input_tokens.unwrap_or(0);
+                    n.cache_creation_input_tokens += u.cache_creation_input_tokens.unwrap_or(0);
+                    n.reasoning_tokens += u.reasoning_tokens.unwrap_or(0);
                 }
                 Some(n)
             }

@@ -98,18 +98,20 @@ pub fn events(
     Ok(out)
 }
 
-/// The searchable text of an event: message text, tool results, summaries.
+/// The searchable text of an event: message text (thinking and reasoning
+/// summaries included), tool results, summaries.
 pub fn searchable_text(ev: &SessionEvent) -> Option<String> {
     let texts = |blocks: &[ContentBlock]| -> String {
-        blocks
-            .iter()
-            .filter_map(|b| match b {
-                ContentBlock::Text { text } => Some(text.as_str()),
-                ContentBlock::ToolResult { content, .. } => Some(content.as_str()),
-                ContentBlock::ToolUse { .. } => None,
-            })
-            .collect::<Vec<_>>()
-            .join("\n")
+        let mut out = String::new();
+        for b in blocks {
+            b.visit_text(&mut |t| {
+                if !out.is_empty() {
+                    out.push('\n');
+                }
+                out.push_str(t);
+            });
+        }
+        out
     };
     let t = match ev.kind {
         EventKind::Core(CoreKind::UserMessage) => texts(&ev.typed::<UserMessage>()?.content),

@@ -18,7 +18,7 @@ use crate::session::event::{
     self, ContentBlock, CoreKind, StepEnd, StepEndReason, ToolResult, ToolStatus, TurnEnd,
     TurnEndReason,
 };
-use crate::session::messages::Message;
+use crate::session::messages::{Message, Role};
 use crate::session::surface::SurfaceOp;
 
 /// What repair did to one session.
@@ -124,23 +124,76 @@ pub fn repair(session: &mut Session, plugins: &[&dyn PluginRepair]) -> Result<Re
     Ok(report)
 }
 
-/// Check that a message history is valid for a model: every tool use has a
-/// tool result after it. Returns the first offending tool-use id.
-pub fn validate_messages(messages: &[std::sync::Arc<Message>]) -> std::result::Result<(), String> {
-    let mut pending: Vec<&str> = Vec::new();
-    for m in messages {
+/// Why a message history is not valid for a model.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum MessageProblem {
+    #[error("tool use {id:?} (message {message}) has no tool result")]
+    UnansweredToolUse { id: String, message: usize },
+    #[error("tool result for {id:?} (message {message}) answers no earlier tool use")]
+    OrphanToolResult { id: String, message: usize },
+    #[error("tool result for {id:?} (message {message}) comes after the next assistant message; providers need it before")]
+    LateToolResult { id: String, message: usize },
+    #[error("tool use {id:?} has a second tool result (message {message})")]
+    DuplicateToolResult { id: String, message: usize },
+}
+
+/// Check that a message history is valid for a model, in both directions:
+/// every client tool use has exactly one tool result, every tool result
+/// answers an earlier tool use, and the results of an assistant message's
+/// tool uses all come before the next assistant message (the order the
+/// providers' request rules need; the adapters put them right after it).
+pub fn validate_messages(
+    messages: &[std::sync::Arc<Message>],
+) -> std::result::Result<(), MessageProblem> {
+    use std::collections::{HashMap, HashSet};
+    // id -> message index of its use; pending = uses of the last assistant
+    // message not yet answered.
+    let mut uses: HashMap<&str, usize> = HashMap::new();
+    let mut answered: HashSet<&str> = HashSet::new();
+    let mut pending: Vec<(&str, usize)> = Vec::new();
+    for (i, m) in messages.iter().enumerate() {
+        if m.role == Role::Assistant {
+            if let Some((id, message)) = pending.first() {
+                return Err(MessageProblem::UnansweredToolUse {
+                    id: id.to_string(),
+                    message: *message,
+                });
+            }
+        }
         for b in &m.content {
-            match b {
-                ContentBlock::ToolUse { id, .. } => pending.push(id),
-                ContentBlock::ToolResult { tool_use_id, .. } => {
-                    pending.retain(|p| p != tool_use_id)
+            if let Some((id, _)) = b.client_tool_use() {
+                uses.insert(id, i);
+                pending.push((id, i));
+            }
+            if let Some(id) = b.answers_tool_use() {
+                if !uses.contains_key(id) {
+                    return Err(MessageProblem::OrphanToolResult {
+                        id: id.to_string(),
+                        message: i,
+                    });
                 }
-                ContentBlock::Text { .. } => {}
+                if !answered.insert(id) {
+                    return Err(MessageProblem::DuplicateToolResult {
+                        id: id.to_string(),
+                        message: i,
+                    });
+                }
+                if !pending.iter().any(|(p, _)| *p == id) {
+                    return Err(MessageProblem::LateToolResult {
+                        id: id.to_string(),
+                        message: i,
+                    });
+                }
+                pending.retain(|(p, _)| *p != id);
             }
         }
     }
     match pending.first() {
         None => Ok(()),
-        Some(id) => Err(format!("tool use {id:?} has no tool result")),
+        Some((id, message)) => Err(MessageProblem::UnansweredToolUse {
+            id: id.to_string(),
+            message: *message,
+        }),
     }
 }

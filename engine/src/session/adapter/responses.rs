@@ -1,0 +1,175 @@
+//! OpenAI Responses request bodies (`input` items).
+//!
+//! Output items logged as the API returned them (`message`, `reasoning`
+//! with its encrypted content, `function_call`) and unknown items pass
+//! through unchanged, which is what a stateless (`store: false`) request
+//! sends back. Tool results become `function_call_output` items right after
+//! the calls they answer. Loose text of an assistant message becomes an
+//! assistant `message` item; Anthropic-only blocks (thinking, server tools)
+//! are dropped.
+
+use serde_json::{json, Map, Value};
+
+use super::{base, data_url, obj, Segment};
+use crate::session::content::{ContentBlock, MediaSource, ToolResultContent};
+use crate::session::event::EpochHeader;
+
+pub(crate) fn body(header: Option<&EpochHeader>, segments: &[Segment]) -> Value {
+    let mut b = base(header);
+    if let Some(h) = header {
+        if let Some(s) = &h.system {
+            b.insert("instructions".into(), Value::String(s.text()));
+        }
+        if !h.tools.is_empty() {
+            b.insert("tools".into(), h.tools.iter().map(tool).collect());
+        }
+    }
+    let mut input: Vec<Value> = Vec::new();
+    for seg in segments {
+        match seg {
+            Segment::Assistant(blocks) => assistant(blocks, &mut input),
+            Segment::ToolResults(blocks) => {
+                for r in blocks {
+                    input.push(result(r));
+                }
+            }
+            Segment::User(blocks) => {
+                let parts: Vec<Value> = blocks.iter().map(user_part).collect();
+                input.push(json!({"role": "user", "content": parts}));
+            }
+        }
+    }
+    b.insert("input".into(), Value::Array(input));
+    Value::Object(b)
+}
+
+fn tool(t: &crate::session::event::ToolSchema) -> Value {
+    if t.extra.get("type").is_some_and(|x| x != "function") {
+        // A provider tool (web_search, file_search, …): as configured.
+        let mut m = t.extra.clone();
+        if !t.name.is_empty() {
+            m.insert("name".into(), Value::String(t.name.clone()));
+        }
+        return Value::Object(m);
+    }
+    let mut m = Map::new();
+    m.insert("type".into(), "function".into());
+    m.insert("name".into(), Value::String(t.name.clone()));
+    if !t.description.is_empty() {
+        m.insert("description".into(), Value::String(t.description.clone()));
+    }
+    m.insert("parameters".into(), t.input_schema.clone());
+    for (k, v) in &t.extra {
+        if k != "type" {
+            m.insert(k.clone(), v.clone());
+        }
+    }
+    Value::Object(m)
+}
+
+fn assistant(blocks: &[ContentBlock], input: &mut Vec<Value>) {
+    // Loose text parts gather into one assistant message item.
+    let mut parts: Vec<Value> = Vec::new();
+    let flush = |parts: &mut Vec<Value>, input: &mut Vec<Value>| {
+        if !parts.is_empty() {
+            input.push(
+                json!({"type": "message", "role": "assistant", "content": std::mem::take(parts)}),
+            );
+        }
+    };
+    for b in blocks {
+        match b {
+            ContentBlock::Text { text, .. } => {
+                parts.push(json!({"type": "output_text", "text": text, "annotations": []}))
+            }
+            ContentBlock::OutputText { .. } | ContentBlock::Refusal { .. } => {
+                parts.push(b.to_json())
+            }
+            ContentBlock::Thinking { .. }
+            | ContentBlock::RedactedThinking { .. }
+            | ContentBlock::ServerToolUse { .. }
+            | ContentBlock::WebSearchToolResult { .. } => {}
+            ContentBlock::ToolUse { id, name, .. }
+            | ContentBlock::Function {
+                id,
+                function: crate::session::content::ChatFunction { name, .. },
+                ..
+            } => {
+                flush(&mut parts, input);
+                let args = match b {
+                    ContentBlock::Function { function, .. } => function.arguments.clone(),
+                    _ => b.tool_input().unwrap_or(Value::Null).to_string(),
+                };
+                input.push(json!({"type": "function_call", "call_id": id, "name": name, "arguments": args}));
+            }
+            _ => {
+                flush(&mut parts, input);
+                input.push(b.to_json());
+            }
+        }
+    }
+    flush(&mut parts, input);
+}
+
+fn result(r: &ContentBlock) -> Value {
+    match r {
+        ContentBlock::ToolResult {
+            tool_use_id,
+            content,
+            ..
+        } => {
+            let output = match content {
+                ToolResultContent::Text(t) => Value::String(t.clone()),
+                ToolResultContent::Blocks(b) => b.iter().map(user_part).collect(),
+            };
+            json!({"type": "function_call_output", "call_id": tool_use_id, "output": output})
+        }
+        _ => r.to_json(),
+    }
+}
+
+/// A user content part in Responses' shape.
+fn user_part(b: &ContentBlock) -> Value {
+    let text = |t: &str| obj([("type", "input_text".into()), ("text", t.into())]);
+    match b {
+        ContentBlock::Text { text: t, .. } | ContentBlock::OutputText { text: t, .. } => text(t),
+        ContentBlock::Image { source, .. } => match source {
+            MediaSource::Base64 { media_type, data } => {
+                json!({"type": "input_image", "image_url": data_url(media_type, data), "detail": "auto"})
+            }
+            MediaSource::Url { url } => {
+                json!({"type": "input_image", "image_url": url, "detail": "auto"})
+            }
+            MediaSource::File { file_id } => {
+                json!({"type": "input_image", "file_id": file_id, "detail": "auto"})
+            }
+            _ => b.to_json(),
+        },
+        ContentBlock::Document { source, .. } => match source {
+            MediaSource::Base64 { media_type, data } => {
+                json!({"type": "input_file", "file_data": data_url(media_type, data)})
+            }
+            MediaSource::File { file_id } => json!({"type": "input_file", "file_id": file_id}),
+            MediaSource::Url { url } => json!({"type": "input_file", "file_url": url}),
+            MediaSource::Text { data, .. } => text(data),
+            _ => b.to_json(),
+        },
+        ContentBlock::ImageUrl { image_url, .. } => {
+            let mut m = Map::new();
+            m.insert("type".into(), "input_image".into());
+            m.insert(
+                "image_url".into(),
+                image_url.get("url").cloned().unwrap_or(Value::Null),
+            );
+            m.insert(
+                "detail".into(),
+                image_url
+                    .get("detail")
+                    .cloned()
+                    .unwrap_or_else(|| "auto".into()),
+            );
+            Value::Object(m)
+        }
+        _ => b.to_json(),
+    }
+}

@@ -1,0 +1,677 @@
+//! Provider-native content: message blocks and token usage as the model APIs
+//! send them (invariant 4, "model-visible iff logged").
+//!
+//! A [`ContentBlock`] is typed when the block is one the engine knows —
+//! Anthropic Messages blocks, OpenAI Responses items and content parts, Chat
+//! Completions parts and tool calls — and [`ContentBlock::Other`] (opaque
+//! JSON) otherwise. Every typed variant keeps the fields it does not name in
+//! `extra`, and a block is only given a typed variant when serialising that
+//! variant gives back exactly the JSON it was read from; anything else stays
+//! `Other`. So whatever a provider sends (a new block type, a new field, a
+//! `null` where a string was expected) is stored and returned equal as a
+//! JSON value, and new provider features need no format change.
+
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
+use serde_json::{Map, Value};
+
+/// Fields of a block that its typed variant does not name.
+pub type Extra = Map<String, Value>;
+
+/// A content block (or, for OpenAI Responses, an input/output item) of a
+/// message, as the provider sends it.
+///
+/// Build the common ones with [`ContentBlock::text`],
+/// [`ContentBlock::tool_use`], [`ContentBlock::tool_result`],
+/// [`ContentBlock::image_base64`], [`ContentBlock::thinking`], or any JSON
+/// with [`ContentBlock::from_json`]:
+///
+/// ```
+/// use turnstone::session::ContentBlock;
+/// use serde_json::json;
+/// let raw = json!({"type": "thinking", "thinking": "…", "signature": "EqQB…"});
+/// let b = ContentBlock::from_json(raw.clone());
+/// assert!(matches!(b, ContentBlock::Thinking { .. }));
+/// assert_eq!(b.to_json(), raw);
+/// // A block type nobody knows yet is kept as it is.
+/// let new = json!({"type": "hologram", "frames": [1, 2, 3]});
+/// assert_eq!(ContentBlock::from_json(new.clone()).to_json(), new);
+/// ```
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(remote = "Self", tag = "type", rename_all = "snake_case")]
+pub enum ContentBlock {
+    // ---- Anthropic Messages ----
+    /// `text` (Anthropic; also a Chat Completions text part). `citations`
+    /// and `cache_control` stay in `extra`.
+    Text {
+        text: String,
+        #[serde(flatten)]
+        extra: Extra,
+    },
+    /// `image` with a base64, url or file source.
+    Image {
+        source: MediaSource,
+        #[serde(flatten)]
+        extra: Extra,
+    },
+    /// `document` (PDF, plain text, …) with its source.
+    Document {
+        source: MediaSource,
+        #[serde(flatten)]
+        extra: Extra,
+    },
+    /// `thinking` with the signature the provider needs to see again.
+    Thinking {
+        thinking: String,
+        signature: String,
+        #[serde(flatten)]
+        extra: Extra,
+    },
+    /// `redacted_thinking`: encrypted reasoning, returned as it came.
+    RedactedThinking {
+        data: String,
+        #[serde(flatten)]
+        extra: Extra,
+    },
+    /// `tool_use`: the model asks the client to run a tool.
+    ToolUse {
+        id: String,
+        name: String,
+        input: Value,
+        #[serde(flatten)]
+        extra: Extra,
+    },
+    /// `server_tool_use`: a tool the provider runs itself.
+    ServerToolUse {
+        id: String,
+        name: String,
+        input: Value,
+        #[serde(flatten)]
+        extra: Extra,
+    },
+    /// `web_search_tool_result`: the result of a server tool.
+    WebSearchToolResult {
+        tool_use_id: String,
+        content: Value,
+        #[serde(flatten)]
+        extra: Extra,
+    },
+    /// `tool_result`: content is a string or an array of blocks.
+    ToolResult {
+        tool_use_id: String,
+        content: ToolResultContent,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        is_error: Option<bool>,
+        #[serde(flatten)]
+        extra: Extra,
+    },
+    // ---- OpenAI Responses items and content parts ----
+    /// A Responses `message` item (`id`, `status` in `extra`).
+    Message {
+        role: String,
+        content: Vec<ContentBlock>,
+        #[serde(flatten)]
+        extra: Extra,
+    },
+    /// `output_text` (`annotations`, `logprobs` in `extra`).
+    OutputText {
+        text: String,
+        #[serde(flatten)]
+        extra: Extra,
+    },
+    /// `input_text`.
+    InputText {
+        text: String,
+        #[serde(flatten)]
+        extra: Extra,
+    },
+    /// `refusal` (a Responses content part; a Chat message's `refusal`).
+    Refusal {
+        refusal: String,
+        #[serde(flatten)]
+        extra: Extra,
+    },
+    /// `input_image` (`image_url` or `file_id`, `detail`).
+    InputImage {
+        #[serde(flatten)]
+        extra: Extra,
+    },
+    /// `input_file` (`file_id`, `file_data`, `file_url`, `filename`).
+    InputFile {
+        #[serde(flatten)]
+        extra: Extra,
+    },
+    /// A `reasoning` item: summary parts and the encrypted content that
+    /// stateless requests must send back.
+    Reasoning {
+        #[serde(default)]
+        summary: Vec<Value>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        encrypted_content: Option<String>,
+        #[serde(flatten)]
+        extra: Extra,
+    },
+    /// A `function_call` item (`arguments` is a JSON string).
+    FunctionCall {
+        call_id: String,
+        name: String,
+        arguments: String,
+        #[serde(flatten)]
+        extra: Extra,
+    },
+    /// A `function_call_output` item.
+    FunctionCallOutput {
+        call_id: String,
+        output: Value,
+        #[serde(flatten)]
+        extra: Extra,
+    },
+    // ---- OpenAI Chat Completions ----
+    /// An `image_url` content part.
+    ImageUrl {
+        image_url: Value,
+        #[serde(flatten)]
+        extra: Extra,
+    },
+    /// One entry of a Chat message's `tool_calls` (`"type": "function"`).
+    Function {
+        id: String,
+        function: ChatFunction,
+        #[serde(flatten)]
+        extra: Extra,
+    },
+    /// Any block the engine does not know (or whose shape differs from the
+    /// typed variant's): kept and returned unchanged.
+    #[serde(untagged)]
+    Other(Value),
+}
+
+/// A Chat Completions function call: name and JSON-string arguments.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ChatFunction {
+    pub name: String,
+    pub arguments: String,
+    #[serde(flatten)]
+    pub extra: Extra,
+}
+
+/// Where an image or document comes from.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum MediaSource {
+    Base64 {
+        media_type: String,
+        data: String,
+    },
+    Url {
+        url: String,
+    },
+    File {
+        file_id: String,
+    },
+    /// Plain-text document content.
+    Text {
+        media_type: String,
+        data: String,
+    },
+    /// Document content given as blocks.
+    Content {
+        content: Value,
+    },
+    #[serde(untagged)]
+    Other(Value),
+}
+
+/// The content of a `tool_result`: a string or an array of blocks.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum ToolResultContent {
+    Text(String),
+    Blocks(Vec<ContentBlock>),
+}
+
+impl ToolResultContent {
+    /// The content as one string: itself, or its blocks' texts joined by
+    /// newlines.
+    pub fn text(&self) -> String {
+        match self {
+            ToolResultContent::Text(t) => t.clone(),
+            ToolResultContent::Blocks(b) => {
+                let mut out = String::new();
+                for x in b {
+                    x.visit_text(&mut |t| {
+                        if !out.is_empty() {
+                            out.push('\n');
+                        }
+                        out.push_str(t);
+                    });
+                }
+                out
+            }
+        }
+    }
+}
+
+impl PartialEq<str> for ToolResultContent {
+    fn eq(&self, other: &str) -> bool {
+        matches!(self, ToolResultContent::Text(t) if t == other)
+    }
+}
+impl PartialEq<&str> for ToolResultContent {
+    fn eq(&self, other: &&str) -> bool {
+        self == *other
+    }
+}
+
+impl Serialize for ContentBlock {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        // The derived (remote = "Self") serializer.
+        ContentBlock::serialize(self, s)
+    }
+}
+
+impl<'de> Deserialize<'de> for ContentBlock {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        Ok(ContentBlock::from_json(Value::deserialize(d)?))
+    }
+}
+
+impl ContentBlock {
+    /// The block for any JSON value: typed when its typed variant gives
+    /// back exactly this JSON, else [`ContentBlock::Other`]. Never fails.
+    pub fn from_json(v: Value) -> ContentBlock {
+        match ContentBlock::deserialize(&v) {
+            Ok(b) if !matches!(b, ContentBlock::Other(_)) && b.to_json() == v => b,
+            _ => ContentBlock::Other(v),
+        }
+    }
+
+    /// The block as JSON, exactly as it was given.
+    pub fn to_json(&self) -> Value {
+        match self {
+            ContentBlock::Other(v) => v.clone(),
+            _ => ContentBlock::serialize(self, serde_json::value::Serializer)
+                .expect("content blocks serialize to JSON"),
+        }
+    }
+
+    /// A plain `text` block.
+    pub fn text(t: impl Into<String>) -> Self {
+        ContentBlock::Text {
+            text: t.into(),
+            extra: Extra::new(),
+        }
+    }
+
+    /// A `tool_use` block.
+    pub fn tool_use(id: impl Into<String>, name: impl Into<String>, input: Value) -> Self {
+        ContentBlock::ToolUse {
+            id: id.into(),
+            name: name.into(),
+            input,
+            extra: Extra::new(),
+        }
+    }
+
+    /// A `tool_result` block with string content.
+    pub fn tool_result(tool_use_id: impl Into<String>, content: impl Into<String>) -> Self {
+        ContentBlock::ToolResult {
+            tool_use_id: tool_use_id.into(),
+            content: ToolResultContent::Text(content.into()),
+            is_error: None,
+            extra: Extra::new(),
+        }
+    }
+
+    /// An `image` block with base64 data.
+    pub fn image_base64(media_type: impl Into<String>, data: impl Into<String>) -> Self {
+        ContentBlock::Image {
+            source: MediaSource::Base64 {
+                media_type: media_type.into(),
+                data: data.into(),
+            },
+            extra: Extra::new(),
+        }
+    }
+
+    /// A `thinking` block with its signature.
+    pub fn thinking(thinking: impl Into<String>, signature: impl Into<String>) -> Self {
+        ContentBlock::Thinking {
+            thinking: thinking.into(),
+            signature: signature.into(),
+            extra: Extra::new(),
+        }
+    }
+
+    /// The block's `type` as sent (`"text"`, `"function_call"`, …; `""` for
+    /// an opaque value without one).
+    pub fn block_type(&self) -> &str {
+        match self {
+            ContentBlock::Text { .. } => "text",
+            ContentBlock::Image { .. } => "image",
+            ContentBlock::Document { .. } => "document",
+            ContentBlock::Thinking { .. } => "thinking",
+            ContentBlock::RedactedThinking { .. } => "redacted_thinking",
+            ContentBlock::ToolUse { .. } => "tool_use",
+            ContentBlock::ServerToolUse { .. } => "server_tool_use",
+            ContentBlock::WebSearchToolResult { .. } => "web_search_tool_result",
+            ContentBlock::ToolResult { .. } => "tool_result",
+            ContentBlock::Message { .. } => "message",
+            ContentBlock::OutputText { .. } => "output_text",
+            ContentBlock::InputText { .. } => "input_text",
+            ContentBlock::Refusal { .. } => "refusal",
+            ContentBlock::InputImage { .. } => "input_image",
+            ContentBlock::InputFile { .. } => "input_file",
+            ContentBlock::Reasoning { .. } => "reasoning",
+            ContentBlock::FunctionCall { .. } => "function_call",
+            ContentBlock::FunctionCallOutput { .. } => "function_call_output",
+            ContentBlock::ImageUrl { .. } => "image_url",
+            ContentBlock::Function { .. } => "function",
+            ContentBlock::Other(v) => v.get("type").and_then(Value::as_str).unwrap_or(""),
+        }
+    }
+
+    /// The text of a text-like block (`text`, `output_text`, `input_text`).
+    pub fn as_text(&self) -> Option<&str> {
+        match self {
+            ContentBlock::Text { text, .. }
+            | ContentBlock::OutputText { text, .. }
+            | ContentBlock::InputText { text, .. } => Some(text),
+            _ => None,
+        }
+    }
+
+    /// A request for the client to run a tool: `(id, name)` of a `tool_use`
+    /// (Anthropic), `function_call` (Responses, by `call_id`) or Chat tool
+    /// call. Server-side tool uses are not client tool calls.
+    pub fn client_tool_use(&self) -> Option<(&str, &str)> {
+        match self {
+            ContentBlock::ToolUse { id, name, .. } => Some((id, name)),
+            ContentBlock::FunctionCall { call_id, name, .. } => Some((call_id, name)),
+            ContentBlock::Function { id, function, .. } => Some((id, &function.name)),
+            _ => None,
+        }
+    }
+
+    /// The tool input of a client tool use as JSON (Responses and Chat send
+    /// it as a JSON string; one that does not parse is kept as a string).
+    pub fn tool_input(&self) -> Option<Value> {
+        let parse = |s: &str| serde_json::from_str(s).unwrap_or_else(|_| Value::String(s.into()));
+        match self {
+            ContentBlock::ToolUse { input, .. } => Some(input.clone()),
+            ContentBlock::FunctionCall { arguments, .. } => Some(parse(arguments)),
+            ContentBlock::Function { function, .. } => Some(parse(&function.arguments)),
+            _ => None,
+        }
+    }
+
+    /// The tool-use id a result block answers (`tool_result`,
+    /// `function_call_output`).
+    pub fn answers_tool_use(&self) -> Option<&str> {
+        match self {
+            ContentBlock::ToolResult { tool_use_id, .. } => Some(tool_use_id),
+            ContentBlock::FunctionCallOutput { call_id, .. } => Some(call_id),
+            _ => None,
+        }
+    }
+
+    /// Blocks nested in this one (a Responses message item's parts, a tool
+    /// result's blocks).
+    pub fn children(&self) -> &[ContentBlock] {
+        match self {
+            ContentBlock::Message { content, .. } => content,
+            ContentBlock::ToolResult {
+                content: ToolResultContent::Blocks(b),
+                ..
+            } => b,
+            _ => &[],
+        }
+    }
+
+    /// Text for search and token estimates: the block's own text, nested
+    /// text, tool inputs; opaque blocks contribute their string leaves.
+    pub fn visit_text(&self, f: &mut dyn FnMut(&str)) {
+        match self {
+            ContentBlock::Text { text, .. }
+            | ContentBlock::OutputText { text, .. }
+            | ContentBlock::InputText { text, .. } => f(text),
+            ContentBlock::Refusal { refusal, .. } => f(refusal),
+            ContentBlock::Thinking { thinking, .. } => f(thinking),
+            ContentBlock::ToolResult {
+                content: ToolResultContent::Text(t),
+                ..
+            } => f(t),
+            ContentBlock::Message { .. } | ContentBlock::ToolResult { .. } => {
+                for c in self.children() {
+                    c.visit_text(f)
+                }
+            }
+            ContentBlock::FunctionCallOutput {
+                output: Value::String(s),
+                ..
+            } => f(s),
+            ContentBlock::Reasoning { summary, .. } => {
+                for s in summary {
+                    if let Some(t) = s.get("text").and_then(Value::as_str) {
+                        f(t)
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+}
+
+/// Token usage of a model response, in the provider's own fields plus the
+/// common ones the engine sums.
+///
+/// `input_tokens`, `output_tokens`, `cache_read_input_tokens`,
+/// `cache_creation_input_tokens` and `reasoning_tokens` are the normalised
+/// counts; every other field the provider sent (OpenAI's `prompt_tokens`,
+/// `*_tokens_details`, Anthropic's `server_tool_use`, …) is kept in `extra`
+/// and stored unchanged. [`Usage::from_provider`] fills the normalised
+/// counts from an Anthropic, Responses or Chat Completions usage object.
+/// Note the providers differ: OpenAI's input count includes cached tokens,
+/// Anthropic's does not.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Usage {
+    pub input_tokens: u64,
+    pub output_tokens: u64,
+    pub cache_read_input_tokens: Option<u64>,
+    pub cache_creation_input_tokens: Option<u64>,
+    pub reasoning_tokens: Option<u64>,
+    /// Every other field, unchanged.
+    pub extra: Extra,
+}
+
+const USAGE_FIELDS: [&str; 5] = [
+    "input_tokens",
+    "output_tokens",
+    "cache_read_input_tokens",
+    "cache_creation_input_tokens",
+    "reasoning_tokens",
+];
+
+impl Usage {
+    /// Input and output counts only.
+    pub fn new(input_tokens: u64, output_tokens: u64) -> Usage {
+        Usage {
+            input_tokens,
+            output_tokens,
+            ..Default::default()
+        }
+    }
+
+    /// Read a provider's usage object, keeping every field: the normalised
+    /// counts are filled from whichever shape it has (Anthropic's own
+    /// names; Responses' `input_tokens_details.cached_tokens` and
+    /// `output_tokens_details.reasoning_tokens`; Chat's `prompt_tokens`,
+    /// `completion_tokens` and their details).
+    pub fn from_provider(v: &Value) -> Usage {
+        let mut u: Usage = serde_json::from_value(v.clone()).unwrap_or_default();
+        let num = |path: &[&str]| {
+            let mut cur = v;
+            for p in path {
+                cur = cur.get(p)?;
+            }
+            cur.as_u64()
+        };
+        if !u.extra.is_empty() {
+            if let Some(n) = num(&["prompt_tokens"]) {
+                u.input_tokens = n;
+            }
+            if let Some(n) = num(&["completion_tokens"]) {
+                u.output_tokens = n;
+            }
+            u.cache_read_input_tokens = u
+                .cache_read_input_tokens
+                .or_else(|| num(&["input_tokens_details", "cached_tokens"]))
+                .or_else(|| num(&["prompt_tokens_details", "cached_tokens"]));
+            u.reasoning_tokens = u
+                .reasoning_tokens
+                .or_else(|| num(&["output_tokens_details", "reasoning_tokens"]))
+                .or_else(|| num(&["completion_tokens_details", "reasoning_tokens"]));
+        }
+        u
+    }
+}
+
+impl Serialize for Usage {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let mut m = self.extra.clone();
+        m.insert("input_tokens".into(), self.input_tokens.into());
+        m.insert("output_tokens".into(), self.output_tokens.into());
+        let opt = [
+            ("cache_read_input_tokens", self.cache_read_input_tokens),
+            (
+                "cache_creation_input_tokens",
+                self.cache_creation_input_tokens,
+            ),
+            ("reasoning_tokens", self.reasoning_tokens),
+        ];
+        for (k, v) in opt {
+            if let Some(v) = v {
+                m.insert(k.into(), v.into());
+            }
+        }
+        m.serialize(s)
+    }
+}
+
+impl<'de> Deserialize<'de> for Usage {
+    /// The normalised counts are taken only when they are unsigned
+    /// integers; any other value (a `null`, say) stays in `extra` as sent.
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let mut extra = Extra::deserialize(d)?;
+        let mut take = |k: &str| match extra.get(k).and_then(Value::as_u64) {
+            Some(n) => {
+                extra.remove(k);
+                Some(n)
+            }
+            None => None,
+        };
+        let [a, b, c, e, r] = USAGE_FIELDS.map(&mut take);
+        Ok(Usage {
+            input_tokens: a.unwrap_or(0),
+            output_tokens: b.unwrap_or(0),
+            cache_read_input_tokens: c,
+            cache_creation_input_tokens: e,
+            reasoning_tokens: r,
+            extra,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn known_blocks_are_typed_and_round_trip() {
+        let cases = [
+            json!({"type": "text", "text": "hi", "citations": null, "cache_control": {"type": "ephemeral"}}),
+            json!({"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": "iVBORw0KGgo="}}),
+            json!({"type": "document", "source": {"type": "url", "url": "https://example.com/a.pdf"}, "title": "A"}),
+            json!({"type": "thinking", "thinking": "hmm", "signature": "sig"}),
+            json!({"type": "redacted_thinking", "data": "enc"}),
+            json!({"type": "tool_use", "id": "toolu_1", "name": "get", "input": {"a": [1, 2.5, null]}}),
+            json!({"type": "server_tool_use", "id": "srvtoolu_1", "name": "web_search", "input": {"query": "q"}}),
+            json!({"type": "web_search_tool_result", "tool_use_id": "srvtoolu_1", "content": [{"type": "web_search_result", "url": "u", "title": "t", "encrypted_content": "e"}]}),
+            json!({"type": "tool_result", "tool_use_id": "toolu_1", "content": [{"type": "text", "text": "x"}, {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": "AA=="}}], "is_error": false}),
+            json!({"type": "message", "id": "msg_1", "role": "assistant", "status": "completed", "content": [{"type": "output_text", "text": "t", "annotations": []}]}),
+            json!({"type": "reasoning", "id": "rs_1", "summary": [{"type": "summary_text", "text": "s"}], "encrypted_content": "gAAA"}),
+            json!({"type": "function_call", "id": "fc_1", "call_id": "call_1", "name": "get", "arguments": "{\"a\":1}", "status": "completed"}),
+            json!({"type": "function_call_output", "call_id": "call_1", "output": "42"}),
+            json!({"type": "input_image", "image_url": "data:image/png;base64,AA==", "detail": "auto"}),
+            json!({"type": "image_url", "image_url": {"url": "https://x/y.png", "detail": "low"}}),
+            json!({"type": "function", "id": "call_2", "function": {"name": "get", "arguments": "{}"}}),
+        ];
+        for v in cases {
+            let b = ContentBlock::from_json(v.clone());
+            assert!(!matches!(b, ContentBlock::Other(_)), "{v} was not typed");
+            assert_eq!(b.to_json(), v);
+            let back: ContentBlock =
+                serde_json::from_str(&serde_json::to_string(&b).unwrap()).unwrap();
+            assert_eq!(back, b);
+        }
+    }
+
+    #[test]
+    fn unknown_or_odd_blocks_are_kept_opaque() {
+        let cases = [
+            json!({"type": "hologram", "frames": [1, 2]}),
+            json!({"type": "text", "text": 5}),
+            json!({"type": "reasoning", "summary": [], "encrypted_content": null}),
+            json!({"no_type": true}),
+            json!("a bare string"),
+            json!(null),
+        ];
+        for v in cases {
+            let b = ContentBlock::from_json(v.clone());
+            assert!(matches!(b, ContentBlock::Other(_)), "{v} was typed: {b:?}");
+            assert_eq!(b.to_json(), v);
+            let s = serde_json::to_string(&b).unwrap();
+            assert_eq!(serde_json::from_str::<Value>(&s).unwrap(), v);
+        }
+    }
+
+    #[test]
+    fn usage_keeps_every_field_and_normalises() {
+        let anthropic = json!({"input_tokens": 10, "output_tokens": 5, "cache_read_input_tokens": 100, "cache_creation_input_tokens": 7, "service_tier": "standard", "server_tool_use": {"web_search_requests": 1}});
+        let u = Usage::from_provider(&anthropic);
+        assert_eq!(
+            (
+                u.input_tokens,
+                u.cache_read_input_tokens,
+                u.cache_creation_input_tokens
+            ),
+            (10, Some(100), Some(7))
+        );
+        assert_eq!(serde_json::to_value(&u).unwrap(), anthropic);
+        let chat = json!({"prompt_tokens": 30, "completion_tokens": 9, "total_tokens": 39, "prompt_tokens_details": {"cached_tokens": 20}, "completion_tokens_details": {"reasoning_tokens": 4}});
+        let u = Usage::from_provider(&chat);
+        assert_eq!(
+            (
+                u.input_tokens,
+                u.output_tokens,
+                u.cache_read_input_tokens,
+                u.reasoning_tokens
+            ),
+            (30, 9, Some(20), Some(4))
+        );
+        let v = serde_json::to_value(&u).unwrap();
+        for (k, x) in chat.as_object().unwrap() {
+            assert_eq!(&v[k], x, "{k} kept");
+        }
+        let responses = json!({"input_tokens": 50, "output_tokens": 8, "total_tokens": 58, "input_tokens_details": {"cached_tokens": 40}, "output_tokens_details": {"reasoning_tokens": 6}});
+        let u = Usage::from_provider(&responses);
+        assert_eq!(
+            (u.cache_read_input_tokens, u.reasoning_tokens),
+            (Some(40), Some(6))
+        );
+        // A null stays as sent.
+        let odd = json!({"input_tokens": 1, "output_tokens": 2, "cache_read_input_tokens": null});
+        let u: Usage = serde_json::from_value(odd.clone()).unwrap();
+        assert_eq!(serde_json::to_value(&u).unwrap(), odd);
+    }
+}
