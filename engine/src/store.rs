@@ -15,81 +15,24 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 
 use parking_lot::{Mutex, RwLock};
-use rand::RngCore;
 
 use crate::checkpoint::{self, Checkpoint};
-use crate::commit::{self, CommitQueue, FlusherEnv, State, Stats, WriterFile};
+use crate::commit::{CommitQueue, State, Stats};
 use crate::error::{Error, Result};
 use crate::frame::{
-    self, frame_padded_len, SessionDefine, BATCH_FLAG_CLEAN_CLOSE, BATCH_HEADER_BYTES,
-    KIND_SESSION_DEFINE, PAYLOAD_BYTES_MAX, SEGMENT_HEADER_BYTES, SESSION_NAME_BYTES_MAX,
+    frame_padded_len, SessionDefine, BATCH_FLAG_CLEAN_CLOSE, KIND_SESSION_DEFINE,
+    PAYLOAD_BYTES_MAX, SESSION_NAME_BYTES_MAX,
 };
 use crate::index::Index;
-use crate::log::{create_segment, segment_path, Run, SegmentReader, SegmentSpec};
-use crate::recovery::{self, RecoveryMode, RecoveryReport};
-use crate::types::{Appended, Event, EventRef, LogPos, SegmentId, Seq, SessionId};
-use crate::vfs::{LockGuard, OsVfs, Vfs};
+use crate::log::{Run, SegmentReader};
+use crate::recovery::RecoveryReport;
+use crate::types::{Appended, Event, EventRef, LogPos, Seq, SessionId};
+use crate::vfs::{LockGuard, Vfs};
 
-/// Name of the lock file inside a store directory.
-pub const LOCK_FILE: &str = "LOCK";
-/// First segment number of a new store.
-pub const FIRST_SEGMENT: SegmentId = SegmentId(frame::FIRST_SEGMENT_ID);
+mod open;
+mod options;
 
-/// How to open a store.
-#[derive(Debug, Clone)]
-pub struct Options {
-    /// Segment size; a segment rolls when the next batch would not fit.
-    pub segment_bytes: u32,
-    /// What to do with damage found on open.
-    pub recovery_mode: RecoveryMode,
-    /// Open without the lock, without changing a byte; appends are refused.
-    pub read_only: bool,
-    /// Pending bytes that make the flusher write without anyone waiting.
-    pub flush_bytes: usize,
-    /// Preallocate (and so zero) each segment when it is created.
-    pub preallocate: bool,
-    /// Write index checkpoints (at every segment roll and at close).
-    pub checkpoints: bool,
-    /// The file layer.
-    pub vfs: Arc<dyn Vfs>,
-}
-
-impl Default for Options {
-    fn default() -> Self {
-        Options {
-            segment_bytes: 64 << 20,
-            recovery_mode: RecoveryMode::default(),
-            read_only: false,
-            flush_bytes: 1 << 20,
-            preallocate: true,
-            checkpoints: true,
-            vfs: Arc::new(OsVfs),
-        }
-    }
-}
-
-/// Where a session stands in the log.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct SessionMeta {
-    pub id: SessionId,
-    pub len: u64,
-    /// Events `0..durable_len` are durable.
-    pub durable_len: u64,
-    /// Position of the `session-define` frame: identifies this incarnation
-    /// of the session id in this store.
-    pub define_pos: LogPos,
-    pub parent: Option<(String, u64)>,
-}
-
-/// Facts about one session.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct SessionInfo {
-    pub name: String,
-    pub id: SessionId,
-    pub len: u64,
-    /// Fork parent name and the number of events inherited from it.
-    pub parent: Option<(String, u64)>,
-}
+pub use options::{Options, SessionInfo, SessionMeta, FIRST_SEGMENT, LOCK_FILE};
 
 pub(crate) struct Shared {
     dir: PathBuf,
@@ -122,171 +65,6 @@ impl std::fmt::Debug for Store {
 }
 
 impl Store {
-    /// Open (or create) the store in `dir` with default options.
-    pub fn open(dir: impl AsRef<Path>) -> Result<Store> {
-        Self::open_with(dir, Options::default())
-    }
-
-    /// Open (or create, unless read-only) the store in `dir`.
-    pub fn open_with(dir: impl AsRef<Path>, opts: Options) -> Result<Store> {
-        let dir = dir.as_ref().to_path_buf();
-        let vfs = opts.vfs.clone();
-        let min_segment = (SEGMENT_HEADER_BYTES + BATCH_HEADER_BYTES + 4096) as u32;
-        if opts.segment_bytes < min_segment {
-            return Err(Error::InvalidArgument(format!(
-                "segment_bytes {} is below the minimum {min_segment}",
-                opts.segment_bytes
-            )));
-        }
-        if opts.read_only {
-            if !vfs.is_dir(&dir) {
-                return Err(Error::NoStore {
-                    dir,
-                    detail: "no such directory".into(),
-                });
-            }
-        } else {
-            vfs.create_dir_all(&dir)
-                .map_err(|e| Error::io("create store directory", &dir, e))?;
-        }
-        let lock = if opts.read_only {
-            None
-        } else {
-            Some(
-                vfs.lock_exclusive(&dir.join(LOCK_FILE))
-                    .map_err(|e| Error::Locked {
-                        dir: dir.clone(),
-                        detail: e.to_string(),
-                    })?,
-            )
-        };
-        let (ck, ck_problem) = match checkpoint::load(vfs.as_ref(), &dir)? {
-            None => (None, None),
-            Some(Ok(ck)) if opts.checkpoints => (Some(ck), None),
-            Some(Ok(_)) => (None, None),
-            Some(Err(why)) => (None, Some(why)),
-        };
-        let had_bad_checkpoint = ck_problem.is_some();
-        let rec = recovery::recover(
-            vfs.as_ref(),
-            &dir,
-            opts.recovery_mode,
-            ck,
-            ck_problem,
-            lock.is_some(),
-        )?;
-        if opts.read_only && rec.segments.is_empty() && rec.store_id.is_none() {
-            return Err(Error::NoStore {
-                dir,
-                detail: "no segment files".into(),
-            });
-        }
-        let report = rec.report.clone();
-        if opts.read_only {
-            let store_id = rec.store_id.unwrap_or_default();
-            let (seg, off, seq) =
-                rec.tail
-                    .unwrap_or((FIRST_SEGMENT, SEGMENT_HEADER_BYTES as u32, 0));
-            let end = LogPos::new(seg, off);
-            let shared = Self::make_shared(dir, opts, store_id, rec.index, end, seq, None, None);
-            shared.reader.set_active(seg, None);
-            return Ok(Store {
-                shared: Arc::new(shared),
-                flusher: Mutex::new(None),
-                report,
-            });
-        }
-
-        // Apply what recovery decided, before anything new is written.
-        recovery::apply(vfs.as_ref(), &dir, &rec, had_bad_checkpoint)?;
-
-        let (store_id, seg, off, seq) = match (rec.store_id, rec.tail) {
-            (Some(id), Some((seg, off, seq))) => (id, seg, off, seq),
-            (store_id, _) => {
-                // A new store (or one whose only segment was a torn creation).
-                let mut id = [0u8; 16];
-                rand::thread_rng().fill_bytes(&mut id);
-                let id = store_id.unwrap_or(id);
-                let spec = SegmentSpec {
-                    store_id: id,
-                    id: FIRST_SEGMENT,
-                    first_batch_seq: 0,
-                    prev_segment_end: 0,
-                    preallocate_bytes: opts.preallocate.then_some(opts.segment_bytes as u64),
-                };
-                create_segment(vfs.as_ref(), &dir, &spec).map_err(|e| e.into_error())?;
-                (id, FIRST_SEGMENT, SEGMENT_HEADER_BYTES as u32, 0)
-            }
-        };
-        let path = segment_path(&dir, seg);
-        let file = vfs
-            .open(&path, true)
-            .map_err(|e| Error::io("open active segment", &path, e))?;
-        let end = LogPos::new(seg, off);
-        let writer = WriterFile {
-            segment: seg,
-            path,
-            file: file.clone(),
-            end: off,
-        };
-        let last = (seq > 0).then_some((end, 0));
-        let shared = Self::make_shared(dir, opts, store_id, rec.index, end, seq, lock, last);
-        shared.reader.set_active(seg, Some(file));
-        let shared = Arc::new(shared);
-        let s2 = shared.clone();
-        let handle = std::thread::Builder::new()
-            .name("turnstone-flusher".into())
-            .spawn(move || {
-                let sh = &*s2;
-                let env = FlusherEnv {
-                    vfs: sh.vfs.as_ref(),
-                    dir: &sh.dir,
-                    store_id: sh.store_id,
-                    preallocate_bytes: sh.opts.preallocate.then_some(sh.opts.segment_bytes as u64),
-                    checkpoints: sh.opts.checkpoints,
-                    reader: &sh.reader,
-                    checkpoint: &|| write_checkpoint(sh),
-                };
-                commit::run_flusher(&sh.commit, &env, writer);
-            })
-            .map_err(|e| Error::io("spawn flusher thread", &shared.dir, e))?;
-        Ok(Store {
-            shared,
-            flusher: Mutex::new(Some(handle)),
-            report,
-        })
-    }
-
-    #[allow(clippy::too_many_arguments)]
-    fn make_shared(
-        dir: PathBuf,
-        opts: Options,
-        store_id: [u8; 16],
-        index: Index,
-        end: LogPos,
-        next_batch_seq: u64,
-        lock: Option<Box<dyn LockGuard>>,
-        last_batch: Option<(LogPos, u32)>,
-    ) -> Shared {
-        Shared {
-            vfs: opts.vfs.clone(),
-            reader: SegmentReader::new(dir.clone(), opts.vfs.clone(), store_id, opts.read_only),
-            commit: CommitQueue::new(
-                end,
-                next_batch_seq,
-                last_batch,
-                opts.segment_bytes,
-                opts.flush_bytes,
-            ),
-            dir,
-            opts,
-            store_id,
-            index: RwLock::new(index),
-            checkpoint_lock: Mutex::new(()),
-            _lock: lock,
-        }
-    }
-
     /// What the recovery pass found and did when this store was opened.
     pub fn recovery_report(&self) -> &RecoveryReport {
         &self.report
