@@ -215,7 +215,7 @@ pub fn run(data: &[u8]) {
                     problems.iter().all(|p| *p == ProblemKind::TornTail),
                     "tolerate-torn-tail opened past corruption: {problems:?}"
                 ),
-                RecoveryMode::PointInTime => {}
+                RecoveryMode::PointInTime | RecoveryMode::Salvage => {}
             }
         }
         // An open that starts from an index checkpoint does not rescan what

@@ -318,6 +318,55 @@ fn checksum_mismatch_is_shown_expected_and_found() {
     assert!(stdout(&turnstone(&["dump", p(&dir)])).contains("not trusted"));
 }
 
+/// Issue 16: `export --salvage` reads a damaged store past the damage: the
+/// session's dense prefix up to its damaged frame, and other sessions whole;
+/// what was dropped is said on standard error. Plain `export` refuses.
+#[test]
+fn export_salvage_reads_past_a_damaged_frame() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("store");
+    fleet(&dir, 600, &[]);
+    let (lines, rc) = dump_json(&dir, &[]);
+    assert_eq!(rc, 0);
+    let fr = frames(&lines);
+    // A frame in the middle of the first segment, not a define.
+    let victim = fr
+        .iter()
+        .filter(|f| {
+            f["kind"] != "session/define"
+                && f["segment"].as_str().unwrap().ends_with("0000000001.tseg")
+        })
+        .nth(40)
+        .expect("a frame to damage");
+    let session = victim["session"].as_str().unwrap().to_string();
+    let seq = victim["seq"].as_u64().unwrap();
+    let seg = std::path::PathBuf::from(victim["segment"].as_str().unwrap());
+    let mut bytes = std::fs::read(&seg).unwrap();
+    bytes[victim["offset"].as_u64().unwrap() as usize + 24 + 3] ^= 0x20;
+    std::fs::write(&seg, &bytes).unwrap();
+    let _ = std::fs::remove_file(dir.join("index.ckpt"));
+
+    let out = turnstone(&["export", p(&dir), "--session", &session]);
+    assert_ne!(
+        code(&out),
+        0,
+        "a corrupt store is refused without --salvage"
+    );
+    let out = turnstone(&["export", p(&dir), "--session", &session, "--salvage"]);
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    assert_eq!(
+        stdout(&out).lines().count() as u64,
+        seq,
+        "{session}: seq {seq} damaged"
+    );
+    let err = stderr(&out);
+    let at = format!("offset {}", victim["offset"]);
+    assert!(
+        err.contains("salvage: corruption") && err.contains(&at),
+        "{err}"
+    );
+}
+
 #[test]
 fn locked_store_refuses_writers_and_serves_readers() {
     let tmp = tempfile::tempdir().unwrap();

@@ -14,6 +14,7 @@
 mod checkpoint_check;
 mod classify;
 mod plan;
+mod salvage;
 mod scan;
 
 use std::path::PathBuf;
@@ -37,6 +38,10 @@ pub enum RecoveryMode {
     /// Stop at the first damage of any kind and discard everything after it
     /// (torn or corrupt): the store opens at the last consistent point.
     PointInTime,
+    /// Read-only: keep every frame whose own checksum holds, past any damage
+    /// (RocksDB's skip-any-corrupted-records), as far as each session's seqs
+    /// stay dense; report every frame dropped. Changes no byte.
+    Salvage,
 }
 
 /// What kind of damage.

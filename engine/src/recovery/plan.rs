@@ -61,6 +61,9 @@ pub(crate) fn recover(
     checkpoint_problem: Option<String>,
     exclusive: bool,
 ) -> Result<Recovered> {
+    if mode == RecoveryMode::Salvage {
+        return super::salvage::salvage(vfs, dir);
+    }
     let started = Instant::now();
     let mut ids = list_segments(vfs, dir)?;
     let mut out = Recovered {

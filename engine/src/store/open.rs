@@ -14,7 +14,7 @@ use crate::error::{Error, Result};
 use crate::frame::{BATCH_HEADER_BYTES, SEGMENT_HEADER_BYTES};
 use crate::index::Index;
 use crate::log::{create_segment, segment_path, SegmentReader, SegmentSpec};
-use crate::recovery;
+use crate::recovery::{self, RecoveryMode};
 use crate::types::LogPos;
 use crate::vfs::LockGuard;
 
@@ -36,6 +36,13 @@ impl Store {
                 "segment_bytes {} is below the minimum {min_segment}",
                 opts.segment_bytes
             )));
+        }
+        if opts.recovery_mode == RecoveryMode::Salvage && !opts.read_only {
+            return Err(Error::InvalidArgument(
+                "recovery mode salvage opens read-only (the damaged bytes stay in the log); \
+                 export the sessions and import them into a new store"
+                    .into(),
+            ));
         }
         if opts.read_only {
             if !vfs.is_dir(&dir) {
