@@ -237,7 +237,8 @@ fn derive_messages(c: &mut Criterion) {
     g.measurement_time(Duration::from_secs(8));
     g.bench_function("full_rebuild_open_and_derive", |b| {
         b.iter(|| {
-            let mut fresh = Session::open(store.clone(), &name, reg.clone()).expect("open");
+            let mut fresh =
+                Session::open_read_only(store.clone(), &name, reg.clone()).expect("open");
             black_box(fresh.derive_messages().len())
         })
     });

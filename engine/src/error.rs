@@ -114,6 +114,9 @@ pub enum Error {
     /// The session layer refused an operation (the reason says which rule).
     #[error("refused: {0}")]
     Refused(String),
+
+    #[error("session {session:?} is live (a writable handle holds it since {since_ms} ms after the epoch); a second writable load is refused, read-only views (messages, replay) are allowed")]
+    SessionLive { session: String, since_ms: u64 },
     /// The full-text search index failed.
     #[error("search index {path}: {detail}")]
     Search { path: PathBuf, detail: String },

@@ -107,16 +107,23 @@ impl Index {
 
     /// How many of the session's first events have frames before `end`.
     pub fn len_before(&self, id: SessionId, end: LogPos) -> u64 {
-        let Some(e) = self.entry(id) else {
-            return 0;
-        };
-        let own = e.positions.partition_point(|p| *p < end.0) as u64;
-        match e.parent {
-            // Inherited frames lie before the define, which lies before
-            // every own frame.
-            _ if own > 0 => e.inherited() + own,
-            Some((p, n)) => self.len_before(p, end).min(n),
-            None => 0,
+        // Iterative: a fork chain of any depth fits the stack.
+        let (mut cur, mut cap) = (id, u64::MAX);
+        loop {
+            let Some(e) = self.entry(cur) else {
+                return 0;
+            };
+            let own = e.positions.partition_point(|p| *p < end.0) as u64;
+            match e.parent {
+                // Inherited frames lie before the define, which lies before
+                // every own frame.
+                _ if own > 0 => return (e.inherited() + own).min(cap),
+                Some((p, n)) if p < cur => {
+                    cap = cap.min(n);
+                    cur = p;
+                }
+                _ => return 0,
+            }
         }
     }
 

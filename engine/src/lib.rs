@@ -30,6 +30,7 @@ mod error;
 pub mod frame;
 mod index;
 pub mod inspect;
+pub mod live;
 mod log;
 mod recovery;
 pub mod session;

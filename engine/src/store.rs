@@ -54,6 +54,7 @@ pub struct Store {
     shared: Arc<Shared>,
     flusher: Mutex<Option<JoinHandle<()>>>,
     report: RecoveryReport,
+    live: crate::live::LiveSet,
 }
 
 impl std::fmt::Debug for Store {
@@ -65,6 +66,11 @@ impl std::fmt::Debug for Store {
 }
 
 impl Store {
+    /// The sessions that have a writable handle in this process.
+    pub fn live_sessions(&self) -> &crate::live::LiveSet {
+        &self.live
+    }
+
     /// What the recovery pass found and did when this store was opened.
     pub fn recovery_report(&self) -> &RecoveryReport {
         &self.report

@@ -127,7 +127,7 @@ fn fork_defaults_to_last_closed_turn_refuses_open_turn_and_copies_no_bodies() {
     let mut c = Session::open(store.clone(), "child", reg()).unwrap();
     assert_eq!(c.len(), 10);
     let parent_msgs: Vec<Message> = {
-        let mut p = Session::open(store.clone(), "src", reg()).unwrap();
+        let mut p = Session::open_read_only(store.clone(), "src", reg()).unwrap();
         p.derive_messages()[..4]
             .iter()
             .map(|m| (**m).clone())

@@ -47,7 +47,7 @@ pub fn open_session(dir: &std::path::Path, id: &str) -> Result<Session, Failure>
             dir.display()
         )));
     }
-    Session::open(store, id, Arc::new(Registry::new())).map_err(Failure::from)
+    Session::open_read_only(store, id, Arc::new(Registry::new())).map_err(Failure::from)
 }
 
 /// One line of text for a message.

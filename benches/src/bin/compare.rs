@@ -690,7 +690,7 @@ fn read_side(args: &Args, m: &mut Metrics) -> Result<()> {
     let mut msgs = 0;
     for _ in 0..3 {
         let t0 = Instant::now();
-        let mut s = Session::open(store.clone(), &name, reg.clone())?;
+        let mut s = Session::open_read_only(store.clone(), &name, reg.clone())?;
         msgs = s.derive_messages().len();
         t.push(t0.elapsed().as_secs_f64() * 1e3);
     }

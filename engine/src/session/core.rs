@@ -68,6 +68,19 @@ pub struct Session {
     loop_wrote_header: bool,
     /// End of this handle's last append (for durability waits).
     last_end: LogPos,
+    /// This handle's claim on the session in the store's live set
+    /// (`None`: a read-only view).
+    live_handle: Option<u64>,
+    /// Every turn, in order (see [`Session::turns`]).
+    pub(crate) turns: Vec<crate::session::coords::TurnInfo>,
+}
+
+impl Drop for Session {
+    fn drop(&mut self) {
+        if let Some(h) = self.live_handle {
+            self.store.live_sessions().release(&self.id, h);
+        }
+    }
 }
 
 /// One event of seed history (see [`Session::append_seed`]).
@@ -93,13 +106,62 @@ impl Session {
     pub fn create(store: Arc<Store>, id: &str, registry: Arc<Registry>) -> Result<Session> {
         store.create_session(id)?;
         let mut s = Self::empty(store, id, registry);
+        s.claim()?;
         s.loop_wrote_header = false;
         Ok(s)
     }
 
-    /// Restore an existing session from the log. Refuses (with kind and seq)
-    /// an unknown event kind not marked ignorable.
+    /// Restore an existing session from the log for writing. Refuses (with
+    /// kind and seq) an unknown event kind not marked ignorable, and refuses
+    /// ([`Error::SessionLive`]) a session that another handle holds for
+    /// writing: liveness is a property of the store, so a second host cannot
+    /// "repair" a turn that is still running.
     pub fn open(store: Arc<Store>, id: &str, registry: Arc<Registry>) -> Result<Session> {
+        let mut s = Self::restore(store, id, registry)?;
+        s.claim()?;
+        Ok(s)
+    }
+
+    /// A read-only view of a session, live or not: the same fold (surface,
+    /// messages, header, open state) over its durable and appended events,
+    /// claiming nothing. Appends are refused.
+    ///
+    /// ```
+    /// # use std::sync::Arc;
+    /// # use turnstone::session::*;
+    /// # let dir = tempfile::tempdir().unwrap();
+    /// # let store = Arc::new(turnstone::Store::open(dir.path()).unwrap());
+    /// let mut live = Session::create(store.clone(), "s1", Arc::new(Registry::new())).unwrap();
+    /// live.append(UserMessage { content: vec![ContentBlock::text("hi")] }, SurfaceOp::Append).unwrap();
+    /// // A second writable open is refused while `live` exists …
+    /// assert!(Session::open(store.clone(), "s1", Arc::new(Registry::new())).is_err());
+    /// // … a read-only view is not.
+    /// let mut view = Session::open_read_only(store, "s1", Arc::new(Registry::new())).unwrap();
+    /// assert_eq!(view.derive_messages().len(), 1);
+    /// ```
+    pub fn open_read_only(store: Arc<Store>, id: &str, registry: Arc<Registry>) -> Result<Session> {
+        Self::restore(store, id, registry)
+    }
+
+    /// Whether this handle is a read-only view.
+    pub fn is_read_only(&self) -> bool {
+        self.live_handle.is_none()
+    }
+
+    fn claim(&mut self) -> Result<()> {
+        match self.store.live_sessions().claim(&self.id, event::now_ms()) {
+            Ok(h) => {
+                self.live_handle = Some(h);
+                Ok(())
+            }
+            Err(since_ms) => Err(Error::SessionLive {
+                session: self.id.to_string(),
+                since_ms,
+            }),
+        }
+    }
+
+    fn restore(store: Arc<Store>, id: &str, registry: Arc<Registry>) -> Result<Session> {
         let len = store
             .session_len(id)
             .ok_or_else(|| Error::UnknownSession(id.to_string()))?;
@@ -140,6 +202,8 @@ impl Session {
             open: OpenState::default(),
             loop_wrote_header: false,
             last_end: LogPos(0),
+            live_handle: None,
+            turns: Vec::new(),
         }
     }
 
@@ -188,9 +252,21 @@ impl Session {
             CoreKind::TurnStart => {
                 let d: event::TurnStart =
                     serde_json::from_value(ev.data.clone()).map_err(|e| typed_err(self, e))?;
+                self.turns.push(crate::session::coords::TurnInfo {
+                    turn_id: d.turn_id.clone(),
+                    start_seq: ev.seq,
+                    end_seq: None,
+                    reason: None,
+                });
                 self.open.turn = Some((d.turn_id, ev.seq));
             }
             CoreKind::TurnEnd => {
+                if let Ok(d) = serde_json::from_value::<event::TurnEnd>(ev.data.clone()) {
+                    if let Some(t) = self.turns.last_mut().filter(|t| t.end_seq.is_none()) {
+                        t.end_seq = Some(ev.seq);
+                        t.reason = Some(d.reason);
+                    }
+                }
                 self.open.turn = None;
                 self.open.step = None;
             }
@@ -218,9 +294,14 @@ impl Session {
                             .map_err(|e| typed_err(self, e))?;
                         for (i, b) in d.content.iter().enumerate() {
                             if let Some((id, name)) = b.client_tool_use() {
-                                self.open
-                                    .requested
-                                    .insert(id.to_string(), (ev.seq, name.to_string()));
+                                // Asked for now: a call recorded before the
+                                // request is the model's from here on.
+                                self.open.unrequested.remove(id);
+                                if !self.open.calls.contains_key(id) {
+                                    self.open
+                                        .requested
+                                        .insert(id.to_string(), (ev.seq, name.to_string()));
+                                }
                                 self.open.origin.insert(id.to_string(), (ev.seq, i as u32));
                             }
                         }
@@ -229,10 +310,20 @@ impl Session {
                     _ => {
                         let d: ToolResult = serde_json::from_value(ev.data.clone())
                             .map_err(|e| typed_err(self, e))?;
-                        self.open.calls.remove(&d.call_id);
-                        self.open.requested.remove(&d.call_id);
-                        self.open.origin.remove(&d.call_id);
-                        if self.open.unrequested.remove(&d.call_id) {
+                        let id = &d.call_id;
+                        let answers_open = self.open.requested.contains_key(id)
+                            || (self.open.calls.contains_key(id)
+                                && !self.open.unrequested.contains(id));
+                        self.open.unrequested.remove(id);
+                        self.open.calls.remove(id);
+                        self.open.requested.remove(id);
+                        self.open.origin.remove(id);
+                        // Model-visible only when it answers a tool use the
+                        // model made and that is still open, or replaces
+                        // surface nodes (a pruned result): any other result
+                        // would answer nothing, and providers refuse that.
+                        let replaces = matches!(op, SurfaceOp::Replace { .. });
+                        if !(answers_open || replaces) {
                             None
                         } else {
                             messages::tool_result_message(ev.seq, &d)
@@ -244,7 +335,10 @@ impl Session {
             CoreKind::ToolCall => {
                 let d: event::ToolCall =
                     serde_json::from_value(ev.data.clone()).map_err(|e| typed_err(self, e))?;
-                if self.open.requested.remove(&d.call_id).is_none() {
+                let model_asked = self.open.requested.remove(&d.call_id).is_some()
+                    || (self.open.calls.contains_key(&d.call_id)
+                        && !self.open.unrequested.contains(&d.call_id));
+                if !model_asked {
                     self.open.unrequested.insert(d.call_id.clone());
                 }
                 self.open
@@ -342,7 +436,13 @@ impl Session {
     }
 
     /// Append encoded events atomically (one commit batch), then fold them.
-    fn append_encoded(&mut self, items: Vec<(u16, u16, Vec<u8>)>) -> Result<Vec<u64>> {
+    pub(crate) fn append_encoded(&mut self, items: Vec<(u16, u16, Vec<u8>)>) -> Result<Vec<u64>> {
+        if self.live_handle.is_none() {
+            return Err(Error::Refused(format!(
+                "session {:?} was opened read-only; open it for writing to append",
+                self.id
+            )));
+        }
         // Decode first: the live state is folded from exactly the bytes logged.
         let mut decoded = Vec::with_capacity(items.len());
         for (i, (code, flags, payload)) in items.iter().enumerate() {
@@ -465,6 +565,7 @@ impl Session {
             return Err(Error::SessionExists(id.to_string()));
         }
         let mut s = Self::empty(store, id, registry);
+        s.claim()?;
         s.append_seed(seed)?;
         Ok(s)
     }

@@ -12,7 +12,7 @@ use std::sync::Arc;
 
 use serde_json::Value;
 
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::session::core::Session;
 use crate::session::event::{ContentBlock, ToolCall, ToolResult, ToolStatus};
 use crate::session::surface::SurfaceOp;
@@ -90,6 +90,14 @@ pub enum ToolOutcome<T> {
     /// Cancelled while persisting: `ABORTED_BEFORE_DISPATCH` is logged, the
     /// body never ran.
     AbortedBeforeDispatch,
+    /// The body ran, but its result could not be logged (for example larger
+    /// than the payload limit): an error result saying why is logged at
+    /// `result_seq` instead, so the call is closed and the model is told.
+    ResultNotRecorded {
+        value: T,
+        result_seq: u64,
+        reason: String,
+    },
 }
 
 /// Run a tool with the order the log requires: record `tool/call` → guard
@@ -143,17 +151,52 @@ pub fn run_tool<T>(
         return Ok(ToolOutcome::AbortedBeforeDispatch);
     }
     let out = body(session, scope.nested());
-    let result_seq = session.append(
-        ToolResult {
-            call_id: call_id.to_string(),
-            content: out.content,
-            is_error: out.is_error,
-            status: None,
+    let (result_seq, not_recorded) = record_result(session, call_id, out.content, out.is_error)?;
+    Ok(match not_recorded {
+        None => ToolOutcome::Ran {
+            value: out.value,
+            result_seq,
         },
-        SurfaceOp::Append,
-    )?;
-    Ok(ToolOutcome::Ran {
-        value: out.value,
-        result_seq,
+        Some(reason) => ToolOutcome::ResultNotRecorded {
+            value: out.value,
+            result_seq,
+            reason,
+        },
     })
+}
+
+/// Record a tool's result, always closing its call: a result the log cannot
+/// take (larger than the payload limit, or refused) is replaced by an error
+/// result saying why, and the output stays out of the log. Only a failure of
+/// the store itself (poisoned, closed) is returned, and then nothing can be
+/// written; repair answers the call after a reopen.
+pub(crate) fn record_result(
+    session: &mut Session,
+    call_id: &str,
+    content: Vec<ContentBlock>,
+    is_error: bool,
+) -> Result<(u64, Option<String>)> {
+    let result = ToolResult {
+        call_id: call_id.to_string(),
+        content,
+        is_error,
+        status: None,
+    };
+    match session.append(result, SurfaceOp::Append) {
+        Ok(seq) => Ok((seq, None)),
+        Err(e @ (Error::TooLarge { .. } | Error::InvalidArgument(_) | Error::Refused(_))) => {
+            let reason = format!("tool result not recorded: {e}");
+            let seq = session.append(
+                ToolResult {
+                    call_id: call_id.to_string(),
+                    content: vec![ContentBlock::text(reason.clone())],
+                    is_error: true,
+                    status: None,
+                },
+                SurfaceOp::Append,
+            )?;
+            Ok((seq, Some(reason)))
+        }
+        Err(e) => Err(e),
+    }
 }

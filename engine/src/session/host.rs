@@ -60,9 +60,16 @@ impl Host {
         self.live.lock().get(id).and_then(Weak::upgrade)
     }
 
-    /// Whether a live handle of `id` exists in this process.
+    /// Whether a live handle of `id` exists in this host.
     pub fn is_active(&self, id: &str) -> bool {
         self.live(id).is_some()
+    }
+
+    /// Whether another handle (another host, or a `Session` opened directly)
+    /// holds `id` for writing: such a session is not inactive, and is
+    /// neither loaded nor repaired here.
+    fn live_elsewhere(&self, id: &str) -> bool {
+        !self.is_active(id) && self.store.live_sessions().live_since(id).is_some()
     }
 
     /// Create a new session and make it live.
@@ -115,14 +122,14 @@ impl Host {
         Ok(shared)
     }
 
-    /// Repair every session that is not active here (after a crash), in
-    /// creation order. Sessions repaired are not kept live. Stops at the
+    /// Repair every session that is not active (after a crash), in creation
+    /// order; sessions another handle holds for writing are skipped. Sessions repaired are not kept live. Stops at the
     /// first session that cannot be opened or repaired (see
     /// [`Host::repair_inactive_each`] to repair the others anyway).
     pub fn repair_inactive(&self) -> Result<Vec<RepairReport>> {
         let mut out = Vec::new();
         for info in self.store.sessions() {
-            if self.is_active(&info.name) {
+            if self.is_active(&info.name) || self.live_elsewhere(&info.name) {
                 continue;
             }
             out.push(self.repair_one(&info.name)?);
@@ -139,7 +146,7 @@ impl Host {
         self.store
             .sessions()
             .into_iter()
-            .filter(|info| !self.is_active(&info.name))
+            .filter(|info| !self.is_active(&info.name) && !self.live_elsewhere(&info.name))
             .map(|info| {
                 let r = self.repair_one(&info.name);
                 (info.name, r)

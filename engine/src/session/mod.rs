@@ -7,12 +7,14 @@
 
 pub mod adapter;
 pub mod content;
+pub mod coords;
 pub mod core;
 pub mod durability;
 pub mod event;
 pub mod header;
 pub mod host;
 pub mod messages;
+pub mod parallel;
 pub mod projection;
 pub mod query;
 pub mod repair;
@@ -23,6 +25,7 @@ pub mod surface;
 pub use self::core::{OpenState, SeedEvent, Session};
 pub use adapter::Provider;
 pub use content::{ChatFunction, ContentBlock, Extra, MediaSource, ToolResultContent, Usage};
+pub use coords::TurnInfo;
 pub use durability::{run_tool, CancelToken, CheckpointPoint, ToolBody, ToolOutcome, ToolScope};
 pub use event::{
     AssistantChunk, AssistantMessage, CallConfig, CompactionEnd, CompactionPrune, CompactionStart,
@@ -34,7 +37,8 @@ pub use event::{
 pub use header::{Difference, Request, RequestSpec};
 pub use host::{Host, SharedSession};
 pub use messages::{Message, Role};
+pub use parallel::run_tools_parallel;
 pub use projection::{Projection, ProjectionRegistry, RunState, RunStatus, TokenMeter, TokenState};
 pub use repair::{repair, validate_messages, MessageProblem, PluginRepair, RepairReport};
-pub use replay::{fork, replay, turn_open, Forked, Replay};
+pub use replay::{fork, replay, replay_range, turn_open, Forked, Replay};
 pub use surface::{Surface, SurfaceOp};

@@ -17,7 +17,7 @@ use crate::session::event::{
     AssistantMessage, CompactionSummary, ContentBlock, CoreKind, EventKind, Registry, SessionEvent,
     ToolResult, UserMessage,
 };
-use crate::session::replay::{replay, turn_open};
+use crate::session::replay::{replay, replay_range, turn_open_before};
 use crate::store::Store;
 
 /// One row of [`list_sessions`].
@@ -44,34 +44,45 @@ fn ts_of(store: &Store, registry: &Registry, id: &str, seq: u64) -> Result<Optio
     )
 }
 
-/// Every session of the store, in creation order. The open-turn flag is
-/// [`turn_open`]: a walk back from the end to the last turn marker, so a
-/// listing costs the sessions' last turns, not their whole logs.
+/// Every session of the store, in creation order, as its durable events
+/// show it (a listing reads no further and makes nothing durable). The
+/// open-turn flag is [`crate::session::turn_open`]'s rule: a walk back from the end to the
+/// last turn marker, so a listing costs the sessions' last turns, not their
+/// whole logs. A fork child's creation time is that of its first own
+/// event (inherited events keep their parent's times).
 pub fn list_sessions(store: &Store, registry: &Registry) -> Result<Vec<SessionSummary>> {
     let mut out = Vec::new();
     for info in store.sessions() {
-        let (created_ms, updated_ms) = if info.len == 0 {
-            (None, None)
+        let Some(meta) = store.session_meta(&info.name) else {
+            continue;
+        };
+        let end = meta.durable_len;
+        let first_own = info.parent.as_ref().map_or(0, |(_, n)| *n);
+        let created_ms = if end > first_own {
+            ts_of(store, registry, &info.name, first_own)?
         } else {
-            (
-                ts_of(store, registry, &info.name, 0)?,
-                ts_of(store, registry, &info.name, info.len - 1)?,
-            )
+            None
+        };
+        let updated_ms = if end == 0 {
+            None
+        } else {
+            ts_of(store, registry, &info.name, end - 1)?
         };
         out.push(SessionSummary {
             id: info.name.clone(),
-            events: info.len,
+            events: end,
             created_ms,
             updated_ms,
-            open_turn: turn_open(store, &info.name)?,
+            open_turn: turn_open_before(store, &info.name, end)?,
             parent: info.parent.clone(),
         });
     }
     Ok(out)
 }
 
-/// Events of `session` with seq in `range`, optionally only of the given
-/// kinds (by name, e.g. `"tool/call"`).
+/// Durable events of `session` with seq in `range`, optionally only of the
+/// given kinds (by name, e.g. `"tool/call"`). Reads only that range and
+/// never causes a sync (see [`crate::session::replay`]).
 pub fn events(
     store: &Store,
     registry: &Registry,
@@ -80,17 +91,9 @@ pub fn events(
     kinds: Option<&[&str]>,
 ) -> Result<Vec<SessionEvent>> {
     let mut out = Vec::new();
-    let it = replay(
-        store,
-        session,
-        std::sync::Arc::new(registry.clone()),
-        range.start,
-    )?;
+    let it = replay_range(store, session, std::sync::Arc::new(registry.clone()), range)?;
     for ev in it {
         let ev = ev?;
-        if ev.seq >= range.end {
-            break;
-        }
         if kinds.is_none_or(|k| k.contains(&ev.kind.name())) {
             out.push(ev);
         }

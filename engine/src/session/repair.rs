@@ -140,9 +140,10 @@ pub enum MessageProblem {
 
 /// Check that a message history is valid for a model, in both directions:
 /// every client tool use has exactly one tool result, every tool result
-/// answers an earlier tool use, and the results of an assistant message's
-/// tool uses all come before the next assistant message (the order the
-/// providers' request rules need; the adapters put them right after it).
+/// answers an earlier tool use, and the results of an assistant turn's tool
+/// uses (consecutive assistant messages are one turn) all come before the
+/// next assistant turn (the order the providers' request rules need; the
+/// adapters put them right after it).
 pub fn validate_messages(
     messages: &[std::sync::Arc<Message>],
 ) -> std::result::Result<(), MessageProblem> {
@@ -152,14 +153,20 @@ pub fn validate_messages(
     let mut uses: HashMap<&str, usize> = HashMap::new();
     let mut answered: HashSet<&str> = HashSet::new();
     let mut pending: Vec<(&str, usize)> = Vec::new();
+    let mut prev_role = None;
     for (i, m) in messages.iter().enumerate() {
-        if m.role == Role::Assistant {
+        // Consecutive assistant messages are one turn (the adapters merge
+        // them); its results must come before the next assistant turn.
+        if m.role == Role::Assistant && prev_role != Some(Role::Assistant) {
             if let Some((id, message)) = pending.first() {
                 return Err(MessageProblem::UnansweredToolUse {
                     id: id.to_string(),
                     message: *message,
                 });
             }
+        }
+        if !m.content.is_empty() {
+            prev_role = Some(m.role);
         }
         for b in &m.content {
             if let Some((id, _)) = b.client_tool_use() {

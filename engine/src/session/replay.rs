@@ -33,21 +33,39 @@ pub struct Replay<'a> {
     buf: VecDeque<Result<SessionEvent>>,
 }
 
-/// Replay the events `from..` of session `id` (as they are now).
+/// Replay the durable events `from..` of session `id` (as they are now).
+///
+/// Replay, like every view (query, search, listing), reads only what is
+/// durable and never makes anything durable: a reader of a live session
+/// sees its events once the writer's group commit has made them durable,
+/// and costs the writer no `fdatasync`. The writer's own [`crate::session::Session`]
+/// sees its appends at once.
 pub fn replay<'a>(
     store: &'a Store,
     id: &str,
     registry: Arc<Registry>,
     from: u64,
 ) -> Result<Replay<'a>> {
-    let end = store
-        .session_len(id)
+    replay_range(store, id, registry, from..u64::MAX)
+}
+
+/// Replay the durable events of session `id` with seq in `range`, reading
+/// nothing past it.
+pub fn replay_range<'a>(
+    store: &'a Store,
+    id: &str,
+    registry: Arc<Registry>,
+    range: std::ops::Range<u64>,
+) -> Result<Replay<'a>> {
+    let meta = store
+        .session_meta(id)
         .ok_or_else(|| Error::UnknownSession(id.to_string()))?;
+    let end = meta.durable_len.min(range.end);
     Ok(Replay {
         store,
         id: id.to_string(),
         registry,
-        next: from.min(end),
+        next: range.start.min(end),
         end,
         buf: VecDeque::new(),
     })
@@ -164,6 +182,12 @@ pub fn turn_open(store: &Store, id: &str) -> Result<bool> {
         .session_len(id)
         .ok_or_else(|| Error::UnknownSession(id.to_string()))?;
     Ok(!closed_boundaries(store, id, len)?.1)
+}
+
+/// Whether a turn is open at the end of the durable events `0..limit`
+/// (no read past `limit`).
+pub(crate) fn turn_open_before(store: &Store, id: &str, limit: u64) -> Result<bool> {
+    Ok(!closed_boundaries(store, id, limit)?.1)
 }
 
 /// What [`fork`] created.

@@ -100,6 +100,7 @@ impl Store {
                 shared: Arc::new(shared),
                 flusher: Mutex::new(None),
                 report,
+                live: Default::default(),
             });
         }
 
@@ -160,6 +161,7 @@ impl Store {
             shared,
             flusher: Mutex::new(Some(handle)),
             report,
+            live: Default::default(),
         })
     }
 

@@ -103,9 +103,10 @@ pub fn request_body(
 }
 
 /// The messages in the order every provider needs, still in the log's
-/// blocks: empty messages dropped; after each assistant message, the tool
-/// results answering it (in the order of its tool uses), then the other
-/// user messages of that run.
+/// blocks: empty messages dropped; consecutive assistant messages merged
+/// into one turn; after each assistant turn, the tool results answering it
+/// (in the order of its tool uses), then the other user messages of that
+/// run.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Segment {
     /// One assistant message's blocks.
@@ -127,12 +128,18 @@ pub(crate) fn arrange(messages: &[Arc<Message>]) -> Vec<Segment> {
             continue;
         }
         if m.role == Role::Assistant {
-            last_uses = m
+            let uses = m
                 .content
                 .iter()
-                .filter_map(|b| b.client_tool_use().map(|(id, _)| id.to_string()))
-                .collect();
-            out.push(Segment::Assistant(m.content.clone()));
+                .filter_map(|b| b.client_tool_use().map(|(id, _)| id.to_string()));
+            // Consecutive assistant messages are one turn.
+            if let Some(Segment::Assistant(prev)) = out.last_mut() {
+                prev.extend(m.content.iter().cloned());
+                last_uses.extend(uses);
+            } else {
+                last_uses = uses.collect();
+                out.push(Segment::Assistant(m.content.clone()));
+            }
             i += 1;
             continue;
         }

@@ -1,0 +1,171 @@
+//! Parallel tool calls (invariant 7 kept for each): the tool calls of one
+//! assistant message are recorded together — one atomic group, one
+//! durability wait — and their bodies then run concurrently without holding
+//! the session; each result is recorded when its body finishes. Derived
+//! messages keep the results in the order they finished; the request
+//! adapters send them in the order the model asked for them.
+//!
+//! After a crash part-way, repair finds: finished results as they were,
+//! `TOOL_OUTCOME_UNKNOWN` for calls that were durable (a body may have run),
+//! and `TOOL_NOT_STARTED` for uses whose call never became durable.
+
+use std::sync::Arc;
+
+use crate::error::Result;
+use crate::session::core::Session;
+use crate::session::durability::{record_result, CancelToken, ToolBody, ToolOutcome};
+use crate::session::event::{self, CoreKind, ToolCall, ToolResult, ToolStatus};
+use crate::session::host::SharedSession;
+use crate::session::surface::SurfaceOp;
+use crate::types::LogPos;
+
+impl Session {
+    /// Record the tool calls of one assistant message as one atomic group,
+    /// without waiting: returns where the group ends, for
+    /// [`crate::Store::wait_durable`] (or use [`Session::flush`]). Run no
+    /// body before that wait returns.
+    pub fn record_tool_calls(&mut self, calls: &[ToolCall]) -> Result<LogPos> {
+        let items = calls
+            .iter()
+            .map(|c| (CoreKind::ToolCall.code(), 0, event::encode_core(c, None)))
+            .collect();
+        self.append_encoded(items)?;
+        Ok(self.last_end())
+    }
+
+    /// Record a tool's result, closing its call. A result the log cannot
+    /// take (over the payload limit) is replaced by an error result saying
+    /// why; the second value is that reason.
+    pub fn record_tool_result(
+        &mut self,
+        call_id: &str,
+        content: Vec<crate::session::ContentBlock>,
+        is_error: bool,
+    ) -> Result<(u64, Option<String>)> {
+        record_result(self, call_id, content, is_error)
+    }
+}
+
+/// Run the tool calls of one assistant message concurrently.
+///
+/// Records every `tool/call` in one atomic group; answers the ones `guard`
+/// refuses with a refusal result; waits once for durability (the session
+/// is not locked while waiting or while bodies run, so a `Host::load` from
+/// another thread is refused at once instead of blocking for the turn);
+/// then, unless `cancel` was set meanwhile (every call then gets
+/// `ABORTED_BEFORE_DISPATCH`), runs each body on its own scoped thread and
+/// records its result as soon as it finishes. Outcomes come back in call
+/// order.
+///
+/// ```
+/// use std::sync::Arc;
+/// use serde_json::json;
+/// use turnstone::session::*;
+/// # let dir = tempfile::tempdir().unwrap();
+/// # let store = Arc::new(turnstone::Store::open(dir.path()).unwrap());
+/// let host = Host::new(store, Arc::new(Registry::new()));
+/// let shared = host.create("s1").unwrap();
+/// let calls: Vec<ToolCall> = ["a", "b"].iter().map(|id| ToolCall {
+///     call_id: id.to_string(), name: "echo".into(), input: json!({"x": id}),
+/// }).collect();
+/// shared.lock().append(AssistantMessage {
+///     content: calls.iter().map(|c| ContentBlock::tool_use(&c.call_id, &c.name, c.input.clone())).collect(),
+///     usage: None, stop_reason: Some("tool_use".into()), extra: Default::default(),
+/// }, SurfaceOp::Append).unwrap();
+/// let outcomes = run_tools_parallel(&shared, calls, &CancelToken::new(), |_| Ok(()), |call| ToolBody {
+///     content: vec![ContentBlock::text(call.input["x"].to_string())], is_error: false, value: (),
+/// }).unwrap();
+/// assert!(outcomes.iter().all(|o| matches!(o, ToolOutcome::Ran { .. })));
+/// validate_messages(shared.lock().derive_messages()).unwrap();
+/// ```
+pub fn run_tools_parallel<T: Send>(
+    session: &SharedSession,
+    calls: Vec<ToolCall>,
+    cancel: &CancelToken,
+    guard: impl Fn(&ToolCall) -> std::result::Result<(), String> + Sync,
+    body: impl Fn(&ToolCall) -> ToolBody<T> + Sync,
+) -> Result<Vec<ToolOutcome<T>>> {
+    let mut outcomes: Vec<Option<ToolOutcome<T>>> = (0..calls.len()).map(|_| None).collect();
+    let (store, durable_at, runnable) = {
+        let mut s = session.lock();
+        let end = s.record_tool_calls(&calls)?;
+        let mut runnable = Vec::new();
+        for (i, call) in calls.iter().enumerate() {
+            if let Err(reason) = guard(call) {
+                s.append(
+                    ToolResult {
+                        call_id: call.call_id.clone(),
+                        content: vec![crate::session::ContentBlock::text(format!(
+                            "refused by policy: {reason}"
+                        ))],
+                        is_error: true,
+                        status: None,
+                    },
+                    SurfaceOp::Append,
+                )?;
+                outcomes[i] = Some(ToolOutcome::Refused { reason });
+            } else {
+                runnable.push(i);
+            }
+        }
+        (Arc::clone(s.store()), end, runnable)
+    };
+    // One durability wait covers every call; no lock held.
+    store.wait_durable(durable_at)?;
+    if cancel.is_cancelled() {
+        let mut s = session.lock();
+        for &i in &runnable {
+            s.append(
+                ToolResult {
+                    call_id: calls[i].call_id.clone(),
+                    content: vec![],
+                    is_error: true,
+                    status: Some(ToolStatus::AbortedBeforeDispatch),
+                },
+                SurfaceOp::Append,
+            )?;
+            outcomes[i] = Some(ToolOutcome::AbortedBeforeDispatch);
+        }
+    } else {
+        let (body, calls_ref) = (&body, &calls);
+        let finished: Vec<(usize, Result<ToolOutcome<T>>)> = std::thread::scope(|scope| {
+            let handles: Vec<_> = runnable
+                .iter()
+                .map(|&i| {
+                    scope.spawn(move || {
+                        let call = &calls_ref[i];
+                        let out = body(call);
+                        let recorded = {
+                            let mut s = session.lock();
+                            record_result(&mut s, &call.call_id, out.content, out.is_error)
+                        };
+                        let outcome =
+                            recorded.map(|(result_seq, not_recorded)| match not_recorded {
+                                None => ToolOutcome::Ran {
+                                    value: out.value,
+                                    result_seq,
+                                },
+                                Some(reason) => ToolOutcome::ResultNotRecorded {
+                                    value: out.value,
+                                    result_seq,
+                                    reason,
+                                },
+                            });
+                        (i, outcome)
+                    })
+                })
+                .collect();
+            handles
+                .into_iter()
+                .map(|h| h.join().expect("tool body panicked"))
+                .collect()
+        });
+        for (i, r) in finished {
+            outcomes[i] = Some(r?);
+        }
+    }
+    Ok(outcomes
+        .into_iter()
+        .map(|o| o.expect("every call has an outcome"))
+        .collect())
+}
