@@ -4,13 +4,17 @@
 //!
 //! | module | owns |
 //! |---|---|
-//! | [`vfs`], [`sim`] | file access (real, or simulated with crashes and faults) |
+//! | [`vfs`], [`sim`] | file access (real, or simulated with crashes and faults); `derived` writes derived files atomically |
 //! | [`frame`] | byte layouts: segment header, batch header, frame (`format-spec/FORMAT.md`) |
-//! | [`recovery`] | the recovery pass: torn tail vs corruption |
-//! | [`commit`] | group commit: write-behind batches, flusher, durable position |
-//! | [`index`], [`checkpoint`] | seq-dense per-session index and its checkpoint file |
-//! | [`store`] | [`Store`]: lock, open, append, sync, read, fork, close |
+//! | `log/` | segment files (create, name, list, zero a torn tail) and the one segment reader |
+//! | `commit/` | group commit: batches, the commit queue, the flusher (poisons on panic), durable position |
+//! | `index`, `checkpoint` | seq-dense per-session index (its own lock) and its checkpoint file |
+//! | `recovery/` | one scanner, one classification of FORMAT.md §6.3 rows, the plan; salvage |
+//! | [`inspect`] | the same scanner and classification for `verify`/`dump`: resync and carry on |
+//! | `store` | [`Store`], the façade: lock, open (plan + apply), append, sync, read, fork, close |
 //! | [`session`] | the session layer: typed events, surface, derive_messages, request headers |
+//!
+//! Lower-layer modules are private; their public types are re-exported here.
 //!
 //! ```
 //! let dir = tempfile::tempdir().unwrap();

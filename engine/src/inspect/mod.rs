@@ -4,14 +4,17 @@
 //!
 //! Unlike the recovery pass ([`crate::recovery`]) it never stops at the first
 //! damage: after a bad batch it resynchronises on the next valid batch header
-//! ([`probe_after`]) and goes on, so one report lists all damage. It classifies
-//! each problem with the same rule as recovery (`FORMAT.md` §6): a failing
-//! batch in the last segment with no valid batch after it is a torn tail;
-//! anything else is corruption. An intact index checkpoint is used only as
-//! evidence (row C4): a failure before the position it covers is corruption,
-//! since the checkpoint was written after that position was durable. The scan
-//! itself never starts from the checkpoint: every byte is checked. It never
-//! takes the store lock, never writes, and never panics on any bytes
+//! ([`crate::recovery::probe_after`]) and goes on, so one report lists all
+//! damage. It classifies each problem with the same functions as recovery
+//! (`FORMAT.md` §6.3, [`crate::recovery::classify_stop`]): a failing batch in
+//! the last segment with no valid batch after it is a torn tail; anything
+//! else is corruption. Inside a failing batch it checks every frame on its
+//! own and shows those that hold as not trusted (§6.5). An intact index
+//! checkpoint is used only as evidence (row C4): a failure before the
+//! position it covers is corruption, since the checkpoint was written after
+//! that position was durable. The scan itself never starts from the
+//! checkpoint: every byte is checked. It never takes the store lock, never
+//! writes, and never panics on any bytes
 //! (invariant 10 of ARCHITECTURE.md).
 
 mod batches;
