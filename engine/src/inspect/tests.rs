@@ -1,3 +1,6 @@
+//! Tests of the inspector: clean walks, damage in place (per frame too),
+//! agreement with recovery on headers, the format vectors, never a panic.
+
 use super::*;
 use std::collections::HashMap;
 

@@ -1,8 +1,17 @@
-//! The recovery pass on open: validate every batch from the last trusted
-//! point, stop at the first one that fails, and decide *torn tail* (a power
-//! cut explains it: lose only unacknowledged events) or *corruption* (no power
-//! cut explains it: refuse, naming file and offset). Invariants 1 and 3 of
-//! ARCHITECTURE.md; the rule is `format-spec/FORMAT.md` §6.
+//! Recovery: decide, from the bytes alone, where the durable log ends and
+//! whether damage is a *torn tail* (a power cut explains it: lose only
+//! unacknowledged events) or *corruption* (no power cut explains it: refuse,
+//! naming file and offset). Invariants 1 and 3 of ARCHITECTURE.md; the rule
+//! is `format-spec/FORMAT.md` §6.
+//!
+//! Three steps, each its own file: [`scan`] reads the bytes (headers,
+//! batches, frames; the one scanner, also used by [`crate::inspect`]);
+//! [`classify`] turns what a scan saw where it stopped into a row of §6.3
+//! (pure functions, also used by [`crate::inspect`]); `plan` runs the pass on
+//! open and returns what to zero, remove and index, which the store applies
+//! before its first append. `checkpoint_check` decides whether an index
+//! checkpoint may stand in for the scan of what it covers; `salvage` is the
+//! read-only mode that keeps every frame whose own checksum holds.
 //!
 //! Why the bytes say where the durable region ends: the engine writes at most
 //! one batch between two completed fdatasyncs, and a new segment is created only
