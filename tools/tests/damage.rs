@@ -303,7 +303,7 @@ fn checksum_mismatch_is_shown_expected_and_found() {
     let out = turnstone(&["verify", p(&dir)]);
     assert!(stdout(&out).contains(&format!("expected {e}, found {f}")));
     // Issue 16: the damage is named at its frame (the flipped bit is in the
-    // batch's second frame), with the checksum that failed; the batch's
+    // batch's first frame), with the checksum that failed; the batch's
     // other frame checks on its own and is shown, marked not trusted.
     assert_eq!(pr[0]["checksum"], "batch-body", "{}", pr[0]);
     let damaged = pr[0]["damaged_frames"].as_array().expect("damaged frames");
