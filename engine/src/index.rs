@@ -61,41 +61,80 @@ impl Index {
     /// Positions of the events `range` of session `id` (clamped to its
     /// length), in seq order, following fork parents for inherited seqs.
     pub fn positions_in(&self, id: SessionId, range: std::ops::Range<u64>) -> Vec<u64> {
-        let mut out = Vec::new();
-        self.collect_positions(id, range, &mut out);
-        out
+        self.positions_and_owners_in(id, range).0
     }
 
-    fn collect_positions(&self, id: SessionId, range: std::ops::Range<u64>, out: &mut Vec<u64>) {
+    /// [`Index::positions_in`], plus the sessions whose own frames those
+    /// positions are (the session and the fork ancestors it reads through),
+    /// sorted by id. Walks the parent chain iteratively (no recursion, so a
+    /// fork chain of any depth fits the stack) and only as far up as `range`
+    /// reaches: the cost is the number of positions plus the ancestors
+    /// passed on the way, never a walk per position.
+    pub fn positions_and_owners_in(
+        &self,
+        id: SessionId,
+        range: std::ops::Range<u64>,
+    ) -> (Vec<u64>, Vec<SessionId>) {
         let Some(e) = self.entry(id) else {
-            return;
+            return (Vec::new(), Vec::new());
         };
         let end = range.end.min(e.len());
         let start = range.start.min(end);
-        let inherited = e.inherited();
-        if let Some((p, _)) = e.parent {
-            if start < inherited {
-                // Parents precede children (dense ids in define order), so
-                // this recursion ends.
-                self.collect_positions(p, start..end.min(inherited), out);
+        // Pieces from the child upwards: (session, own slice); emitted in
+        // reverse so that positions come out in seq order.
+        let mut pieces: Vec<(SessionId, &[u64])> = Vec::new();
+        let (mut cur, mut cur_end) = (id, end);
+        while let Some(e) = self.entry(cur) {
+            let inherited = e.inherited();
+            let own_start = start.max(inherited);
+            if own_start < cur_end {
+                let own =
+                    &e.positions[(own_start - inherited) as usize..(cur_end - inherited) as usize];
+                pieces.push((cur, own));
+            }
+            match e.parent {
+                Some((p, upto)) if start < inherited && p < cur => {
+                    // Parents precede children (dense ids in define order),
+                    // so the walk ends. Skip ancestors that hold none of
+                    // the inherited prefix (forked below their own events).
+                    let mut p = p;
+                    while let Some(pe) = self.entry(p) {
+                        match pe.parent {
+                            Some((gp, _)) if upto <= pe.inherited() && gp < p => p = gp,
+                            _ => break,
+                        }
+                    }
+                    cur = p;
+                    cur_end = cur_end.min(upto);
+                }
+                _ => break,
             }
         }
-        let (own_start, own_end) = (start.max(inherited), end.max(inherited));
-        out.extend_from_slice(
-            &e.positions[(own_start - inherited) as usize..(own_end - inherited) as usize],
-        );
+        let mut positions = Vec::with_capacity((end - start) as usize);
+        let mut owners = Vec::with_capacity(pieces.len());
+        for (sid, own) in pieces.iter().rev() {
+            positions.extend_from_slice(own);
+            owners.push(*sid);
+        }
+        (positions, owners)
     }
 
-    /// Position of event `seq` of session `id`.
+    /// Position of event `seq` of session `id` (an iterative walk up the
+    /// fork chain).
     pub fn position(&self, id: SessionId, seq: u64) -> Option<u64> {
-        let e = self.entry(id)?;
-        let inherited = e.inherited();
-        match e.parent {
-            Some((p, _)) if seq < inherited => self.position(p, seq),
-            _ => e
-                .positions
-                .get((seq.checked_sub(inherited)?) as usize)
-                .copied(),
+        let mut cur = id;
+        loop {
+            let e = self.entry(cur)?;
+            let inherited = e.inherited();
+            match e.parent {
+                Some((p, _)) if seq < inherited && p < cur => cur = p,
+                _ => {
+                    return e
+                        .positions
+                        .get((seq.checked_sub(inherited)?) as usize)
+                        .copied()
+                }
+            }
         }
     }
 
@@ -105,10 +144,11 @@ impl Index {
         e.len().checked_sub(1).and_then(|l| self.position(id, l))
     }
 
-    /// How many of the session's first events have frames before `end`.
+    /// How many of the session's first events have frames before `end`
+    /// (an iterative walk up the fork chain).
     pub fn len_before(&self, id: SessionId, end: LogPos) -> u64 {
-        // Iterative: a fork chain of any depth fits the stack.
-        let (mut cur, mut cap) = (id, u64::MAX);
+        let mut cur = id;
+        let mut cap = u64::MAX;
         loop {
             let Some(e) = self.entry(cur) else {
                 return 0;
@@ -290,5 +330,28 @@ mod tests {
         assert_eq!(p.sessions.len(), 2);
         assert_eq!(p.sessions[1].positions, vec![pos(400).0]);
         assert_eq!(p.sessions[1].len(), 2);
+
+        // A fork below its parent's own events reads through the parent to
+        // the grandparent: d = fork of c at 1 (a's event 0 only).
+        ix.apply_define(SessionId(3), &def("d", Some((SessionId(2), 1))), pos(700))
+            .unwrap();
+        ix.apply_frame(SessionId(3), 1, pos(800)).unwrap();
+        assert_eq!(
+            ix.positions_and_owners_in(SessionId(3), 0..2),
+            (
+                vec![pos(100).0, pos(800).0],
+                vec![SessionId(0), SessionId(3)]
+            )
+        );
+        assert_eq!(
+            ix.positions_and_owners_in(SessionId(2), 0..3),
+            (
+                vec![pos(100).0, pos(400).0, pos(600).0],
+                vec![SessionId(0), SessionId(1), SessionId(2)]
+            )
+        );
+        assert_eq!(ix.position(SessionId(3), 0), Some(pos(100).0));
+        assert_eq!(ix.len_before(SessionId(3), pos(750)), 1);
+        assert_eq!(ix.len_before(SessionId(3), pos(50)), 0);
     }
 }

@@ -385,15 +385,10 @@ impl Store {
                 .ok_or_else(|| Error::UnknownSession(session.to_string()))?;
             let end = range.end.min(e.len());
             let start = range.start.min(end);
-            let positions = ix.positions_in(sid, start..end);
-            // Sessions whose frames this session may hold: itself and its fork
-            // ancestors (inherited events keep their parent's session id).
-            let mut owners = vec![sid];
-            let mut cur = e.parent;
-            while let Some((p, _)) = cur {
-                owners.push(p);
-                cur = ix.sessions[p.0 as usize].parent;
-            }
+            // The sessions whose frames these are: itself and the fork
+            // ancestors the range reads through (inherited events keep
+            // their parent's session id), sorted for the frame check.
+            let (positions, owners) = ix.positions_and_owners_in(sid, start..end);
             (positions, start, owners)
         };
         if let Some(last) = positions.last() {

@@ -36,11 +36,25 @@ echo "load: turnstone serve ($(basename "$(dirname "$bin")") build)"
 ts="$(node "$here/load.mjs" "$url" "${args[@]}")"; echo "$ts"
 kill -TERM "$pid"; wait "$pid" || true; pid=""
 
-( cd "$here" && node reference.mjs "$work/reference" >"$work/ref.log" 2>&1 ) & pid=$!
+# `exec`: $pid must be node itself, not a subshell (killing the subshell
+# left the reference server running after every run).
+( cd "$here" && exec node reference.mjs "$work/reference" >"$work/ref.log" 2>&1 ) & pid=$!
 wait_url "$work/ref.log"
 echo "load: reference @durable-streams/server (file-backed)"
 ref="$(node "$here/load.mjs" "$url" "${args[@]}")"; echo "$ref"
-kill -TERM "$pid" 2>/dev/null; wait "$pid" 2>/dev/null || true; pid=""
+stop_pid() { # pid: TERM, then KILL after 5 s; fail if it survives
+  kill -TERM "$1" 2>/dev/null || true
+  for _ in $(seq 1 50); do kill -0 "$1" 2>/dev/null || break; sleep 0.1; done
+  kill -KILL "$1" 2>/dev/null || true
+  wait "$1" 2>/dev/null || true
+  ! kill -0 "$1" 2>/dev/null || die "process $1 is still running"
+}
+stop_pid "$pid"; pid=""
+# Nothing may stay listening: the reference server wrote its URL to the log.
+port="${url##*:}"; port="${port%%/*}"
+if command -v ss >/dev/null && ss -ltn "sport = :$port" | grep -q LISTEN; then
+  die "a server still listens on port $port after the run"
+fi
 
 node -e '
 const [a, b] = process.argv.slice(1).map(JSON.parse);

@@ -15,8 +15,9 @@ pub struct ServeArgs {
     /// Require `Authorization: Bearer <TOKEN>` on every request.
     #[arg(long, env = "TURNSTONE_SERVE_TOKEN", hide_env_values = true)]
     pub token: Option<String>,
-    /// Largest request body in bytes (413 above it).
-    #[arg(long, default_value_t = 16 << 20)]
+    /// Largest request body in bytes (413 above it); the default is the
+    /// largest JSON message (16 MiB - 16 bytes).
+    #[arg(long, default_value_t = crate::DEFAULT_MAX_BODY_BYTES)]
     pub max_body_bytes: usize,
     /// How long a long-poll read waits for data before answering 204.
     #[arg(long, default_value_t = 20_000)]
@@ -24,6 +25,26 @@ pub struct ServeArgs {
     /// SSE connections are closed after this long; clients reconnect.
     #[arg(long, default_value_t = 60_000)]
     pub sse_max_ms: u64,
+    /// Allow a non-loopback --listen address without --token.
+    #[arg(long)]
+    pub insecure: bool,
+    /// Close a connection that sends no complete request header for this
+    /// long (new, or idle between requests).
+    #[arg(long, default_value_t = 10_000)]
+    pub header_timeout_ms: u64,
+    /// Answer 408 (and close) when a request body takes longer than this.
+    #[arg(long, default_value_t = 60_000)]
+    pub body_timeout_ms: u64,
+    /// Open connections at most; more are answered 503 and closed.
+    #[arg(long, default_value_t = 1024)]
+    pub max_connections: usize,
+    /// Browser origins allowed (CORS): `*`, or a comma-separated list.
+    /// Default: none (requests with an Origin header get 403).
+    #[arg(long)]
+    pub cors_origin: Option<String>,
+    /// Log one line per request to stderr.
+    #[arg(long)]
+    pub access_log: bool,
 }
 
 impl ServeArgs {
@@ -31,10 +52,18 @@ impl ServeArgs {
     pub fn options(&self) -> crate::Options {
         let mut o = crate::Options::new(&self.dir);
         o.listen = self.listen;
-        o.token = self.token.clone().filter(|t| !t.is_empty());
+        // An empty token is passed on, and refused at start (it would
+        // otherwise silently disable auth).
+        o.token = self.token.clone();
         o.max_body_bytes = self.max_body_bytes;
         o.long_poll_timeout = Duration::from_millis(self.long_poll_timeout_ms.max(1));
         o.sse_max_duration = Duration::from_millis(self.sse_max_ms.max(1));
+        o.insecure = self.insecure;
+        o.header_timeout = Duration::from_millis(self.header_timeout_ms.max(1));
+        o.body_timeout = Duration::from_millis(self.body_timeout_ms.max(1));
+        o.max_connections = self.max_connections;
+        o.cors_origin = self.cors_origin.clone();
+        o.access_log = self.access_log;
         o
     }
 }

@@ -12,38 +12,51 @@ use crate::streams::{Group, Registry, Streams};
 
 impl Streams {
     /// DELETE: soft while forks read through the stream, hard otherwise.
-    pub fn delete(&self, path: &str, now_ms: u64) -> Result<LogPos, Fail> {
+    /// `Err((fail, wait))`: answer `fail` once `wait` is durable (a deletion
+    /// already accepted but not yet durable).
+    pub fn delete(&self, path: &str, now_ms: u64) -> Result<LogPos, (Fail, Option<LogPos>)> {
         let mut reg = self.reg.lock();
-        let s = reg.by_path.get(path).cloned().ok_or(Fail::NotFound)?;
-        s.state.lock().check_live()?;
-        let (_, end) = self.delete_locked(&mut reg, &s, "delete", now_ms);
-        end.ok_or_else(|| Fail::Internal("delete wrote nothing".into()))
+        let s = reg
+            .by_path
+            .get(path)
+            .cloned()
+            .ok_or((Fail::NotFound, None))?;
+        {
+            let st = s.state.lock();
+            if let Err(f) = st.check_live() {
+                return Err((f, Some(st.last_end)));
+            }
+        }
+        let (_, end) = self
+            .delete_locked(&mut reg, &s, "delete", now_ms)
+            .map_err(|f| (f, None))?;
+        end.ok_or_else(|| (Fail::Internal("delete wrote nothing".into()), None))
     }
 
     /// Tombstone a stream (and cascade to sources nobody reads through any
-    /// more). Returns the mode and the end position to wait for.
+    /// more). Returns the mode and the end position to wait for. Readers
+    /// keep seeing the stream until [`Streams::settle`] finds its tombstone
+    /// durable. `Err`: the tombstone could not be written (nothing changed).
     pub(crate) fn delete_locked(
         &self,
         reg: &mut Registry,
         s: &Arc<Stream>,
         reason: &str,
         now_ms: u64,
-    ) -> (DeleteMode, Option<LogPos>) {
+    ) -> Result<(DeleteMode, Option<LogPos>), Fail> {
         let mut st = s.state.lock();
         if let Some(mode) = st.deleted {
-            return (mode, None);
+            return Ok((mode, None));
         }
         let mode = if st.forks > 0 {
             DeleteMode::Soft
         } else {
             DeleteMode::Hard
         };
-        let mut end = self.tombstone(s, &mut st, mode, reason, now_ms);
+        let mut end = Some(self.tombstone(s, &mut st, mode, reason, now_ms)?);
         let parent = st.config.fork.as_ref().map(|f| f.source_session.clone());
         drop(st);
-        s.changed.send_modify(|v| *v += 1);
         if mode == DeleteMode::Hard {
-            Self::unlink(reg, s);
             let mut next = parent;
             while let Some(p) = next.take() {
                 let Some(ps) = reg.by_session.get(&p).cloned() else {
@@ -52,40 +65,44 @@ impl Streams {
                 let mut pst = ps.state.lock();
                 pst.forks = pst.forks.saturating_sub(1);
                 if pst.forks == 0 && pst.deleted == Some(DeleteMode::Soft) {
-                    end = end.max(self.tombstone(
-                        &ps,
-                        &mut pst,
-                        DeleteMode::Hard,
-                        "released",
-                        now_ms,
-                    ));
-                    next = pst.config.fork.as_ref().map(|f| f.source_session.clone());
-                    drop(pst);
-                    ps.changed.send_modify(|v| *v += 1);
-                    Self::unlink(reg, &ps);
+                    // A failed cascade leaves the source soft-deleted; the
+                    // next start releases it.
+                    if let Ok(e) =
+                        self.tombstone(&ps, &mut pst, DeleteMode::Hard, "released", now_ms)
+                    {
+                        end = end.max(Some(e));
+                        next = pst.config.fork.as_ref().map(|f| f.source_session.clone());
+                    }
                 }
             }
         }
-        (mode, end)
+        Ok((mode, end))
     }
 
     fn unlink(reg: &mut Registry, s: &Arc<Stream>) {
         if reg.by_path.get(&s.path).is_some_and(|x| Arc::ptr_eq(x, s)) {
             reg.by_path.remove(&s.path);
         }
-        reg.by_session.remove(&s.session);
+        if reg
+            .by_session
+            .get(&s.session)
+            .is_some_and(|x| Arc::ptr_eq(x, s))
+        {
+            reg.by_session.remove(&s.session);
+        }
     }
 
-    /// Write a tombstone; the in-memory state changes at once whether or not
-    /// the write succeeds (a failed write poisons the store anyway).
+    /// Write a tombstone. The deletion is accepted at once (no more writes)
+    /// and becomes visible to readers when [`Streams::settle`] finds it
+    /// durable.
     fn tombstone(
         &self,
-        s: &Stream,
+        s: &Arc<Stream>,
         st: &mut State,
         mode: DeleteMode,
         reason: &str,
         now_ms: u64,
-    ) -> Option<LogPos> {
+    ) -> Result<LogPos, Fail> {
         let mut g = Group::new(st.tail.bytes);
         g.json(
             KIND_DELETE,
@@ -95,14 +112,49 @@ impl Streams {
                 at_ms: now_ms,
             },
         );
+        let end = g.write(&self.store, &s.session)?;
         st.deleted = Some(mode);
-        match g.write(&self.store, &s.session) {
-            Ok(end) => {
-                st.tail = Offset::new(st.tail.seq + 1, st.tail.bytes);
-                st.last_end = end;
-                Some(end)
+        st.tail = Offset::new(st.tail.seq + 1, st.tail.bytes);
+        st.last_end = end;
+        self.pending_deletes.lock().push((s.clone(), end));
+        Ok(end)
+    }
+
+    /// Make durable deletions visible: hide the streams from readers (wake
+    /// them) and forget hard-deleted ones. Called after every successful
+    /// durability wait.
+    pub fn settle(&self) {
+        let durable = self.store.durable_pos();
+        let ready: Vec<Arc<Stream>> = {
+            let mut pending = self.pending_deletes.lock();
+            if pending.is_empty() {
+                return;
             }
-            Err(_) => None,
+            let mut ready = Vec::new();
+            pending.retain(|(s, end)| {
+                if *end <= durable {
+                    ready.push(s.clone());
+                    false
+                } else {
+                    true
+                }
+            });
+            ready
+        };
+        if ready.is_empty() {
+            return;
+        }
+        let mut reg = self.reg.lock();
+        for s in ready {
+            let hard = {
+                let mut st = s.state.lock();
+                st.vis_deleted = st.deleted;
+                st.deleted == Some(DeleteMode::Hard)
+            };
+            if hard {
+                Self::unlink(&mut reg, &s);
+            }
+            s.changed.send_modify(|v| *v += 1);
         }
     }
 
@@ -121,8 +173,9 @@ impl Streams {
         for s in candidates {
             let mut reg = self.reg.lock();
             if s.state.lock().is_expired(now_ms) {
-                let (_, end) = self.delete_locked(&mut reg, &s, "expired", now_ms);
-                last = last.max(end);
+                if let Ok((_, end)) = self.delete_locked(&mut reg, &s, "expired", now_ms) {
+                    last = last.max(end);
+                }
             }
         }
         last

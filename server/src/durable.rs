@@ -12,7 +12,25 @@ use std::thread::JoinHandle;
 use tokio::sync::oneshot;
 use turnstone::{LogPos, Store};
 
-type Reply = oneshot::Sender<Result<(), String>>;
+type Reply = oneshot::Sender<Result<(), WaitError>>;
+
+/// Why a durability wait failed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WaitError {
+    /// The store takes no more writes (poisoned by an fdatasync error, or
+    /// closed): not worth retrying in this process.
+    pub fatal: bool,
+    pub message: String,
+}
+
+impl WaitError {
+    fn stopped(message: &str) -> WaitError {
+        WaitError {
+            fatal: true,
+            message: message.into(),
+        }
+    }
+}
 
 /// Handle to the waiter thread.
 pub struct Durability {
@@ -36,7 +54,7 @@ impl Durability {
     }
 
     /// Resolve once the log is durable up to `pos`.
-    pub async fn wait(&self, pos: LogPos) -> Result<(), String> {
+    pub async fn wait(&self, pos: LogPos) -> Result<(), WaitError> {
         if self.store.durable_pos() >= pos {
             return Ok(());
         }
@@ -44,14 +62,14 @@ impl Durability {
         {
             let guard = self.tx.lock();
             let Some(sender) = guard.as_ref() else {
-                return Err("server is shutting down".into());
+                return Err(WaitError::stopped("server is shutting down"));
             };
             sender
                 .send((pos, tx))
-                .map_err(|_| "durability waiter stopped".to_string())?;
+                .map_err(|_| WaitError::stopped("durability waiter stopped"))?;
         }
         rx.await
-            .unwrap_or_else(|_| Err("durability waiter stopped".into()))
+            .unwrap_or_else(|_| Err(WaitError::stopped("durability waiter stopped")))
     }
 
     /// Stop the thread (after answering what is queued).
@@ -76,7 +94,13 @@ fn waiter_loop(store: &Store, rx: mpsc::Receiver<(LogPos, Reply)>) {
             batch.push(more);
         }
         let max = batch.iter().map(|(p, _)| *p).max().expect("non-empty");
-        let result = store.wait_durable(max).map_err(|e| e.to_string());
+        let result = store.wait_durable(max).map_err(|e| WaitError {
+            fatal: matches!(
+                e,
+                turnstone::Error::Poisoned { .. } | turnstone::Error::Closed
+            ),
+            message: e.to_string(),
+        });
         for (_, reply) in batch {
             let _ = reply.send(result.clone());
         }

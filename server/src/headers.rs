@@ -11,6 +11,8 @@ pub const STREAM_SEQ: &str = "stream-seq";
 pub const STREAM_TTL: &str = "stream-ttl";
 pub const STREAM_EXPIRES_AT: &str = "stream-expires-at";
 pub const STREAM_FORKED_FROM: &str = "stream-forked-from";
+/// `unknown` on a 500 answer to a write: see [`crate::stream::Fail::Unknown`].
+pub const STREAM_OUTCOME: &str = "stream-outcome";
 pub const STREAM_FORK_OFFSET: &str = "stream-fork-offset";
 pub const STREAM_FORK_SUB_OFFSET: &str = "stream-fork-sub-offset";
 pub const STREAM_SSE_DATA_ENCODING: &str = "stream-sse-data-encoding";
@@ -23,7 +25,8 @@ pub const PRODUCER_RECEIVED_SEQ: &str = "producer-received-seq";
 /// Headers a browser may read (CORS `Access-Control-Expose-Headers`).
 pub const EXPOSED: &str = "Stream-Next-Offset, Stream-Cursor, Stream-Up-To-Date, Stream-Closed, \
 Stream-TTL, Stream-Expires-At, Stream-SSE-Data-Encoding, Producer-Epoch, Producer-Seq, \
-Producer-Expected-Seq, Producer-Received-Seq, ETag, Location, Content-Type";
+Producer-Expected-Seq, Producer-Received-Seq, Stream-Outcome, Retry-After, ETag, Location, \
+Content-Type";
 /// Headers a browser may send (CORS `Access-Control-Allow-Headers`).
 pub const ALLOWED: &str = "Authorization, Content-Type, If-None-Match, Stream-Seq, Stream-TTL, \
 Stream-Expires-At, Stream-Closed, Stream-Forked-From, Stream-Fork-Offset, Stream-Fork-Sub-Offset, \

@@ -1,6 +1,8 @@
 //! Requests to responses: routing, header parsing, status codes.
 
 use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -68,7 +70,20 @@ impl From<Fail> for HttpError {
                 ],
             },
             Fail::TooLarge(m) => HttpError::new(S::PAYLOAD_TOO_LARGE, m),
-            Fail::Unavailable(m) => HttpError::new(S::SERVICE_UNAVAILABLE, m),
+            Fail::Unavailable(m) => HttpError {
+                status: S::SERVICE_UNAVAILABLE,
+                message: format!("{m} (nothing of this request was applied)"),
+                headers: vec![("retry-after", "1".into())],
+            },
+            Fail::After(f, _) => (*f).into(),
+            Fail::Unknown(m) => HttpError {
+                status: S::INTERNAL_SERVER_ERROR,
+                message: format!(
+                    "{m}: the write may or may not be applied; retry it with the same \
+                     Producer-Id/Epoch/Seq or Stream-Seq, or read the stream first"
+                ),
+                headers: vec![(h::STREAM_OUTCOME, "unknown".into())],
+            },
             Fail::Internal(m) => HttpError::new(S::INTERNAL_SERVER_ERROR, m),
         }
     }
@@ -76,13 +91,53 @@ impl From<Fail> for HttpError {
 
 pub(crate) type Result<T> = std::result::Result<T, HttpError>;
 
+/// A request body not read yet by its handler (or read in part): drained
+/// (up to a bound) after an early answer, so that the client, which sends
+/// its whole body before reading, gets the answer and not a reset.
+pub(crate) struct BodySlot {
+    body: Option<Incoming>,
+}
+
+impl BodySlot {
+    fn new(body: Incoming) -> BodySlot {
+        let body = (!hyper::body::Body::is_end_stream(&body)).then_some(body);
+        BodySlot { body }
+    }
+}
+
+/// An early answer drains at most this much of the request body (and for at
+/// most [`DRAIN_TIME`]); beyond it the connection is closed.
+const DRAIN_BYTES_MAX: usize = 32 << 20;
+const DRAIN_TIME: Duration = Duration::from_secs(5);
+
 /// Entry point for every request.
 pub async fn handle(
     app: Arc<App>,
+    peer: SocketAddr,
     req: Request<Incoming>,
 ) -> std::result::Result<Response<Body>, Infallible> {
-    let is_head = req.method() == Method::HEAD;
-    let mut resp = match route(&app, req).await {
+    let started = std::time::Instant::now();
+    app.metrics.requests.fetch_add(1, Ordering::Relaxed);
+    let (parts, body) = req.into_parts();
+    let mut slot = BodySlot::new(body);
+    let is_head = parts.method == Method::HEAD;
+    let origin = parts
+        .headers
+        .get(header::ORIGIN)
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_string);
+    let allow_origin = cors_allow(app.opts.cors_origin.as_deref(), origin.as_deref());
+    // A preflight is always answered (it does nothing); without an allowed
+    // origin it carries no Access-Control-Allow-Origin, so the browser never
+    // sends the request it asked about.
+    let routed = match (&origin, &allow_origin) {
+        (Some(o), None) if parts.method != Method::OPTIONS => Err(HttpError::new(
+            StatusCode::FORBIDDEN,
+            format!("origin {o:?} is not allowed (see --cors-origin)"),
+        )),
+        _ => route(&app, &parts, &mut slot).await,
+    };
+    let mut resp = match routed {
         Ok(r) => r,
         Err(e) => {
             let body = if is_head || e.status == StatusCode::NOT_MODIFIED {
@@ -102,24 +157,86 @@ pub async fn handle(
             r
         }
     };
+    // An answer given before the body was read: drain it (unless the client
+    // waits for `100 Continue`, which it never gets now), and close the
+    // connection when it cannot be drained.
+    if let Some(mut body) = slot.body.take() {
+        let expects_continue = parts
+            .headers
+            .get(header::EXPECT)
+            .is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"100-continue"));
+        let drained = !expects_continue
+            && resp.status() != StatusCode::REQUEST_TIMEOUT
+            && drain(&mut body).await;
+        if !drained {
+            resp.headers_mut()
+                .insert(header::CONNECTION, HeaderValue::from_static("close"));
+        }
+    }
     let hd = resp.headers_mut();
     hd.insert(
         "x-content-type-options",
         HeaderValue::from_static("nosniff"),
     );
-    hd.insert(
-        "cross-origin-resource-policy",
-        HeaderValue::from_static("cross-origin"),
-    );
-    hd.insert(
-        header::ACCESS_CONTROL_ALLOW_ORIGIN,
-        HeaderValue::from_static("*"),
-    );
-    hd.insert(
-        header::ACCESS_CONTROL_EXPOSE_HEADERS,
-        HeaderValue::from_static(h::EXPOSED),
-    );
+    if let Some(o) = allow_origin {
+        hd.insert(
+            "cross-origin-resource-policy",
+            HeaderValue::from_static("cross-origin"),
+        );
+        set(hd, "access-control-allow-origin", &o);
+        if o != "*" {
+            hd.append(header::VARY, HeaderValue::from_static("origin"));
+        }
+        hd.insert(
+            header::ACCESS_CONTROL_EXPOSE_HEADERS,
+            HeaderValue::from_static(h::EXPOSED),
+        );
+    } else {
+        hd.insert(
+            "cross-origin-resource-policy",
+            HeaderValue::from_static("same-origin"),
+        );
+    }
+    let status = resp.status().as_u16();
+    app.metrics.status(status);
+    if app.opts.access_log {
+        crate::ops::access_log(&peer, &parts.method, &parts.uri, status, started.elapsed());
+    }
     Ok(resp)
+}
+
+/// Read and discard the rest of a request body, within bounds; whether it
+/// ended.
+async fn drain(body: &mut Incoming) -> bool {
+    let mut left = DRAIN_BYTES_MAX;
+    let all = async {
+        while let Some(frame) = body.frame().await {
+            let Ok(frame) = frame else { return false };
+            if let Ok(data) = frame.into_data() {
+                if data.len() > left {
+                    return false;
+                }
+                left -= data.len();
+            }
+        }
+        true
+    };
+    tokio::time::timeout(DRAIN_TIME, all).await.unwrap_or(false)
+}
+
+/// The `Access-Control-Allow-Origin` value for a request, if it may be
+/// answered: requests without `Origin` (not from a browser page) always may,
+/// and get none unless `*` is configured.
+fn cors_allow(config: Option<&str>, origin: Option<&str>) -> Option<String> {
+    match (config, origin) {
+        (Some("*"), _) => Some("*".into()),
+        (Some(list), Some(o)) => list
+            .split(',')
+            .map(str::trim)
+            .any(|a| a.eq_ignore_ascii_case(o))
+            .then(|| o.to_string()),
+        _ => None,
+    }
 }
 
 /// Set a header, skipping values that are not valid header text.
@@ -139,29 +256,40 @@ pub(crate) fn header_str<'a>(hd: &'a HeaderMap, name: &str) -> Result<Option<&'a
     }
 }
 
-async fn route(app: &Arc<App>, req: Request<Incoming>) -> Result<Response<Body>> {
-    if req.method() == Method::OPTIONS {
-        return Ok(preflight(req.headers()));
+async fn route(
+    app: &Arc<App>,
+    req: &hyper::http::request::Parts,
+    body: &mut BodySlot,
+) -> Result<Response<Body>> {
+    if req.method == Method::OPTIONS {
+        return Ok(preflight(&req.headers));
+    }
+    let raw_path = req.uri.path();
+    if raw_path == crate::ops::HEALTH_PATH && matches!(req.method, Method::GET | Method::HEAD) {
+        return Ok(health(app));
     }
     if let Some(token) = &app.opts.token {
         let ok = req
-            .headers()
+            .headers
             .get(header::AUTHORIZATION)
             .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.strip_prefix("Bearer "))
-            .is_some_and(|t| constant_time_eq(t.trim().as_bytes(), token.as_bytes()));
+            .and_then(bearer_credentials)
+            .is_some_and(|t| constant_time_eq(t.as_bytes(), token.as_bytes()));
         if !ok {
             let mut e = HttpError::new(StatusCode::UNAUTHORIZED, "a bearer token is required");
             e.headers.push(("www-authenticate", "Bearer".into()));
             return Err(e);
         }
     }
-    let path = stream_path(req.uri().path())?;
-    let query = Query::parse(req.uri().query().unwrap_or(""))?;
-    match *req.method() {
-        Method::PUT => crate::write::put(app, path, req).await,
-        Method::POST => crate::write::post(app, path, req).await,
-        Method::GET => get(app, path, query, req.headers()).await,
+    if raw_path == crate::ops::METRICS_PATH && req.method == Method::GET {
+        return Ok(metrics(app));
+    }
+    let path = stream_path(raw_path)?;
+    let query = Query::parse(req.uri.query().unwrap_or(""))?;
+    match req.method {
+        Method::PUT => crate::write::put(app, path, &req.headers, body).await,
+        Method::POST => crate::write::post(app, path, &req.headers, body).await,
+        Method::GET => get(app, path, query, &req.headers).await,
         Method::HEAD => head(app, path).await,
         Method::DELETE => crate::write::delete(app, path).await,
         _ => {
@@ -171,6 +299,45 @@ async fn route(app: &Arc<App>, req: Request<Incoming>) -> Result<Response<Body>>
             Err(e)
         }
     }
+}
+
+/// The credentials of `Authorization: Bearer <token>`; the scheme name is
+/// case-insensitive (RFC 9110 §11.1), then one or more spaces.
+fn bearer_credentials(v: &str) -> Option<&str> {
+    let (scheme, rest) = v.split_at_checked(6)?;
+    if !scheme.eq_ignore_ascii_case("bearer") || !rest.starts_with(' ') {
+        return None;
+    }
+    Some(rest.trim())
+}
+
+/// `GET /.well-known/turnstone/health`: 200 `ready` or `read-only`, 503
+/// otherwise (`poisoned: ...`, `write-failing: ...`, `store-missing`). No
+/// token needed.
+fn health(app: &App) -> Response<Body> {
+    let state = app.health.state();
+    let mut r = Response::new(Body::full(format!("{state}\n")));
+    if state != "ready" && state != "read-only" {
+        *r.status_mut() = StatusCode::SERVICE_UNAVAILABLE;
+    }
+    set(r.headers_mut(), "content-type", "text/plain; charset=utf-8");
+    set(r.headers_mut(), "cache-control", "no-store");
+    r
+}
+
+/// `GET /.well-known/turnstone/metrics`: Prometheus text format.
+fn metrics(app: &App) -> Response<Body> {
+    let text = app
+        .metrics
+        .render(&app.streams.store.stats(), &app.health.state());
+    let mut r = Response::new(Body::full(text));
+    set(
+        r.headers_mut(),
+        "content-type",
+        "text/plain; version=0.0.4; charset=utf-8",
+    );
+    set(r.headers_mut(), "cache-control", "no-store");
+    r
 }
 
 fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
@@ -278,16 +445,17 @@ impl Query {
     }
 }
 
-pub(crate) async fn read_body(app: &App, req: Request<Incoming>) -> Result<Bytes> {
+/// Read the whole request body (at most `max_body_bytes`, within
+/// `body_timeout`). On 413 the rest stays in the slot to be drained.
+pub(crate) async fn read_body(app: &App, hd: &HeaderMap, slot: &mut BodySlot) -> Result<Bytes> {
     let max = app.opts.max_body_bytes;
     let too_large = || {
         HttpError::new(
             StatusCode::PAYLOAD_TOO_LARGE,
-            format!("request body over {max} bytes"),
+            format!("request body over {max} bytes (--max-body-bytes)"),
         )
     };
-    if let Some(len) = req
-        .headers()
+    if let Some(len) = hd
         .get(header::CONTENT_LENGTH)
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.parse::<u64>().ok())
@@ -296,18 +464,45 @@ pub(crate) async fn read_body(app: &App, req: Request<Incoming>) -> Result<Bytes
             return Err(too_large());
         }
     }
-    let mut body = req.into_body();
+    let Some(body) = slot.body.as_mut() else {
+        return Ok(Bytes::new());
+    };
     let mut buf = BytesMut::new();
-    while let Some(frame) = body.frame().await {
-        let frame = frame.map_err(|e| HttpError::bad(format!("reading the body: {e}")))?;
-        if let Ok(data) = frame.into_data() {
-            if buf.len() + data.len() > max {
-                return Err(too_large());
+    let read = async {
+        while let Some(frame) = body.frame().await {
+            let frame = frame.map_err(|e| HttpError::bad(format!("reading the body: {e}")))?;
+            if let Ok(data) = frame.into_data() {
+                if buf.len() + data.len() > max {
+                    return Err(too_large());
+                }
+                buf.extend_from_slice(&data);
             }
-            buf.extend_from_slice(&data);
+        }
+        Ok(())
+    };
+    match tokio::time::timeout(app.opts.body_timeout, read).await {
+        Ok(Ok(())) => {
+            slot.body = None;
+            Ok(buf.freeze())
+        }
+        Ok(Err(e)) => {
+            if e.status != StatusCode::PAYLOAD_TOO_LARGE {
+                slot.body = None;
+            }
+            Err(e)
+        }
+        Err(_) => {
+            let mut e = HttpError::new(
+                StatusCode::REQUEST_TIMEOUT,
+                format!(
+                    "the request body did not arrive within {} ms",
+                    app.opts.body_timeout.as_millis()
+                ),
+            );
+            e.headers.push(("connection", "close".into()));
+            Err(e)
         }
     }
-    Ok(buf.freeze())
 }
 
 pub(crate) async fn blocking<T: Send + 'static>(
@@ -318,11 +513,64 @@ pub(crate) async fn blocking<T: Send + 'static>(
         .map_err(|e| HttpError::new(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()))
 }
 
+/// Wait until `pos` is durable when this request wrote nothing of its own
+/// before it: a failure is a 503 (nothing of this request is applied).
 pub(crate) async fn durable(app: &App, pos: turnstone::LogPos) -> Result<()> {
-    app.durable
-        .wait(pos)
+    wait_durable(app, pos, false)
         .await
-        .map_err(|e| HttpError::new(StatusCode::SERVICE_UNAVAILABLE, e))
+        .map_err(|m| Fail::Unavailable(m).into())
+}
+
+/// Wait until this request's own write (ending at `pos`) is durable: a
+/// failure is "outcome unknown" (the engine keeps a failed batch and
+/// retries it; after an fdatasync error the bytes may be on disk anyway).
+pub(crate) async fn durable_write(app: &App, pos: turnstone::LogPos) -> Result<()> {
+    wait_durable(app, pos, true)
+        .await
+        .map_err(|m| Fail::Unknown(m).into())
+}
+
+/// `own_write`: time the wait, and check that the store directory is still
+/// there (a removed store directory takes fdatasyncs into deleted files).
+async fn wait_durable(
+    app: &App,
+    pos: turnstone::LogPos,
+    own_write: bool,
+) -> std::result::Result<(), String> {
+    let t = std::time::Instant::now();
+    let r = app.durable.wait(pos).await;
+    if own_write {
+        let us = t.elapsed().as_micros().min(u128::from(u64::MAX)) as u64;
+        app.metrics.durable_wait(us);
+    }
+    match r {
+        Ok(()) if !own_write || app.health.check_dir() => {
+            if own_write {
+                // (A wait for what was durable already proves nothing.)
+                app.health.write_ok();
+            }
+            app.streams.settle();
+            Ok(())
+        }
+        Ok(()) => Err("the store directory was removed or replaced".into()),
+        Err(e) => {
+            if e.fatal {
+                app.health.failed(&e.message);
+            } else {
+                app.health.write_failed(&e.message);
+            }
+            Err(e.message)
+        }
+    }
+}
+
+/// Answer `fail` (derived from a stream's accepted state) only once that
+/// state is durable: a 409 or 404 must not claim what a crash could undo.
+pub(crate) async fn after_durable(app: &App, fail: Fail, pos: turnstone::LogPos) -> HttpError {
+    match durable(app, pos).await {
+        Ok(()) => fail.into(),
+        Err(e) => e,
+    }
 }
 
 /// The stream at `path`, once its creation is durable.
@@ -502,7 +750,7 @@ async fn long_poll(
     let mut shutdown = app.shutdown.clone();
     let mut from = from;
     loop {
-        s.state.lock().check_live()?;
+        s.state.lock().check_visible()?;
         let chunk = read_chunk(app, s, from).await?;
         if chunk.items > 0 {
             let cursor = offset::cursor(now_secs(), client_cursor);

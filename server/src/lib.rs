@@ -16,6 +16,7 @@
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -33,6 +34,7 @@ pub mod durable;
 pub mod headers;
 mod http;
 pub mod offset;
+pub mod ops;
 pub mod read;
 pub mod rebuild;
 pub mod record;
@@ -63,6 +65,23 @@ pub struct Options {
     pub sse_max_duration: Duration,
     /// Data per catch-up response (at least one event is always sent).
     pub read_chunk_bytes: usize,
+    /// Listen on a non-loopback address without a token (refused otherwise).
+    pub insecure: bool,
+    /// A connection that has not sent a complete request header this long
+    /// after it opened or after its previous response (idle keep-alive) is
+    /// closed.
+    pub header_timeout: Duration,
+    /// A request body not received in full within this long is answered
+    /// 408 and the connection closed.
+    pub body_timeout: Duration,
+    /// Open connections at most; more are answered 503 and closed.
+    pub max_connections: usize,
+    /// Browser origins allowed to call (`Access-Control-Allow-Origin`): none
+    /// by default (a request with an `Origin` header is refused with 403),
+    /// `*` for any, or a comma-separated list.
+    pub cors_origin: Option<String>,
+    /// Log one line per request to stderr.
+    pub access_log: bool,
     /// How the store is opened.
     pub store: turnstone::Options,
 }
@@ -73,14 +92,24 @@ impl Options {
             dir: dir.into(),
             listen: DEFAULT_LISTEN.parse().expect("valid default address"),
             token: None,
-            max_body_bytes: 16 << 20,
+            max_body_bytes: DEFAULT_MAX_BODY_BYTES,
             long_poll_timeout: Duration::from_secs(20),
             sse_max_duration: Duration::from_secs(60),
-            read_chunk_bytes: 1 << 20,
+            read_chunk_bytes: 256 << 10,
+            insecure: false,
+            header_timeout: Duration::from_secs(10),
+            body_timeout: Duration::from_secs(60),
+            max_connections: 1024,
+            cors_origin: None,
+            access_log: false,
             store: turnstone::Options::default(),
         }
     }
 }
+
+/// The default `max_body_bytes`: the largest JSON message (16 MiB less the
+/// record header), so that any body the limit lets in fits as one message.
+pub const DEFAULT_MAX_BODY_BYTES: usize = record::JSON_MESSAGE_BYTES_MAX;
 
 /// The largest `max_body_bytes` accepted: one append is one engine batch.
 pub const MAX_BODY_LIMIT: usize = 24 << 20;
@@ -91,6 +120,31 @@ pub(crate) struct App {
     pub durable: durable::Durability,
     pub opts: Options,
     pub shutdown: watch::Receiver<bool>,
+    pub metrics: ops::Metrics,
+    pub health: ops::Health,
+}
+
+/// Refuse options that would expose the store by accident: an empty token,
+/// or a non-loopback address without a token (unless `insecure`).
+pub fn check_exposure(opts: &Options) -> Result<(), String> {
+    if let Some(t) = &opts.token {
+        if t.trim().is_empty() {
+            return Err(
+                "the token is empty (an unset variable in --token \"$TOKEN\"?): \
+                 refusing to start without authentication"
+                    .into(),
+            );
+        }
+    }
+    if opts.token.is_none() && !opts.listen.ip().is_loopback() && !opts.insecure {
+        return Err(format!(
+            "listening on {} (not loopback) without a token would let anyone who can \
+             reach it read, append to and delete every stream: give --token, or \
+             --insecure if that is really what you want",
+            opts.listen
+        ));
+    }
+    Ok(())
 }
 
 /// A running server.
@@ -123,6 +177,10 @@ impl Server {
 
 /// Open the store, rebuild the streams and start listening.
 pub async fn start(opts: Options) -> Result<Server, String> {
+    check_exposure(&opts)?;
+    if opts.max_connections == 0 {
+        return Err("max connections must be at least 1".into());
+    }
     if opts.max_body_bytes == 0 || opts.max_body_bytes > MAX_BODY_LIMIT {
         return Err(format!(
             "max body bytes must be 1 to {MAX_BODY_LIMIT} (one append is one commit batch)"
@@ -146,11 +204,14 @@ pub async fn start(opts: Options) -> Result<Server, String> {
     let durable = durable::Durability::start(store.clone())
         .map_err(|e| format!("cannot start the durability thread: {e}"))?;
     let (stop, shutdown) = watch::channel(false);
+    let health = ops::Health::new(&opts.dir, opts.store.read_only);
     let app = Arc::new(App {
         streams: streams::Streams::new(store.clone(), reg),
         durable,
         opts,
         shutdown,
+        metrics: ops::Metrics::default(),
+        health,
     });
     drop(store);
     let task = tokio::spawn(accept_loop(listener, app));
@@ -162,23 +223,77 @@ pub async fn start(opts: Options) -> Result<Server, String> {
     })
 }
 
+/// How long accepting pauses after a failed `accept` (EMFILE, ENFILE,
+/// ENOBUFS, ...): doubling from the first to the last, reset by a success.
+const ACCEPT_PAUSE_FIRST: Duration = Duration::from_millis(5);
+const ACCEPT_PAUSE_MAX: Duration = Duration::from_secs(1);
+/// Connections being refused (503) at once, at most; more are just closed.
+const REFUSING_MAX: usize = 64;
+
 async fn accept_loop(listener: TcpListener, app: Arc<App>) -> Result<(), String> {
     let mut conns = JoinSet::new();
+    let mut refusing = JoinSet::new();
     let mut shutdown = app.shutdown.clone();
     let sweeper = tokio::spawn(sweep_loop(app.clone()));
+    let mut pause = Duration::ZERO;
+    let mut paused_until: Option<tokio::time::Instant> = None;
+    let mut failures_logged_at: Option<tokio::time::Instant> = None;
+    let mut failures_unlogged = 0u64;
     loop {
         tokio::select! {
             _ = shutdown.changed() => break,
-            accepted = listener.accept() => {
-                let Ok((tcp, _)) = accepted else { continue };
+            _ = tokio::time::sleep_until(paused_until.unwrap_or_else(tokio::time::Instant::now)),
+                if paused_until.is_some() => {
+                paused_until = None;
+            }
+            accepted = listener.accept(), if paused_until.is_none() => {
+                let (tcp, peer) = match accepted {
+                    Ok(a) => a,
+                    Err(e) if is_transient_accept_error(&e) => continue,
+                    Err(e) => {
+                        // Out of descriptors (or buffers): accepting again at
+                        // once fails again and spins a core. Pause, keep
+                        // serving the open connections, and say so.
+                        app.metrics.accept_errors.fetch_add(1, Ordering::Relaxed);
+                        pause = (pause * 2).clamp(ACCEPT_PAUSE_FIRST, ACCEPT_PAUSE_MAX);
+                        let now = tokio::time::Instant::now();
+                        paused_until = Some(now + pause);
+                        failures_unlogged += 1;
+                        let log_due = match failures_logged_at {
+                            None => true,
+                            Some(t) => now - t >= Duration::from_secs(5),
+                        };
+                        if log_due {
+                            eprintln!(
+                                "turnstone serve: accept failed {failures_unlogged} time(s): {e}; \
+                                 pausing new connections up to {} ms at a time ({} open \
+                                 connections are still served)",
+                                pause.as_millis(),
+                                conns.len()
+                            );
+                            failures_logged_at = Some(now);
+                            failures_unlogged = 0;
+                        }
+                        continue;
+                    }
+                };
+                pause = Duration::ZERO;
+                if conns.len() >= app.opts.max_connections {
+                    app.metrics.refused_connections.fetch_add(1, Ordering::Relaxed);
+                    if refusing.len() < REFUSING_MAX {
+                        refusing.spawn(refuse_connection(tcp));
+                    }
+                    continue;
+                }
                 let _ = tcp.set_nodelay(true);
-                let app = app.clone();
-                conns.spawn(serve_connection(tcp, app));
+                conns.spawn(serve_connection(tcp, peer, app.clone()));
             }
             Some(_) = conns.join_next(), if !conns.is_empty() => {}
+            Some(_) = refusing.join_next(), if !refusing.is_empty() => {}
         }
     }
     drop(listener);
+    refusing.abort_all();
     sweeper.abort();
     let _ = sweeper.await;
     let drain = async { while conns.join_next().await.is_some() {} };
@@ -192,13 +307,59 @@ async fn accept_loop(listener: TcpListener, app: Arc<App>) -> Result<(), String>
     close(app).await
 }
 
-async fn serve_connection(tcp: tokio::net::TcpStream, app: Arc<App>) {
+/// Errors of one connection (the peer gave up before it was accepted):
+/// the next accept is fine.
+fn is_transient_accept_error(e: &std::io::Error) -> bool {
+    use std::io::ErrorKind as K;
+    matches!(
+        e.kind(),
+        K::ConnectionAborted | K::ConnectionReset | K::Interrupted | K::WouldBlock
+    )
+}
+
+/// Over the connection cap: answer 503 and close, within a second.
+async fn refuse_connection(mut tcp: tokio::net::TcpStream) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    const BODY: &str = "too many open connections; retry later\n";
+    let resp = format!(
+        "HTTP/1.1 503 Service Unavailable\r\nconnection: close\r\nretry-after: 1\r\n\
+         content-type: text/plain; charset=utf-8\r\ncontent-length: {}\r\n\r\n{BODY}",
+        BODY.len()
+    );
+    let _ = tokio::time::timeout(Duration::from_secs(1), async {
+        // Read what the client sent first (up to a bound), so that closing
+        // does not reset the connection before it reads the answer.
+        let mut buf = [0u8; 4096];
+        let _ = tokio::time::timeout(Duration::from_millis(100), tcp.read(&mut buf)).await;
+        let _ = tcp.write_all(resp.as_bytes()).await;
+        let _ = tcp.shutdown().await;
+        let mut drained = 0usize;
+        while drained < 64 << 10 {
+            match tcp.read(&mut buf).await {
+                Ok(0) | Err(_) => break,
+                Ok(n) => drained += n,
+            }
+        }
+    })
+    .await;
+}
+
+/// Request heads (and the read buffer) per connection, at most.
+const CONN_BUF_BYTES: usize = 64 << 10;
+
+async fn serve_connection(tcp: tokio::net::TcpStream, peer: SocketAddr, app: Arc<App>) {
+    app.metrics.open_connections.fetch_add(1, Ordering::Relaxed);
     let mut shutdown = app.shutdown.clone();
     let svc_app = app.clone();
-    let svc = hyper::service::service_fn(move |req| http::handle(svc_app.clone(), req));
-    let conn = hyper::server::conn::http1::Builder::new()
+    let svc = hyper::service::service_fn(move |req| http::handle(svc_app.clone(), peer, req));
+    let mut builder = hyper::server::conn::http1::Builder::new();
+    builder
         .keep_alive(true)
-        .serve_connection(TokioIo::new(tcp), svc);
+        .timer(hyper_util::rt::TokioTimer::new())
+        .header_read_timeout(app.opts.header_timeout)
+        .max_header_size(CONN_BUF_BYTES)
+        .max_buf_size(CONN_BUF_BYTES);
+    let conn = builder.serve_connection(TokioIo::new(tcp), svc);
     tokio::pin!(conn);
     tokio::select! {
         _ = conn.as_mut() => {}
@@ -207,21 +368,35 @@ async fn serve_connection(tcp: tokio::net::TcpStream, app: Arc<App>) {
             let _ = tokio::time::timeout(Duration::from_secs(5), conn.as_mut()).await;
         }
     }
+    app.metrics.open_connections.fetch_sub(1, Ordering::Relaxed);
 }
 
-/// Expire streams in the background (reads and writes also check on access).
+/// Expire streams in the background (reads and writes also check on access),
+/// and retry the engine's failed batch while writes are failing.
 async fn sweep_loop(app: Arc<App>) {
     let mut tick = tokio::time::interval(Duration::from_millis(250));
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         tick.tick().await;
+        if app.health.is_write_failing() {
+            // Retry the engine's kept batch, so that writes resume once
+            // the disk has room again.
+            let a = app.clone();
+            let retried = tokio::task::spawn_blocking(move || a.streams.store.sync()).await;
+            if matches!(retried, Ok(Ok(_))) {
+                app.health.write_ok();
+                app.streams.settle();
+            }
+        }
         let a = app.clone();
         let end = tokio::task::spawn_blocking(move || a.streams.sweep(record::now_ms()))
             .await
             .ok()
             .flatten();
         if let Some(end) = end {
-            let _ = app.durable.wait(end).await;
+            if app.durable.wait(end).await.is_ok() {
+                app.streams.settle();
+            }
         }
     }
 }

@@ -1,6 +1,8 @@
 //! Reading a stream: offset validation against the log, catch-up chunks,
 //! and where a fork with a sub-offset cuts its source.
 
+use std::ops::ControlFlow;
+
 use turnstone::Store;
 
 use crate::offset::Offset;
@@ -135,40 +137,52 @@ pub fn read(store: &Store, s: &Stream, from: Offset, max_bytes: usize) -> Result
     let mut pos = from;
     let mut seq = from.seq;
     let mut batch = 16u64;
-    'outer: while seq < vis.seq {
+    // Events are visited in place (no copy of their payloads); the walk
+    // stops once the chunk is full.
+    let mut bad: Option<u64> = None;
+    let mut full = false;
+    while seq < vis.seq && !full {
         let to = (seq + batch).min(vis.seq);
-        let events = store
-            .read_range(&s.session, seq..to)
+        let mut read_bytes = 0usize;
+        let mut seen = 0u64;
+        store
+            .visit_range(&s.session, seq..to, |e| {
+                let Some(d) = record::decode(e.payload) else {
+                    bad = Some(e.seq.0);
+                    return ControlFlow::Break(());
+                };
+                seen += 1;
+                read_bytes += d.body.len();
+                if e.kind == KIND_DATA {
+                    if items > 0 && data_bytes + d.body.len() > max_bytes {
+                        full = true;
+                        return ControlFlow::Break(());
+                    }
+                    if json && items > 0 {
+                        body.push(b',');
+                    }
+                    body.extend_from_slice(d.body);
+                    items += 1;
+                    data_bytes += d.body.len();
+                    pos = Offset::new(e.seq.0 + 1, d.bytes_before + d.body.len() as u64);
+                } else {
+                    pos = Offset::new(e.seq.0 + 1, d.bytes_before);
+                }
+                ControlFlow::Continue(())
+            })
             .map_err(Fail::engine)?;
-        if events.is_empty() {
+        if let Some(seq) = bad {
+            return Err(Fail::Internal(format!("undecodable event {seq}")));
+        }
+        if seen == 0 {
             break;
         }
-        let mut read_bytes = 0usize;
-        for e in &events {
-            let d = record::decode(&e.payload)
-                .ok_or_else(|| Fail::Internal(format!("undecodable event {}", e.seq.0)))?;
-            read_bytes += d.body.len();
-            if e.kind == KIND_DATA {
-                if items > 0 && data_bytes + d.body.len() > max_bytes {
-                    break 'outer;
-                }
-                if json && items > 0 {
-                    body.push(b',');
-                }
-                body.extend_from_slice(d.body);
-                items += 1;
-                data_bytes += d.body.len();
-                pos = Offset::new(e.seq.0 + 1, d.bytes_before + d.body.len() as u64);
-            } else {
-                pos = Offset::new(e.seq.0 + 1, d.bytes_before);
-            }
-        }
-        seq = to;
+        seq += seen;
         if data_bytes >= max_bytes {
             break;
         }
         // Size the next batch from what this one weighed.
-        let avg = (read_bytes / events.len()).max(64);
+        let avg = (read_bytes / seen as usize).max(64);
         batch = ((max_bytes - data_bytes) / avg).clamp(1, 1024) as u64;
     }
     if json {

@@ -75,34 +75,36 @@ pub fn rebuild(store: &Store, now_ms: u64) -> Result<(Registry, RebuildReport), 
             p.state.lock().forks += 1;
         }
     }
-    // Release soft-deleted sources that no fork reads through any more.
-    loop {
-        let release: Vec<Arc<Stream>> = reg
-            .by_session
-            .values()
-            .filter(|s| {
-                let st = s.state.lock();
-                st.deleted == Some(DeleteMode::Soft) && st.forks == 0
-            })
-            .cloned()
-            .collect();
-        if release.is_empty() {
-            break;
+    // Release soft-deleted sources that no fork reads through any more: a
+    // worklist, so that a chain of them is released in one pass (linear in
+    // the number of streams, whatever the chain's depth).
+    let mut release: Vec<Arc<Stream>> = reg
+        .by_session
+        .values()
+        .filter(|s| {
+            let st = s.state.lock();
+            st.deleted == Some(DeleteMode::Soft) && st.forks == 0
+        })
+        .cloned()
+        .collect();
+    while let Some(s) = release.pop() {
+        let parent = {
+            let mut st = s.state.lock();
+            st.deleted = Some(DeleteMode::Hard);
+            st.vis_deleted = st.deleted;
+            st.config.fork.as_ref().map(|f| f.source_session.clone())
+        };
+        if reg.by_path.get(&s.path).is_some_and(|x| Arc::ptr_eq(x, &s)) {
+            reg.by_path.remove(&s.path);
         }
-        for s in release {
-            let parent = {
-                let mut st = s.state.lock();
-                st.deleted = Some(DeleteMode::Hard);
-                st.config.fork.as_ref().map(|f| f.source_session.clone())
-            };
-            if reg.by_path.get(&s.path).is_some_and(|x| Arc::ptr_eq(x, &s)) {
-                reg.by_path.remove(&s.path);
-            }
-            reg.by_session.remove(&s.session);
-            report.released += 1;
-            if let Some(p) = parent.and_then(|p| reg.by_session.get(&p).cloned()) {
-                let mut pst = p.state.lock();
-                pst.forks = pst.forks.saturating_sub(1);
+        reg.by_session.remove(&s.session);
+        report.released += 1;
+        if let Some(p) = parent.and_then(|p| reg.by_session.get(&p).cloned()) {
+            let mut pst = p.state.lock();
+            pst.forks = pst.forks.saturating_sub(1);
+            if pst.forks == 0 && pst.deleted == Some(DeleteMode::Soft) {
+                drop(pst);
+                release.push(p);
             }
         }
     }
@@ -145,6 +147,7 @@ fn replay(
     if let Some(st) = state.as_mut() {
         st.vis = st.tail;
         st.vis_closed = st.closed;
+        st.vis_deleted = st.deleted;
     }
     Ok(state)
 }

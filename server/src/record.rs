@@ -28,6 +28,9 @@ pub const FLAG_IGNORABLE: u16 = turnstone::frame::FLAG_IGNORABLE;
 
 /// Length of the common payload header.
 pub const HEADER_BYTES: usize = 16;
+/// The largest JSON message: one message is one event, whose payload is
+/// this record's header and the message.
+pub const JSON_MESSAGE_BYTES_MAX: usize = turnstone::frame::PAYLOAD_BYTES_MAX - HEADER_BYTES;
 /// Record version written in byte 0.
 pub const RECORD_VERSION: u8 = 1;
 /// Data flag: this event continues the request of the previous data event.

@@ -6,12 +6,14 @@
 //! CR, LF or CRLF so that no payload can forge an event boundary; other
 //! content types are sent base64-encoded (`Stream-SSE-Data-Encoding: base64`).
 
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use base64::Engine;
 use bytes::Bytes;
 use hyper::{Response, StatusCode};
 use tokio::sync::mpsc;
+use tokio::time::Instant;
 
 use crate::body::Body;
 use crate::headers as h;
@@ -30,9 +32,12 @@ pub fn respond(
     content_type: &str,
 ) -> Response<Body> {
     let text = h::is_text(content_type);
-    let (tx, rx) = mpsc::channel::<Bytes>(16);
+    // One chunk in the channel, one in the connection: a reader that does
+    // not read pins about two chunks, never the stream.
+    let (tx, rx) = mpsc::channel::<Bytes>(1);
+    let gauge = app.metrics.bytes_buffered.clone();
     tokio::spawn(pump(app, s, from, client_cursor, text, tx));
-    let mut r = Response::new(Body::Stream(rx));
+    let mut r = Response::new(Body::Stream(rx, gauge));
     *r.status_mut() = StatusCode::OK;
     let hd = r.headers_mut();
     set(hd, "content-type", "text/event-stream");
@@ -118,6 +123,48 @@ pub fn control_event(
     out
 }
 
+/// Data per SSE event at most (before base64): with a channel of one,
+/// bounds what a stalled reader holds.
+pub const SSE_CHUNK_BYTES: usize = 64 << 10;
+
+/// Counts an open SSE response in the metrics while it lives.
+struct ReaderGuard(Arc<App>);
+
+impl Drop for ReaderGuard {
+    fn drop(&mut self) {
+        self.0.metrics.sse_readers.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+/// Send `out` in pieces of at most [`SSE_CHUNK_BYTES`] (one JSON message can
+/// be larger than a chunk), each counted as buffered until the connection
+/// takes it; `false` when the reader is gone or the response's time is up.
+async fn send(app: &App, tx: &mpsc::Sender<Bytes>, out: Vec<u8>, until: Instant) -> bool {
+    if out.len() <= SSE_CHUNK_BYTES {
+        return send_piece(app, tx, out, until).await;
+    }
+    for piece in out.chunks(SSE_CHUNK_BYTES) {
+        if !send_piece(app, tx, piece.to_vec(), until).await {
+            return false;
+        }
+    }
+    true
+}
+
+/// Send one piece, counting it as buffered until the connection takes it;
+/// `false` when the reader is gone or the response's time is up (a reader
+/// that stops reading is not waited for beyond `--sse-max-ms`).
+async fn send_piece(app: &App, tx: &mpsc::Sender<Bytes>, out: Vec<u8>, until: Instant) -> bool {
+    let n = out.len() as u64;
+    app.metrics.bytes_buffered.fetch_add(n, Ordering::Relaxed);
+    let sent = tokio::time::timeout_at(until, tx.send(Bytes::from(out))).await;
+    if !matches!(sent, Ok(Ok(()))) {
+        app.metrics.bytes_buffered.fetch_sub(n, Ordering::Relaxed);
+        return false;
+    }
+    true
+}
+
 async fn pump(
     app: Arc<App>,
     s: Arc<Stream>,
@@ -126,16 +173,19 @@ async fn pump(
     text: bool,
     tx: mpsc::Sender<Bytes>,
 ) {
+    app.metrics.sse_readers.fetch_add(1, Ordering::Relaxed);
+    let _guard = ReaderGuard(app.clone());
     let mut changed = s.changed.subscribe();
     let mut shutdown = app.shutdown.clone();
-    let deadline = tokio::time::Instant::now() + app.opts.sse_max_duration;
+    let deadline = Instant::now() + app.opts.sse_max_duration;
     // Whether the last control event already said "up to date" at `pos`.
     let mut announced = false;
     loop {
-        if s.state.lock().check_live().is_err() {
+        if s.state.lock().check_visible().is_err() {
             return;
         }
-        let (a, s2, max) = (app.clone(), s.clone(), app.opts.read_chunk_bytes);
+        let max = app.opts.read_chunk_bytes.min(SSE_CHUNK_BYTES);
+        let (a, s2) = (app.clone(), s.clone());
         let chunk =
             match tokio::task::spawn_blocking(move || read::read(&a.streams.store, &s2, pos, max))
                 .await
@@ -152,14 +202,14 @@ async fn pump(
         pos = chunk.next;
         if chunk.closed {
             out.extend(control_event(pos, None, true, true));
-            let _ = tx.send(Bytes::from(out)).await;
+            send(&app, &tx, out, deadline).await;
             return;
         }
         if chunk.items > 0 || !announced || (moved && chunk.up_to_date) {
             out.extend(control_event(pos, Some(&cursor), chunk.up_to_date, false));
             announced = chunk.up_to_date;
         }
-        if !out.is_empty() && tx.send(Bytes::from(out)).await.is_err() {
+        if !out.is_empty() && !send(&app, &tx, out, deadline).await {
             return;
         }
         if !chunk.up_to_date {
@@ -172,7 +222,7 @@ async fn pump(
                     break;
                 }
                 _ = tokio::time::sleep(SSE_KEEPALIVE) => {
-                    if tx.send(Bytes::from_static(b": keepalive\n\n")).await.is_err() {
+                    if !send(&app, &tx, b": keepalive\n\n".to_vec(), deadline).await {
                         return;
                     }
                 }

@@ -32,12 +32,26 @@ pub enum Fail {
         received: u64,
     },
     TooLarge(String),
-    /// The store cannot take writes (poisoned, closed).
+    /// The store cannot take writes (poisoned, closed): nothing of the
+    /// request is or will be applied (503).
     Unavailable(String),
+    /// A write was handed to the engine but could not be made durable: it
+    /// may still be applied (the engine retries a failed batch write) or,
+    /// after an fdatasync error, be found after a restart (500 with
+    /// `Stream-Outcome: unknown`; an idempotent retry settles it).
+    Unknown(String),
+    /// Answer the inner failure once `LogPos` is durable: it rests on
+    /// accepted state (a create or tombstone) that may not be durable yet.
+    After(Box<Fail>, LogPos),
     Internal(String),
 }
 
 impl Fail {
+    /// `self`, to be answered once `pos` is durable.
+    pub fn after(self, pos: LogPos) -> Fail {
+        Fail::After(Box::new(self), pos)
+    }
+
     /// Map an engine error.
     pub fn engine(e: turnstone::Error) -> Fail {
         use turnstone::Error as E;
@@ -47,6 +61,16 @@ impl Fail {
                 Fail::Unavailable(e.to_string())
             }
             other => Fail::Internal(other.to_string()),
+        }
+    }
+
+    /// Map an engine error from handing a write to the engine: the engine
+    /// took nothing, so anything but a bad request is "not applied" (503).
+    pub fn engine_write(e: turnstone::Error) -> Fail {
+        use turnstone::Error as E;
+        match e {
+            E::TooLarge { .. } => Fail::TooLarge(e.to_string()),
+            other => Fail::Unavailable(format!("the store takes no writes: {other}")),
         }
     }
 }
@@ -88,7 +112,11 @@ pub struct State {
     pub stream_seq: Option<String>,
     /// Producer tuple of the append that closed the stream (dedupes retries).
     pub closed_by: Option<(String, u64, u64)>,
+    /// Accepted deletion (its tombstone is written, maybe not yet durable):
+    /// writes are refused from here on.
     pub deleted: Option<DeleteMode>,
+    /// Visible deletion: the tombstone is durable, readers are refused.
+    pub vis_deleted: Option<DeleteMode>,
     /// Live forks whose data reads through this stream.
     pub forks: u32,
     /// Last access (sliding TTL), ms since the epoch.
@@ -111,6 +139,7 @@ impl State {
             stream_seq: None,
             closed_by: None,
             deleted: None,
+            vis_deleted: None,
             forks: 0,
             last_access_ms: now_ms,
         }
@@ -156,13 +185,24 @@ impl State {
         self.deleted.is_none() && self.expires_at_ms().is_some_and(|t| t <= now_ms)
     }
 
-    /// Refuse requests on a deleted stream.
+    /// Refuse writes on a stream whose deletion is accepted (the answer
+    /// waits for the tombstone to be durable: see `write.rs`).
     pub fn check_live(&self) -> Result<(), Fail> {
-        match self.deleted {
-            None => Ok(()),
-            Some(DeleteMode::Soft) => Err(Fail::Gone),
-            Some(DeleteMode::Hard) => Err(Fail::NotFound),
-        }
+        deleted_fail(self.deleted)
+    }
+
+    /// Refuse reads on a stream whose deletion is durable (a deletion that
+    /// is not durable yet hides nothing).
+    pub fn check_visible(&self) -> Result<(), Fail> {
+        deleted_fail(self.vis_deleted)
+    }
+}
+
+fn deleted_fail(d: Option<DeleteMode>) -> Result<(), Fail> {
+    match d {
+        None => Ok(()),
+        Some(DeleteMode::Soft) => Err(Fail::Gone),
+        Some(DeleteMode::Hard) => Err(Fail::NotFound),
     }
 }
 

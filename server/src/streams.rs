@@ -22,8 +22,10 @@ use crate::record::{
 };
 use crate::stream::{check_producer, Fail, ProducerCheck, State, Stream};
 
-/// Byte bodies are stored as events of at most this many bytes.
-pub const DATA_EVENT_BYTES: usize = 1 << 20;
+/// Byte bodies are stored as events of at most this many bytes (FORMAT.md
+/// §13 allows up to 1 MiB; smaller events bound what a reader holds: a
+/// catch-up chunk or an SSE event always carries at least one whole event).
+pub const DATA_EVENT_BYTES: usize = 64 << 10;
 
 /// Streams by path and by engine session.
 #[derive(Debug, Default)]
@@ -37,6 +39,8 @@ pub struct Registry {
 pub struct Streams {
     pub store: Arc<Store>,
     pub reg: parking_lot::Mutex<Registry>,
+    /// Tombstones written but not yet known durable: (stream, end).
+    pub(crate) pending_deletes: parking_lot::Mutex<Vec<(Arc<Stream>, LogPos)>>,
 }
 
 /// A PUT.
@@ -123,7 +127,19 @@ fn data_units(json: bool, body: &[u8], allow_empty: bool) -> Result<Vec<Vec<u8>>
         return Ok(Vec::new());
     }
     if json {
-        json_messages(body, allow_empty)
+        let messages = json_messages(body, allow_empty)?;
+        if let Some(m) = messages
+            .iter()
+            .find(|m| m.len() > record::JSON_MESSAGE_BYTES_MAX)
+        {
+            return Err(Fail::TooLarge(format!(
+                "a JSON message of {} bytes is over the {} bytes one message can hold \
+                 (one message is one event)",
+                m.len(),
+                record::JSON_MESSAGE_BYTES_MAX
+            )));
+        }
+        Ok(messages)
     } else {
         Ok(body.chunks(DATA_EVENT_BYTES).map(<[u8]>::to_vec).collect())
     }
@@ -169,7 +185,19 @@ impl Group {
         let mut end = None;
         store
             .append_group(session, &evs, |a| end = Some(a.end))
-            .map_err(Fail::engine)?;
+            .map_err(|e| match e {
+                turnstone::Error::TooLarge {
+                    what: "event group",
+                    len,
+                    max,
+                } => Fail::TooLarge(format!(
+                    "this append takes {len} bytes in the log ({} events), over the {max} \
+                     bytes one append (one atomic commit group) can hold: send it in \
+                     several requests",
+                    evs.len()
+                )),
+                e => Fail::engine_write(e),
+            })?;
         end.ok_or_else(|| Fail::Internal("empty event group".into()))
     }
 }
@@ -190,6 +218,7 @@ impl Streams {
         Streams {
             store,
             reg: parking_lot::Mutex::new(reg),
+            pending_deletes: parking_lot::Mutex::new(Vec::new()),
         }
     }
 
@@ -206,11 +235,13 @@ impl Streams {
             .ok_or((Fail::NotFound, None))?;
         let (expired, live) = {
             let st = s.state.lock();
-            (st.is_expired(now_ms), st.check_live())
+            (st.is_expired(now_ms), st.check_visible())
         };
         if expired {
             let mut reg = self.reg.lock();
-            let (mode, end) = self.delete_locked(&mut reg, &s, "expired", now_ms);
+            let (mode, end) = self
+                .delete_locked(&mut reg, &s, "expired", now_ms)
+                .map_err(|f| (f, None))?;
             let fail = match mode {
                 DeleteMode::Soft => Fail::Gone,
                 DeleteMode::Hard => Fail::NotFound,
@@ -226,25 +257,39 @@ impl Streams {
     pub fn create(&self, req: &CreateReq, now_ms: u64) -> Result<Created, Fail> {
         let mut reg = self.reg.lock();
         if let Some(existing) = reg.by_path.get(&req.path).cloned() {
-            let expired = existing.state.lock().is_expired(now_ms);
-            if expired {
-                let (mode, _) = self.delete_locked(&mut reg, &existing, "expired", now_ms);
+            let (expired, hard_deleted) = {
+                let st = existing.state.lock();
+                (st.is_expired(now_ms), st.deleted == Some(DeleteMode::Hard))
+            };
+            // A hard-deleted stream (its tombstone maybe not durable yet) is
+            // replaced: the new incarnation is logged after the tombstone.
+            if hard_deleted {
+            } else if expired {
+                let (mode, end) = self.delete_locked(&mut reg, &existing, "expired", now_ms)?;
                 if mode == DeleteMode::Soft {
-                    return Err(Fail::Conflict(
+                    let fail = Fail::Conflict(
                         "the stream was deleted but forks still read through it".into(),
-                    ));
+                    );
+                    return Err(match end {
+                        Some(end) => fail.after(end),
+                        None => fail,
+                    });
                 }
             } else {
+                // Conflicts rest on the existing stream's state: answered
+                // once its last write is durable.
                 let st = existing.state.lock();
                 if st.deleted == Some(DeleteMode::Soft) {
                     return Err(Fail::Conflict(
                         "the stream was deleted but forks still read through it".into(),
-                    ));
+                    )
+                    .after(st.last_end));
                 }
                 if !same_config(req, &st.config) {
                     return Err(Fail::Conflict(
                         "the stream exists with a different configuration".into(),
-                    ));
+                    )
+                    .after(st.last_end));
                 }
                 let end = st.last_end;
                 drop(st);
@@ -310,16 +355,26 @@ impl Streams {
             .cloned()
             .ok_or(Fail::NotFound)?;
         if source.state.lock().is_expired(now_ms) {
-            let (mode, _) = self.delete_locked(reg, &source, "expired", now_ms);
-            return Err(match mode {
+            let (mode, end) = self.delete_locked(reg, &source, "expired", now_ms)?;
+            let fail = match mode {
                 DeleteMode::Soft => Fail::Conflict("the fork source was deleted".into()),
                 DeleteMode::Hard => Fail::NotFound,
+            };
+            return Err(match end {
+                Some(end) => fail.after(end),
+                None => fail,
             });
         }
         let (src_config, src_vis) = {
             let st = source.state.lock();
-            if st.deleted.is_some() {
-                return Err(Fail::Conflict("the fork source was deleted".into()));
+            match st.deleted {
+                Some(DeleteMode::Hard) => return Err(Fail::NotFound.after(st.last_end)),
+                Some(DeleteMode::Soft) => {
+                    return Err(
+                        Fail::Conflict("the fork source was deleted".into()).after(st.last_end)
+                    )
+                }
+                None => {}
             }
             (st.config.clone(), st.vis)
         };
@@ -388,7 +443,7 @@ impl Streams {
         };
         self.store
             .fork(&source.session, cut.upto, session)
-            .map_err(Fail::engine)?;
+            .map_err(Fail::engine_write)?;
         let mut g = Group::new(cut.bytes);
         g.json(KIND_CREATE, &config);
         if let Some(p) = &cut.partial {

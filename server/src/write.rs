@@ -1,19 +1,20 @@
 //! Write requests: PUT (create, fork), POST (append, close), DELETE.
 
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
-use hyper::body::Incoming;
 use hyper::header::HeaderMap;
-use hyper::{Request, Response, StatusCode};
+use hyper::{Response, StatusCode};
 
 use crate::body::Body;
 use crate::headers as h;
 use crate::http::{
-    blocking, content_type, durable, header_str, lookup, read_body, set, stream_path, HttpError,
-    Result,
+    after_durable, blocking, content_type, durable, durable_write, header_str, lookup, read_body,
+    set, stream_path, BodySlot, HttpError, Result,
 };
 use crate::offset::{self, Offset, Requested};
 use crate::record::now_ms;
+use crate::stream::Fail;
 use crate::streams::{AppendReq, CreateReq, ForkReq};
 use crate::App;
 
@@ -30,12 +31,30 @@ fn fork_source_path(v: &str) -> Result<String> {
     stream_path(path).map_err(|e| HttpError::bad(format!("Stream-Forked-From: {}", e.message)))
 }
 
+/// Refuse writes up front while the store takes none (nothing applied).
+fn check_writable(app: &App) -> Result<()> {
+    match app.health.refusal() {
+        None => Ok(()),
+        Some(why) => Err(Fail::Unavailable(why).into()),
+    }
+}
+
+/// The engine refused a write (poisoned, closed): nothing applied; the
+/// store is reported unhealthy and the refusal logged once.
+fn refused(app: &App, fail: Fail) -> HttpError {
+    if let Fail::Unavailable(m) = &fail {
+        app.health.failed(m);
+    }
+    fail.into()
+}
+
 pub(crate) async fn put(
     app: &Arc<App>,
     path: String,
-    req: Request<Incoming>,
+    hd: &HeaderMap,
+    body: &mut BodySlot,
 ) -> Result<Response<Body>> {
-    let hd = req.headers();
+    check_writable(app)?;
     let content_type = content_type(hd)?;
     let ttl_secs = match header_str(hd, h::STREAM_TTL)? {
         None => None,
@@ -97,7 +116,7 @@ pub(crate) async fn put(
         }
     };
     let host = header_str(hd, "host")?.map(str::to_string);
-    let body = read_body(app, req).await?;
+    let body = read_body(app, hd, body).await?;
     let creq = CreateReq {
         path: path.clone(),
         content_type,
@@ -108,8 +127,17 @@ pub(crate) async fn put(
         body,
     };
     let a = app.clone();
-    let created = blocking(move || a.streams.create(&creq, now_ms())).await??;
-    durable(app, created.end).await?;
+    let created = match blocking(move || a.streams.create(&creq, now_ms())).await? {
+        Ok(c) => c,
+        Err(fail @ Fail::Unavailable(_)) => return Err(refused(app, fail)),
+        Err(Fail::After(fail, pos)) => return Err(after_durable(app, *fail, pos).await),
+        Err(fail) => return Err(fail.into()),
+    };
+    if created.created {
+        durable_write(app, created.end).await?;
+    } else {
+        durable(app, created.end).await?;
+    }
     let s = &created.stream;
     let (ct, vis, vis_closed) = {
         let st = s.state.lock();
@@ -125,9 +153,29 @@ pub(crate) async fn put(
     if created.created {
         *r.status_mut() = StatusCode::CREATED;
         let host = host.unwrap_or_else(|| app.opts.listen.to_string());
-        set(r.headers_mut(), "location", &format!("http://{host}{path}"));
+        set(
+            r.headers_mut(),
+            "location",
+            &format!("http://{host}{}", encode_path(&path)),
+        );
     }
     Ok(r)
+}
+
+/// Percent-encode a decoded stream path for a URL: every byte but the
+/// unreserved and sub-delimiter characters, `:`, `@` and `/` (RFC 3986
+/// `pchar`), so that `?`, `#`, `%` and spaces stay part of the path.
+fn encode_path(path: &str) -> String {
+    let mut out = String::with_capacity(path.len());
+    for &b in path.as_bytes() {
+        let keep = b.is_ascii_alphanumeric() || b"-._~!$&'()*+,;=:@/".contains(&b);
+        if keep {
+            out.push(b as char);
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
 }
 
 fn producer_headers(hd: &HeaderMap) -> Result<Option<(String, u64, u64)>> {
@@ -160,9 +208,10 @@ fn producer_headers(hd: &HeaderMap) -> Result<Option<(String, u64, u64)>> {
 pub(crate) async fn post(
     app: &Arc<App>,
     path: String,
-    req: Request<Incoming>,
+    hd: &HeaderMap,
+    body: &mut BodySlot,
 ) -> Result<Response<Body>> {
-    let hd = req.headers();
+    check_writable(app)?;
     let areq_head = (
         content_type(hd)?,
         header_str(hd, h::STREAM_CLOSED)?.is_some_and(h::is_true),
@@ -170,7 +219,7 @@ pub(crate) async fn post(
         producer_headers(hd)?,
     );
     let s = lookup(app, &path).await?;
-    let body = read_body(app, req).await?;
+    let body = read_body(app, hd, body).await?;
     let (content_type, close, stream_seq, producer) = areq_head;
     let areq = AppendReq {
         content_type,
@@ -179,10 +228,30 @@ pub(crate) async fn post(
         stream_seq,
         producer,
     };
-    let done = app.streams.append(&s, &areq, now_ms())?;
-    durable(app, done.end).await?;
-    if !done.duplicate {
-        app.streams.publish(&s, done.tail, done.closed);
+    let done = match app.streams.append(&s, &areq, now_ms()) {
+        Ok(done) => done,
+        Err(fail @ Fail::Unavailable(_)) => return Err(refused(app, fail)),
+        Err(fail) => {
+            // A conflict, a closed or deleted stream, a producer error: all
+            // come from accepted state, which may not be durable yet (a
+            // retry racing its original): answer once it is.
+            let end = s.state.lock().last_end;
+            return Err(after_durable(app, fail, end).await);
+        }
+    };
+    if done.duplicate {
+        // Nothing written by this request: what it confirms must be
+        // durable, and once it is, it is visible.
+        durable(app, done.end).await?;
+    } else {
+        durable_write(app, done.end).await?;
+    }
+    app.streams.publish(&s, done.tail, done.closed);
+    if done.wrote && !done.duplicate {
+        app.metrics.appends.fetch_add(1, Ordering::Relaxed);
+        app.metrics
+            .append_bytes
+            .fetch_add(areq.body.len() as u64, Ordering::Relaxed);
     }
     let status = if done.duplicate || !done.wrote || areq.producer.is_none() {
         StatusCode::NO_CONTENT
@@ -204,9 +273,15 @@ pub(crate) async fn post(
 }
 
 pub(crate) async fn delete(app: &Arc<App>, path: String) -> Result<Response<Body>> {
+    check_writable(app)?;
     lookup(app, &path).await?;
-    let end = app.streams.delete(&path, now_ms())?;
-    durable(app, end).await?;
+    let end = match app.streams.delete(&path, now_ms()) {
+        Ok(end) => end,
+        Err((fail @ Fail::Unavailable(_), _)) => return Err(refused(app, fail)),
+        Err((fail, Some(wait))) => return Err(after_durable(app, fail, wait).await),
+        Err((fail, None)) => return Err(fail.into()),
+    };
+    durable_write(app, end).await?;
     let mut r = Response::new(Body::empty());
     *r.status_mut() = StatusCode::NO_CONTENT;
     Ok(r)

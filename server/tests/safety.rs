@@ -158,6 +158,7 @@ async fn bearer_token_is_required_when_set() {
     let dir = tempfile::tempdir().unwrap();
     let mut o = options(dir.path());
     o.token = Some("s3cret".into());
+    o.cors_origin = Some("https://example.com".into());
     let server = start(o).await;
     let mut h = Http::new(&server);
     let r = h.put("/a", "text/plain", "x").await;
@@ -187,6 +188,10 @@ async fn bearer_token_is_required_when_set() {
         .await;
     assert_eq!(r.status(), 204);
     assert!(header(&r, "access-control-allow-headers").contains("if-none-match"));
+    assert_eq!(
+        header(&r, "access-control-allow-origin"),
+        "https://example.com"
+    );
     assert_eq!(h.get("/a").await.status(), 401);
     server.shutdown().await.unwrap();
 }

@@ -232,6 +232,10 @@ impl Gen {
     }
 }
 
+/// A 1×1 PNG, base64: the image the fleet's users and tools attach.
+const TINY_PNG_BASE64: &str =
+    "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNk+M9QDwADhgGAWjR9awAAAABJRU5ErkJggg==";
+
 fn tool_schema() -> ToolSchema {
     ToolSchema {
         name: "shell".into(),
@@ -284,13 +288,13 @@ impl Agent {
             }
             Phase::UserMessage => {
                 let text = g.text(200, 400);
-                s.append(
-                    UserMessage {
-                        content: vec![ContentBlock::text(text)],
-                    },
-                    SurfaceOp::Append,
-                )
-                .map_err(|e| err("user/message", e))?;
+                let mut content = vec![ContentBlock::text(text)];
+                if g.rng.gen_bool(0.1) {
+                    // A small screenshot, as a harness pastes it.
+                    content.push(ContentBlock::image_base64("image/png", TINY_PNG_BASE64));
+                }
+                s.append(UserMessage { content }, SurfaceOp::Append)
+                    .map_err(|e| err("user/message", e))?;
                 self.phase = Phase::StepStart;
             }
             Phase::StepStart => {
@@ -327,10 +331,14 @@ impl Agent {
                 };
             }
             Phase::AssistantMessage => {
-                let usage = Some(Usage::new(
-                    g.rng.gen_range(1_000..50_000),
-                    g.rng.gen_range(100..2_000),
-                ));
+                // Usage as a provider reports it: cache reads and writes,
+                // and a field the engine has no name for.
+                let mut usage =
+                    Usage::new(g.rng.gen_range(1_000..50_000), g.rng.gen_range(100..2_000));
+                usage.cache_read_input_tokens = Some(g.rng.gen_range(0..40_000));
+                usage.cache_creation_input_tokens = Some(g.rng.gen_range(0..2_000));
+                usage.extra.insert("service_tier".into(), json!("standard"));
+                let usage = Some(usage);
                 let msg = if g.rng.gen_bool(0.03) {
                     // An empty reply: no tool, and the turn ends after this step.
                     self.tool_use = None;
@@ -345,16 +353,29 @@ impl Agent {
                     let call_id = format!("call-{}-{}-{}", self.prefix, self.turn, self.step);
                     let input = json!({ "cmd": g.text(40, 160) });
                     self.tool_use = Some((call_id.clone(), input.clone()));
+                    let mut content = Vec::with_capacity(4);
+                    if g.rng.gen_bool(0.7) {
+                        // Extended thinking, with the signature the provider
+                        // must see again in the next request.
+                        let sig: String = (0..64)
+                            .map(|_| g.rng.gen_range(b'a'..=b'z') as char)
+                            .collect();
+                        content.push(ContentBlock::thinking(
+                            g.text(200, 400),
+                            format!("Eq{sig}=="),
+                        ));
+                    }
+                    if g.rng.gen_bool(0.02) {
+                        // A block type this build does not know: kept as it is.
+                        content.push(ContentBlock::from_json(json!({
+                            "type": "fleet_future_block",
+                            "payload": {"n": g.rng.gen_range(0..1000), "note": "unknown to the engine"},
+                        })));
+                    }
+                    content.push(ContentBlock::text(g.text(800, 1000)));
+                    content.push(ContentBlock::tool_use(call_id, "shell", input));
                     AssistantMessage {
-                        content: vec![
-                            ContentBlock::text(g.text(800, 1000)),
-                            ContentBlock::ToolUse {
-                                id: call_id,
-                                name: "shell".into(),
-                                input,
-                                extra: Default::default(),
-                            },
-                        ],
+                        content,
                         usage,
                         stop_reason: Some("tool_use".into()),
                         extra: Default::default(),
@@ -379,6 +400,7 @@ impl Agent {
                     g.text(3_000, 5_000)
                 };
                 let large = output.len() >= 56_000;
+                let blocks = g.rng.gen_bool(0.2);
                 let t0 = Instant::now();
                 let mut ack_err = None;
                 let mut latency = 0;
@@ -396,8 +418,17 @@ impl Agent {
                         if let Err(e) = sh.ack(s.id(), s.len() - 1) {
                             ack_err = Some(e);
                         }
+                        // Some tools answer with blocks (text and an image).
+                        let content = if blocks {
+                            vec![
+                                ContentBlock::text(output),
+                                ContentBlock::image_base64("image/png", TINY_PNG_BASE64),
+                            ]
+                        } else {
+                            vec![ContentBlock::text(output)]
+                        };
                         ToolBody {
-                            content: vec![ContentBlock::text(output)],
+                            content,
                             is_error: false,
                             value: (),
                         }

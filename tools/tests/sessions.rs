@@ -556,3 +556,94 @@ fn import_refuses_bad_lines_and_writes_nothing() {
     assert_eq!(code(&out), 2);
     assert!(stderr(&out).contains("nostore"));
 }
+
+/// The main job writes provider-native content (thinking with signatures,
+/// images, tool results as block arrays, a block type nobody knows, cache
+/// usage), and `dump --json` and `messages` show it unchanged.
+#[test]
+fn fleet_stores_carry_provider_native_content_unchanged() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("store");
+    fleet(&dir, 6000, &[]);
+    let (lines, _) = dump_json(&dir, &[]);
+    let all = frames(&lines);
+    let blocks_of = |kind: &str| -> Vec<Value> {
+        all.iter()
+            .filter(|f| f["kind"] == kind)
+            .flat_map(|f| f["data"]["content"].as_array().cloned().unwrap_or_default())
+            .collect()
+    };
+    let assistant = blocks_of("assistant/message");
+    let thinking: Vec<&Value> = assistant
+        .iter()
+        .filter(|b| b["type"] == "thinking")
+        .collect();
+    assert!(!thinking.is_empty(), "thinking blocks logged");
+    assert!(thinking
+        .iter()
+        .all(|b| b["signature"].as_str().is_some_and(|s| s.starts_with("Eq"))));
+    assert!(
+        assistant.iter().any(|b| b["type"] == "fleet_future_block"
+            && b["payload"]["note"] == "unknown to the engine"),
+        "the unknown block is kept with its fields"
+    );
+    assert!(blocks_of("user/message")
+        .iter()
+        .any(|b| b["type"] == "image" && b["source"]["type"] == "base64"));
+    let results = blocks_of("tool/result");
+    assert!(
+        results.iter().any(|b| b["type"] == "image"),
+        "tool results as block arrays"
+    );
+    assert!(all.iter().any(|f| f["kind"] == "assistant/message"
+        && f["data"]["usage"]["cache_read_input_tokens"].is_u64()
+        && f["data"]["usage"]["service_tier"] == "standard"));
+    // The request body a harness would send carries the thinking blocks,
+    // with signatures, in the assistant turns that called tools.
+    let name = all
+        .iter()
+        .find(|f| {
+            f["kind"] == "assistant/message"
+                && f["data"]["content"]
+                    .as_array()
+                    .is_some_and(|c| c.iter().any(|b| b["type"] == "thinking"))
+        })
+        .map(|f| f["session"].as_str().unwrap().to_string())
+        .unwrap();
+    let out = turnstone(&[
+        "messages",
+        p(&dir),
+        "--session",
+        &name,
+        "--format",
+        "anthropic",
+    ]);
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    let body: Value = serde_json::from_str(&stdout(&out)).unwrap();
+    let msgs = body["messages"].as_array().unwrap();
+    assert!(msgs.iter().any(|m| m["role"] == "assistant"
+        && m["content"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|b| b["type"] == "thinking" && b["signature"].is_string())
+        && m["content"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|b| b["type"] == "tool_use")));
+    assert!(body["system"].is_string() && body["model"].is_string());
+    for fmt in ["openai-responses", "openai-chat"] {
+        let out = turnstone(&["messages", p(&dir), "--session", &name, "--format", fmt]);
+        assert_eq!(code(&out), 0, "{fmt}: {}", stderr(&out));
+        let body: Value = serde_json::from_str(&stdout(&out)).unwrap();
+        assert!(
+            body.get("input")
+                .or(body.get("messages"))
+                .is_some_and(Value::is_array),
+            "{fmt}"
+        );
+    }
+    let out = turnstone(&["messages", p(&dir), "--session", &name, "--format", "bogus"]);
+    assert_ne!(code(&out), 0);
+}

@@ -29,7 +29,8 @@ pub(crate) struct Run<'a> {
     /// Packed [`LogPos`]es of the frames.
     pub positions: &'a [u64],
     pub first_seq: u64,
-    /// The session and its fork ancestors (whose frames it may hold).
+    /// The session and its fork ancestors whose frames the run may hold,
+    /// sorted by id.
     pub owners: &'a [SessionId],
 }
 
@@ -233,7 +234,7 @@ fn event_ref<'a>(h: &FrameHeader, payload: &'a [u8], seq: u64, pos: u64) -> Even
 }
 
 /// Decode the frame at the start of `frame` and check that it is event
-/// `seq` of one of `owners`; returns its header and payload.
+/// `seq` of one of `owners` (sorted by id); returns its header and payload.
 fn check_frame<'a>(
     frame: &'a [u8],
     salt: &Salt,
@@ -241,7 +242,7 @@ fn check_frame<'a>(
     owners: &[SessionId],
 ) -> std::result::Result<(FrameHeader, &'a [u8]), String> {
     let h = decode_frame(frame, salt).map_err(|e| e.to_string())?;
-    if h.seq != seq || !owners.contains(&h.session) || h.kind == KIND_SESSION_DEFINE {
+    if h.seq != seq || owners.binary_search(&h.session).is_err() || h.kind == KIND_SESSION_DEFINE {
         return Err(format!(
             "index points at a frame of session {} seq {} (kind {}), expected seq {seq}",
             h.session.0, h.seq, h.kind

@@ -506,6 +506,16 @@ impl Usage {
     /// names; Responses' `input_tokens_details.cached_tokens` and
     /// `output_tokens_details.reasoning_tokens`; Chat's `prompt_tokens`,
     /// `completion_tokens` and their details).
+    ///
+    /// ```
+    /// use serde_json::json;
+    /// use turnstone::session::Usage;
+    /// let chat = json!({"prompt_tokens": 30, "completion_tokens": 9,
+    ///                   "prompt_tokens_details": {"cached_tokens": 20}});
+    /// let u = Usage::from_provider(&chat);
+    /// assert_eq!((u.input_tokens, u.cache_read_input_tokens), (30, Some(20)));
+    /// assert_eq!(serde_json::to_value(&u).unwrap()["prompt_tokens"], 30); // kept
+    /// ```
     pub fn from_provider(v: &Value) -> Usage {
         let mut u: Usage = serde_json::from_value(v.clone()).unwrap_or_default();
         let num = |path: &[&str]| {

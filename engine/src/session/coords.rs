@@ -33,6 +33,21 @@ impl TurnInfo {
 
 impl Session {
     /// Every turn, in log order.
+    ///
+    /// ```
+    /// # use std::sync::Arc;
+    /// # use turnstone::session::*;
+    /// # let dir = tempfile::tempdir().unwrap();
+    /// # let store = Arc::new(turnstone::Store::open(dir.path()).unwrap());
+    /// let mut s = Session::create(store, "s1", Arc::new(Registry::new())).unwrap();
+    /// s.append(TurnStart { turn_id: "t1".into() }, ()).unwrap();
+    /// s.append(UserMessage { content: vec![ContentBlock::text("hi")] }, SurfaceOp::Append).unwrap();
+    /// s.append(TurnEnd { turn_id: "t1".into(), reason: TurnEndReason::Completed }, ()).unwrap();
+    /// assert_eq!(s.turns()[0].end_seq, Some(2));
+    /// s.flush().unwrap();
+    /// let child = s.fork_after_turn("t1", Some("s1-branch")).unwrap();
+    /// assert_eq!(child.upto, 3);
+    /// ```
     pub fn turns(&self) -> &[TurnInfo] {
         &self.turns
     }

@@ -24,6 +24,23 @@ impl Session {
     /// without waiting: returns where the group ends, for
     /// [`crate::Store::wait_durable`] (or use [`Session::flush`]). Run no
     /// body before that wait returns.
+    ///
+    /// ```
+    /// # use std::sync::Arc;
+    /// # use serde_json::json;
+    /// # use turnstone::session::*;
+    /// # let dir = tempfile::tempdir().unwrap();
+    /// # let store = Arc::new(turnstone::Store::open(dir.path()).unwrap());
+    /// let mut s = Session::create(store.clone(), "s1", Arc::new(Registry::new())).unwrap();
+    /// let call = ToolCall { call_id: "c1".into(), name: "ls".into(), input: json!({}) };
+    /// s.append(AssistantMessage { content: vec![ContentBlock::tool_use("c1", "ls", json!({}))],
+    ///     usage: None, stop_reason: None, extra: Default::default() }, SurfaceOp::Append).unwrap();
+    /// let end = s.record_tool_calls(&[call]).unwrap();
+    /// store.wait_durable(end).unwrap();            // now the body may run (on any executor)
+    /// let (seq, not_recorded) = s.record_tool_result("c1", vec![ContentBlock::text("a b")], false).unwrap();
+    /// assert!(not_recorded.is_none() && s.open_state().calls.is_empty());
+    /// # let _ = seq;
+    /// ```
     pub fn record_tool_calls(&mut self, calls: &[ToolCall]) -> Result<LogPos> {
         let items = calls
             .iter()

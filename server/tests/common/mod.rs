@@ -1,6 +1,8 @@
 //! Shared helpers: an in-process server on an ephemeral loopback port.
 #![allow(dead_code)]
 
+pub mod fault;
+
 use std::path::Path;
 use std::time::Duration;
 

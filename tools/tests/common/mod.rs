@@ -192,8 +192,10 @@ pub fn assert_valid_messages(session: &str, msgs: &[Value]) {
                     let id = b["tool_use_id"].as_str().unwrap();
                     pending.retain(|p| p != id);
                 }
-                "text" => {}
-                t => panic!("unknown block type {t}"),
+                // Provider-native blocks the fleet writes (and one it
+                // invents, which the engine must carry unchanged).
+                "text" | "thinking" | "image" | "fleet_future_block" => {}
+                t => panic!("unexpected block type {t}"),
             }
         }
     }
