@@ -8,7 +8,7 @@
 //! | [`frame`] | byte layouts: segment header, batch header, frame (`format-spec/FORMAT.md`) |
 //! | `log/` | segment files (create, name, list, zero a torn tail) and the one segment reader |
 //! | `commit/` | group commit: batches, the commit queue, the flusher (poisons on panic), durable position |
-//! | `index`, `checkpoint` | seq-dense per-session index (its own lock) and its checkpoint file |
+//! | `index/` | seq-dense per-session index (its own lock) and its checkpoint file |
 //! | `recovery/` | one scanner, one classification of FORMAT.md §6.3 rows, the plan; salvage |
 //! | [`inspect`] | the same scanner and classification for `verify`/`dump`: resync and carry on |
 //! | `store` | [`Store`], the façade: lock, open (plan + apply), append, sync, read, fork, close |
@@ -27,7 +27,6 @@
 #![forbid(unsafe_op_in_unsafe_fn)]
 #![deny(unsafe_code)]
 
-mod checkpoint;
 mod commit;
 mod derived;
 mod error;
@@ -55,7 +54,7 @@ pub use types::{Appended, Event, EventRef, LogPos, SegmentId, Seq, SessionId};
 /// [`inspect`].
 #[doc(hidden)]
 pub mod internals {
-    pub use crate::checkpoint::{Checkpoint, CHECKPOINT_FILE, CHECKPOINT_TMP_FILE};
+    pub use crate::index::checkpoint::{Checkpoint, CHECKPOINT_FILE, CHECKPOINT_TMP_FILE};
     pub use crate::index::{Index, SessionEntry};
     pub use crate::recovery::{
         check_batch, classify_bad_header, classify_stop, probe_after, scan_batches, HeaderFacts,

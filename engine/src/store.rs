@@ -16,13 +16,13 @@ use std::thread::JoinHandle;
 
 use parking_lot::{Mutex, RwLock};
 
-use crate::checkpoint::{self, Checkpoint};
 use crate::commit::{CommitQueue, State, Stats};
 use crate::error::{Error, Result};
 use crate::frame::{
     frame_padded_len, SessionDefine, BATCH_FLAG_CLEAN_CLOSE, KIND_SESSION_DEFINE,
     PAYLOAD_BYTES_MAX, SESSION_NAME_BYTES_MAX,
 };
+use crate::index::checkpoint::{self, Checkpoint};
 use crate::index::Index;
 use crate::log::{Run, SegmentReader};
 use crate::recovery::RecoveryReport;

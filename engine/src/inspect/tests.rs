@@ -4,8 +4,8 @@
 use super::*;
 use std::collections::HashMap;
 
-use crate::checkpoint;
 use crate::frame::{BATCH_HEADER_BYTES, FRAME_HEADER_BYTES, SEGMENT_HEADER_BYTES};
+use crate::index::checkpoint;
 use crate::recovery::ProblemKind;
 use crate::types::SegmentId;
 use crate::{Options, Store};

@@ -8,9 +8,9 @@ use std::collections::HashMap;
 use std::ops::ControlFlow;
 use std::path::Path;
 
-use crate::checkpoint;
 use crate::error::{Error, Result};
 use crate::frame::{self, HeaderError, Salt, SegmentHeader, SessionDefine, SEGMENT_HEADER_BYTES};
+use crate::index::checkpoint;
 use crate::log::read_segment;
 use crate::recovery::{classify_bad_header, probe_after, HeaderFacts, ProblemKind, Row};
 use crate::types::{LogPos, SegmentId};

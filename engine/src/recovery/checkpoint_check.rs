@@ -6,10 +6,10 @@
 
 use std::path::Path;
 
-use crate::checkpoint::Checkpoint;
 use crate::frame::{
     self, BatchError, BatchHeader, Salt, SegmentHeader, BATCH_HEADER_BYTES, SEGMENT_HEADER_BYTES,
 };
+use crate::index::checkpoint::Checkpoint;
 use crate::log::{read_segment, segment_path};
 use crate::types::SegmentId;
 use crate::vfs::Vfs;

@@ -15,12 +15,12 @@
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
-use crate::checkpoint::Checkpoint;
 use crate::error::{Error, Result};
 use crate::frame::{
     self, HeaderError, Salt, SegmentHeader, SessionDefine, BATCH_FLAG_CLEAN_CLOSE,
     KIND_SESSION_DEFINE, SEGMENT_HEADER_BYTES,
 };
+use crate::index::checkpoint::Checkpoint;
 use crate::index::Index;
 use crate::log::{list_segments, read_segment, segment_path, zero_range};
 use crate::types::{LogPos, SegmentId};
@@ -515,7 +515,7 @@ pub(crate) fn apply(
     had_bad_checkpoint: bool,
 ) -> Result<()> {
     if rec.remove_checkpoint || had_bad_checkpoint {
-        crate::checkpoint::remove(vfs, dir)?;
+        crate::index::checkpoint::remove(vfs, dir)?;
     }
     for (seg, from, to) in &rec.zero_ranges {
         zero_range(vfs, &segment_path(dir, *seg), *from, *to)?;
@@ -529,7 +529,7 @@ pub(crate) fn apply(
             dir_dirty = true;
         }
     }
-    let tmp = dir.join(crate::checkpoint::CHECKPOINT_TMP_FILE);
+    let tmp = dir.join(crate::index::checkpoint::CHECKPOINT_TMP_FILE);
     if vfs.exists(&tmp) {
         vfs.remove(&tmp)
             .map_err(|e| Error::io("remove stale checkpoint", &tmp, e))?;

@@ -8,10 +8,10 @@ use std::sync::Arc;
 use parking_lot::{Mutex, RwLock};
 use rand::RngCore;
 
-use crate::checkpoint;
 use crate::commit::{self, CommitQueue, FlusherEnv, WriterFile};
 use crate::error::{Error, Result};
 use crate::frame::{BATCH_HEADER_BYTES, SEGMENT_HEADER_BYTES};
+use crate::index::checkpoint;
 use crate::index::Index;
 use crate::log::{create_segment, segment_path, SegmentReader, SegmentSpec};
 use crate::recovery::{self, RecoveryMode};
