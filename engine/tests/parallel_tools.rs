@@ -197,18 +197,7 @@ fn script(shared: &SharedSession, ran: &Mutex<Vec<String>>) -> turnstone::Result
             },
             SurfaceOp::Append,
         )?;
-        s.append(
-            AssistantMessage {
-                content: calls
-                    .iter()
-                    .map(|c| ContentBlock::tool_use(&c.call_id, &c.name, c.input.clone()))
-                    .collect(),
-                usage: None,
-                stop_reason: Some("tool_use".into()),
-                extra: Default::default(),
-            },
-            SurfaceOp::Append,
-        )?;
+        ask(&mut s, &calls);
         // The response is made durable before the calls are recorded, so a
         // cut between the two leaves uses without calls (TOOL_NOT_STARTED).
         s.flush()?;

@@ -76,6 +76,8 @@ fn replay_streams_every_event_in_order() {
     let store = Arc::new(Store::open(dir.path()).unwrap());
     let mut s = Session::create(store.clone(), "a", reg()).unwrap();
     build(&mut s, 3, false);
+    // Replay, like every view, shows what is durable.
+    s.flush().unwrap();
     let evs: Vec<SessionEvent> = replay(&store, "a", reg(), 0)
         .unwrap()
         .map(|e| e.unwrap())
@@ -184,6 +186,7 @@ fn registry_skips_downstream_work_for_unchanged_states() {
     let notified = Arc::new(parking_lot::Mutex::new(Vec::new()));
     let n2 = notified.clone();
     r.on_change(move |name, ev| n2.lock().push((name, ev.seq)));
+    store.sync().unwrap();
     for ev in replay(&store, "a", reg(), 0).unwrap() {
         r.apply(&ev.unwrap());
     }
@@ -561,20 +564,100 @@ fn replay_yields_the_events_before_an_unreadable_one_then_its_error() {
     build(&mut s, 1, false);
     let good = store.session_len("s").unwrap();
     drop(s);
-    // An unknown, non-ignorable kind, then more events after it.
+    // A kind from a newer build is shown as it is (opaque) …
+    store
+        .append("s", 77, 0, br#"{"v":0,"data":{"x":1}}"#)
+        .unwrap();
+    // … but a payload that is no session envelope is an error; events after
+    // it are not reached.
+    store.append("s", 5, 0, b"not json").unwrap();
     store.append("s", 77, 0, br#"{"v":0,"data":{}}"#).unwrap();
-    store.append("s", 77, 0, br#"{"v":0,"data":{}}"#).unwrap();
+    store.sync().unwrap();
     let items: Vec<_> = replay(&store, "s", reg(), 0).unwrap().collect();
     assert_eq!(
         items.len() as u64,
-        good + 1,
-        "the good events, then one error"
+        good + 2,
+        "the good events, the opaque one, then one error"
     );
     for (i, it) in items[..good as usize].iter().enumerate() {
         assert_eq!(it.as_ref().unwrap().seq, i as u64);
     }
-    match &items[good as usize] {
-        Err(Error::UnknownKind { seq, .. }) => assert_eq!(*seq, good),
+    let opaque = items[good as usize].as_ref().unwrap();
+    assert_eq!(opaque.kind, EventKind::Plugin("unknown/77".into()));
+    assert_eq!(opaque.data, serde_json::json!({"x": 1}));
+    match &items[good as usize + 1] {
+        Err(Error::BadEvent { seq, .. }) => assert_eq!(*seq, good + 1),
         other => panic!("{other:?}"),
     }
+}
+
+/// Kinds this process does not know: a read-only open shows them as opaque
+/// events; a writable open refuses, naming kind and seq; typed custom events
+/// round-trip and refuse a newer version.
+#[test]
+fn unknown_kinds_open_read_only_and_custom_events_are_typed() {
+    use serde::{Deserialize, Serialize};
+    #[derive(Debug, PartialEq, Serialize, Deserialize)]
+    struct Todo {
+        items: Vec<String>,
+    }
+    impl CustomEvent for Todo {
+        const KIND: &'static str = "harness/todo";
+        const VERSION: u32 = 1;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let store = Arc::new(Store::open(dir.path()).unwrap());
+    let mut with = Registry::new();
+    with.register_custom::<Todo>().unwrap();
+    let with = Arc::new(with);
+    let mut s = Session::create(store.clone(), "s", with.clone()).unwrap();
+    s.append(
+        UserMessage {
+            content: vec![ContentBlock::text("hi")],
+        },
+        SurfaceOp::Append,
+    )
+    .unwrap();
+    let seq = s
+        .append_custom(&Todo {
+            items: vec!["a".into()],
+        })
+        .unwrap();
+    // A version from the future is refused with a typed error.
+    s.append_plugin(
+        "harness/todo",
+        &serde_json::json!({"version": 9, "event": {"items": []}}),
+    )
+    .unwrap();
+    let evs = s.events(0..s.len()).unwrap();
+    assert_eq!(
+        evs[seq as usize].custom::<Todo>().unwrap().unwrap(),
+        Todo {
+            items: vec!["a".into()]
+        }
+    );
+    assert!(matches!(
+        evs[seq as usize + 1].custom::<Todo>(),
+        Some(Err(CustomEventError::NewerVersion { found: 9, .. }))
+    ));
+    assert!(evs[0].custom::<Todo>().is_none());
+    s.flush().unwrap();
+    drop(s);
+    // A process that does not know `todo/update` (not ignorable).
+    let err = Session::open(store.clone(), "s", reg()).unwrap_err();
+    assert!(
+        matches!(&err, Error::UnknownKind { seq: 1, kind, .. } if kind == "harness/todo"),
+        "{err}"
+    );
+    let mut view = Session::open_read_only(store.clone(), "s", reg()).unwrap();
+    assert_eq!(view.len(), 3);
+    assert_eq!(view.derive_messages().len(), 1);
+    let evs = view.events(0..3).unwrap();
+    assert_eq!(evs[1].kind, EventKind::Plugin("harness/todo".into()));
+    let replayed: Vec<_> = replay(&store, "s", reg(), 0)
+        .unwrap()
+        .map(|e| e.unwrap())
+        .collect();
+    assert_eq!(replayed[1].kind, EventKind::Plugin("harness/todo".into()));
+    assert_eq!(replayed[1].data["event"]["items"][0], "a");
 }

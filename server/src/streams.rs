@@ -256,15 +256,16 @@ impl Streams {
     /// configuration. Blocking (a fork reads the source's log).
     pub fn create(&self, req: &CreateReq, now_ms: u64) -> Result<Created, Fail> {
         let mut reg = self.reg.lock();
-        if let Some(existing) = reg.by_path.get(&req.path).cloned() {
-            let (expired, hard_deleted) = {
-                let st = existing.state.lock();
-                (st.is_expired(now_ms), st.deleted == Some(DeleteMode::Hard))
-            };
-            // A hard-deleted stream (its tombstone maybe not durable yet) is
-            // replaced: the new incarnation is logged after the tombstone.
-            if hard_deleted {
-            } else if expired {
+        // A hard-deleted stream (its tombstone maybe not durable yet) is
+        // replaced: the new incarnation is logged after the tombstone.
+        let existing = reg
+            .by_path
+            .get(&req.path)
+            .filter(|e| e.state.lock().deleted != Some(DeleteMode::Hard))
+            .cloned();
+        if let Some(existing) = existing {
+            let expired = existing.state.lock().is_expired(now_ms);
+            if expired {
                 let (mode, end) = self.delete_locked(&mut reg, &existing, "expired", now_ms)?;
                 if mode == DeleteMode::Soft {
                     let fail = Fail::Conflict(

@@ -117,14 +117,16 @@ impl Session {
     /// writing: liveness is a property of the store, so a second host cannot
     /// "repair" a turn that is still running.
     pub fn open(store: Arc<Store>, id: &str, registry: Arc<Registry>) -> Result<Session> {
-        let mut s = Self::restore(store, id, registry)?;
+        let mut s = Self::restore(store, id, registry, false)?;
         s.claim()?;
         Ok(s)
     }
 
     /// A read-only view of a session, live or not: the same fold (surface,
     /// messages, header, open state) over its durable and appended events,
-    /// claiming nothing. Appends are refused.
+    /// claiming nothing. Appends are refused. Events of kinds this process
+    /// does not know are kept as opaque plugin events instead of refusing
+    /// the open (see [`event::decode_view`]).
     ///
     /// ```
     /// # use std::sync::Arc;
@@ -140,7 +142,7 @@ impl Session {
     /// assert_eq!(view.derive_messages().len(), 1);
     /// ```
     pub fn open_read_only(store: Arc<Store>, id: &str, registry: Arc<Registry>) -> Result<Session> {
-        Self::restore(store, id, registry)
+        Self::restore(store, id, registry, true)
     }
 
     /// Whether this handle is a read-only view.
@@ -161,7 +163,12 @@ impl Session {
         }
     }
 
-    fn restore(store: Arc<Store>, id: &str, registry: Arc<Registry>) -> Result<Session> {
+    fn restore(
+        store: Arc<Store>,
+        id: &str,
+        registry: Arc<Registry>,
+        view: bool,
+    ) -> Result<Session> {
         let len = store
             .session_len(id)
             .ok_or_else(|| Error::UnknownSession(id.to_string()))?;
@@ -171,7 +178,12 @@ impl Session {
         while at < len {
             let evs = store.read_range(id, at..(at + CHUNK).min(len))?;
             for e in evs {
-                let ev = s.decode(e.seq.0, e.kind, e.flags, &e.payload)?;
+                let ev = if view {
+                    event::decode_view(e.seq.0, e.kind, e.flags, &e.payload, &s.registry)
+                        .map_err(|err| crate::session::replay::decode_error(&s.id, e.seq.0, err))?
+                } else {
+                    s.decode(e.seq.0, e.kind, e.flags, &e.payload)?
+                };
                 s.apply(&ev)?;
             }
             at += CHUNK;
@@ -369,18 +381,16 @@ impl Session {
 
     /// Rules checked before a live append (restore is lenient: the log is
     /// the truth, whatever wrote it).
-    fn check_live<D: EventData>(&self, data: &D, op: Option<SurfaceOp>) -> Result<()> {
+    fn check_live(&self, kind: CoreKind, v: &Value, op: Option<SurfaceOp>) -> Result<()> {
         if let Some(op) = op {
             self.surface.check(op)?;
         }
         {
-            let v =
-                serde_json::to_value(data).map_err(|e| Error::InvalidArgument(e.to_string()))?;
             let interrupted = v
                 .get("reason")
                 .and_then(|r| r.get("kind"))
                 .is_some_and(|k| k == "interrupted");
-            if interrupted && matches!(D::KIND, CoreKind::TurnEnd | CoreKind::StepEnd) {
+            if interrupted && matches!(kind, CoreKind::TurnEnd | CoreKind::StepEnd) {
                 return Err(Error::Refused(
                     "`interrupted` is written only by repair, never by a live loop".into(),
                 ));
@@ -415,9 +425,13 @@ impl Session {
     /// ```
     pub fn append<D: EventData>(&mut self, data: D, intent: D::Intent) -> Result<u64> {
         let op = intent.surface_op();
-        self.check_live(&data, op)?;
-        let payload = event::encode_core(&data, op);
-        let seqs = self.append_encoded(vec![(D::KIND.code(), 0, payload)])?;
+        // One serialisation: the JSON value is both written and folded (the
+        // typed data is valid by construction, so it is not re-parsed).
+        let value =
+            serde_json::to_value(&data).map_err(|e| Error::InvalidArgument(e.to_string()))?;
+        self.check_live(D::KIND, &value, op)?;
+        let (payload, ev) = event::encode_core_value(D::KIND, value, op, self.len);
+        let seqs = self.append_decoded(vec![(D::KIND.code(), 0, payload)], vec![ev])?;
         Ok(seqs[0])
     }
 
@@ -435,18 +449,41 @@ impl Session {
         Ok(seqs[0])
     }
 
+    /// Append a harness's own typed event (see [`event::CustomEvent`]); its
+    /// kind must be registered.
+    pub fn append_custom<E: event::CustomEvent>(&mut self, e: &E) -> Result<u64> {
+        let data = event::custom_data(e).map_err(|e| Error::InvalidArgument(e.to_string()))?;
+        self.append_plugin(E::KIND, &data)
+    }
+
     /// Append encoded events atomically (one commit batch), then fold them.
     pub(crate) fn append_encoded(&mut self, items: Vec<(u16, u16, Vec<u8>)>) -> Result<Vec<u64>> {
+        // Decode first: the live state is folded from exactly the bytes logged.
+        let mut decoded = Vec::with_capacity(items.len());
+        for (i, (code, flags, payload)) in items.iter().enumerate() {
+            decoded.push(self.decode(self.len + i as u64, *code, *flags, payload)?);
+        }
+        self.append_decoded(items, decoded)
+    }
+
+    /// Append encoded events whose decoded form the caller already has
+    /// (built from the same JSON value the payload was written from, so it
+    /// is what decoding the payload gives; debug builds check that).
+    fn append_decoded(
+        &mut self,
+        items: Vec<(u16, u16, Vec<u8>)>,
+        decoded: Vec<SessionEvent>,
+    ) -> Result<Vec<u64>> {
         if self.live_handle.is_none() {
             return Err(Error::Refused(format!(
                 "session {:?} was opened read-only; open it for writing to append",
                 self.id
             )));
         }
-        // Decode first: the live state is folded from exactly the bytes logged.
-        let mut decoded = Vec::with_capacity(items.len());
-        for (i, (code, flags, payload)) in items.iter().enumerate() {
-            decoded.push(self.decode(self.len + i as u64, *code, *flags, payload)?);
+        #[cfg(debug_assertions)]
+        for ((code, flags, payload), ev) in items.iter().zip(&decoded) {
+            let again = self.decode(ev.seq, *code, *flags, payload)?;
+            debug_assert_eq!(&again, ev, "the live event differs from its logged bytes");
         }
         // Check the whole group against a scratch surface before appending.
         let mut scratch = self.surface.clone();
@@ -627,12 +664,20 @@ impl Session {
         self.messages.last_work
     }
 
-    /// Read and decode events `range` from the log.
+    /// Read and decode events `range` from the log (a read-only view shows
+    /// kinds this process does not know as opaque events).
     pub fn events(&self, range: std::ops::Range<u64>) -> Result<Vec<SessionEvent>> {
         self.store
             .read_range(&self.id, range)?
             .into_iter()
-            .map(|e| self.decode(e.seq.0, e.kind, e.flags, &e.payload))
+            .map(|e| {
+                if self.is_read_only() {
+                    event::decode_view(e.seq.0, e.kind, e.flags, &e.payload, &self.registry)
+                        .map_err(|err| crate::session::replay::decode_error(&self.id, e.seq.0, err))
+                } else {
+                    self.decode(e.seq.0, e.kind, e.flags, &e.payload)
+                }
+            })
             .collect()
     }
 

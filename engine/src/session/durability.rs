@@ -151,18 +151,22 @@ pub fn run_tool<T>(
         return Ok(ToolOutcome::AbortedBeforeDispatch);
     }
     let out = body(session, scope.nested());
-    let (result_seq, not_recorded) = record_result(session, call_id, out.content, out.is_error)?;
-    Ok(match not_recorded {
-        None => ToolOutcome::Ran {
-            value: out.value,
-            result_seq,
-        },
-        Some(reason) => ToolOutcome::ResultNotRecorded {
-            value: out.value,
-            result_seq,
-            reason,
-        },
-    })
+    let recorded = record_result(session, call_id, out.content, out.is_error)?;
+    Ok(ToolOutcome::recorded(out.value, recorded))
+}
+
+impl<T> ToolOutcome<T> {
+    /// The outcome of a body that ran, from what [`record_result`] did.
+    pub(crate) fn recorded(value: T, (result_seq, not_recorded): (u64, Option<String>)) -> Self {
+        match not_recorded {
+            None => ToolOutcome::Ran { value, result_seq },
+            Some(reason) => ToolOutcome::ResultNotRecorded {
+                value,
+                result_seq,
+                reason,
+            },
+        }
+    }
 }
 
 /// Record a tool's result, always closing its call: a result the log cannot

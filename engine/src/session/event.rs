@@ -453,6 +453,33 @@ pub fn encode_core<D: EventData>(data: &D, op: Option<SurfaceOp>) -> Vec<u8> {
     serde_json::to_vec(&env).expect("envelope serializes")
 }
 
+/// Encode a core event from its data as JSON, returning the payload and
+/// the event that decoding it gives (at `seq`), built from the same value.
+pub(crate) fn encode_core_value(
+    kind: CoreKind,
+    data: Value,
+    op: Option<SurfaceOp>,
+    seq: u64,
+) -> (Vec<u8>, SessionEvent) {
+    let env = Envelope {
+        v: SESSION_FORMAT_VERSION,
+        kind: None,
+        surface: op,
+        ts: Some(now_ms()),
+        data,
+    };
+    let payload = serde_json::to_vec(&env).expect("envelope serializes");
+    let ev = SessionEvent {
+        seq,
+        kind: EventKind::Core(kind),
+        ignorable: false,
+        surface: env.surface,
+        ts: env.ts,
+        data: env.data,
+    };
+    (payload, ev)
+}
+
 /// Encode a plugin event's payload.
 pub fn encode_plugin(kind: &str, data: &Value) -> Vec<u8> {
     let env = Envelope {
@@ -543,6 +570,132 @@ pub fn decode(
     })
 }
 
+/// Decode for a view (replay, query, a read-only session): like [`decode`],
+/// but an event of a kind this process does not know — a plugin kind its
+/// registry lacks, a core kind code from a newer build — is returned as an
+/// opaque plugin event (`unknown/<code>` for a core code) with its data as
+/// stored, instead of refusing. A writable restore still refuses it.
+pub fn decode_view(
+    seq: u64,
+    code: u16,
+    flags: u16,
+    payload: &[u8],
+    registry: &Registry,
+) -> Result<SessionEvent, DecodeError> {
+    match decode(seq, code, flags, payload, registry) {
+        Err(DecodeError::UnknownKind(_)) => {
+            let env: Envelope = serde_json::from_slice(payload).map_err(|e| {
+                DecodeError::Malformed(format!("payload is not a session envelope: {e}"))
+            })?;
+            let name = match (code, env.kind) {
+                (KIND_CODE_PLUGIN, Some(name)) => name,
+                _ => format!("unknown/{code}"),
+            };
+            Ok(SessionEvent {
+                seq,
+                kind: EventKind::Plugin(name),
+                ignorable: flags & FLAG_IGNORABLE != 0,
+                surface: env.surface,
+                ts: env.ts,
+                data: env.data,
+            })
+        }
+        other => other,
+    }
+}
+
+/// A harness's own event kind, as a Rust type: a name, a version and
+/// whether a process that does not know it may skip it. Register it with
+/// [`Registry::register_custom`], append it with
+/// [`crate::session::Session::append_custom`], read it back with
+/// [`SessionEvent::custom`]. Stored as a plugin event whose data is
+/// `{"version": N, "event": <the value>}`.
+///
+/// ```
+/// use std::sync::Arc;
+/// use serde::{Deserialize, Serialize};
+/// use turnstone::session::*;
+/// #[derive(Debug, PartialEq, Serialize, Deserialize)]
+/// struct TodoUpdate { items: Vec<String> }
+/// impl CustomEvent for TodoUpdate {
+///     const KIND: &'static str = "todo/update";
+///     const VERSION: u32 = 2;
+///     const IGNORABLE: bool = true;
+/// }
+/// # let dir = tempfile::tempdir().unwrap();
+/// # let store = Arc::new(turnstone::Store::open(dir.path()).unwrap());
+/// let mut reg = Registry::new();
+/// reg.register_custom::<TodoUpdate>().unwrap();
+/// let mut s = Session::create(store, "s1", Arc::new(reg)).unwrap();
+/// let seq = s.append_custom(&TodoUpdate { items: vec!["write tests".into()] }).unwrap();
+/// let ev = s.events(seq..seq + 1).unwrap().remove(0);
+/// assert_eq!(ev.custom::<TodoUpdate>().unwrap().unwrap().items, ["write tests"]);
+/// ```
+pub trait CustomEvent: Serialize + serde::de::DeserializeOwned {
+    /// The kind name (not a core kind's).
+    const KIND: &'static str;
+    /// The payload version this type writes and reads (newer is refused).
+    const VERSION: u32 = 1;
+    /// Whether a process whose registry lacks the kind may skip it.
+    const IGNORABLE: bool = false;
+}
+
+/// Why an event could not be read as a [`CustomEvent`].
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum CustomEventError {
+    #[error(
+        "event at seq {seq} is {kind:?} version {found}; this type reads up to version {supported}"
+    )]
+    NewerVersion {
+        seq: u64,
+        kind: String,
+        found: u64,
+        supported: u32,
+    },
+    #[error("event at seq {seq} ({kind:?}) does not decode: {detail}")]
+    Decode {
+        seq: u64,
+        kind: String,
+        detail: String,
+    },
+}
+
+impl SessionEvent {
+    /// This event as the custom type `E` (None: another kind).
+    pub fn custom<E: CustomEvent>(&self) -> Option<Result<E, CustomEventError>> {
+        if self.kind != EventKind::Plugin(E::KIND.to_string()) {
+            return None;
+        }
+        let found = self
+            .data
+            .get("version")
+            .and_then(Value::as_u64)
+            .unwrap_or(0);
+        if found > u64::from(E::VERSION) {
+            return Some(Err(CustomEventError::NewerVersion {
+                seq: self.seq,
+                kind: E::KIND.into(),
+                found,
+                supported: E::VERSION,
+            }));
+        }
+        let inner = self.data.get("event").cloned().unwrap_or(Value::Null);
+        Some(
+            serde_json::from_value(inner).map_err(|e| CustomEventError::Decode {
+                seq: self.seq,
+                kind: E::KIND.into(),
+                detail: e.to_string(),
+            }),
+        )
+    }
+}
+
+/// The stored data of a custom event.
+pub(crate) fn custom_data<E: CustomEvent>(e: &E) -> Result<Value, serde_json::Error> {
+    Ok(serde_json::json!({"version": E::VERSION, "event": serde_json::to_value(e)?}))
+}
+
 fn validate_core(k: CoreKind, data: &Value) -> Result<(), DecodeError> {
     fn check<D: EventData>(v: &Value) -> Result<(), DecodeError> {
         D::deserialize(v)
@@ -589,6 +742,10 @@ impl Registry {
         }
         self.kinds.insert(name.to_string(), ignorable);
         Ok(())
+    }
+    /// Register a [`CustomEvent`] type's kind.
+    pub fn register_custom<E: CustomEvent>(&mut self) -> Result<(), String> {
+        self.register(E::KIND, E::IGNORABLE)
     }
     pub fn knows(&self, name: &str) -> bool {
         self.kinds.contains_key(name)

@@ -29,10 +29,10 @@ pub use coords::TurnInfo;
 pub use durability::{run_tool, CancelToken, CheckpointPoint, ToolBody, ToolOutcome, ToolScope};
 pub use event::{
     AssistantChunk, AssistantMessage, CallConfig, CompactionEnd, CompactionPrune, CompactionStart,
-    CompactionSummary, CoreKind, EpochHeader, EventData, EventKind, HeaderReason, Registry,
-    RequestContext, RequestHeader, SessionEndSeed, SessionEvent, StepEnd, StepEndReason, StepStart,
-    SystemPrompt, ToolCall, ToolResult, ToolSchema, ToolStatus, TurnEnd, TurnEndReason, TurnStart,
-    UserMessage, SESSION_FORMAT_VERSION,
+    CompactionSummary, CoreKind, CustomEvent, CustomEventError, EpochHeader, EventData, EventKind,
+    HeaderReason, Registry, RequestContext, RequestHeader, SessionEndSeed, SessionEvent, StepEnd,
+    StepEndReason, StepStart, SystemPrompt, ToolCall, ToolResult, ToolSchema, ToolStatus, TurnEnd,
+    TurnEndReason, TurnStart, UserMessage, SESSION_FORMAT_VERSION,
 };
 pub use header::{Difference, Request, RequestSpec};
 pub use host::{Host, SharedSession};

@@ -156,19 +156,7 @@ pub fn run_tools_parallel<T: Send>(
                             let mut s = session.lock();
                             record_result(&mut s, &call.call_id, out.content, out.is_error)
                         };
-                        let outcome =
-                            recorded.map(|(result_seq, not_recorded)| match not_recorded {
-                                None => ToolOutcome::Ran {
-                                    value: out.value,
-                                    result_seq,
-                                },
-                                Some(reason) => ToolOutcome::ResultNotRecorded {
-                                    value: out.value,
-                                    result_seq,
-                                    reason,
-                                },
-                            });
-                        (i, outcome)
+                        (i, recorded.map(|r| ToolOutcome::recorded(out.value, r)))
                     })
                 })
                 .collect();

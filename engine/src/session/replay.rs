@@ -84,7 +84,7 @@ impl Iterator for Replay<'_> {
             // Decode straight from the log's bytes (no payload copies). Events
             // before a bad one are still yielded, then its error.
             let walked = self.store.visit_range(id, self.next..to, |e| {
-                match event::decode(e.seq.0, e.kind, e.flags, e.payload, registry) {
+                match event::decode_view(e.seq.0, e.kind, e.flags, e.payload, registry) {
                     Ok(ev) => {
                         buf.push_back(Ok(ev));
                         ControlFlow::Continue(())
