@@ -16,13 +16,13 @@ use std::collections::BTreeMap;
 use std::path::Path;
 
 use serde_json::{json, Value};
-use turnstone::checkpoint::{Checkpoint, CHECKPOINT_FILE};
 use turnstone::frame::{
     encode_frame, segment_file_name, BatchHeader, Salt, SegmentHeader, SessionDefine,
     BATCH_FLAG_CLEAN_CLOSE, BATCH_HEADER_BYTES, FLAG_IGNORABLE, FORMAT_VERSION,
     KIND_SESSION_DEFINE,
 };
-use turnstone::index::Index;
+use turnstone::internals::Index;
+use turnstone::internals::{Checkpoint, CHECKPOINT_FILE};
 use turnstone::{LogPos, SegmentId, SessionId};
 
 /// The store id of every vector: 16 readable bytes.
@@ -50,6 +50,7 @@ pub fn build() -> Vec<Vector> {
         clean_close(),
         checkpoint_proves_durable(),
         clean_close_then_torn(),
+        nonzero_padding(),
     ]
 }
 
@@ -365,6 +366,26 @@ impl Log {
     /// Flip one bit of segment `segment` at `offset`.
     fn flip(&mut self, segment: u32, offset: usize) {
         self.segments[segment as usize - 1][offset] ^= 0x10;
+    }
+
+    /// Set byte `offset` of segment `segment` (inside batch `b`'s body) and
+    /// re-seal the batch: its body checksum (and header checksum) hold again.
+    fn set_and_reseal(&mut self, b: &BatchInfo, offset: usize, value: u8) {
+        let salt = Salt {
+            store_id: STORE_ID,
+            segment: SegmentId(b.segment),
+        };
+        let seg = &mut self.segments[b.segment as usize - 1];
+        seg[offset] = value;
+        let start = b.body_offset();
+        let h = BatchHeader {
+            body_len: b.body_len,
+            batch_seq: b.batch_seq,
+            frame_count: b.frame_count,
+            body_crc: salt.crc(&seg[start..start + b.body_len as usize]),
+            flags: b.flags,
+        };
+        seg[b.offset as usize..start].copy_from_slice(&h.encode(&salt));
     }
 }
 
@@ -796,5 +817,29 @@ fn clean_close_then_torn() -> Vector {
         opened.clone(),
         refused("torn-tail-refused", &f, Some(b.offset as usize)),
         opened,
+    )
+}
+
+fn nonzero_padding() -> Vector {
+    let mut log = Log::new();
+    log.batch(&[Op::Define("s"), Op::Event("s", 1, 0, b"event 0")]);
+    let before = log.sessions_json();
+    // "event 1": frame_len 31, so one padding byte follows the frame.
+    let b = log.batch(&[Op::Event("s", 1, 0, b"event 1")]);
+    log.set_and_reseal(&b, b.body_offset() + 31, 0x01);
+    let f = seg_name(1);
+    vector(
+        "nonzero-padding",
+        "The last batch's checksums hold, but the padding byte after its frame is not zero \
+         (FORMAT.md §4, §3 (9)): no torn write explains a checksum-valid body that breaks a \
+         rule, so this is corruption (C2) even in the last segment.",
+        "corruption",
+        Some(&log),
+        log.files(),
+        refused("corruption", &f, Some(b.offset as usize)),
+        refused("corruption", &f, Some(b.offset as usize)),
+        Opened::new(before)
+            .problem(corruption_problem(&f, b.offset as usize))
+            .json(),
     )
 }

@@ -328,6 +328,14 @@ pub const fn frame_padded_len(payload_len: usize) -> usize {
     align_up(FRAME_HEADER_BYTES + payload_len)
 }
 
+/// Bytes the `session-define` frame of a session id of `name_len` bytes
+/// takes in a batch, padding included (§4, §5): what an event group that
+/// creates its session needs on top of its events.
+pub const fn define_frame_padded_len(name_len: usize, fork: bool) -> usize {
+    // version, name_len, name, has_parent; then parent and upto for a fork.
+    frame_padded_len(1 + 2 + name_len + 1 + if fork { 4 + 8 } else { 0 })
+}
+
 /// Append an encoded, padded frame to `out`.
 pub fn encode_frame(
     out: &mut Vec<u8>,
@@ -455,6 +463,22 @@ pub fn parse_segment_file_name(name: &str) -> Option<SegmentId> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn define_frame_len_matches_the_encoding() {
+        for name in ["a", "session-1", &"x".repeat(SESSION_NAME_BYTES_MAX)] {
+            for parent in [None, Some((SessionId(3), 9))] {
+                let d = SessionDefine {
+                    name: name.to_string(),
+                    parent,
+                };
+                assert_eq!(
+                    define_frame_padded_len(name.len(), parent.is_some()),
+                    frame_padded_len(d.encode().len())
+                );
+            }
+        }
+    }
 
     fn salt() -> Salt {
         Salt {

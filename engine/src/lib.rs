@@ -4,13 +4,17 @@
 //!
 //! | module | owns |
 //! |---|---|
-//! | [`vfs`], [`sim`] | file access (real, or simulated with crashes and faults) |
+//! | [`vfs`], [`sim`] | file access (real, or simulated with crashes and faults); `derived` writes derived files atomically |
 //! | [`frame`] | byte layouts: segment header, batch header, frame (`format-spec/FORMAT.md`) |
-//! | [`recovery`] | the recovery pass: torn tail vs corruption |
-//! | [`commit`] | group commit: write-behind batches, flusher, durable position |
-//! | [`index`], [`checkpoint`] | seq-dense per-session index and its checkpoint file |
-//! | [`store`] | [`Store`]: lock, open, append, sync, read, fork, close |
+//! | `log/` | segment files (create, name, list, zero a torn tail) and the one segment reader |
+//! | `commit/` | group commit: batches, the commit queue, the flusher (poisons on panic), durable position |
+//! | `index/` | seq-dense per-session index (its own lock) and its checkpoint file |
+//! | `recovery/` | one scanner, one classification of FORMAT.md §6.3 rows, the plan; salvage |
+//! | [`inspect`] | the same scanner and classification for `verify`/`dump`: resync and carry on |
+//! | `store` | [`Store`], the façade: lock, open (plan + apply), append, sync, read, fork, close |
 //! | [`session`] | the session layer: typed events, surface, derive_messages, request headers |
+//!
+//! Lower-layer modules are private; their public types are re-exported here.
 //!
 //! ```
 //! let dir = tempfile::tempdir().unwrap();
@@ -23,23 +27,37 @@
 #![forbid(unsafe_op_in_unsafe_fn)]
 #![deny(unsafe_code)]
 
-pub mod checkpoint;
-pub mod commit;
-pub mod error;
+mod commit;
+mod derived;
+mod error;
 pub mod frame;
-pub mod index;
+mod index;
 pub mod inspect;
 pub mod live;
-pub mod recovery;
+mod log;
+mod recovery;
 pub mod session;
 pub mod sim;
-pub mod store;
-pub mod types;
+mod store;
+mod types;
 #[allow(unsafe_code)]
 pub mod vfs;
 
 pub use commit::Stats;
 pub use error::{Error, Result};
-pub use recovery::{Problem, ProblemKind, RecoveryMode, RecoveryReport};
-pub use store::{Options, SessionInfo, SessionMeta, Store};
+pub use recovery::{Problem, ProblemKind, RecoveryMode, RecoveryReport, Row};
+pub use store::{Options, SessionInfo, SessionMeta, Store, FIRST_SEGMENT, LOCK_FILE};
 pub use types::{Appended, Event, EventRef, LogPos, SegmentId, Seq, SessionId};
+
+/// Byte-level internals that the fuzz targets, the vector generator and the
+/// format tests drive directly. Not a stable API: use [`Store`] and
+/// [`inspect`].
+#[doc(hidden)]
+pub mod internals {
+    pub use crate::index::checkpoint::{Checkpoint, CHECKPOINT_FILE, CHECKPOINT_TMP_FILE};
+    pub use crate::index::{Index, SessionEntry};
+    pub use crate::recovery::{
+        check_batch, classify_bad_header, classify_stop, probe_after, scan_batches, HeaderFacts,
+        ScanFailure, ScannedFrame, SegmentScan, StopFacts,
+    };
+}

@@ -562,7 +562,7 @@ fn checkpoint_decodes_by_hand_as_the_spec_says() {
         at += 8 * own;
     }
     assert_eq!(at, body.len(), "no trailing bytes");
-    let engine = turnstone::checkpoint::Checkpoint::decode(&b).expect("engine decodes");
+    let engine = turnstone::internals::Checkpoint::decode(&b).expect("engine decodes");
     assert_eq!(engine.covered.0, covered);
 }
 

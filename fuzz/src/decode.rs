@@ -11,15 +11,15 @@
 //! only reports a later batch that validates.
 
 use arbitrary::{Arbitrary, Unstructured};
-use turnstone::checkpoint::Checkpoint;
 use turnstone::frame::{
     self, decode_frame, encode_frame, BatchHeader, Salt, SegmentHeader, SessionDefine,
     BATCH_HEADER_BYTES, FRAME_HEADER_BYTES, SEGMENT_HEADER_BYTES,
 };
-use turnstone::index::Index;
-use turnstone::recovery::{check_batch, probe_after, scan_batches};
+use turnstone::internals::Checkpoint;
+use turnstone::internals::Index;
+use turnstone::internals::{check_batch, probe_after, scan_batches};
 use turnstone::session::event::{self, Registry};
-use turnstone::types::{LogPos, SegmentId, SessionId};
+use turnstone::{LogPos, SegmentId, SessionId};
 
 #[derive(Arbitrary, Debug)]
 struct FrameSpec {

@@ -215,7 +215,7 @@ pub fn run(data: &[u8]) {
                     problems.iter().all(|p| *p == ProblemKind::TornTail),
                     "tolerate-torn-tail opened past corruption: {problems:?}"
                 ),
-                RecoveryMode::PointInTime => {}
+                RecoveryMode::PointInTime | RecoveryMode::Salvage => {}
             }
         }
         // An open that starts from an index checkpoint does not rescan what
@@ -547,8 +547,8 @@ fn junk_name(files: &[(String, Vec<u8>)], name: JunkName) -> String {
         .max()
         .map_or(0, |s| s.0);
     match name {
-        JunkName::Checkpoint => turnstone::checkpoint::CHECKPOINT_FILE.into(),
-        JunkName::CheckpointTmp => turnstone::checkpoint::CHECKPOINT_TMP_FILE.into(),
+        JunkName::Checkpoint => turnstone::internals::CHECKPOINT_FILE.into(),
+        JunkName::CheckpointTmp => turnstone::internals::CHECKPOINT_TMP_FILE.into(),
         JunkName::SegmentZero => "0000000000.tseg".into(),
         JunkName::NextSegment => format!("{:010}.tseg", last + 1),
         JunkName::GapSegment => format!("{:010}.tseg", last + 2),

@@ -73,6 +73,10 @@ struct FrameJson {
     /// Present (`"base64"`) when `data` holds the raw payload.
     #[serde(skip_serializing_if = "Option::is_none")]
     encoding: Option<&'static str>,
+    /// Present (`false`) for a frame that checks on its own inside a
+    /// failing batch: shown, but recovery does not trust it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    trusted: Option<bool>,
 }
 
 /// Which frames to print.
@@ -282,6 +286,7 @@ fn frame_json(f: &FrameInfo<'_>, name: String, env: Option<Envelope>) -> FrameJs
         ts,
         data,
         encoding,
+        trusted: (!f.trusted).then_some(false),
     }
 }
 
@@ -425,7 +430,7 @@ impl Printer<'_> {
                 t
             }),
             Item::Frame(f) => {
-                if let Some(d) = f.define {
+                if let Some(d) = f.define.filter(|_| f.trusted) {
                     self.names.insert(f.session.0, d.name.clone());
                 }
                 let (name, env) = kinds::decode(f.kind, f.payload);
@@ -435,6 +440,13 @@ impl Printer<'_> {
                     serde_json::to_string(&frame_json(&f, name, env)).ok()
                 } else {
                     let mut t = self.frame_line(&f, &name, env.as_ref());
+                    if !f.trusted {
+                        t = format!(
+                            "{} {t}",
+                            self.style
+                                .paint(style::RED, "?? not trusted (in a failing batch):")
+                        );
+                    }
                     if self.args.raw {
                         t.push('\n');
                         t.push_str(crate::raw::frame(f.raw, f.offset).trim_end());

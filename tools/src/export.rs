@@ -19,6 +19,11 @@ pub struct ExportArgs {
     /// Session id.
     #[arg(long)]
     pub session: String,
+    /// Salvage a damaged store: read every frame whose own checksum holds,
+    /// past any damage, as far as the session's seqs stay dense; what was
+    /// dropped is reported on standard error. Changes no byte.
+    #[arg(long)]
+    pub salvage: bool,
 }
 
 /// One exported event (and one line of an import file).
@@ -92,7 +97,11 @@ fn line_of(session: &str, e: &turnstone::Event) -> Result<Line, Failure> {
 }
 
 pub fn run(args: &ExportArgs) -> Result<ExitCode, Failure> {
-    let store = crate::store_open::read_only(&args.dir)?;
+    let store = if args.salvage {
+        crate::store_open::salvage(&args.dir)?
+    } else {
+        crate::store_open::read_only(&args.dir)?
+    };
     let Some(len) = store.session_len(&args.session) else {
         return Err(Failure::usage(format!(
             "store {} has no session {:?}",

@@ -38,7 +38,7 @@ pub fn describe(e: &Error) -> String {
         Error::Locked { dir, .. } => format!(
             "store {} is in use: another process holds its lock ({}); stop that process first, or use a read-only command (dump, verify, stats, messages, export)",
             dir.display(),
-            dir.join(turnstone::store::LOCK_FILE).display()
+            dir.join(turnstone::LOCK_FILE).display()
         ),
         Error::UnsupportedVersion {
             file,

@@ -10,7 +10,8 @@ use std::sync::Arc;
 
 use clap::Args;
 use turnstone::frame::{
-    frame_padded_len, BATCH_BODY_BYTES_MAX, PAYLOAD_BYTES_MAX, SESSION_NAME_BYTES_MAX,
+    define_frame_padded_len, frame_padded_len, BATCH_BODY_BYTES_MAX, PAYLOAD_BYTES_MAX,
+    SESSION_NAME_BYTES_MAX,
 };
 use turnstone::session::event::{self, Envelope, EventKind, KIND_CODE_PLUGIN};
 use turnstone::session::{CoreKind, Host, Registry, SeedEvent, Surface};
@@ -188,8 +189,9 @@ pub fn run(args: &ImportArgs) -> Result<ExitCode, Failure> {
     let validated = validate(&args.file, &bar);
     bar.finish_and_clear();
     let (seed, plugins, bytes) = validated?;
-    // One atomic batch: the session's define frame, the events, the marker.
-    let need = bytes + 2 * frame_padded_len(64 + id.len());
+    // One atomic batch: the session's define frame (its size is the
+    // engine's), the events, the session layer's seed marker (estimated).
+    let need = bytes + define_frame_padded_len(id.len(), false) + frame_padded_len(64 + id.len());
     if need > BATCH_BODY_BYTES_MAX {
         return Err(Failure::usage(format!(
             "{} holds {need} bytes of events; an import is written as one atomic batch of at most {BATCH_BODY_BYTES_MAX} bytes; nothing was imported",

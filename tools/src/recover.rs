@@ -6,8 +6,8 @@ use std::process::ExitCode;
 use std::sync::Arc;
 
 use clap::Args;
-use turnstone::recovery::RecoveryMode;
 use turnstone::session::{Host, Registry, RepairReport};
+use turnstone::RecoveryMode;
 use turnstone::{Options, Problem, Store};
 
 use crate::failure::existing_dir;

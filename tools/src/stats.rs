@@ -104,6 +104,8 @@ pub fn run(args: &StatsArgs) -> Result<ExitCode, Failure> {
     let s = inspect::walk(&args.dir, |item| {
         match item {
             Item::Segment(s) => file_bytes += s.size,
+            // Frames of a failing batch are not part of the log.
+            Item::Frame(f) if !f.trusted => {}
             Item::Frame(f) => {
                 let sess = sessions.entry(f.session.0).or_default();
                 if let Some(d) = f.define {

@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use clap::Args;
-use turnstone::inspect::{self, InspectProblem, Item};
+use turnstone::inspect::{self, ChecksumOf, InspectProblem, Item};
 use turnstone::ProblemKind;
 
 use crate::Failure;
@@ -34,6 +34,33 @@ pub struct ProblemJson {
     /// The checksum of the bytes as found.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub found: Option<String>,
+    /// Which checksum failed: `segment-header`, `batch-header`, `batch-body`
+    /// or `frame`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub checksum: Option<ChecksumOf>,
+    /// Inside a failing batch: the frames that fail their own checksum.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub damaged_frames: Vec<DamagedFrameJson>,
+    /// Inside a failing batch: how many frames check on their own (`dump`
+    /// shows them, marked not trusted).
+    #[serde(skip_serializing_if = "is_zero")]
+    pub untrusted_frames: u64,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
+}
+
+/// One frame of a failing batch that fails its own checksum.
+#[derive(Debug, serde::Serialize)]
+pub struct DamagedFrameJson {
+    pub offset: u64,
+    pub len: u64,
+    pub detail: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub expected: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub found: Option<String>,
 }
 
 pub fn problem_json(p: &InspectProblem) -> ProblemJson {
@@ -45,7 +72,42 @@ pub fn problem_json(p: &InspectProblem) -> ProblemJson {
         detail: p.detail.clone(),
         expected: p.checksum.map(|c| format!("{:#010x}", c.stored)),
         found: p.checksum.map(|c| format!("{:#010x}", c.computed)),
+        checksum: p.checksum.map(|c| c.of),
+        damaged_frames: p
+            .damaged_frames
+            .iter()
+            .map(|d| DamagedFrameJson {
+                offset: d.offset,
+                len: d.len,
+                detail: d.detail.clone(),
+                expected: d.checksum.map(|c| format!("{:#010x}", c.stored)),
+                found: d.checksum.map(|c| format!("{:#010x}", c.computed)),
+            })
+            .collect(),
+        untrusted_frames: p.untrusted_frames,
     }
+}
+
+/// The frames of a failing batch, in words: which fail their own checksum
+/// and how many around them check.
+fn frames_text(p: &InspectProblem) -> String {
+    if p.damaged_frames.is_empty() && p.untrusted_frames == 0 {
+        return String::new();
+    }
+    let damaged: Vec<String> = p
+        .damaged_frames
+        .iter()
+        .map(|d| format!("offset {} ({} bytes): {}", d.offset, d.len, d.detail))
+        .collect();
+    let list = if damaged.is_empty() {
+        "none fails its own checksum".to_string()
+    } else {
+        format!("damaged frames at {}", damaged.join(", "))
+    };
+    format!(
+        "; inside the batch: {list}; {} frames around them check on their own (shown by dump, not trusted by recovery)",
+        p.untrusted_frames
+    )
 }
 
 pub fn kind_str(k: ProblemKind) -> &'static str {
@@ -60,12 +122,19 @@ pub fn problem_text(p: &InspectProblem) -> String {
     let sum = p
         .checksum
         .map(|c| {
+            let of = match c.of {
+                ChecksumOf::SegmentHeader => "segment header",
+                ChecksumOf::BatchHeader => "batch header",
+                ChecksumOf::BatchBody => "batch body",
+                ChecksumOf::Frame => "frame",
+            };
             format!(
-                " [checksum: expected {:#010x}, found {:#010x}]",
+                " [{of} checksum: expected {:#010x}, found {:#010x}]",
                 c.stored, c.computed
             )
         })
         .unwrap_or_default();
+    let sum = format!("{sum}{}", frames_text(p));
     match p.kind {
         ProblemKind::TornTail => format!(
             "torn tail in {} at offset {} ({} bytes): {}{sum}; these are unacknowledged writes of an interrupted commit, the next writable open truncates them",
@@ -162,6 +231,7 @@ pub fn run(args: &VerifyArgs) -> Result<ExitCode, Failure> {
                     r.batches += 1;
                 }
             }
+            Item::Frame(f) if !f.trusted => {}
             Item::Frame(f) => {
                 if let Some(r) = segs.last_mut() {
                     r.frames += 1;

@@ -11,6 +11,7 @@
 
 use std::path::{Path, PathBuf};
 
+use crate::derived::{write_atomic, DerivedKind};
 use crate::error::{Error, Result};
 use crate::session::event::{self, Registry};
 use crate::session::projection::Projection;
@@ -296,18 +297,7 @@ pub fn write<P: Projection>(
         .map_err(|e| Error::io("create snapshot directory", &dir, e))?;
     let path = snapshot_path(store.dir(), session, p.name());
     let tmp = path.with_extension("snap.tmp");
-    let f = vfs
-        .create_truncate(&tmp)
-        .map_err(|e| Error::io("create snapshot", &tmp, e))?;
-    f.write_all_at(&bytes, 0)
-        .map_err(|e| Error::io("write snapshot", &tmp, e))?;
-    f.sync_data()
-        .map_err(|e| Error::io("fsync snapshot", &tmp, e))?;
-    drop(f);
-    vfs.rename(&tmp, &path)
-        .map_err(|e| Error::io("rename snapshot", &path, e))?;
-    vfs.sync_dir(&dir)
-        .map_err(|e| Error::io("fsync snapshot directory", &dir, e))?;
+    write_atomic(vfs.as_ref(), DerivedKind::Snapshot, &tmp, &path, &bytes)?;
     Ok(())
 }
 

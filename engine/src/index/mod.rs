@@ -6,6 +6,13 @@
 //!
 //! Session ids are strings; inside the log each has a compact [`SessionId`]
 //! assigned densely (0, 1, 2, …) in the order of their `session-define` frames.
+//!
+//! The store keeps the index behind its own `RwLock` (appenders take it
+//! after the commit queue's lock; readers take only it), and [`checkpoint`]
+//! writes and reads the derived file that lets open skip rescanning the
+//! covered log (FORMAT.md §7; invariant 5).
+
+pub(crate) mod checkpoint;
 
 use std::collections::HashMap;
 use std::sync::Arc;

@@ -7,6 +7,7 @@
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+use crate::derived::{write_atomic, DerivedKind};
 use crate::error::{Error, Result};
 use crate::frame::FORMAT_VERSION;
 use crate::index::{Index, SessionEntry};
@@ -208,20 +209,7 @@ pub fn load(vfs: &dyn Vfs, dir: &Path) -> Result<Option<std::result::Result<Chec
 pub fn write(vfs: &dyn Vfs, dir: &Path, ck: &Checkpoint) -> Result<()> {
     let tmp: PathBuf = dir.join(CHECKPOINT_TMP_FILE);
     let dst: PathBuf = dir.join(CHECKPOINT_FILE);
-    let bytes = ck.encode();
-    let f = vfs
-        .create_truncate(&tmp)
-        .map_err(|e| Error::io("create checkpoint", &tmp, e))?;
-    f.write_all_at(&bytes, 0)
-        .map_err(|e| Error::io("write checkpoint", &tmp, e))?;
-    f.sync_data()
-        .map_err(|e| Error::io("fsync checkpoint", &tmp, e))?;
-    drop(f);
-    vfs.rename(&tmp, &dst)
-        .map_err(|e| Error::io("rename checkpoint", &dst, e))?;
-    vfs.sync_dir(dir)
-        .map_err(|e| Error::io("fsync directory", dir, e))?;
-    Ok(())
+    write_atomic(vfs, DerivedKind::Checkpoint, &tmp, &dst, &ck.encode())
 }
 
 /// Remove a checkpoint that no longer matches (durably).

@@ -1,0 +1,194 @@
+//! The flusher thread: take one batch at a time, write it with one `write`,
+//! make it durable with one `fdatasync`, publish the durable position, wake
+//! the waiters. It creates the next segment when a batch starts one.
+//!
+//! Invariants kept here (ARCHITECTURE.md 1, 8; FORMAT.md §6.2 rule 1): one
+//! batch in flight; the durable position moves only after a successful
+//! fdatasync; an fdatasync error poisons; a failed write keeps the batch for
+//! a retry from our own buffer. And the flusher never leaves a waiter
+//! waiting: however it ends, a panic included, a drop guard marks it done
+//! and wakes every waiter, and a panic poisons the store.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use crate::commit::batch::PendingBatch;
+use crate::commit::queue::CommitQueue;
+use crate::error::Result;
+use crate::frame::{Salt, SEGMENT_HEADER_BYTES};
+use crate::log::{create_segment, segment_path, CreateError, SegmentReader, SegmentSpec};
+use crate::types::SegmentId;
+use crate::vfs::{Vfs, VfsFile};
+
+/// Where the flusher is writing: the current segment file.
+#[derive(Debug)]
+pub(crate) struct WriterFile {
+    pub segment: SegmentId,
+    pub path: PathBuf,
+    pub file: Arc<dyn VfsFile>,
+    /// Offset just after the last batch written to this segment.
+    pub end: u32,
+}
+
+/// What the flusher needs besides the queue.
+pub(crate) struct FlusherEnv<'a> {
+    pub vfs: &'a dyn Vfs,
+    pub dir: &'a std::path::Path,
+    pub store_id: [u8; 16],
+    /// Preallocate new segments to this size.
+    pub preallocate_bytes: Option<u64>,
+    /// Write an index checkpoint after a segment roll.
+    pub checkpoints: bool,
+    /// Readers learn of a new active segment here.
+    pub reader: &'a SegmentReader,
+    /// Writes an index checkpoint of what is durable (the layer above owns it).
+    pub checkpoint: &'a dyn Fn() -> Result<()>,
+}
+
+enum FlushError {
+    /// The write failed: the batch is kept for an explicit retry.
+    Write(String),
+    /// fdatasync (or a new segment's fsync) failed: poison.
+    Fatal(&'static str, String),
+}
+
+/// Marks the flusher done however it exits, and poisons the queue if it
+/// exits by a panic, so that no `wait_durable` waits forever.
+struct ExitGuard<'a> {
+    queue: &'a CommitQueue,
+}
+
+impl Drop for ExitGuard<'_> {
+    fn drop(&mut self) {
+        let mut st = self.queue.lock();
+        if std::thread::panicking() && st.poisoned.is_none() {
+            st.poisoned = Some((
+                "flush",
+                "the flusher thread panicked; nothing after the last durable batch is acknowledged"
+                    .into(),
+            ));
+        }
+        st.flusher_done = true;
+        self.queue.durable_cv.notify_all();
+    }
+}
+
+/// The flusher loop; returns when the store closes or is poisoned.
+pub(crate) fn run(queue: &CommitQueue, env: &FlusherEnv<'_>, mut writer: WriterFile) {
+    let _guard = ExitGuard { queue };
+    loop {
+        let mut batch = {
+            let mut st = queue.lock();
+            loop {
+                if st.poisoned.is_some() {
+                    return;
+                }
+                let has_work = st.has_work();
+                if st.closing && (!has_work || st.write_failed.is_some()) {
+                    return;
+                }
+                let stalled = st.write_failed.is_some() && !st.retry_requested;
+                let wanted = st.flush_target > st.durable
+                    || st.pending_bytes() >= queue.flush_bytes
+                    || st.closing;
+                if has_work && wanted && !stalled {
+                    break;
+                }
+                queue.work_cv.wait(&mut st);
+            }
+            st.retry_requested = false;
+            match st.queued.pop_front() {
+                Some(b) => b,
+                None => st.open.take().expect("has work"),
+            }
+        };
+        let result = write_batch(env, &mut writer, &mut batch);
+        let mut st = queue.lock();
+        match result {
+            Ok(rolled) => {
+                st.durable = batch.end();
+                st.durable_next_batch_seq = batch.batch_seq + 1;
+                st.durable_last_batch = Some((batch.start(), batch.flags));
+                st.write_failed = None;
+                st.stats.batches += 1;
+                st.stats.syncs += 1;
+                st.stats.bytes_written += batch.buf.len() as u64;
+                if rolled {
+                    st.stats.segments_created += 1;
+                    // The new segment's fdatasync and the directory fsync.
+                    st.stats.metadata_syncs += 2;
+                    st.checkpoint_due = env.checkpoints;
+                }
+                queue.durable_cv.notify_all();
+            }
+            Err(FlushError::Write(detail)) => {
+                st.stats.write_failures += 1;
+                st.queued.push_front(batch);
+                st.write_failed = Some(detail);
+                st.fail_epoch += 1;
+                queue.durable_cv.notify_all();
+            }
+            Err(FlushError::Fatal(op, detail)) => {
+                st.poisoned = Some((op, detail));
+                return;
+            }
+        }
+        if st.checkpoint_due && !st.has_work() {
+            st.checkpoint_due = false;
+            drop(st);
+            if (env.checkpoint)().is_err() {
+                queue.lock().stats.checkpoint_errors += 1;
+            }
+        }
+    }
+}
+
+/// Write and sync one batch; create its segment first if it starts one.
+/// Returns whether a new segment was created.
+fn write_batch(
+    env: &FlusherEnv<'_>,
+    w: &mut WriterFile,
+    batch: &mut PendingBatch,
+) -> std::result::Result<bool, FlushError> {
+    let mut rolled = false;
+    if batch.segment != w.segment {
+        debug_assert_eq!(batch.segment.0, w.segment.0 + 1);
+        // A full disk (or any failure) before the new segment's fsync is a
+        // failed write: the batch is kept and the creation retried; a failed
+        // fsync poisons like any other.
+        let spec = SegmentSpec {
+            store_id: env.store_id,
+            id: batch.segment,
+            first_batch_seq: batch.batch_seq,
+            prev_segment_end: w.end,
+            preallocate_bytes: env.preallocate_bytes,
+        };
+        let file = create_segment(env.vfs, env.dir, &spec).map_err(|e| match e {
+            CreateError::Fatal(e) => FlushError::Fatal("segment creation", e.to_string()),
+            CreateError::Retryable(e) => FlushError::Write(e.to_string()),
+        })?;
+        // The old segment is sealed from now on: reads may map it.
+        env.reader.set_active(batch.segment, Some(file.clone()));
+        *w = WriterFile {
+            segment: batch.segment,
+            path: segment_path(env.dir, batch.segment),
+            file,
+            end: SEGMENT_HEADER_BYTES as u32,
+        };
+        rolled = true;
+    }
+    debug_assert_eq!(batch.offset, w.end, "batches are written back to back");
+    let salt = Salt {
+        store_id: env.store_id,
+        segment: batch.segment,
+    };
+    batch.seal(&salt);
+    w.file
+        .write_all_at(&batch.buf, batch.offset as u64)
+        .map_err(|e| FlushError::Write(format!("{}: {e}", w.path.display())))?;
+    w.file
+        .sync_data()
+        .map_err(|e| FlushError::Fatal("fdatasync", format!("{}: {e}", w.path.display())))?;
+    w.end = batch.offset + batch.buf.len() as u32;
+    Ok(rolled)
+}

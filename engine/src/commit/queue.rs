@@ -1,0 +1,257 @@
+//! The commit queue: the open batch appenders fill, the sealed batches
+//! waiting for the flusher, the durable position, and the condition
+//! variables that wake the flusher and the durability waiters.
+//!
+//! Invariants kept here (ARCHITECTURE.md 1, 7, 8): positions are assigned in
+//! log order under one mutex; the durable position moves only when the
+//! flusher reports a completed fdatasync; a poisoned queue acknowledges
+//! nothing more (every waiter gets [`Error::Poisoned`]); a failed write keeps
+//! its batch, in order, for an explicit retry.
+
+use std::collections::VecDeque;
+
+use parking_lot::{Condvar, Mutex, MutexGuard};
+
+use crate::commit::batch::PendingBatch;
+use crate::commit::stats::Stats;
+use crate::error::{Error, Result};
+use crate::frame::{
+    encode_frame, Salt, BATCH_BODY_BYTES_MAX, BATCH_HEADER_BYTES, SEGMENT_HEADER_BYTES,
+};
+use crate::types::{LogPos, SegmentId, SessionId};
+
+/// Everything behind the commit mutex.
+#[derive(Debug)]
+pub(crate) struct State {
+    /// Sealed batches waiting for the flusher, in log order.
+    pub queued: VecDeque<PendingBatch>,
+    /// The batch appenders are filling.
+    pub open: Option<PendingBatch>,
+    /// Where the next frame (or batch header) goes.
+    pub append_end: LogPos,
+    pub next_batch_seq: u64,
+    /// End of the last batch made durable by a completed fdatasync.
+    pub durable: LogPos,
+    pub durable_next_batch_seq: u64,
+    pub durable_last_batch: Option<(LogPos, u32)>,
+    /// The highest position a waiter asked to be durable.
+    pub flush_target: LogPos,
+    /// A write failed: its batch is back at the front of `queued`.
+    pub write_failed: Option<String>,
+    /// Bumped at every failed write attempt.
+    pub fail_epoch: u64,
+    pub retry_requested: bool,
+    pub poisoned: Option<(&'static str, String)>,
+    pub closing: bool,
+    pub flusher_done: bool,
+    /// A checkpoint should be written (a segment was rolled).
+    pub checkpoint_due: bool,
+    pub stats: Stats,
+}
+
+impl State {
+    pub fn has_work(&self) -> bool {
+        !self.queued.is_empty()
+            || self
+                .open
+                .as_ref()
+                .is_some_and(|b| b.frames > 0 || b.flags != 0)
+    }
+
+    pub fn pending_bytes(&self) -> usize {
+        self.queued.iter().map(|b| b.buf.len()).sum::<usize>()
+            + self.open.as_ref().map_or(0, |b| b.buf.len())
+    }
+
+    /// Appends are allowed: not poisoned, not closed.
+    pub fn check_usable(&self) -> Result<()> {
+        if let Some((op, detail)) = &self.poisoned {
+            return Err(Error::Poisoned {
+                op,
+                detail: detail.clone(),
+            });
+        }
+        if self.closing || self.flusher_done {
+            return Err(Error::Closed);
+        }
+        Ok(())
+    }
+
+    /// Encode one frame into the open batch (room was reserved with
+    /// [`CommitQueue::reserve`]); returns where it starts and ends.
+    #[allow(clippy::too_many_arguments)]
+    pub fn push_frame(
+        &mut self,
+        store_id: [u8; 16],
+        sid: SessionId,
+        kind: u16,
+        flags: u16,
+        seq: u64,
+        payload: &[u8],
+    ) -> (LogPos, LogPos) {
+        let open = self.open.as_mut().expect("reserved");
+        let salt = Salt {
+            store_id,
+            segment: open.segment,
+        };
+        let pos = LogPos::new(open.segment, open.offset + open.buf.len() as u32);
+        encode_frame(&mut open.buf, &salt, sid, kind, flags, seq, payload);
+        open.frames += 1;
+        let end = LogPos::new(open.segment, open.offset + open.buf.len() as u32);
+        self.append_end = end;
+        (pos, end)
+    }
+}
+
+/// The queue between appenders and the flusher.
+#[derive(Debug)]
+pub(crate) struct CommitQueue {
+    state: Mutex<State>,
+    /// Wakes the flusher.
+    pub(super) work_cv: Condvar,
+    /// Wakes durability waiters.
+    pub(super) durable_cv: Condvar,
+    /// Segment size: a segment rolls when the next batch would not fit.
+    segment_bytes: usize,
+    /// Pending bytes that make the flusher write without anyone waiting.
+    pub(super) flush_bytes: usize,
+}
+
+impl CommitQueue {
+    /// A queue whose log ends (durably) at `end`, with `next_batch_seq` next.
+    pub fn new(
+        end: LogPos,
+        next_batch_seq: u64,
+        last_batch: Option<(LogPos, u32)>,
+        segment_bytes: u32,
+        flush_bytes: usize,
+    ) -> Self {
+        CommitQueue {
+            state: Mutex::new(State {
+                queued: Default::default(),
+                open: None,
+                append_end: end,
+                next_batch_seq,
+                durable: end,
+                durable_next_batch_seq: next_batch_seq,
+                durable_last_batch: last_batch,
+                flush_target: end,
+                write_failed: None,
+                fail_epoch: 0,
+                retry_requested: false,
+                poisoned: None,
+                closing: false,
+                flusher_done: false,
+                checkpoint_due: false,
+                stats: Stats::default(),
+            }),
+            work_cv: Condvar::new(),
+            durable_cv: Condvar::new(),
+            segment_bytes: segment_bytes as usize,
+            flush_bytes,
+        }
+    }
+
+    pub fn lock(&self) -> MutexGuard<'_, State> {
+        self.state.lock()
+    }
+
+    /// End of the durable log.
+    pub fn durable(&self) -> LogPos {
+        self.state.lock().durable
+    }
+
+    /// Largest event group (padded frames) one batch can hold.
+    pub fn group_bytes_max(&self) -> usize {
+        BATCH_BODY_BYTES_MAX.min(self.segment_bytes - SEGMENT_HEADER_BYTES - BATCH_HEADER_BYTES)
+    }
+
+    /// Make room for `need` bytes of frames in the open batch, closing it or
+    /// rolling to a new segment as needed.
+    pub fn reserve(&self, st: &mut State, need: usize) -> Result<()> {
+        let seg_bytes = self.segment_bytes;
+        let max = self.group_bytes_max();
+        if need > max {
+            return Err(Error::TooLarge {
+                what: "event group",
+                len: need as u64,
+                max: max as u64,
+            });
+        }
+        if let Some(open) = &st.open {
+            let fits_batch = open.body_len() + need <= BATCH_BODY_BYTES_MAX;
+            let fits_seg = st.append_end.offset() as usize + need <= seg_bytes;
+            if !(fits_batch && fits_seg) {
+                let b = st.open.take().expect("open batch");
+                st.queued.push_back(b);
+                self.work_cv.notify_one();
+            }
+        }
+        if st.open.is_none() {
+            let mut at = st.append_end;
+            if at.offset() as usize + BATCH_HEADER_BYTES + need > seg_bytes {
+                at = LogPos::new(SegmentId(at.segment().0 + 1), SEGMENT_HEADER_BYTES as u32);
+            }
+            let b = PendingBatch::new(at.segment(), at.offset(), st.next_batch_seq);
+            st.next_batch_seq += 1;
+            st.append_end = LogPos::new(at.segment(), at.offset() + BATCH_HEADER_BYTES as u32);
+            st.open = Some(b);
+        }
+        Ok(())
+    }
+
+    /// Wake the flusher if enough bytes are pending to write without a waiter.
+    pub fn nudge(&self, st: &State) {
+        if st.pending_bytes() >= self.flush_bytes {
+            self.work_cv.notify_one();
+        }
+    }
+
+    /// Wait until the log is durable at least up to `pos`. A kept failed
+    /// write is retried once on behalf of this waiter; if that retry fails
+    /// too, [`Error::WriteFailed`] is returned.
+    pub fn wait_durable(&self, pos: LogPos) -> Result<()> {
+        let mut st = self.state.lock();
+        let mut asked_retry_at: Option<u64> = None;
+        loop {
+            if st.durable >= pos {
+                return Ok(());
+            }
+            if let Some((op, detail)) = &st.poisoned {
+                return Err(Error::Poisoned {
+                    op,
+                    detail: detail.clone(),
+                });
+            }
+            if st.flusher_done {
+                return Err(Error::Closed);
+            }
+            if let Some(detail) = &st.write_failed {
+                match asked_retry_at {
+                    Some(epoch) if st.fail_epoch > epoch => {
+                        return Err(Error::WriteFailed {
+                            detail: detail.clone(),
+                        })
+                    }
+                    Some(_) => {}
+                    None => {
+                        asked_retry_at = Some(st.fail_epoch);
+                        st.retry_requested = true;
+                    }
+                }
+            }
+            if st.flush_target < pos {
+                st.flush_target = pos;
+            }
+            self.work_cv.notify_one();
+            self.durable_cv.wait(&mut st);
+        }
+    }
+
+    /// Ask the flusher to finish: it drains what it can and exits.
+    pub fn close(&self) {
+        let mut st = self.state.lock();
+        st.closing = true;
+        self.work_cv.notify_all();
+    }
+}

@@ -1,0 +1,26 @@
+//! Counters of the write path, readable at any time through
+//! [`crate::Store::stats`]. They describe; no decision depends on them.
+
+/// Counters, readable at any time through [`crate::Store::stats`].
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
+pub struct Stats {
+    /// Events appended in this process.
+    pub appends: u64,
+    /// Payload bytes appended in this process.
+    pub payload_bytes: u64,
+    /// Batches written.
+    pub batches: u64,
+    /// fdatasync calls that made commit batches durable (one per batch).
+    pub syncs: u64,
+    /// Other fsyncs: new segment files, the directory, checkpoint files.
+    pub metadata_syncs: u64,
+    /// Bytes written to segment files (headers, padding and retries included).
+    pub bytes_written: u64,
+    /// Segments created by this process.
+    pub segments_created: u64,
+    /// Index checkpoints written / failed.
+    pub checkpoints_written: u64,
+    pub checkpoint_errors: u64,
+    /// Batch writes that failed and were kept for retry.
+    pub write_failures: u64,
+}

@@ -1,0 +1,74 @@
+//! The one writer of derived files (index checkpoints, projection
+//! snapshots): write a temp file, fdatasync it, rename it over the target,
+//! fsync the directory.
+//!
+//! Invariant 5 of ARCHITECTURE.md: a derived file is replaced atomically
+//! (M3 of FORMAT.md §6.1: rename within a directory is atomic and a
+//! directory fsync makes it durable), so a crash leaves the old file or the
+//! new one, never a mix; callers write one only after the position it
+//! covers is durable.
+
+use std::path::Path;
+
+use crate::error::{Error, Result};
+use crate::vfs::Vfs;
+
+/// What a derived file is called in error messages.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum DerivedKind {
+    Checkpoint,
+    Snapshot,
+}
+
+impl DerivedKind {
+    /// Operation names, for [`Error::Io`]: create, write, fsync, rename,
+    /// fsync directory.
+    fn ops(self) -> [&'static str; 5] {
+        match self {
+            DerivedKind::Checkpoint => [
+                "create checkpoint",
+                "write checkpoint",
+                "fsync checkpoint",
+                "rename checkpoint",
+                "fsync directory",
+            ],
+            DerivedKind::Snapshot => [
+                "create snapshot",
+                "write snapshot",
+                "fsync snapshot",
+                "rename snapshot",
+                "fsync snapshot directory",
+            ],
+        }
+    }
+}
+
+/// Replace `dst` with `bytes` atomically, through the temp file `tmp` (in
+/// the same directory as `dst`).
+pub(crate) fn write_atomic(
+    vfs: &dyn Vfs,
+    kind: DerivedKind,
+    tmp: &Path,
+    dst: &Path,
+    bytes: &[u8],
+) -> Result<()> {
+    let [create, write, fsync, rename, fsync_dir] = kind.ops();
+    let dir = dst.parent().unwrap_or(Path::new("."));
+    debug_assert_eq!(
+        tmp.parent(),
+        dst.parent(),
+        "rename is atomic within one directory"
+    );
+    let f = vfs
+        .create_truncate(tmp)
+        .map_err(|e| Error::io(create, tmp, e))?;
+    f.write_all_at(bytes, 0)
+        .map_err(|e| Error::io(write, tmp, e))?;
+    f.sync_data().map_err(|e| Error::io(fsync, tmp, e))?;
+    drop(f);
+    vfs.rename(tmp, dst)
+        .map_err(|e| Error::io(rename, dst, e))?;
+    vfs.sync_dir(dir)
+        .map_err(|e| Error::io(fsync_dir, dir, e))?;
+    Ok(())
+}

@@ -1,0 +1,495 @@
+//! The walker's state and its walk over segment files and headers: what the
+//! chain expects next (batch sequence, previous segment end, session ids),
+//! the checkpoint evidence, and the header verdicts (FORMAT.md §6.3 H1-H5,
+//! classified by [`crate::recovery::classify_bad_header`]). After damage it
+//! forgets what it expected ([`Walker::lose_track`]) and carries on.
+
+use std::collections::HashMap;
+use std::ops::ControlFlow;
+use std::path::Path;
+
+use crate::error::{Error, Result};
+use crate::frame::{self, HeaderError, Salt, SegmentHeader, SessionDefine, SEGMENT_HEADER_BYTES};
+use crate::index::checkpoint;
+use crate::log::read_segment;
+use crate::recovery::{classify_bad_header, probe_after, HeaderFacts, ProblemKind, Row};
+use crate::types::{LogPos, SegmentId};
+use crate::vfs::Vfs;
+
+use super::hop::hop_frames;
+use super::{ChecksumMismatch, ChecksumOf, InspectProblem, Item, SegmentInfo, Summary};
+
+#[derive(Debug)]
+pub(super) struct SessionState {
+    pub(super) name: Option<String>,
+    pub(super) define: Option<SessionDefine>,
+    /// Next expected seq (`None`: unknown, after damage).
+    pub(super) next: Option<u64>,
+}
+
+pub(super) struct Walker<'v, 'f> {
+    pub(super) vfs: &'v dyn Vfs,
+    pub(super) visit: &'f mut dyn FnMut(Item<'_>) -> ControlFlow<()>,
+    pub(super) summary: Summary,
+    /// A fatal error (stops the walk).
+    pub(super) error: Option<Error>,
+    /// Segments with a lower index in the list are walked without reporting.
+    pub(super) quiet_until: Option<usize>,
+    pub(super) quiet: bool,
+    pub(super) store_id: Option<[u8; 16]>,
+    /// Chain state: batch sequence the next batch must have, and where the
+    /// previous segment ended (`None`: unknown, after damage).
+    pub(super) expected_batch: Option<u64>,
+    pub(super) prev_end: Option<u32>,
+    pub(super) sessions: HashMap<u32, SessionState>,
+    pub(super) names: HashMap<String, u32>,
+    /// Compact id the next `session-define` must have (`None`: unknown).
+    pub(super) next_define: Option<u32>,
+    /// Frames of sessions never defined are tolerated (their define may lie in
+    /// skipped bytes, or before a lone segment).
+    pub(super) lost_defines: bool,
+    /// Whether the first segment has been seen.
+    pub(super) seen_first: bool,
+    /// The walk covers a whole store directory (its log must start at
+    /// segment 1), not a lone segment file.
+    pub(super) full_scan: bool,
+    /// Evidence from an intact index checkpoint: its store id and the end of
+    /// the log it covers (everything before was durable, FORMAT.md §6.3 C4).
+    pub(super) checkpoint: Option<([u8; 16], LogPos)>,
+    pub(super) stop: bool,
+}
+
+impl<'v, 'f> Walker<'v, 'f> {
+    pub(super) fn new(
+        vfs: &'v dyn Vfs,
+        visit: &'f mut dyn FnMut(Item<'_>) -> ControlFlow<()>,
+    ) -> Self {
+        Walker {
+            vfs,
+            visit,
+            summary: Summary::default(),
+            error: None,
+            quiet_until: None,
+            quiet: false,
+            store_id: None,
+            expected_batch: None,
+            prev_end: None,
+            sessions: HashMap::new(),
+            names: HashMap::new(),
+            next_define: Some(0),
+            lost_defines: false,
+            seen_first: false,
+            full_scan: false,
+            checkpoint: None,
+            stop: false,
+        }
+    }
+
+    /// Read the index checkpoint of `dir`, if intact, as evidence only.
+    pub(super) fn load_checkpoint(&mut self, dir: &Path) {
+        let path = dir.join(checkpoint::CHECKPOINT_FILE);
+        // A checkpoint is small; a huge file there is not one (and not read).
+        let size = self.vfs.open(&path, false).and_then(|f| f.len());
+        if !size.is_ok_and(|n| n <= 1 << 30) {
+            return;
+        }
+        if let Ok(Some(Ok(ck))) = checkpoint::load(self.vfs, dir) {
+            self.checkpoint = Some((ck.store_id, ck.covered));
+        }
+    }
+
+    /// The end of the log an intact checkpoint of this store proves durable,
+    /// if `pos` lies before it.
+    pub(super) fn proven_durable(&self, pos: LogPos) -> Option<LogPos> {
+        let (id, covered) = self.checkpoint?;
+        (self.store_id == Some(id) && pos < covered).then_some(covered)
+    }
+
+    /// The store id from the segments, else from an intact checkpoint.
+    pub(super) fn known_store_id(&self) -> Option<[u8; 16]> {
+        self.store_id.or(self.checkpoint.map(|(id, _)| id))
+    }
+
+    pub(super) fn result(self) -> Result<Summary> {
+        match self.error {
+            Some(e) => Err(e),
+            None => Ok(self.summary),
+        }
+    }
+
+    pub(super) fn emit(&mut self, item: Item<'_>) {
+        if self.quiet || self.stop {
+            return;
+        }
+        if (self.visit)(item).is_break() {
+            self.stop = true;
+            self.summary.stopped = true;
+        }
+    }
+
+    pub(super) fn problem(
+        &mut self,
+        kind: ProblemKind,
+        segment: &Path,
+        offset: u64,
+        bytes: u64,
+        detail: String,
+    ) {
+        self.problem_with(kind, segment, offset, bytes, detail, None);
+    }
+
+    pub(super) fn problem_with(
+        &mut self,
+        kind: ProblemKind,
+        segment: &Path,
+        offset: u64,
+        bytes: u64,
+        detail: String,
+        checksum: Option<ChecksumMismatch>,
+    ) {
+        if self.quiet {
+            return;
+        }
+        match kind {
+            ProblemKind::TornTail => self.summary.torn_tails += 1,
+            ProblemKind::Corruption => self.summary.corruptions += 1,
+        }
+        // Damage after a clean-close marker: the last run did not end cleanly.
+        self.summary.clean_close = false;
+        self.emit(Item::Problem(InspectProblem {
+            kind,
+            segment: segment.to_path_buf(),
+            offset,
+            bytes,
+            detail,
+            checksum,
+            damaged_frames: Vec::new(),
+            untrusted_frames: 0,
+        }));
+    }
+
+    /// Forget what the chain and the sessions expect next: bytes were skipped.
+    pub(super) fn lose_track(&mut self) {
+        self.expected_batch = None;
+        self.prev_end = None;
+        self.next_define = None;
+        self.lost_defines = true;
+        for s in self.sessions.values_mut() {
+            s.next = None;
+        }
+    }
+
+    /// Walk `ids[from..upto]` of the segments in `dir`.
+    pub(super) fn walk_segments(
+        &mut self,
+        dir: &Path,
+        ids: &[SegmentId],
+        from: usize,
+        upto: usize,
+    ) {
+        let total = ids.len();
+        for (i, id) in ids.iter().copied().enumerate().take(upto).skip(from) {
+            if self.stop || self.error.is_some() {
+                return;
+            }
+            self.quiet = self.quiet_until.is_some_and(|q| i < q);
+            if i > 0 && id.0 != ids[i - 1].0.wrapping_add(1) {
+                let missing = dir.join(frame::segment_file_name(SegmentId(ids[i - 1].0 + 1)));
+                let detail = format!(
+                    "segment file {} is missing between {} and {}",
+                    missing.display(),
+                    frame::segment_file_name(ids[i - 1]),
+                    frame::segment_file_name(id)
+                );
+                self.problem(ProblemKind::Corruption, &missing, 0, 0, detail);
+                self.lose_track();
+            }
+            let path = dir.join(frame::segment_file_name(id));
+            self.walk_segment(&path, Some(id), i + 1 == total, i == 0);
+        }
+    }
+
+    /// Walk one segment file. `first`: the first segment of the walk.
+    pub(super) fn walk_segment(
+        &mut self,
+        path: &Path,
+        id: Option<SegmentId>,
+        last: bool,
+        first: bool,
+    ) {
+        let size = match self
+            .vfs
+            .open(path, false)
+            .and_then(|f| f.len())
+            .map_err(|e| Error::io("open segment", path, e))
+        {
+            Ok(s) => s,
+            Err(e) => {
+                self.error = Some(e);
+                return;
+            }
+        };
+        self.summary.segments += u64::from(!self.quiet);
+        if size > u32::MAX as u64 {
+            // Offsets are 32-bit: no segment is this large.
+            self.emit(Item::Segment(SegmentInfo {
+                file: path,
+                id,
+                size,
+                header: None,
+                last,
+                raw_header: &[],
+                span: None,
+            }));
+            if first && self.store_id.is_none() {
+                self.error = Some(Error::NotTurnstone {
+                    file: path.to_path_buf(),
+                    what: "segment",
+                    detail: format!("file has {size} bytes, more than any segment"),
+                });
+                return;
+            }
+            let detail = format!("segment file has {size} bytes, more than any segment can hold");
+            self.problem(ProblemKind::Corruption, path, 0, size, detail);
+            self.lose_track();
+            return;
+        }
+        let bytes = match read_segment(self.vfs, path, false) {
+            Ok(b) => b,
+            Err(e) => {
+                self.error = Some(e);
+                return;
+            }
+        };
+        let bytes: &[u8] = &bytes;
+        let header = SegmentHeader::decode(bytes);
+        let span = header.as_ref().ok().map(|h| {
+            let salt = Salt {
+                store_id: h.store_id,
+                segment: id.unwrap_or(h.segment),
+            };
+            hop_frames(bytes, &salt)
+        });
+        self.emit(Item::Segment(SegmentInfo {
+            file: path,
+            id,
+            size: bytes.len() as u64,
+            header: header.as_ref().ok().copied(),
+            last,
+            raw_header: &bytes[..bytes.len().min(SEGMENT_HEADER_BYTES)],
+            span,
+        }));
+        let is_first = !self.seen_first;
+        self.seen_first = true;
+        let salt = match header {
+            Ok(h) => match self.check_header(path, id, &h, is_first, bytes.len() as u64) {
+                Some(salt) => salt,
+                None => return,
+            },
+            Err(e) => match self.bad_header(path, id, bytes, e, last, first) {
+                Some(salt) => salt,
+                None => return,
+            },
+        };
+        self.walk_batches(path, bytes, &salt, last);
+    }
+
+    /// Check a decoded header against the file name and the chain; return the
+    /// salt of the segment's batches.
+    pub(super) fn check_header(
+        &mut self,
+        path: &Path,
+        id: Option<SegmentId>,
+        h: &SegmentHeader,
+        is_first: bool,
+        size: u64,
+    ) -> Option<Salt> {
+        let mut mismatch = Vec::new();
+        if let Some(id) = id.filter(|id| *id != h.segment) {
+            mismatch.push(format!(
+                "header names segment {}, the file name segment {}",
+                h.segment.0, id.0
+            ));
+        }
+        let foreign = self.store_id.is_some_and(|s| s != h.store_id);
+        if foreign {
+            mismatch.push("segment belongs to another store (store id differs)".to_string());
+        }
+        if let Some(n) = self.expected_batch.filter(|n| *n != h.first_batch_seq) {
+            mismatch.push(format!(
+                "segment starts at batch {} but the previous segment ended before batch {n}",
+                h.first_batch_seq
+            ));
+        }
+        if let Some(p) = self.prev_end.filter(|p| *p != h.prev_segment_end) {
+            mismatch.push(format!(
+                "previous segment ended at offset {p} but this header says {}",
+                h.prev_segment_end
+            ));
+        }
+        if foreign {
+            // FORMAT.md §6.5: its batches, salted with another store's id,
+            // would read as sessions that are not in this store. Not walked.
+            let detail = format!(
+                "{}; its batches are not walked (they are not this store's events)",
+                mismatch.join("; ")
+            );
+            self.problem(ProblemKind::Corruption, path, 0, size, detail);
+            self.lose_track();
+            self.summary.tail = None;
+            return None;
+        }
+        if !mismatch.is_empty() {
+            let detail = mismatch.join("; ");
+            self.problem(
+                ProblemKind::Corruption,
+                path,
+                0,
+                SEGMENT_HEADER_BYTES as u64,
+                detail,
+            );
+            self.lose_track();
+        }
+        let starts_log = id.unwrap_or(h.segment).0 == frame::FIRST_SEGMENT_ID
+            && h.first_batch_seq == 0
+            && h.prev_segment_end == 0;
+        if is_first && self.full_scan && !starts_log && mismatch.is_empty() {
+            // FORMAT.md §6.3 H4: a store's log starts at segment 1, batch 0.
+            let detail = format!(
+                "the log starts at segment {} (batch {}, previous end {}) but must start at segment {} with batch 0: earlier segment files are missing",
+                id.unwrap_or(h.segment).0,
+                h.first_batch_seq,
+                h.prev_segment_end,
+                frame::FIRST_SEGMENT_ID
+            );
+            self.problem(
+                ProblemKind::Corruption,
+                path,
+                0,
+                SEGMENT_HEADER_BYTES as u64,
+                detail,
+            );
+            self.lose_track();
+        } else if is_first && h.first_batch_seq != 0 {
+            // Earlier segments are not part of this walk.
+            self.lose_track();
+        }
+        if self.store_id.is_none() {
+            self.store_id = Some(h.store_id);
+        }
+        self.expected_batch = Some(h.first_batch_seq);
+        Some(Salt {
+            store_id: h.store_id,
+            segment: id.unwrap_or(h.segment),
+        })
+    }
+
+    /// A header that does not decode: a torn creation (last segment only),
+    /// not a turnstone file (first segment, nothing known), or corruption.
+    /// Returns a salt to scan the batches with if one validates any batch.
+    pub(super) fn bad_header(
+        &mut self,
+        path: &Path,
+        id: Option<SegmentId>,
+        bytes: &[u8],
+        e: HeaderError,
+        last: bool,
+        first: bool,
+    ) -> Option<Salt> {
+        // Candidate salts: the store id we know, or the one the damaged header
+        // holds (a checksum mismatch may leave it intact).
+        let seg = id.unwrap_or_else(|| {
+            SegmentId(match bytes.get(32..36) {
+                Some(b) => u32::from_le_bytes([b[0], b[1], b[2], b[3]]),
+                None => 0,
+            })
+        });
+        let mut candidates = Vec::new();
+        if let Some(s) = self.known_store_id() {
+            candidates.push(s);
+        }
+        if let Some(raw) = bytes.get(16..32) {
+            let mut s = [0u8; 16];
+            s.copy_from_slice(raw);
+            if !candidates.contains(&s) {
+                candidates.push(s);
+            }
+        }
+        let salt = candidates
+            .into_iter()
+            .map(|store_id| Salt {
+                store_id,
+                segment: seg,
+            })
+            .find(|salt| probe_after(bytes, salt, 0, 0).0.is_some());
+        // FORMAT.md §6.3 H1-H4, the rule recovery applies: creation writes
+        // only the header over zeros, so a torn creation leaves zeros after
+        // byte 64; a header whose checksum is valid (with an impossible
+        // field) was not torn; and a segment an intact checkpoint of this
+        // store reaches was complete.
+        let facts = HeaderFacts {
+            other_version: matches!(e, HeaderError::Version(_)),
+            crc_valid: matches!(e, HeaderError::Invalid(_)),
+            last_segment: last,
+            first_segment: first,
+            zeros_after_header: bytes
+                .get(SEGMENT_HEADER_BYTES..)
+                .is_none_or(|rest| rest.iter().all(|b| *b == 0)),
+            has_batch: salt.is_some(),
+            checkpoint_covers: self.checkpoint.is_some_and(|(cid, c)| {
+                self.store_id.is_none_or(|s| s == cid) && c.segment() >= seg
+            }),
+            store_id_known: self.known_store_id().is_some(),
+            all_zero: bytes.iter().all(|b| *b == 0),
+        };
+        match (classify_bad_header(&facts), &e) {
+            // Nothing to walk: the store itself is of another version.
+            (Row::H1, HeaderError::Version(v)) if first && self.store_id.is_none() => {
+                self.error = Some(Error::UnsupportedVersion {
+                    file: path.to_path_buf(),
+                    found: *v,
+                    supported: frame::FORMAT_VERSION,
+                });
+                return None;
+            }
+            (Row::H2, _) => {
+                let detail =
+                    format!("segment header incomplete ({e}): its creation was interrupted");
+                self.problem(ProblemKind::TornTail, path, 0, bytes.len() as u64, detail);
+                return None;
+            }
+            (Row::H3, _) => {
+                self.error = Some(Error::NotTurnstone {
+                    file: path.to_path_buf(),
+                    what: "segment",
+                    detail: e.to_string(),
+                });
+                return None;
+            }
+            // H1 in a later segment (reported, and the walk goes on), H4.
+            _ => {}
+        }
+        let checksum = match e {
+            HeaderError::BadChecksum { expected, found } => Some(ChecksumMismatch {
+                of: ChecksumOf::SegmentHeader,
+                stored: found,
+                computed: expected,
+            }),
+            _ => None,
+        };
+        let detail = format!("segment header: {e}");
+        let n = if salt.is_some() {
+            SEGMENT_HEADER_BYTES as u64
+        } else {
+            bytes.len() as u64
+        };
+        self.problem_with(ProblemKind::Corruption, path, 0, n, detail, checksum);
+        self.lose_track();
+        if let Some(s) = salt {
+            if self.store_id.is_none() {
+                self.store_id = Some(s.store_id);
+            }
+        }
+        salt
+    }
+}

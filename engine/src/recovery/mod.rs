@@ -1,0 +1,96 @@
+//! Recovery: decide, from the bytes alone, where the durable log ends and
+//! whether damage is a *torn tail* (a power cut explains it: lose only
+//! unacknowledged events) or *corruption* (no power cut explains it: refuse,
+//! naming file and offset). Invariants 1 and 3 of ARCHITECTURE.md; the rule
+//! is `format-spec/FORMAT.md` §6.
+//!
+//! Three steps, each its own file: [`scan`] reads the bytes (headers,
+//! batches, frames; the one scanner, also used by [`crate::inspect`]);
+//! [`classify`] turns what a scan saw where it stopped into a row of §6.3
+//! (pure functions, also used by [`crate::inspect`]); `plan` runs the pass on
+//! open and returns what to zero, remove and index, which the store applies
+//! before its first append. `checkpoint_check` decides whether an index
+//! checkpoint may stand in for the scan of what it covers; `salvage` is the
+//! read-only mode that keeps every frame whose own checksum holds.
+//!
+//! Why the bytes say where the durable region ends: the engine writes at most
+//! one batch between two completed fdatasyncs, and a new segment is created only
+//! after the previous one's last batch was synced. So at a power cut only the
+//! last batch of the last segment can be in flight. A failing batch is a torn
+//! tail iff it is in the last segment and no valid batch with a later sequence
+//! number follows it (and no index checkpoint claims it was durable).
+
+mod checkpoint_check;
+mod classify;
+mod plan;
+mod salvage;
+mod scan;
+
+use std::path::PathBuf;
+
+use serde::Serialize;
+
+pub use classify::{classify_bad_header, classify_stop, HeaderFacts, Row, StopFacts};
+pub(crate) use plan::{apply, recover};
+pub use scan::{check_batch, probe_after, scan_batches, ScanFailure, ScannedFrame, SegmentScan};
+
+/// What to do with damage found on open, modelled on RocksDB's WAL recovery
+/// modes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum RecoveryMode {
+    /// Any torn tail or corruption refuses the open.
+    AbsoluteConsistency,
+    /// Truncate a torn tail (default); refuse corruption.
+    #[default]
+    TolerateTornTail,
+    /// Stop at the first damage of any kind and discard everything after it
+    /// (torn or corrupt): the store opens at the last consistent point.
+    PointInTime,
+    /// Read-only: keep every frame whose own checksum holds, past any damage
+    /// (RocksDB's skip-any-corrupted-records), as far as each session's seqs
+    /// stay dense; report every frame dropped. Changes no byte.
+    Salvage,
+}
+
+/// What kind of damage.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum ProblemKind {
+    TornTail,
+    Corruption,
+}
+
+/// One piece of damage found by the recovery pass.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Problem {
+    pub kind: ProblemKind,
+    pub file: PathBuf,
+    pub offset: u64,
+    /// Bytes affected (torn bytes zeroed, or bytes discarded/skipped).
+    pub bytes: u64,
+    pub detail: String,
+    /// What recovery did about it.
+    pub action: String,
+}
+
+/// What the recovery pass did; returned by [`crate::Store::open`].
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct RecoveryReport {
+    pub mode: RecoveryMode,
+    pub segments: u32,
+    pub segments_scanned: u32,
+    pub batches_scanned: u64,
+    pub frames_scanned: u64,
+    pub bytes_scanned: u64,
+    pub checkpoint_used: bool,
+    /// Why an index checkpoint was present but not used.
+    pub checkpoint_discarded: Option<String>,
+    /// The last run ended with a clean close.
+    pub clean_shutdown: bool,
+    pub torn_bytes_truncated: u64,
+    pub sessions: u64,
+    pub events: u64,
+    pub problems: Vec<Problem>,
+    pub duration_us: u64,
+}

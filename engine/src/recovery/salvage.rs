@@ -1,0 +1,306 @@
+//! Salvage (RocksDB's skip-any-corrupted-records): read every frame whose
+//! own checksum holds, past any damage, and say what was dropped.
+//!
+//! Policy over the shared scanner: where the scan of a segment stops, the
+//! failing batch is read frame by frame (each frame carries its own
+//! frame_crc) and the scan resumes at the next valid batch. Kept frames go
+//! through the index's rules in log order, so what opens still keeps
+//! invariant 2: a session keeps its dense prefix up to its first lost or
+//! rule-breaking frame, and every later frame of it is dropped and reported
+//! (a seq is never skipped, nothing is invented). A lost `session-define`
+//! loses its session and, because compact ids are dense, every session
+//! defined after it.
+//!
+//! A salvage open is read-only: the damaged bytes stay where they are, and no
+//! later batch could be appended after them that a normal open would accept.
+//! To continue, export the sessions and import them into a new store.
+
+use std::path::Path;
+use std::time::Instant;
+
+use crate::error::{Error, Result};
+use crate::frame::{
+    self, decode_frame, BatchHeader, FrameError, Salt, SegmentHeader, SessionDefine,
+    BATCH_HEADER_BYTES, FRAME_HEADER_BYTES, KIND_SESSION_DEFINE, SEGMENT_HEADER_BYTES,
+};
+use crate::index::Index;
+use crate::log::{list_segments, read_segment, segment_path};
+use crate::types::{LogPos, SegmentId, SessionId};
+use crate::vfs::Vfs;
+
+use super::plan::Recovered;
+use super::scan::{check_batch, probe_after};
+use super::{Problem, ProblemKind, RecoveryMode, RecoveryReport};
+
+/// Counts of one salvage pass, folded into problems.
+struct Pass {
+    index: Index,
+    problems: Vec<Problem>,
+    frames_kept: u64,
+    frames_dropped: u64,
+}
+
+impl Pass {
+    /// Offer one frame whose own checksum holds to the index; `Err` says why
+    /// it was dropped.
+    fn keep(
+        &mut self,
+        session: SessionId,
+        kind: u16,
+        seq: u64,
+        payload: &[u8],
+        pos: LogPos,
+    ) -> std::result::Result<(), String> {
+        let r = if kind == KIND_SESSION_DEFINE {
+            SessionDefine::decode(payload)
+                .map_err(|e| e.to_string())
+                .and_then(|def| self.index.apply_define(session, &def, pos))
+        } else {
+            self.index.apply_frame(session, seq, pos)
+        };
+        match r {
+            Ok(()) => self.frames_kept += 1,
+            Err(_) => self.frames_dropped += 1,
+        }
+        r
+    }
+}
+
+/// The salvage pass over every segment of `dir` (no checkpoint, no writes).
+pub(crate) fn salvage(vfs: &dyn Vfs, dir: &Path) -> Result<Recovered> {
+    let started = Instant::now();
+    let ids = list_segments(vfs, dir)?;
+    let mut pass = Pass {
+        index: Index::default(),
+        problems: Vec::new(),
+        frames_kept: 0,
+        frames_dropped: 0,
+    };
+    let mut report = RecoveryReport {
+        mode: RecoveryMode::Salvage,
+        segments: ids.len() as u32,
+        ..Default::default()
+    };
+    let mut store_id: Option<[u8; 16]> = None;
+    for w in ids.windows(2).filter(|w| w[1].0 != w[0].0 + 1) {
+        pass.problems.push(Problem {
+            kind: ProblemKind::Corruption,
+            file: segment_path(dir, SegmentId(w[0].0 + 1)),
+            offset: 0,
+            bytes: 0,
+            detail: format!(
+                "segment files between {} and {} are missing",
+                w[0].0, w[1].0
+            ),
+            action: "read on with the segments that are there".into(),
+        });
+    }
+    for (i, id) in ids.iter().copied().enumerate() {
+        let path = segment_path(dir, id);
+        let bytes = read_segment(vfs, &path, false)?;
+        report.segments_scanned += 1;
+        report.bytes_scanned += bytes.len() as u64;
+        let salt_id = match SegmentHeader::decode(&bytes) {
+            Ok(h) if store_id.is_some_and(|s| s != h.store_id) => {
+                pass.problems.push(Problem {
+                    kind: ProblemKind::Corruption,
+                    file: path,
+                    offset: 0,
+                    bytes: bytes.len() as u64,
+                    detail: "segment belongs to another store (store id differs)".into(),
+                    action: "skipped the whole segment".into(),
+                });
+                continue;
+            }
+            Ok(h) => h.store_id,
+            Err(frame::HeaderError::Version(v)) => {
+                return Err(Error::UnsupportedVersion {
+                    file: path,
+                    found: v,
+                    supported: frame::FORMAT_VERSION,
+                })
+            }
+            Err(e) => match store_id {
+                Some(s) => {
+                    pass.problems.push(Problem {
+                        kind: ProblemKind::Corruption,
+                        file: path.clone(),
+                        offset: 0,
+                        bytes: SEGMENT_HEADER_BYTES as u64,
+                        detail: format!("segment header: {e}"),
+                        action: "read the segment's batches with the store id of the others".into(),
+                    });
+                    s
+                }
+                None if i == 0 => {
+                    return Err(Error::NotTurnstone {
+                        file: path,
+                        what: "segment",
+                        detail: e.to_string(),
+                    })
+                }
+                None => continue,
+            },
+        };
+        store_id = Some(salt_id);
+        let salt = Salt {
+            store_id: salt_id,
+            segment: id,
+        };
+        salvage_segment(&mut pass, &mut report, &path, &bytes, &salt);
+    }
+    report.sessions = pass.index.sessions.len() as u64;
+    report.events = pass.index.event_count();
+    report.frames_scanned = pass.frames_kept + pass.frames_dropped;
+    report.problems = pass.problems;
+    report.duration_us = started.elapsed().as_micros() as u64;
+    let last = ids.last().copied();
+    Ok(Recovered {
+        store_id,
+        index: pass.index,
+        segments: ids,
+        tail: last.map(|s| (s, SEGMENT_HEADER_BYTES as u32, 0)),
+        report,
+        zero_ranges: Vec::new(),
+        remove_segments: Vec::new(),
+        remove_checkpoint: false,
+    })
+}
+
+/// Walk one segment's batches, reading failing batches frame by frame and
+/// resuming at the next valid batch.
+fn salvage_segment(
+    pass: &mut Pass,
+    report: &mut RecoveryReport,
+    path: &Path,
+    bytes: &[u8],
+    salt: &Salt,
+) {
+    let mut off = SEGMENT_HEADER_BYTES;
+    while off + BATCH_HEADER_BYTES <= bytes.len() {
+        if bytes[off..off + BATCH_HEADER_BYTES].iter().all(|b| *b == 0) {
+            break; // end of data
+        }
+        match check_batch(bytes, salt, off, None) {
+            Ok((h, frames)) => {
+                report.batches_scanned += 1;
+                for f in &frames {
+                    let h = &f.header;
+                    if let Err(why) = pass.keep(h.session, h.kind, h.seq, f.payload, f.pos) {
+                        pass.problems.push(dropped(path, f.pos, h.frame_len, why));
+                    }
+                }
+                off += BATCH_HEADER_BYTES + h.body_len as usize;
+            }
+            Err(failure) => {
+                let (later, nonzero_end) = probe_after(bytes, salt, off as u32, 0);
+                let resume = later.map(|l| l as usize);
+                let (kept, lost) = salvage_batch(pass, path, bytes, salt, off);
+                let end = resume
+                    .or(nonzero_end.map(|n| n as usize))
+                    .unwrap_or(bytes.len());
+                pass.problems.push(Problem {
+                    kind: if later.is_some() {
+                        ProblemKind::Corruption
+                    } else {
+                        ProblemKind::TornTail
+                    },
+                    file: path.to_path_buf(),
+                    offset: off as u64,
+                    bytes: end.saturating_sub(off) as u64,
+                    detail: failure.detail,
+                    action: format!(
+                        "salvaged: kept {kept} frames of this batch whose own checksum holds, dropped {lost}; {}",
+                        match resume {
+                            Some(l) => format!("resumed at the valid batch at offset {l}"),
+                            None => "nothing valid follows in this segment".into(),
+                        }
+                    ),
+                });
+                match resume {
+                    Some(l) => off = l,
+                    None => break,
+                }
+            }
+        }
+    }
+}
+
+/// Read the failing batch at `off` frame by frame; returns (kept, dropped).
+fn salvage_batch(
+    pass: &mut Pass,
+    path: &Path,
+    bytes: &[u8],
+    salt: &Salt,
+    off: usize,
+) -> (u64, u64) {
+    let Some(h) = bytes
+        .get(off..off + BATCH_HEADER_BYTES)
+        .and_then(|b| BatchHeader::decode(b, salt).ok())
+    else {
+        return (0, 0);
+    };
+    let start = off + BATCH_HEADER_BYTES;
+    let Some(body) = bytes.get(start..start + h.body_len as usize) else {
+        return (0, 0);
+    };
+    let (mut kept, mut lost) = (0, 0);
+    let mut at = 0usize;
+    while at + FRAME_HEADER_BYTES <= body.len() {
+        let pos = LogPos::new(salt.segment, (start + at) as u32);
+        match decode_frame(&body[at..], salt) {
+            Ok(fh) => {
+                let payload = &body[at + FRAME_HEADER_BYTES..at + fh.frame_len as usize];
+                match pass.keep(fh.session, fh.kind, fh.seq, payload, pos) {
+                    Ok(()) => kept += 1,
+                    Err(why) => {
+                        lost += 1;
+                        pass.problems.push(dropped(path, pos, fh.frame_len, why));
+                    }
+                }
+                at += fh.padded_len();
+            }
+            Err(e) => {
+                lost += 1;
+                pass.frames_dropped += 1;
+                let len = u32::from_le_bytes([body[at], body[at + 1], body[at + 2], body[at + 3]]);
+                let next = match e {
+                    FrameError::BadChecksum { .. } => at + frame::align_up(len as usize),
+                    _ => {
+                        // Unknown extent: up to the next frame that checks.
+                        let mut n = at + frame::ALIGN;
+                        while n + FRAME_HEADER_BYTES <= body.len()
+                            && decode_frame(&body[n..], salt).is_err()
+                        {
+                            n += frame::ALIGN;
+                        }
+                        n
+                    }
+                };
+                pass.problems.push(Problem {
+                    kind: ProblemKind::Corruption,
+                    file: path.to_path_buf(),
+                    offset: pos.offset() as u64,
+                    bytes: (next.min(body.len()) - at) as u64,
+                    detail: format!("frame: {e}"),
+                    action: "dropped the frame".into(),
+                });
+                at = next;
+            }
+        }
+    }
+    (kept, lost)
+}
+
+fn dropped(path: &Path, pos: LogPos, frame_len: u32, why: String) -> Problem {
+    Problem {
+        kind: ProblemKind::Corruption,
+        file: path.to_path_buf(),
+        offset: pos.offset() as u64,
+        bytes: frame_len as u64,
+        detail: why,
+        action:
+            "dropped the frame: it checks, but an earlier loss leaves its session no place for it"
+                .into(),
+    }
+}

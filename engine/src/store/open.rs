@@ -1,0 +1,197 @@
+//! Opening a store: take the lock (invariant 9), load the checkpoint, run the
+//! recovery pass and apply its plan before anything is written (FORMAT.md
+//! §6.4), create the first segment of a new store, start the flusher.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use parking_lot::{Mutex, RwLock};
+use rand::RngCore;
+
+use crate::commit::{self, CommitQueue, FlusherEnv, WriterFile};
+use crate::error::{Error, Result};
+use crate::frame::{BATCH_HEADER_BYTES, SEGMENT_HEADER_BYTES};
+use crate::index::checkpoint;
+use crate::index::Index;
+use crate::log::{create_segment, segment_path, SegmentReader, SegmentSpec};
+use crate::recovery::{self, RecoveryMode};
+use crate::types::LogPos;
+use crate::vfs::LockGuard;
+
+use super::{write_checkpoint, Options, Shared, Store, FIRST_SEGMENT, LOCK_FILE};
+
+impl Store {
+    /// Open (or create) the store in `dir` with default options.
+    pub fn open(dir: impl AsRef<Path>) -> Result<Store> {
+        Self::open_with(dir, Options::default())
+    }
+
+    /// Open (or create, unless read-only) the store in `dir`.
+    pub fn open_with(dir: impl AsRef<Path>, opts: Options) -> Result<Store> {
+        let dir = dir.as_ref().to_path_buf();
+        let vfs = opts.vfs.clone();
+        let min_segment = (SEGMENT_HEADER_BYTES + BATCH_HEADER_BYTES + 4096) as u32;
+        if opts.segment_bytes < min_segment {
+            return Err(Error::InvalidArgument(format!(
+                "segment_bytes {} is below the minimum {min_segment}",
+                opts.segment_bytes
+            )));
+        }
+        if opts.recovery_mode == RecoveryMode::Salvage && !opts.read_only {
+            return Err(Error::InvalidArgument(
+                "recovery mode salvage opens read-only (the damaged bytes stay in the log); \
+                 export the sessions and import them into a new store"
+                    .into(),
+            ));
+        }
+        if opts.read_only {
+            if !vfs.is_dir(&dir) {
+                return Err(Error::NoStore {
+                    dir,
+                    detail: "no such directory".into(),
+                });
+            }
+        } else {
+            vfs.create_dir_all(&dir)
+                .map_err(|e| Error::io("create store directory", &dir, e))?;
+        }
+        let lock = if opts.read_only {
+            None
+        } else {
+            Some(
+                vfs.lock_exclusive(&dir.join(LOCK_FILE))
+                    .map_err(|e| Error::Locked {
+                        dir: dir.clone(),
+                        detail: e.to_string(),
+                    })?,
+            )
+        };
+        let (ck, ck_problem) = match checkpoint::load(vfs.as_ref(), &dir)? {
+            None => (None, None),
+            Some(Ok(ck)) if opts.checkpoints => (Some(ck), None),
+            Some(Ok(_)) => (None, None),
+            Some(Err(why)) => (None, Some(why)),
+        };
+        let had_bad_checkpoint = ck_problem.is_some();
+        let rec = recovery::recover(
+            vfs.as_ref(),
+            &dir,
+            opts.recovery_mode,
+            ck,
+            ck_problem,
+            lock.is_some(),
+        )?;
+        if opts.read_only && rec.segments.is_empty() && rec.store_id.is_none() {
+            return Err(Error::NoStore {
+                dir,
+                detail: "no segment files".into(),
+            });
+        }
+        let report = rec.report.clone();
+        if opts.read_only {
+            let store_id = rec.store_id.unwrap_or_default();
+            let (seg, off, seq) =
+                rec.tail
+                    .unwrap_or((FIRST_SEGMENT, SEGMENT_HEADER_BYTES as u32, 0));
+            let end = LogPos::new(seg, off);
+            let shared = Self::make_shared(dir, opts, store_id, rec.index, end, seq, None, None);
+            shared.reader.set_active(seg, None);
+            return Ok(Store {
+                shared: Arc::new(shared),
+                flusher: Mutex::new(None),
+                report,
+                live: Default::default(),
+            });
+        }
+
+        // Apply what recovery decided, before anything new is written.
+        recovery::apply(vfs.as_ref(), &dir, &rec, had_bad_checkpoint)?;
+
+        let (store_id, seg, off, seq) = match (rec.store_id, rec.tail) {
+            (Some(id), Some((seg, off, seq))) => (id, seg, off, seq),
+            (store_id, _) => {
+                // A new store (or one whose only segment was a torn creation).
+                let mut id = [0u8; 16];
+                rand::thread_rng().fill_bytes(&mut id);
+                let id = store_id.unwrap_or(id);
+                let spec = SegmentSpec {
+                    store_id: id,
+                    id: FIRST_SEGMENT,
+                    first_batch_seq: 0,
+                    prev_segment_end: 0,
+                    preallocate_bytes: opts.preallocate.then_some(opts.segment_bytes as u64),
+                };
+                create_segment(vfs.as_ref(), &dir, &spec).map_err(|e| e.into_error())?;
+                (id, FIRST_SEGMENT, SEGMENT_HEADER_BYTES as u32, 0)
+            }
+        };
+        let path = segment_path(&dir, seg);
+        let file = vfs
+            .open(&path, true)
+            .map_err(|e| Error::io("open active segment", &path, e))?;
+        let end = LogPos::new(seg, off);
+        let writer = WriterFile {
+            segment: seg,
+            path,
+            file: file.clone(),
+            end: off,
+        };
+        let last = (seq > 0).then_some((end, 0));
+        let shared = Self::make_shared(dir, opts, store_id, rec.index, end, seq, lock, last);
+        shared.reader.set_active(seg, Some(file));
+        let shared = Arc::new(shared);
+        let s2 = shared.clone();
+        let handle = std::thread::Builder::new()
+            .name("turnstone-flusher".into())
+            .spawn(move || {
+                let sh = &*s2;
+                let env = FlusherEnv {
+                    vfs: sh.vfs.as_ref(),
+                    dir: &sh.dir,
+                    store_id: sh.store_id,
+                    preallocate_bytes: sh.opts.preallocate.then_some(sh.opts.segment_bytes as u64),
+                    checkpoints: sh.opts.checkpoints,
+                    reader: &sh.reader,
+                    checkpoint: &|| write_checkpoint(sh),
+                };
+                commit::run_flusher(&sh.commit, &env, writer);
+            })
+            .map_err(|e| Error::io("spawn flusher thread", &shared.dir, e))?;
+        Ok(Store {
+            shared,
+            flusher: Mutex::new(Some(handle)),
+            report,
+            live: Default::default(),
+        })
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn make_shared(
+        dir: PathBuf,
+        opts: Options,
+        store_id: [u8; 16],
+        index: Index,
+        end: LogPos,
+        next_batch_seq: u64,
+        lock: Option<Box<dyn LockGuard>>,
+        last_batch: Option<(LogPos, u32)>,
+    ) -> Shared {
+        Shared {
+            vfs: opts.vfs.clone(),
+            reader: SegmentReader::new(dir.clone(), opts.vfs.clone(), store_id, opts.read_only),
+            commit: CommitQueue::new(
+                end,
+                next_batch_seq,
+                last_batch,
+                opts.segment_bytes,
+                opts.flush_bytes,
+            ),
+            dir,
+            opts,
+            store_id,
+            index: RwLock::new(index),
+            checkpoint_lock: Mutex::new(()),
+            _lock: lock,
+        }
+    }
+}

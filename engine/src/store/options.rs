@@ -1,0 +1,71 @@
+//! How a store is opened ([`Options`]) and the facts it gives about a
+//! session ([`SessionMeta`], [`SessionInfo`]). Plain data: no invariant
+//! beyond what each field says.
+
+use std::sync::Arc;
+
+use crate::frame;
+use crate::recovery::RecoveryMode;
+use crate::types::{LogPos, SegmentId, SessionId};
+use crate::vfs::{OsVfs, Vfs};
+
+/// Name of the lock file inside a store directory.
+pub const LOCK_FILE: &str = "LOCK";
+/// First segment number of a new store.
+pub const FIRST_SEGMENT: SegmentId = SegmentId(frame::FIRST_SEGMENT_ID);
+
+/// How to open a store.
+#[derive(Debug, Clone)]
+pub struct Options {
+    /// Segment size; a segment rolls when the next batch would not fit.
+    pub segment_bytes: u32,
+    /// What to do with damage found on open.
+    pub recovery_mode: RecoveryMode,
+    /// Open without the lock, without changing a byte; appends are refused.
+    pub read_only: bool,
+    /// Pending bytes that make the flusher write without anyone waiting.
+    pub flush_bytes: usize,
+    /// Preallocate (and so zero) each segment when it is created.
+    pub preallocate: bool,
+    /// Write index checkpoints (at every segment roll and at close).
+    pub checkpoints: bool,
+    /// The file layer.
+    pub vfs: Arc<dyn Vfs>,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Options {
+            segment_bytes: 64 << 20,
+            recovery_mode: RecoveryMode::default(),
+            read_only: false,
+            flush_bytes: 1 << 20,
+            preallocate: true,
+            checkpoints: true,
+            vfs: Arc::new(OsVfs),
+        }
+    }
+}
+
+/// Where a session stands in the log.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SessionMeta {
+    pub id: SessionId,
+    pub len: u64,
+    /// Events `0..durable_len` are durable.
+    pub durable_len: u64,
+    /// Position of the `session-define` frame: identifies this incarnation
+    /// of the session id in this store.
+    pub define_pos: LogPos,
+    pub parent: Option<(String, u64)>,
+}
+
+/// Facts about one session.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SessionInfo {
+    pub name: String,
+    pub id: SessionId,
+    pub len: u64,
+    /// Fork parent name and the number of events inherited from it.
+    pub parent: Option<(String, u64)>,
+}
