@@ -98,18 +98,7 @@ fn turn(
             s.append(m.clone(), SurfaceOp::Append)?;
             m
         };
-        let calls: Vec<ToolCall> = response
-            .content
-            .iter()
-            .filter_map(|b| {
-                let (id, name) = b.client_tool_use()?;
-                Some(ToolCall {
-                    call_id: id.into(),
-                    name: name.into(),
-                    input: b.tool_input()?,
-                })
-            })
-            .collect();
+        let calls = response.tool_calls();
         if calls.is_empty() {
             let mut s = shared.lock();
             s.append(

@@ -54,18 +54,7 @@ fn play(s: &mut Session, provider: Provider, f: &Value) -> Vec<Value> {
                 .unwrap();
         } else if let Some(r) = step.get("response") {
             let m = AssistantMessage::from_response(provider, r);
-            let calls: Vec<ToolCall> = m
-                .content
-                .iter()
-                .filter_map(|b| {
-                    let (id, name) = b.client_tool_use()?;
-                    Some(ToolCall {
-                        call_id: id.into(),
-                        name: name.into(),
-                        input: b.tool_input().unwrap(),
-                    })
-                })
-                .collect();
+            let calls = m.tool_calls();
             s.append(m, SurfaceOp::Append).unwrap();
             for c in calls {
                 s.append(c, ()).unwrap();

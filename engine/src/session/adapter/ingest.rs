@@ -9,6 +9,35 @@ use crate::session::content::{ContentBlock, Usage};
 use crate::session::event::AssistantMessage;
 
 impl AssistantMessage {
+    /// The tool calls this message asks the client to make (Anthropic
+    /// `tool_use`, Responses `function_call`, Chat `tool_calls`), in order,
+    /// ready for [`crate::session::run_tools_parallel`] or
+    /// [`crate::session::Session::record_tool_calls`]; JSON-string arguments
+    /// are parsed (kept as a string when they do not parse).
+    ///
+    /// ```
+    /// use serde_json::json;
+    /// use turnstone::session::{AssistantMessage, Provider};
+    /// let resp = json!({"choices": [{"message": {"role": "assistant", "content": null,
+    ///     "tool_calls": [{"id": "call_1", "type": "function",
+    ///                     "function": {"name": "get", "arguments": "{\"k\":1}"}}]}}]});
+    /// let calls = AssistantMessage::from_response(Provider::OpenAiChat, &resp).tool_calls();
+    /// assert_eq!((calls[0].call_id.as_str(), calls[0].input["k"].as_i64()), ("call_1", Some(1)));
+    /// ```
+    pub fn tool_calls(&self) -> Vec<crate::session::event::ToolCall> {
+        self.content
+            .iter()
+            .filter_map(|b| {
+                let (id, name) = b.client_tool_use()?;
+                Some(crate::session::event::ToolCall {
+                    call_id: id.to_string(),
+                    name: name.to_string(),
+                    input: b.tool_input()?,
+                })
+            })
+            .collect()
+    }
+
     /// The event for a provider's (non-streamed) response body:
     ///
     /// - Anthropic Messages: `content` blocks as they are; `stop_reason`.
