@@ -29,6 +29,19 @@ fn asks_for(ids: &[&str]) -> AssistantMessage {
     }
 }
 
+/// Record the `tool/call` of a tool use `asks_for` made.
+fn record_call(s: &mut Session, id: &str) {
+    s.append(
+        ToolCall {
+            call_id: id.into(),
+            name: "shell".into(),
+            input: json!({}),
+        },
+        (),
+    )
+    .unwrap();
+}
+
 /// (a) A compaction that removes a tool use whose result is still pending
 /// is refused; validate_messages checks both directions.
 #[test]
@@ -38,15 +51,7 @@ fn a_replace_cannot_remove_a_pending_tool_use() {
     let mut s = Session::create(store, "s", reg()).unwrap();
     s.append(user("go"), SurfaceOp::Append).unwrap();
     s.append(asks_for(&["c1"]), SurfaceOp::Append).unwrap();
-    s.append(
-        ToolCall {
-            call_id: "c1".into(),
-            name: "shell".into(),
-            input: json!({}),
-        },
-        (),
-    )
-    .unwrap();
+    record_call(&mut s, "c1");
     let err = s.compact("k", 0, 2, "summary").unwrap_err();
     assert!(
         matches!(err, Error::Refused(ref m) if m.contains("pending")),
@@ -144,15 +149,7 @@ fn a_second_host_cannot_repair_a_live_session() {
         .unwrap();
         s.append(user("go"), SurfaceOp::Append).unwrap();
         s.append(asks_for(&["c1"]), SurfaceOp::Append).unwrap();
-        s.append(
-            ToolCall {
-                call_id: "c1".into(),
-                name: "shell".into(),
-                input: json!({}),
-            },
-            (),
-        )
-        .unwrap();
+        record_call(&mut s, "c1");
     }
     let err = h2.load("s").unwrap_err();
     assert!(

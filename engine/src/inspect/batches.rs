@@ -174,12 +174,7 @@ impl Walker<'_, '_> {
             })
             .collect();
         let untrusted_frames = (inside.len() - damaged_frames.len()) as u64;
-        match kind {
-            ProblemKind::TornTail => self.summary.torn_tails += 1,
-            ProblemKind::Corruption => self.summary.corruptions += 1,
-        }
-        self.summary.clean_close = false;
-        self.emit(Item::Problem(InspectProblem {
+        self.report(InspectProblem {
             kind,
             segment: path.to_path_buf(),
             offset: off as u64,
@@ -188,7 +183,7 @@ impl Walker<'_, '_> {
             checksum,
             damaged_frames,
             untrusted_frames,
-        }));
+        });
         for f in &inside {
             if let BodyFrame::Intact(f) = f {
                 self.untrusted_frame(path, salt.segment, batch_seq, f, bytes);

@@ -150,13 +150,7 @@ impl<'v, 'f> Walker<'v, 'f> {
         if self.quiet {
             return;
         }
-        match kind {
-            ProblemKind::TornTail => self.summary.torn_tails += 1,
-            ProblemKind::Corruption => self.summary.corruptions += 1,
-        }
-        // Damage after a clean-close marker: the last run did not end cleanly.
-        self.summary.clean_close = false;
-        self.emit(Item::Problem(InspectProblem {
+        self.report(InspectProblem {
             kind,
             segment: segment.to_path_buf(),
             offset,
@@ -165,7 +159,19 @@ impl<'v, 'f> Walker<'v, 'f> {
             checksum,
             damaged_frames: Vec::new(),
             untrusted_frames: 0,
-        }));
+        });
+    }
+
+    /// Count a problem in the summary and show it: the one place every
+    /// problem goes through.
+    pub(super) fn report(&mut self, p: InspectProblem) {
+        match p.kind {
+            ProblemKind::TornTail => self.summary.torn_tails += 1,
+            ProblemKind::Corruption => self.summary.corruptions += 1,
+        }
+        // Damage after a clean-close marker: the last run did not end cleanly.
+        self.summary.clean_close = false;
+        self.emit(Item::Problem(p));
     }
 
     /// Forget what the chain and the sessions expect next: bytes were skipped.
