@@ -46,7 +46,10 @@ pub mod vfs;
 pub use commit::Stats;
 pub use error::{Error, Result};
 pub use recovery::{Problem, ProblemKind, RecoveryMode, RecoveryReport, Row};
-pub use store::{Options, SessionInfo, SessionMeta, Store, FIRST_SEGMENT, LOCK_FILE};
+pub use store::{
+    DurableWait, NextEvent, Options, SessionInfo, SessionMeta, Store, Subscription, FIRST_SEGMENT,
+    LOCK_FILE,
+};
 pub use types::{Appended, Event, EventRef, LogPos, SegmentId, Seq, SessionId};
 
 /// Byte-level internals that the fuzz targets, the vector generator and the

@@ -16,7 +16,7 @@ use std::thread::JoinHandle;
 
 use parking_lot::{Mutex, RwLock};
 
-use crate::commit::{CommitQueue, State, Stats};
+use crate::commit::{CommitQueue, RetryState, State, Stats};
 use crate::error::{Error, Result};
 use crate::frame::{
     frame_padded_len, SessionDefine, BATCH_FLAG_CLEAN_CLOSE, KIND_SESSION_DEFINE,
@@ -29,8 +29,11 @@ use crate::recovery::RecoveryReport;
 use crate::types::{Appended, Event, EventRef, LogPos, Seq, SessionId};
 use crate::vfs::{LockGuard, Vfs};
 
+mod follow;
 mod open;
 mod options;
+
+pub use follow::{DurableWait, NextEvent, Subscription};
 
 pub use options::{Options, SessionInfo, SessionMeta, FIRST_SEGMENT, LOCK_FILE};
 
@@ -376,53 +379,41 @@ impl Store {
         &self,
         session: &str,
         range: std::ops::Range<u64>,
-        mut visit: impl FnMut(EventRef<'_>) -> ControlFlow<()>,
+        visit: impl FnMut(EventRef<'_>) -> ControlFlow<()>,
     ) -> Result<u64> {
-        let (positions, start, owners) = {
-            let ix = self.shared.index.read();
-            let (sid, e) = ix
-                .get(session)
-                .ok_or_else(|| Error::UnknownSession(session.to_string()))?;
-            let end = range.end.min(e.len());
-            let start = range.start.min(end);
-            // The sessions whose frames these are: itself and the fork
-            // ancestors the range reads through (inherited events keep
-            // their parent's session id), sorted for the frame check.
-            let (positions, owners) = ix.positions_and_owners_in(sid, start..end);
-            (positions, start, owners)
-        };
-        if let Some(last) = positions.last() {
-            if !self.shared.opts.read_only && *last >= self.durable_pos().0 {
-                self.wait_durable(LogPos(*last + 1))?;
-            }
+        self.shared.visit_range(session, range, visit)
+    }
+
+    /// Wait until the log is durable at least up to `pos`, as a future: the
+    /// waiting task holds no thread (the flusher wakes it, with every other
+    /// waiter, after the fdatasync that covers `pos`). Runtime-agnostic.
+    pub fn wait_durable_async(&self, pos: LogPos) -> DurableWait {
+        DurableWait {
+            shared: (!self.shared.opts.read_only).then(|| self.shared.clone()),
+            pos,
+            retry: RetryState::default(),
         }
-        // Positions grow with seq (inherited frames precede the define, own
-        // frames follow it), so each segment's frames form one run.
-        let mut visited = 0;
-        let mut i = 0;
-        while i < positions.len() {
-            let seg = LogPos(positions[i]).segment();
-            let n = positions[i..]
-                .iter()
-                .take_while(|p| LogPos(**p).segment() == seg)
-                .count();
-            let run = Run {
-                seg,
-                positions: &positions[i..i + n],
-                first_seq: start + i as u64,
-                owners: &owners,
-            };
-            if self
-                .shared
-                .reader
-                .visit_run(&run, &mut visit, &mut visited)?
-                .is_break()
-            {
-                break;
-            }
-            i += n;
+    }
+
+    /// [`Store::sync`] as a future ([`Store::wait_durable_async`]).
+    pub fn sync_async(&self) -> DurableWait {
+        let target = self.shared.commit.lock().append_end;
+        self.wait_durable_async(target)
+    }
+
+    /// Follow `session` from `from_seq` on: every event of it as it becomes
+    /// durable, in seq order, exactly once, blocking ([`Iterator`]) or as a
+    /// future per event ([`Subscription::next_async`]). Woken by the flusher
+    /// after each fdatasync: a subscriber never polls and never causes an
+    /// fdatasync of its own. It resumes from any seq, including the prefix
+    /// a fork inherits; it ends (`None`) when the store closes. On a
+    /// read-only store it follows what another process writes
+    /// ([`Subscription`] says how).
+    pub fn subscribe(&self, session: &str, from_seq: u64) -> Result<Subscription> {
+        if self.session_len(session).is_none() {
+            return Err(Error::UnknownSession(session.to_string()));
         }
-        Ok(visited)
+        Ok(Subscription::new(self.shared.clone(), session, from_seq))
     }
 
     /// Flush everything, write a clean-close marker and an index checkpoint,
@@ -465,6 +456,60 @@ impl Store {
         sh.commit.close();
         let _ = handle.join();
         result
+    }
+}
+
+impl Shared {
+    pub(crate) fn visit_range(
+        &self,
+        session: &str,
+        range: std::ops::Range<u64>,
+        mut visit: impl FnMut(EventRef<'_>) -> ControlFlow<()>,
+    ) -> Result<u64> {
+        let (positions, start, owners) = {
+            let ix = self.index.read();
+            let (sid, e) = ix
+                .get(session)
+                .ok_or_else(|| Error::UnknownSession(session.to_string()))?;
+            let end = range.end.min(e.len());
+            let start = range.start.min(end);
+            // The sessions whose frames these are: itself and the fork
+            // ancestors the range reads through (inherited events keep
+            // their parent's session id), sorted for the frame check.
+            let (positions, owners) = ix.positions_and_owners_in(sid, start..end);
+            (positions, start, owners)
+        };
+        if let Some(last) = positions.last() {
+            if !self.opts.read_only && *last >= self.commit.durable().0 {
+                self.commit.wait_durable(LogPos(*last + 1))?;
+            }
+        }
+        // Positions grow with seq (inherited frames precede the define, own
+        // frames follow it), so each segment's frames form one run.
+        let mut visited = 0;
+        let mut i = 0;
+        while i < positions.len() {
+            let seg = LogPos(positions[i]).segment();
+            let n = positions[i..]
+                .iter()
+                .take_while(|p| LogPos(**p).segment() == seg)
+                .count();
+            let run = Run {
+                seg,
+                positions: &positions[i..i + n],
+                first_seq: start + i as u64,
+                owners: &owners,
+            };
+            if self
+                .reader
+                .visit_run(&run, &mut visit, &mut visited)?
+                .is_break()
+            {
+                break;
+            }
+            i += n;
+        }
+        Ok(visited)
     }
 }
 

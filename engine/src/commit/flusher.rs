@@ -69,7 +69,7 @@ impl Drop for ExitGuard<'_> {
             ));
         }
         st.flusher_done = true;
-        self.queue.durable_cv.notify_all();
+        self.queue.notify_durable(&mut st);
     }
 }
 
@@ -119,14 +119,14 @@ pub(crate) fn run(queue: &CommitQueue, env: &FlusherEnv<'_>, mut writer: WriterF
                     st.stats.metadata_syncs += 2;
                     st.checkpoint_due = env.checkpoints;
                 }
-                queue.durable_cv.notify_all();
+                queue.notify_durable(&mut st);
             }
             Err(FlushError::Write(detail)) => {
                 st.stats.write_failures += 1;
                 st.queued.push_front(batch);
                 st.write_failed = Some(detail);
                 st.fail_epoch += 1;
-                queue.durable_cv.notify_all();
+                queue.notify_durable(&mut st);
             }
             Err(FlushError::Fatal(op, detail)) => {
                 st.poisoned = Some((op, detail));

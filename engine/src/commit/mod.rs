@@ -24,5 +24,5 @@ mod queue;
 mod stats;
 
 pub(crate) use flusher::{run as run_flusher, FlusherEnv, WriterFile};
-pub(crate) use queue::{CommitQueue, State};
+pub(crate) use queue::{CommitQueue, RetryState, State};
 pub use stats::Stats;

@@ -9,6 +9,7 @@
 //! its batch, in order, for an explicit retry.
 
 use std::collections::VecDeque;
+use std::task::{Context, Poll, Waker};
 
 use parking_lot::{Condvar, Mutex, MutexGuard};
 
@@ -47,6 +48,10 @@ pub(crate) struct State {
     /// A checkpoint should be written (a segment was rolled).
     pub checkpoint_due: bool,
     pub stats: Stats,
+    /// Tasks waiting (without a thread) for the durable position to move,
+    /// the store to be poisoned or closed: woken with `durable_cv`'s
+    /// sleepers, by [`CommitQueue::notify_durable`].
+    pub wakers: Vec<Waker>,
 }
 
 impl State {
@@ -144,6 +149,7 @@ impl CommitQueue {
                 flusher_done: false,
                 checkpoint_due: false,
                 stats: Stats::default(),
+                wakers: Vec::new(),
             }),
             work_cv: Condvar::new(),
             durable_cv: Condvar::new(),
@@ -212,39 +218,112 @@ impl CommitQueue {
     /// too, [`Error::WriteFailed`] is returned.
     pub fn wait_durable(&self, pos: LogPos) -> Result<()> {
         let mut st = self.state.lock();
-        let mut asked_retry_at: Option<u64> = None;
+        let mut retry = RetryState::default();
         loop {
-            if st.durable >= pos {
-                return Ok(());
+            if let Some(done) = self.durable_step(&mut st, pos, &mut retry) {
+                return done;
             }
-            if let Some((op, detail)) = &st.poisoned {
-                return Err(Error::Poisoned {
-                    op,
-                    detail: detail.clone(),
-                });
+            self.durable_cv.wait(&mut st);
+        }
+    }
+
+    /// The asynchronous [`CommitQueue::wait_durable`]: the same steps, but a
+    /// pending wait leaves its task's waker instead of a parked thread.
+    pub fn poll_durable(
+        &self,
+        pos: LogPos,
+        retry: &mut RetryState,
+        cx: &mut Context<'_>,
+    ) -> Poll<Result<()>> {
+        let mut st = self.state.lock();
+        match self.durable_step(&mut st, pos, retry) {
+            Some(done) => Poll::Ready(done),
+            None => {
+                register(&mut st.wakers, cx.waker());
+                Poll::Pending
             }
-            if st.flusher_done {
-                return Err(Error::Closed);
-            }
-            if let Some(detail) = &st.write_failed {
-                match asked_retry_at {
-                    Some(epoch) if st.fail_epoch > epoch => {
-                        return Err(Error::WriteFailed {
-                            detail: detail.clone(),
-                        })
-                    }
-                    Some(_) => {}
-                    None => {
-                        asked_retry_at = Some(st.fail_epoch);
-                        st.retry_requested = true;
-                    }
+        }
+    }
+
+    /// One check of a durability wait: `Some` when it is over (durable, or
+    /// an error), `None` to sleep until [`CommitQueue::notify_durable`]
+    /// (the flusher was asked to write up to `pos`).
+    fn durable_step(
+        &self,
+        st: &mut State,
+        pos: LogPos,
+        retry: &mut RetryState,
+    ) -> Option<Result<()>> {
+        if st.durable >= pos {
+            return Some(Ok(()));
+        }
+        if let Some((op, detail)) = &st.poisoned {
+            return Some(Err(Error::Poisoned {
+                op,
+                detail: detail.clone(),
+            }));
+        }
+        if st.flusher_done {
+            return Some(Err(Error::Closed));
+        }
+        if let Some(detail) = &st.write_failed {
+            match retry.asked_at {
+                Some(epoch) if st.fail_epoch > epoch => {
+                    return Some(Err(Error::WriteFailed {
+                        detail: detail.clone(),
+                    }))
+                }
+                Some(_) => {}
+                None => {
+                    retry.asked_at = Some(st.fail_epoch);
+                    st.retry_requested = true;
                 }
             }
-            if st.flush_target < pos {
-                st.flush_target = pos;
+        }
+        if st.flush_target < pos {
+            st.flush_target = pos;
+        }
+        self.work_cv.notify_one();
+        None
+    }
+
+    /// Wait, without asking for any write, until the durable position is no
+    /// longer `seen` (or the store stopped). Returns the durable position
+    /// then, or `None` if the store is closed or poisoned. Followers use it:
+    /// they see what others make durable and never cause an fdatasync.
+    pub fn wait_durable_change(&self, seen: LogPos) -> Option<LogPos> {
+        let mut st = self.state.lock();
+        loop {
+            if st.poisoned.is_some() || st.flusher_done {
+                return None;
             }
-            self.work_cv.notify_one();
+            if st.durable != seen {
+                return Some(st.durable);
+            }
             self.durable_cv.wait(&mut st);
+        }
+    }
+
+    /// The asynchronous [`CommitQueue::wait_durable_change`].
+    pub fn poll_durable_change(&self, seen: LogPos, cx: &mut Context<'_>) -> Poll<Option<LogPos>> {
+        let mut st = self.state.lock();
+        if st.poisoned.is_some() || st.flusher_done {
+            return Poll::Ready(None);
+        }
+        if st.durable != seen {
+            return Poll::Ready(Some(st.durable));
+        }
+        register(&mut st.wakers, cx.waker());
+        Poll::Pending
+    }
+
+    /// Wake every durability waiter, threads and tasks (the durable position
+    /// moved, a write failed, or the store stopped). Called with the state
+    /// locked, so that no waiter checks and then sleeps past a wake-up.
+    pub fn notify_durable(&self, st: &mut State) {
+        self.durable_cv.notify_all();
+        for w in st.wakers.drain(..) {
+            w.wake();
         }
     }
 
@@ -253,5 +332,20 @@ impl CommitQueue {
         let mut st = self.state.lock();
         st.closing = true;
         self.work_cv.notify_all();
+    }
+}
+
+/// What a durability wait remembers between checks: the failed-write epoch
+/// at which it asked the flusher for a retry.
+#[derive(Debug, Default, Clone, Copy)]
+pub(crate) struct RetryState {
+    asked_at: Option<u64>,
+}
+
+/// Keep one waker per task: a task polled again before a wake-up replaces
+/// its own entry instead of adding one.
+fn register(wakers: &mut Vec<Waker>, waker: &Waker) {
+    if !wakers.iter().any(|w| w.will_wake(waker)) {
+        wakers.push(waker.clone());
     }
 }

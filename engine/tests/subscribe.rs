@@ -1,0 +1,256 @@
+//! Following a session live (`Store::subscribe`) and waiting for durability
+//! without a thread (`Store::wait_durable_async`): subscribers see every
+//! durable event exactly once, in order, never an event that is not durable,
+//! and cost the writer no fdatasync.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use turnstone::{Options, Store};
+
+fn open(dir: &std::path::Path) -> Arc<Store> {
+    Arc::new(Store::open(dir).unwrap())
+}
+
+fn payload(i: u64) -> Vec<u8> {
+    format!("event-{i}").into_bytes()
+}
+
+/// The writer: `rounds` rounds of `per` appends then one sync, so that
+/// without anyone else asking, exactly one fdatasync per round happens.
+fn write_rounds(store: &Store, session: &str, rounds: u64, per: u64) {
+    for r in 0..rounds {
+        for j in 0..per {
+            store.append(session, 1, 0, &payload(r * per + j)).unwrap();
+        }
+        store.sync().unwrap();
+        // Let subscribers run between rounds (they must still ask for nothing).
+        std::thread::sleep(Duration::from_micros(200));
+    }
+}
+
+fn syncs_for(subscribers: usize) -> (u64, Vec<Vec<u64>>) {
+    let dir = tempfile::tempdir().unwrap();
+    let store = open(dir.path());
+    store.create_session("s").unwrap();
+    store.sync().unwrap();
+    let before = store.stats().syncs;
+    let (rounds, per) = (60, 10);
+    let total = rounds * per;
+    let handles: Vec<_> = (0..subscribers)
+        .map(|_| {
+            let sub = store.subscribe("s", 0).unwrap();
+            std::thread::spawn(move || {
+                let mut seen = Vec::new();
+                for ev in sub {
+                    let ev = ev.unwrap();
+                    assert_eq!(ev.payload, payload(ev.seq.0), "payload of seq {}", ev.seq.0);
+                    seen.push(ev.seq.0);
+                    if seen.len() as u64 == total {
+                        break;
+                    }
+                }
+                seen
+            })
+        })
+        .collect();
+    write_rounds(&store, "s", rounds, per);
+    let syncs = store.stats().syncs - before;
+    let seen = handles.into_iter().map(|h| h.join().unwrap()).collect();
+    (syncs, seen)
+}
+
+#[test]
+fn eight_subscribers_see_every_durable_event_once_and_cost_no_fdatasync() {
+    let (alone, _) = syncs_for(0);
+    let (with, seen) = syncs_for(8);
+    assert_eq!(alone, 60, "one fdatasync per round without subscribers");
+    assert_eq!(
+        with, alone,
+        "subscribers changed the writer's fdatasync count"
+    );
+    assert_eq!(seen.len(), 8);
+    for (i, s) in seen.iter().enumerate() {
+        let want: Vec<u64> = (0..600).collect();
+        assert_eq!(s, &want, "subscriber {i}: every event once, in seq order");
+    }
+}
+
+#[test]
+fn events_appear_only_once_durable() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = open(dir.path());
+    store.append("s", 1, 0, b"a").unwrap();
+    store.sync().unwrap();
+    let mut sub = store.subscribe("s", 0).unwrap();
+    assert_eq!(sub.try_next().unwrap().unwrap().payload, b"a");
+    store.append("s", 1, 0, b"b").unwrap();
+    // Appended, not durable: a subscriber must not see it, and asking must
+    // not make it durable.
+    assert!(sub.try_next().unwrap().is_none());
+    assert!(sub.try_next().unwrap().is_none());
+    assert_eq!(
+        store.session_meta("s").unwrap().durable_len,
+        1,
+        "the subscriber caused a flush"
+    );
+    store.sync().unwrap();
+    let ev = sub.try_next().unwrap().unwrap();
+    assert_eq!((ev.seq.0, ev.payload.as_slice()), (1, &b"b"[..]));
+    assert_eq!(sub.next_seq(), 2);
+}
+
+#[test]
+fn resumes_from_any_seq_including_a_forks_inherited_prefix() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = open(dir.path());
+    for i in 0..10 {
+        store.append("parent", 1, 0, &payload(i)).unwrap();
+    }
+    store.fork("parent", 6, "child").unwrap();
+    for i in 6..9 {
+        store.append("child", 1, 0, &payload(100 + i)).unwrap();
+    }
+    store.sync().unwrap();
+    let want = |from: u64| -> Vec<(u64, Vec<u8>)> {
+        (from..9)
+            .map(|s| (s, if s < 6 { payload(s) } else { payload(100 + s) }))
+            .collect()
+    };
+    for from in [0, 3, 5, 6, 8, 9] {
+        let mut sub = store.subscribe("child", from).unwrap();
+        let mut got = Vec::new();
+        while let Some(ev) = sub.try_next().unwrap() {
+            got.push((ev.seq.0, ev.payload));
+        }
+        assert_eq!(got, want(from), "child from seq {from}");
+    }
+    // The parent's events after the fork point are not the child's.
+    let mut sub = store.subscribe("child", 0).unwrap();
+    let n = std::iter::from_fn(|| sub.try_next().unwrap()).count();
+    assert_eq!(n, 9);
+}
+
+#[test]
+fn unknown_session_is_refused_and_close_ends_subscriptions() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(dir.path()).unwrap();
+    assert!(matches!(
+        store.subscribe("nope", 0),
+        Err(turnstone::Error::UnknownSession(s)) if s == "nope"
+    ));
+    store.append("s", 1, 0, b"a").unwrap();
+    store.sync().unwrap();
+    let sub = store.subscribe("s", 0).unwrap();
+    let follower = std::thread::spawn(move || sub.map(|e| e.unwrap().seq.0).collect::<Vec<_>>());
+    std::thread::sleep(Duration::from_millis(50));
+    store.close().unwrap();
+    assert_eq!(
+        follower.join().unwrap(),
+        vec![0],
+        "the subscription ends at close"
+    );
+}
+
+#[test]
+fn read_only_subscription_yields_what_the_store_held_then_ends() {
+    let dir = tempfile::tempdir().unwrap();
+    {
+        let store = Store::open(dir.path()).unwrap();
+        for i in 0..5 {
+            store.append("s", 1, 0, &payload(i)).unwrap();
+        }
+        store.close().unwrap();
+    }
+    let ro = Store::open_with(
+        dir.path(),
+        Options {
+            read_only: true,
+            ..Options::default()
+        },
+    )
+    .unwrap();
+    let seqs: Vec<u64> = ro
+        .subscribe("s", 2)
+        .unwrap()
+        .map(|e| e.unwrap().seq.0)
+        .collect();
+    assert_eq!(seqs, vec![2, 3, 4]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_thousand_tasks_wait_for_durability_on_two_threads() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = open(dir.path());
+    let mut tasks = Vec::new();
+    for t in 0..1000u64 {
+        let store = store.clone();
+        tasks.push(tokio::spawn(async move {
+            let name = format!("s{t}");
+            for turn in 0..3u64 {
+                let a = store.append(&name, 1, 0, &payload(turn)).unwrap();
+                store.wait_durable_async(a.end).await.unwrap();
+                assert!(store.durable_pos() >= a.end);
+            }
+        }));
+    }
+    for t in tasks {
+        t.await.unwrap();
+    }
+    let st = store.stats();
+    assert_eq!(st.appends, 3000);
+    // Waits were shared: far fewer fdatasyncs than waits.
+    assert!(st.syncs < 3000, "{} fdatasyncs for 3000 waits", st.syncs);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn async_subscribers_follow_a_writer() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = open(dir.path());
+    store.create_session("s").unwrap();
+    let mut followers = Vec::new();
+    for _ in 0..8 {
+        let mut sub = store.subscribe("s", 0).unwrap();
+        followers.push(tokio::spawn(async move {
+            let mut seqs = Vec::new();
+            while let Some(ev) = sub.next_async().await {
+                seqs.push(ev.unwrap().seq.0);
+                if seqs.len() == 200 {
+                    break;
+                }
+            }
+            seqs
+        }));
+    }
+    let w = store.clone();
+    tokio::task::spawn_blocking(move || write_rounds(&w, "s", 20, 10))
+        .await
+        .unwrap();
+    for f in followers {
+        assert_eq!(f.await.unwrap(), (0..200).collect::<Vec<u64>>());
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn async_subscription_ends_when_the_store_is_dropped() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(dir.path()).unwrap();
+    store.append("s", 1, 0, b"a").unwrap();
+    store.sync().unwrap();
+    let mut sub = store.subscribe("s", 0).unwrap();
+    let follower = tokio::spawn(async move {
+        let mut n = 0;
+        while let Some(ev) = sub.next_async().await {
+            ev.unwrap();
+            n += 1;
+        }
+        n
+    });
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    drop(store);
+    let n = tokio::time::timeout(Duration::from_secs(10), follower)
+        .await
+        .expect("the subscription ended")
+        .unwrap();
+    assert_eq!(n, 1);
+}
