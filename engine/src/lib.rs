@@ -48,7 +48,7 @@ pub use error::{Error, Result};
 pub use recovery::{Problem, ProblemKind, RecoveryMode, RecoveryReport, Row};
 pub use store::{
     DurableWait, NextEvent, Options, SessionInfo, SessionMeta, Store, Subscription, FIRST_SEGMENT,
-    LOCK_FILE,
+    FOLLOW_POLL, LOCK_FILE,
 };
 pub use types::{Appended, Event, EventRef, LogPos, SegmentId, Seq, SessionId};
 

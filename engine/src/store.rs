@@ -33,7 +33,7 @@ mod follow;
 mod open;
 mod options;
 
-pub use follow::{DurableWait, NextEvent, Subscription};
+pub use follow::{DurableWait, NextEvent, Subscription, FOLLOW_POLL};
 
 pub use options::{Options, SessionInfo, SessionMeta, FIRST_SEGMENT, LOCK_FILE};
 
@@ -47,8 +47,11 @@ pub(crate) struct Shared {
     /// commit lock).
     index: RwLock<Index>,
     reader: SegmentReader,
-    /// Serialises checkpoint writers (the flusher after a roll, and close).
+    /// Serialises checkpoint writers (the flusher after a roll, and close),
+    /// and a read-only store's refreshes.
     checkpoint_lock: Mutex<()>,
+    /// A read-only store's follow poller runs ([`Store::subscribe`]).
+    poller_started: std::sync::atomic::AtomicBool,
     _lock: Option<Box<dyn LockGuard>>,
 }
 
@@ -416,6 +419,15 @@ impl Store {
         Ok(Subscription::new(self.shared.clone(), session, from_seq))
     }
 
+    /// A store opened read-only: take in what the process that writes this
+    /// store appended since (whole batches that validate, made durable
+    /// first), so that reads and [`Store::sessions`] see it. Returns the
+    /// number of frames taken in; 0 on a writable store, whose index is
+    /// always current. Subscriptions of a read-only store call it for you.
+    pub fn refresh(&self) -> Result<u64> {
+        self.shared.refresh()
+    }
+
     /// Flush everything, write a clean-close marker and an index checkpoint,
     /// and stop the flusher. Returns the first error met (the store is closed
     /// either way; reopening recovers from the durable log).
@@ -427,6 +439,10 @@ impl Store {
         let sh = &*self.shared;
         let handle = self.flusher.lock().take();
         let Some(handle) = handle else {
+            // Read-only (or already closed): end what follows this store.
+            let mut st = sh.commit.lock();
+            st.flusher_done = true;
+            sh.commit.notify_durable(&mut st);
             return Ok(());
         };
         let mut result = Ok(());

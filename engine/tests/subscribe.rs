@@ -6,7 +6,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use turnstone::{Options, Store};
+use turnstone::{Options, Store, FOLLOW_POLL};
 
 fn open(dir: &std::path::Path) -> Arc<Store> {
     Arc::new(Store::open(dir).unwrap())
@@ -14,6 +14,12 @@ fn open(dir: &std::path::Path) -> Arc<Store> {
 
 fn payload(i: u64) -> Vec<u8> {
     format!("event-{i}").into_bytes()
+}
+
+fn big(i: u64) -> Vec<u8> {
+    let mut p = payload(i);
+    p.resize(p.len() + 300, b'.');
+    p
 }
 
 /// The writer: `rounds` rounds of `per` appends then one sync, so that
@@ -153,15 +159,23 @@ fn unknown_session_is_refused_and_close_ends_subscriptions() {
 }
 
 #[test]
-fn read_only_subscription_yields_what_the_store_held_then_ends() {
+fn a_read_only_store_follows_what_another_writer_appends() {
     let dir = tempfile::tempdir().unwrap();
-    {
-        let store = Store::open(dir.path()).unwrap();
-        for i in 0..5 {
-            store.append("s", 1, 0, &payload(i)).unwrap();
-        }
-        store.close().unwrap();
+    // Small segments: the follower must cross segment rolls.
+    let writer = Arc::new(
+        Store::open_with(
+            dir.path(),
+            Options {
+                segment_bytes: 64 * 1024,
+                ..Options::default()
+            },
+        )
+        .unwrap(),
+    );
+    for i in 0..5 {
+        writer.append("s", 1, 0, &big(i)).unwrap();
     }
+    writer.sync().unwrap();
     let ro = Store::open_with(
         dir.path(),
         Options {
@@ -170,12 +184,51 @@ fn read_only_subscription_yields_what_the_store_held_then_ends() {
         },
     )
     .unwrap();
-    let seqs: Vec<u64> = ro
-        .subscribe("s", 2)
-        .unwrap()
-        .map(|e| e.unwrap().seq.0)
+    let (before, rolls_before) = (writer.stats().syncs, writer.stats().segments_created);
+    let total = 5 + 40 * 25;
+    let subs: Vec<_> = (0..3)
+        .map(|k| {
+            let sub = ro.subscribe("s", k).unwrap();
+            std::thread::spawn(move || {
+                sub.take(total as usize - k as usize)
+                    .map(|e| {
+                        let e = e.unwrap();
+                        assert_eq!(e.payload, big(e.seq.0));
+                        e.seq.0
+                    })
+                    .collect::<Vec<u64>>()
+            })
+        })
         .collect();
-    assert_eq!(seqs, vec![2, 3, 4]);
+    // A session the read-only store has never seen appears too.
+    for r in 0..40u64 {
+        for j in 0..25u64 {
+            writer.append("s", 1, 0, &big(5 + r * 25 + j)).unwrap();
+        }
+        writer.append("later", 1, 0, b"x").unwrap();
+        writer.sync().unwrap();
+    }
+    // One fdatasync per round, plus one per segment roll (the batch splits).
+    let rolls = writer.stats().segments_created - rolls_before;
+    assert!(rolls > 0, "the test should cross a segment roll");
+    assert_eq!(
+        writer.stats().syncs - before,
+        40 + rolls,
+        "followers cost the writer fdatasyncs"
+    );
+    for (k, h) in subs.into_iter().enumerate() {
+        let want: Vec<u64> = (k as u64..total).collect();
+        assert_eq!(h.join().unwrap(), want, "read-only subscriber from {k}");
+    }
+    assert!(ro.refresh().is_ok());
+    assert_eq!(ro.session_len("later"), Some(40));
+    assert_eq!(ro.read("later", 39).unwrap().payload, b"x");
+    // Waiting for more, a read-only subscription ends when its store goes.
+    let sub = ro.subscribe("later", 0).unwrap();
+    let waiting = std::thread::spawn(move || sub.count());
+    std::thread::sleep(FOLLOW_POLL * 3);
+    drop(ro);
+    assert_eq!(waiting.join().unwrap(), 40);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -17,7 +17,14 @@ use std::task::{Context, Poll};
 use super::Shared;
 use crate::commit::RetryState;
 use crate::error::{Error, Result};
-use crate::types::{Event, LogPos};
+use crate::frame::{SessionDefine, KIND_SESSION_DEFINE};
+use crate::inspect::{Follower, Item, Tail};
+use crate::log::segment_path;
+use crate::types::{Event, LogPos, SessionId};
+
+/// How often a read-only store looks for batches another process appended,
+/// while something follows it (one 32-byte read at the end of its log).
+pub const FOLLOW_POLL: std::time::Duration = std::time::Duration::from_millis(50);
 
 /// The future of [`super::Store::wait_durable_async`]: ready once the log is
 /// durable up to its position, or with the error a blocking wait would
@@ -67,11 +74,15 @@ const CHUNK: u64 = 1024;
 /// store's shared state, not the [`super::Store`], so it never keeps a store
 /// from closing.
 ///
-/// On a store opened read-only the log does not move in this process; such
-/// a subscription yields what the store held when opened, then ends. (A
-/// follower of a store that another process writes uses `turnstone dump
-/// --follow`, which reads new whole batches from the active segment as they
-/// appear.)
+/// On a store opened read-only, a subscription follows what *another
+/// process* appends: a thread of this store looks at the end of the log
+/// every [`FOLLOW_POLL`] while anything follows it (one 32-byte read; no
+/// inotify), takes in every whole batch that validates
+/// ([`super::Store::refresh`]) and wakes the subscribers. Batches are shown
+/// only once durable: the writer writes a batch only after the previous one
+/// is synced, so only the newest batch found can be in flight, and the
+/// follower fdatasyncs that segment (its own file handle; the writer's count
+/// does not change) before showing it.
 pub struct Subscription {
     shared: Arc<Shared>,
     session: String,
@@ -190,8 +201,7 @@ impl Subscription {
             };
         }
         if read_only {
-            self.done = true;
-            return Step::End(None);
+            start_poller(&self.shared);
         }
         Step::Wait(durable)
     }
@@ -255,5 +265,128 @@ impl Future for NextEvent<'_> {
                 Step::Wait(_) => unreachable!("handled above"),
             });
         }
+    }
+}
+
+/// Start the read-only store's poller thread if it is not running. It holds
+/// only a weak reference, and stops when the store is dropped or closed.
+fn start_poller(shared: &Arc<Shared>) {
+    if shared
+        .poller_started
+        .swap(true, std::sync::atomic::Ordering::SeqCst)
+    {
+        return;
+    }
+    let weak = Arc::downgrade(shared);
+    let spawned = std::thread::Builder::new()
+        .name("turnstone-follow".into())
+        .spawn(move || loop {
+            std::thread::sleep(FOLLOW_POLL);
+            let Some(sh) = weak.upgrade() else { return };
+            if sh.commit.lock().flusher_done {
+                return;
+            }
+            if let Err(e) = sh.refresh() {
+                let mut st = sh.commit.lock();
+                st.poisoned = Some(("follow", e.to_string()));
+                sh.commit.notify_durable(&mut st);
+                return;
+            }
+        });
+    if spawned.is_err() {
+        // No thread: subscribers wait for a refresh someone else calls.
+        shared
+            .poller_started
+            .store(false, std::sync::atomic::Ordering::SeqCst);
+    }
+}
+
+/// One frame another process appended, as a read-only refresh takes it in.
+struct NewFrame {
+    session: SessionId,
+    seq: u64,
+    pos: LogPos,
+    define: Option<SessionDefine>,
+}
+
+impl Shared {
+    /// Read-only stores: take in the whole batches appended (by the process
+    /// that writes this store) since the end this store knows, make them
+    /// durable (see [`Subscription`]), index them and wake subscribers.
+    /// Returns the number of frames taken in.
+    pub(crate) fn refresh(&self) -> Result<u64> {
+        if !self.opts.read_only {
+            return Ok(0);
+        }
+        let _one = self.checkpoint_lock.lock();
+        let (end, next_batch_seq) = {
+            let st = self.commit.lock();
+            (st.durable, st.next_batch_seq)
+        };
+        let tail = Tail {
+            segment: segment_path(&self.dir, end.segment()),
+            segment_id: end.segment(),
+            offset: end.offset() as u64,
+            next_batch_seq,
+            store_id: self.store_id,
+        };
+        let mut follower = Follower::new(
+            self.vfs.as_ref(),
+            &self.dir,
+            tail.clone(),
+            Default::default(),
+        );
+        let mut frames = Vec::new();
+        follower.poll(&mut |item| {
+            if let Item::Frame(f) = item {
+                frames.push(NewFrame {
+                    session: f.session,
+                    seq: f.seq,
+                    pos: LogPos::new(f.segment_id, f.offset as u32),
+                    define: (f.kind == KIND_SESSION_DEFINE)
+                        .then(|| f.define.cloned())
+                        .flatten(),
+                });
+            }
+            ControlFlow::Continue(())
+        })?;
+        let new_tail = follower.tail().clone();
+        if new_tail == tail {
+            return Ok(0);
+        }
+        if !frames.is_empty() {
+            // Only the newest batch can still be in flight: sync it.
+            let file = self
+                .vfs
+                .open(&new_tail.segment, false)
+                .map_err(|e| Error::io("open segment", &new_tail.segment, e))?;
+            file.sync_data()
+                .map_err(|e| Error::io("fdatasync (follow)", &new_tail.segment, e))?;
+        }
+        {
+            let mut ix = self.index.write();
+            for f in &frames {
+                let applied = match &f.define {
+                    Some(def) => ix.apply_define(f.session, def, f.pos),
+                    None => ix.apply_frame(f.session, f.seq, f.pos),
+                };
+                applied.map_err(|detail| Error::Corrupt {
+                    file: segment_path(&self.dir, f.pos.segment()),
+                    offset: f.pos.offset() as u64,
+                    detail: format!("a followed frame does not fit the index: {detail}"),
+                })?;
+            }
+        }
+        if new_tail.segment_id != end.segment() {
+            self.reader.set_active(new_tail.segment_id, None);
+        }
+        let mut st = self.commit.lock();
+        let at = LogPos::new(new_tail.segment_id, new_tail.offset as u32);
+        st.durable = at;
+        st.append_end = at;
+        st.flush_target = at;
+        st.next_batch_seq = new_tail.next_batch_seq;
+        self.commit.notify_durable(&mut st);
+        Ok(frames.len() as u64)
     }
 }

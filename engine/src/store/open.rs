@@ -191,6 +191,7 @@ impl Store {
             store_id,
             index: RwLock::new(index),
             checkpoint_lock: Mutex::new(()),
+            poller_started: Default::default(),
             _lock: lock,
         }
     }
