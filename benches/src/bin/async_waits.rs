@@ -88,9 +88,7 @@ fn run(mode: Mode, wl: &Arc<Workload>, dir: &Path, seconds: f64) -> Result<Outco
                 .build()?;
             let results = rt.block_on(async {
                 let tasks: Vec<_> = (0..n as u32)
-                    .map(|s| {
-                        tokio::spawn(session_task(store.clone(), wl.clone(), s, deadline))
-                    })
+                    .map(|s| tokio::spawn(session_task(store.clone(), wl.clone(), s, deadline)))
                     .collect();
                 let mut out = Vec::new();
                 for t in tasks {

@@ -122,22 +122,50 @@ pub fn run_tool<T>(
         name: name.to_string(),
         input,
     };
+    if let Some(refused) = tool_prologue(session, &call, guard)? {
+        return Ok(refused);
+    }
+    if scope.depth == 0 {
+        session.checkpoint(CheckpointPoint::BeforeToolBody)?;
+    }
+    if let Some(aborted) = tool_dispatch(session, call_id, cancel)? {
+        return Ok(aborted);
+    }
+    let out = body(session, scope.nested());
+    let recorded = record_result(session, call_id, out.content, out.is_error)?;
+    Ok(ToolOutcome::recorded(out.value, recorded))
+}
+
+/// The first steps of the tool wrapper: record the call, then run the guard
+/// (a refusal is recorded as the call's result).
+pub(crate) fn tool_prologue<T>(
+    session: &mut Session,
+    call: &ToolCall,
+    guard: impl FnOnce(&ToolCall) -> std::result::Result<(), String>,
+) -> Result<Option<ToolOutcome<T>>> {
     session.append(call.clone(), ())?;
-    if let Err(reason) = guard(&call) {
+    if let Err(reason) = guard(call) {
         session.append(
             ToolResult {
-                call_id: call_id.to_string(),
+                call_id: call.call_id.clone(),
                 content: vec![ContentBlock::text(format!("refused by policy: {reason}"))],
                 is_error: true,
                 status: None,
             },
             SurfaceOp::Append,
         )?;
-        return Ok(ToolOutcome::Refused { reason });
+        return Ok(Some(ToolOutcome::Refused { reason }));
     }
-    if scope.depth == 0 {
-        session.checkpoint(CheckpointPoint::BeforeToolBody)?;
-    }
+    Ok(None)
+}
+
+/// After the checkpoint, before the body: a cancelled call is closed with
+/// `ABORTED_BEFORE_DISPATCH` and its body never runs.
+pub(crate) fn tool_dispatch<T>(
+    session: &mut Session,
+    call_id: &str,
+    cancel: &CancelToken,
+) -> Result<Option<ToolOutcome<T>>> {
     if cancel.is_cancelled() {
         session.append(
             ToolResult {
@@ -148,11 +176,9 @@ pub fn run_tool<T>(
             },
             SurfaceOp::Append,
         )?;
-        return Ok(ToolOutcome::AbortedBeforeDispatch);
+        return Ok(Some(ToolOutcome::AbortedBeforeDispatch));
     }
-    let out = body(session, scope.nested());
-    let recorded = record_result(session, call_id, out.content, out.is_error)?;
-    Ok(ToolOutcome::recorded(out.value, recorded))
+    Ok(None)
 }
 
 impl<T> ToolOutcome<T> {

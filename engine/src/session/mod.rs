@@ -6,6 +6,7 @@
 //! that log, computed the same way live and on restore.
 
 pub mod adapter;
+pub mod asynchronous;
 pub mod content;
 pub mod coords;
 pub mod core;
@@ -24,6 +25,7 @@ pub mod surface;
 
 pub use self::core::{OpenState, SeedEvent, Session};
 pub use adapter::Provider;
+pub use asynchronous::{run_tool_async, subscribe, SessionSubscription};
 pub use content::{ChatFunction, ContentBlock, Extra, MediaSource, ToolResultContent, Usage};
 pub use coords::TurnInfo;
 pub use durability::{run_tool, CancelToken, CheckpointPoint, ToolBody, ToolOutcome, ToolScope};

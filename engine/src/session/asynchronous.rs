@@ -1,0 +1,269 @@
+//! The session layer for async programs.
+//!
+//! What waits for durability does so without a thread: [`Session::flush_async`],
+//! [`Session::checkpoint_async`] and [`run_tool_async`] await the store's
+//! [`crate::DurableWait`], which the flusher wakes (with every other waiter)
+//! after the fdatasync that covers it. A thousand sessions on a 2-worker
+//! runtime share fdatasyncs as a thousand threads would, without the threads
+//! (`benches/src/bin/async_waits.rs`). [`subscribe`] follows a session live
+//! ([`SessionSubscription::next_async`]). These need no runtime: they are
+//! plain futures.
+//!
+//! What reads or folds a whole session (open, repair, replay, search) is CPU
+//! and page-cache work, not waiting; with the `tokio` feature the `tokio`
+//! submodule runs those on tokio's blocking pool so a runtime thread is
+//! never held by them.
+
+use std::sync::Arc;
+
+use serde_json::Value;
+
+use crate::error::Result;
+use crate::session::core::Session;
+use crate::session::durability::{
+    record_result, tool_dispatch, tool_prologue, CancelToken, CheckpointPoint, ToolBody,
+    ToolOutcome, ToolScope,
+};
+use crate::session::event::{self, Registry, SessionEvent, ToolCall};
+use crate::session::replay::decode_error;
+use crate::store::{DurableWait, Store, Subscription};
+
+impl Session {
+    /// [`Session::flush`] as a future: every event this handle appended is
+    /// durable when it completes. The task holds no thread meanwhile.
+    pub fn flush_async(&self) -> DurableWait {
+        self.store().wait_durable_async(self.last_end())
+    }
+
+    /// [`Session::checkpoint`] as a future ([`Session::flush_async`]). On
+    /// error the caller must not dispatch the request or run the tool.
+    pub fn checkpoint_async(&self, _point: CheckpointPoint) -> DurableWait {
+        self.flush_async()
+    }
+}
+
+/// [`crate::session::run_tool`] for async tool bodies, in the same order:
+/// record `tool/call` → guard → checkpoint (top level only, awaited without
+/// a thread) → body (awaited) → record `tool/result`. The body gets the
+/// session for nested tools, as in the blocking wrapper.
+///
+/// ```
+/// # use std::sync::Arc;
+/// # use turnstone::session::*;
+/// # use turnstone::Store;
+/// # let dir = tempfile::tempdir().unwrap();
+/// # let store = Arc::new(Store::open(dir.path()).unwrap());
+/// # let mut s = Session::create(store, "s", Arc::new(Registry::new())).unwrap();
+/// # let rt = tokio::runtime::Builder::new_current_thread().build().unwrap();
+/// # rt.block_on(async {
+/// let out = run_tool_async(
+///     &mut s, ToolScope::model(), "call-1", "add", serde_json::json!({"a": 1, "b": 2}),
+///     &CancelToken::new(), |_| Ok(()),
+///     async |_session, _scope| ToolBody {
+///         content: vec![ContentBlock::text("3")], is_error: false, value: 3,
+///     },
+/// ).await.unwrap();
+/// assert!(matches!(out, ToolOutcome::Ran { value: 3, .. }));
+/// # });
+/// ```
+#[allow(clippy::too_many_arguments)]
+pub async fn run_tool_async<T>(
+    session: &mut Session,
+    scope: ToolScope,
+    call_id: &str,
+    name: &str,
+    input: Value,
+    cancel: &CancelToken,
+    guard: impl FnOnce(&ToolCall) -> std::result::Result<(), String>,
+    body: impl AsyncFnOnce(&mut Session, ToolScope) -> ToolBody<T>,
+) -> Result<ToolOutcome<T>> {
+    let call = ToolCall {
+        call_id: call_id.to_string(),
+        name: name.to_string(),
+        input,
+    };
+    if let Some(refused) = tool_prologue(session, &call, guard)? {
+        return Ok(refused);
+    }
+    if scope.depth == 0 {
+        session
+            .checkpoint_async(CheckpointPoint::BeforeToolBody)
+            .await?;
+    }
+    if let Some(aborted) = tool_dispatch(session, call_id, cancel)? {
+        return Ok(aborted);
+    }
+    let nested = ToolScope {
+        depth: scope.depth + 1,
+    };
+    let out = body(session, nested).await;
+    let recorded = record_result(session, call_id, out.content, out.is_error)?;
+    Ok(ToolOutcome::recorded(out.value, recorded))
+}
+
+/// Follow session `id` live from seq `from`: its events as they become
+/// durable, decoded (events of kinds this process does not know come as
+/// opaque plugin events, as in [`crate::session::replay`]), each once and in
+/// seq order. Blocking as an [`Iterator`], or
+/// [`SessionSubscription::next_async`]. Built on [`Store::subscribe`]: it
+/// never causes an fdatasync, resumes from any seq (a fork's inherited
+/// prefix included), and ends when the store closes.
+pub fn subscribe(
+    store: &Store,
+    id: &str,
+    registry: Arc<Registry>,
+    from: u64,
+) -> Result<SessionSubscription> {
+    Ok(SessionSubscription {
+        inner: store.subscribe(id, from)?,
+        registry,
+        failed: false,
+    })
+}
+
+/// A live, decoded follower of one session ([`subscribe`]).
+#[derive(Debug)]
+pub struct SessionSubscription {
+    inner: Subscription,
+    registry: Arc<Registry>,
+    /// A decode error was yielded: the subscription is over.
+    failed: bool,
+}
+
+impl SessionSubscription {
+    /// The seq of the next event it yields.
+    pub fn next_seq(&self) -> u64 {
+        self.inner.next_seq()
+    }
+
+    /// The next durable event without waiting (`Ok(None)`: none yet).
+    pub fn try_next(&mut self) -> Result<Option<SessionEvent>> {
+        if self.failed {
+            return Ok(None);
+        }
+        match self.inner.try_next()? {
+            Some(e) => self.decode(e).map(Some),
+            None => Ok(None),
+        }
+    }
+
+    /// The next durable event as a future; `None` when the store closes.
+    pub async fn next_async(&mut self) -> Option<Result<SessionEvent>> {
+        if self.failed {
+            return None;
+        }
+        let e = self.inner.next_async().await?;
+        Some(e.and_then(|e| self.decode(e)))
+    }
+
+    fn decode(&mut self, e: crate::Event) -> Result<SessionEvent> {
+        event::decode_view(e.seq.0, e.kind, e.flags, &e.payload, &self.registry).map_err(|err| {
+            self.failed = true;
+            decode_error(self.inner.session(), e.seq.0, err)
+        })
+    }
+}
+
+impl Iterator for SessionSubscription {
+    type Item = Result<SessionEvent>;
+
+    fn next(&mut self) -> Option<Result<SessionEvent>> {
+        if self.failed {
+            return None;
+        }
+        let e = self.inner.next()?;
+        Some(e.and_then(|e| self.decode(e)))
+    }
+}
+
+/// The parts of the session layer that read or fold whole sessions, run on
+/// tokio's blocking pool (feature `tokio`): open, repair, replay, search.
+#[cfg(feature = "tokio")]
+pub mod tokio {
+    use super::*;
+    use crate::error::Error;
+    use crate::session::repair::RepairReport;
+
+    async fn blocking<T: Send + 'static>(
+        f: impl FnOnce() -> Result<T> + Send + 'static,
+    ) -> Result<T> {
+        ::tokio::task::spawn_blocking(f).await.map_err(|e| {
+            Error::Refused(format!("a blocking task of the session layer failed: {e}"))
+        })?
+    }
+
+    /// [`Session::open`] (restore and claim) off the runtime's threads.
+    pub async fn open(store: Arc<Store>, id: &str, registry: Arc<Registry>) -> Result<Session> {
+        let id = id.to_string();
+        blocking(move || Session::open(store, &id, registry)).await
+    }
+
+    /// [`Session::open_or_create`] off the runtime's threads.
+    pub async fn open_or_create(
+        store: Arc<Store>,
+        id: &str,
+        registry: Arc<Registry>,
+    ) -> Result<Session> {
+        let id = id.to_string();
+        blocking(move || Session::open_or_create(store, &id, registry)).await
+    }
+
+    /// [`Session::open_read_only`] off the runtime's threads.
+    pub async fn open_read_only(
+        store: Arc<Store>,
+        id: &str,
+        registry: Arc<Registry>,
+    ) -> Result<Session> {
+        let id = id.to_string();
+        blocking(move || Session::open_read_only(store, &id, registry)).await
+    }
+
+    /// Open session `id` (restore and claim) and repair it
+    /// ([`crate::session::repair`], no plugin repairs) off the runtime's
+    /// threads, and wait until the repair is durable: what a harness does
+    /// when it resumes a session after a crash.
+    pub async fn open_repaired(
+        store: Arc<Store>,
+        id: &str,
+        registry: Arc<Registry>,
+    ) -> Result<(Session, RepairReport)> {
+        let id = id.to_string();
+        blocking(move || {
+            let mut s = Session::open(store, &id, registry)?;
+            let report = crate::session::repair(&mut s, &[])?;
+            s.flush()?;
+            Ok((s, report))
+        })
+        .await
+    }
+
+    /// The durable events `from..` of session `id` ([`crate::session::replay`]),
+    /// collected off the runtime's threads; the first error ends it.
+    pub async fn replay(
+        store: Arc<Store>,
+        id: &str,
+        registry: Arc<Registry>,
+        from: u64,
+    ) -> Result<Vec<SessionEvent>> {
+        let id = id.to_string();
+        blocking(move || crate::session::replay(&store, &id, registry, from)?.collect()).await
+    }
+
+    /// Bring the search index up to date and search it
+    /// ([`crate::session::query::SearchIndex`]) off the runtime's threads.
+    #[cfg(feature = "search")]
+    pub async fn search(
+        store: Arc<Store>,
+        registry: Arc<Registry>,
+        query: &str,
+        limit: usize,
+    ) -> Result<Vec<crate::session::query::Hit>> {
+        let query = query.to_string();
+        blocking(move || {
+            let mut ix = crate::session::query::SearchIndex::open(&store)?;
+            ix.update(&store, &registry)?;
+            ix.search(&query, limit)
+        })
+        .await
+    }
+}
