@@ -110,8 +110,11 @@ session/end-seed (they are the new session's seed history)."
     Import(import::ImportArgs),
     /// Stream one session's events in order (chunks and inherited fork events included), read-only.
     #[command(
-        after_help = "Examples:\n  turnstone replay ./demo-store --session sess-000003\n  turnstone replay ./demo-store --session sess-000003 --json --pace\n\n\
-With --json, one object per event in the shape of `dump --json` (session is the replayed session's id)."
+        after_help = "Examples:\n  turnstone replay ./demo-store --session sess-000003\n  turnstone replay ./demo-store --session sess-000003 --json --pace\n  turnstone replay ./demo-store --session sess-000003 --follow   # like tail -f while it runs\n\n\
+With --json, one object per event in the shape of `dump --json` (session is the replayed session's id).\n\
+--follow prints each new event once the writing process has made it durable\n\
+(the store is checked every 50 ms with one small read; the follower never\n\
+slows the writer or makes it sync)."
     )]
     Replay(views::ReplayArgs),
     /// Fork a session: the child references a stable prefix of the source (no event body is copied).

@@ -29,6 +29,10 @@ pub struct ReplayArgs {
     /// Wait between events as long as they were apart when recorded (at most 1 s each).
     #[arg(long)]
     pub pace: bool,
+    /// Keep going: print the session's new events as the process writing the
+    /// store makes them durable, like `tail -f` (Ctrl-C ends it).
+    #[arg(long)]
+    pub follow: bool,
 }
 
 #[derive(Debug, Args)]
@@ -116,7 +120,15 @@ pub fn run_replay(a: &ReplayArgs) -> Result<ExitCode, Failure> {
     let stdout = io::stdout();
     let mut out = BufWriter::new(stdout.lock());
     let mut last_ts: Option<u64> = None;
-    for ev in replay(&store, &a.session, Arc::new(Registry::new()), 0)? {
+    let registry = Arc::new(Registry::new());
+    let events: Box<dyn Iterator<Item = turnstone::Result<SessionEvent>>> = if a.follow {
+        Box::new(turnstone::session::subscribe(
+            &store, &a.session, registry, 0,
+        )?)
+    } else {
+        Box::new(replay(&store, &a.session, registry, 0)?)
+    };
+    for ev in events {
         let ev = ev?;
         if a.pace {
             if let (Some(prev), Some(ts)) = (last_ts, ev.ts) {
@@ -132,6 +144,9 @@ pub fn run_replay(a: &ReplayArgs) -> Result<ExitCode, Failure> {
             format!("{:>6}  {:<20} {preview}", ev.seq, ev.kind.name())
         };
         write_line(&mut out, &line)?;
+        if a.follow {
+            out.flush().ok();
+        }
     }
     out.flush().ok();
     Ok(ExitCode::SUCCESS)

@@ -136,3 +136,64 @@ fn replay_fork_sessions_search() {
     assert_eq!(code, 2);
     assert!(err.contains("no session"), "{err}");
 }
+
+/// `replay --follow` in another process prints each event once the writer
+/// made it durable, in order, and nothing twice.
+#[test]
+fn replay_follow_tails_a_session_written_by_another_process() {
+    use std::io::{BufRead, BufReader};
+    use std::sync::Arc;
+    use turnstone::session::{ContentBlock, Registry, Session, SurfaceOp, UserMessage};
+
+    let dir = tempfile::tempdir().unwrap();
+    let store = Arc::new(turnstone::Store::open(dir.path()).unwrap());
+    let mut s = Session::create(store.clone(), "live", Arc::new(Registry::new())).unwrap();
+    let say = |s: &mut Session, t: &str| {
+        s.append(
+            UserMessage {
+                content: vec![ContentBlock::text(t)],
+            },
+            SurfaceOp::Append,
+        )
+        .unwrap();
+    };
+    say(&mut s, "before");
+    s.flush().unwrap();
+    let mut child = bin()
+        .args([
+            "replay",
+            dir.path().to_str().unwrap(),
+            "--session",
+            "live",
+            "--follow",
+            "--json",
+        ])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    // A follower that never prints must fail the test, not hang it.
+    let pid = child.id().to_string();
+    std::thread::spawn(move || {
+        std::thread::sleep(std::time::Duration::from_secs(60));
+        let _ = Command::new("kill").arg(&pid).status();
+    });
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    let next = |lines: &mut std::io::Lines<_>| -> Value {
+        serde_json::from_str(&lines.next().expect("a line").unwrap()).unwrap()
+    };
+    let first = next(&mut lines);
+    assert_eq!(first["seq"], 0);
+    assert_eq!(first["data"]["content"][0]["text"], "before");
+    for i in 0..5 {
+        say(&mut s, &format!("live {i}"));
+        s.flush().unwrap();
+    }
+    for i in 0..5u64 {
+        let ev = next(&mut lines);
+        assert_eq!(ev["seq"], i + 1);
+        assert_eq!(ev["data"]["content"][0]["text"], format!("live {i}"));
+    }
+    child.kill().unwrap();
+    child.wait().unwrap();
+}
