@@ -11,6 +11,7 @@ pub mod content;
 pub mod coords;
 pub mod core;
 pub mod durability;
+pub mod dynamic;
 pub mod event;
 pub mod header;
 pub mod host;

@@ -1,0 +1,133 @@
+//! Events given as JSON: what bindings (Python, Node) and other dynamic
+//! callers append. The kind is named, the data is the kind's JSON (content
+//! blocks in the providers' own shapes), and the typed rules of
+//! [`Session::append`] still hold: the data must parse as the kind's type,
+//! the three surface kinds need a surface op and every other kind refuses
+//! one. Nothing is written when any of that fails.
+
+use serde::de::DeserializeOwned;
+use serde_json::Value;
+
+use crate::error::{Error, Result};
+use crate::session::core::Session;
+use crate::session::event::{self as ev, CoreKind};
+use crate::session::surface::SurfaceOp;
+
+fn typed<T: DeserializeOwned>(kind: &str, data: Value) -> Result<T> {
+    serde_json::from_value(data)
+        .map_err(|e| Error::InvalidArgument(format!("{kind} data does not fit the kind: {e}")))
+}
+
+fn no_op(kind: &str, surface: Option<SurfaceOp>) -> Result<()> {
+    match surface {
+        None => Ok(()),
+        Some(_) => Err(Error::InvalidArgument(format!(
+            "{kind} is not a surface kind and takes no surface op"
+        ))),
+    }
+}
+
+fn op(kind: &str, surface: Option<SurfaceOp>) -> Result<SurfaceOp> {
+    surface.ok_or_else(|| {
+        Error::InvalidArgument(format!(
+            "{kind} is a surface kind: say how it enters the surface ({{\"op\":\"append\"}} or {{\"op\":\"replace\",\"start\":S,\"end\":E}})"
+        ))
+    })
+}
+
+impl Session {
+    /// Append one event given by kind name and JSON data (a core kind, or a
+    /// registered plugin kind). `surface` is required for `user/message`,
+    /// `assistant/message` and `tool/result`, refused for the others.
+    /// Returns the event's seq.
+    pub fn append_json(
+        &mut self,
+        kind: &str,
+        data: Value,
+        surface: Option<SurfaceOp>,
+    ) -> Result<u64> {
+        macro_rules! plain {
+            ($ty:ty) => {{
+                no_op(kind, surface)?;
+                self.append(typed::<$ty>(kind, data)?, ())
+            }};
+        }
+        macro_rules! surfaced {
+            ($ty:ty) => {{
+                let op = op(kind, surface)?;
+                self.append(typed::<$ty>(kind, data)?, op)
+            }};
+        }
+        let Some(core) = CoreKind::from_name(kind) else {
+            no_op(kind, surface)?;
+            return self.append_plugin(kind, &data);
+        };
+        match core {
+            CoreKind::TurnStart => plain!(ev::TurnStart),
+            CoreKind::TurnEnd => plain!(ev::TurnEnd),
+            CoreKind::StepStart => plain!(ev::StepStart),
+            CoreKind::StepEnd => plain!(ev::StepEnd),
+            CoreKind::UserMessage => surfaced!(ev::UserMessage),
+            CoreKind::AssistantChunk => plain!(ev::AssistantChunk),
+            CoreKind::AssistantMessage => surfaced!(ev::AssistantMessage),
+            CoreKind::ToolCall => plain!(ev::ToolCall),
+            CoreKind::ToolResult => surfaced!(ev::ToolResult),
+            CoreKind::RequestHeader => plain!(ev::RequestHeader),
+            CoreKind::RequestContext => plain!(ev::RequestContext),
+            CoreKind::SessionEndSeed => plain!(ev::SessionEndSeed),
+            CoreKind::CompactionStart => plain!(ev::CompactionStart),
+            CoreKind::CompactionSummary => plain!(ev::CompactionSummary),
+            CoreKind::CompactionEnd => plain!(ev::CompactionEnd),
+            CoreKind::CompactionPrune => plain!(ev::CompactionPrune),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use serde_json::json;
+
+    use super::*;
+    use crate::session::event::Registry;
+    use crate::Store;
+
+    #[test]
+    fn json_events_follow_the_typed_rules_and_round_trip() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Arc::new(Store::open(dir.path()).unwrap());
+        let mut s = Session::create(store, "s", Arc::new(Registry::new())).unwrap();
+        s.append_json("turn/start", json!({"turn_id": "t"}), None)
+            .unwrap();
+        let content = json!([
+            {"type": "thinking", "thinking": "hmm", "signature": "c2ln"},
+            {"type": "text", "text": "hi", "cache_control": {"type": "ephemeral"}},
+            {"type": "brand_new_block", "x": [1, 2]}
+        ]);
+        let seq = s
+            .append_json(
+                "assistant/message",
+                json!({"content": content.clone()}),
+                Some(SurfaceOp::Append),
+            )
+            .unwrap();
+        let back = s.events(seq..seq + 1).unwrap();
+        assert_eq!(
+            back[0].data["content"], content,
+            "content crosses unchanged"
+        );
+        let len = s.len();
+        // Each refusal writes nothing.
+        for (kind, data, surface) in [
+            ("user/message", json!({"content": []}), None),
+            ("turn/end", json!({"turn_id": "t"}), Some(SurfaceOp::Append)),
+            ("tool/call", json!({"name": 3}), None),
+            ("no/such-kind", json!({}), None),
+        ] {
+            let e = s.append_json(kind, data, surface).unwrap_err();
+            assert!(matches!(e, Error::InvalidArgument(_)), "{kind}: {e}");
+        }
+        assert_eq!(s.len(), len);
+    }
+}
