@@ -52,7 +52,8 @@ pub(crate) struct Shared {
     checkpoint_lock: Mutex<()>,
     /// A read-only store's follow poller runs ([`Store::subscribe`]).
     poller_started: std::sync::atomic::AtomicBool,
-    _lock: Option<Box<dyn LockGuard>>,
+    /// The directory lock, released at close ([`Store::shutdown`]).
+    lock: Mutex<Option<Box<dyn LockGuard>>>,
 }
 
 /// An open store. Cheap to share across threads (`Arc<Store>` or `&Store`).
@@ -435,7 +436,13 @@ impl Store {
         self.shutdown()
     }
 
-    fn shutdown(&self) -> Result<()> {
+    /// [`Store::close`] through a shared reference, for a store that other
+    /// handles (sessions, subscriptions, bindings) still hold: everything
+    /// appended is made durable, the clean-close marker and a checkpoint are
+    /// written, the flusher stops and the directory lock is released. Later
+    /// writes fail with [`Error::Closed`]; what is durable can still be read.
+    /// Calling it again does nothing.
+    pub fn shutdown(&self) -> Result<()> {
         let sh = &*self.shared;
         let handle = self.flusher.lock().take();
         let Some(handle) = handle else {
@@ -471,6 +478,7 @@ impl Store {
         }
         sh.commit.close();
         let _ = handle.join();
+        sh.lock.lock().take();
         result
     }
 }

@@ -307,3 +307,33 @@ async fn async_subscription_ends_when_the_store_is_dropped() {
         .unwrap();
     assert_eq!(n, 1);
 }
+
+#[test]
+fn shutdown_through_a_shared_handle_closes_and_releases_the_lock() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = open(dir.path());
+    let other = store.clone(); // a session or a binding still holds it
+    store.append("s", 1, 0, b"a").unwrap();
+    let sub = store.subscribe("s", 0).unwrap();
+    let follower = std::thread::spawn(move || sub.map(|e| e.unwrap().seq.0).collect::<Vec<_>>());
+    store.shutdown().unwrap();
+    assert!(matches!(
+        other.append("s", 1, 0, b"b"),
+        Err(turnstone::Error::Closed)
+    ));
+    assert_eq!(
+        other.read("s", 0).unwrap().payload,
+        b"a",
+        "durable data stays readable"
+    );
+    assert_eq!(
+        follower.join().unwrap(),
+        vec![0],
+        "subscriptions end at shutdown"
+    );
+    store.shutdown().unwrap(); // again: nothing to do
+                               // The lock is free although `other` is alive.
+    let reopened = Store::open(dir.path()).unwrap();
+    assert_eq!(reopened.session_len("s"), Some(1));
+    assert!(reopened.recovery_report().problems.is_empty());
+}

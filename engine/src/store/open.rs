@@ -192,7 +192,7 @@ impl Store {
             index: RwLock::new(index),
             checkpoint_lock: Mutex::new(()),
             poller_started: Default::default(),
-            _lock: lock,
+            lock: Mutex::new(lock),
         }
     }
 }
