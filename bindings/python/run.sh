@@ -1,0 +1,15 @@
+#!/usr/bin/env bash
+# Build and install the Python package into a private venv, then run its
+# tests: bash bindings/python/run.sh [pytest args]
+set -euo pipefail
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+venv="$here/target/venv"
+command -v python3 >/dev/null || { echo "python3 is not installed" >&2; exit 2; }
+[ -x "$venv/bin/python" ] || python3 -m venv "$venv"
+"$venv/bin/pip" install --quiet --disable-pip-version-check "pytest>=8,<9"
+# Builds the extension with maturin (PEP 517), as `pip install ./bindings/python` does.
+"$venv/bin/pip" install --quiet --disable-pip-version-check --force-reinstall --no-deps "$here"
+cd "$here"
+# `pytest`, not `python -m pytest`: the source folder must not shadow the
+# installed package (which has the native module).
+exec "$venv/bin/pytest" -q -p no:cacheprovider tests "$@"

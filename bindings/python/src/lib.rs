@@ -1,0 +1,420 @@
+//! `turnstone._native`: the session layer for Python.
+//!
+//! The boundary carries JSON text (the Python package turns it into dicts
+//! and back with the standard `json` module), so provider content — thinking
+//! blocks with signatures, images, block types that do not exist yet —
+//! crosses it exactly as the engine stores it. Every call that waits for
+//! durability or reads the log releases the GIL. Errors become
+//! `TurnstoneError(kind, message, path, offset)`; a Rust panic becomes a
+//! Python exception (PyO3 catches it), never an abort.
+
+use std::sync::Arc;
+
+use parking_lot::Mutex;
+use pyo3::create_exception;
+use pyo3::exceptions::PyException;
+use pyo3::prelude::*;
+use serde_json::{json, Value};
+use turnstone::session::query::{list_sessions, SearchIndex};
+use turnstone::session::{
+    self as ts, Host, Provider, Registry, SessionEvent, SessionSubscription, SharedSession,
+    SurfaceOp,
+};
+use turnstone::{Error, Options, Store};
+
+create_exception!(
+    _native,
+    TurnstoneError,
+    PyException,
+    "An error of the turnstone engine: args are (kind, message, path, offset)."
+);
+
+/// The error's kind name, and the file and offset where it has them.
+fn describe(e: &Error) -> (&'static str, Option<String>, Option<u64>) {
+    match e {
+        Error::Io { path, .. } => ("io", Some(path.display().to_string()), None),
+        Error::Corrupt { file, offset, .. } => {
+            ("corrupt", Some(file.display().to_string()), Some(*offset))
+        }
+        Error::TornTailRefused { file, offset, .. } => (
+            "torn_tail_refused",
+            Some(file.display().to_string()),
+            Some(*offset),
+        ),
+        Error::NotTurnstone { .. } => ("not_turnstone", None, None),
+        Error::UnsupportedVersion { .. } => ("unsupported_version", None, None),
+        Error::Locked { dir, .. } => ("locked", Some(dir.display().to_string()), None),
+        Error::NoStore { dir, .. } => ("no_store", Some(dir.display().to_string()), None),
+        Error::Poisoned { .. } => ("poisoned", None, None),
+        Error::WriteFailed { .. } => ("write_failed", None, None),
+        Error::Closed => ("closed", None, None),
+        Error::ReadOnly => ("read_only", None, None),
+        Error::UnknownSession(_) => ("unknown_session", None, None),
+        Error::SessionExists(_) => ("session_exists", None, None),
+        Error::SeqOutOfRange { .. } => ("seq_out_of_range", None, None),
+        Error::TooLarge { .. } => ("too_large", None, None),
+        Error::InvalidArgument(_) => ("invalid_argument", None, None),
+        Error::UnknownKind { .. } => ("unknown_kind", None, None),
+        Error::BadEvent { .. } => ("bad_event", None, None),
+        Error::SessionFormat { .. } => ("session_format", None, None),
+        Error::Refused(_) => ("refused", None, None),
+        Error::SessionLive { .. } => ("session_live", None, None),
+        Error::Search { path, .. } => ("search", Some(path.display().to_string()), None),
+        _ => ("other", None, None),
+    }
+}
+
+fn err(e: Error) -> PyErr {
+    let (kind, path, offset) = describe(&e);
+    TurnstoneError::new_err((kind, e.to_string(), path, offset))
+}
+
+fn usage(msg: impl Into<String>) -> PyErr {
+    TurnstoneError::new_err(("invalid_argument", msg.into(), None::<String>, None::<u64>))
+}
+
+fn parse(what: &str, text: &str) -> PyResult<Value> {
+    serde_json::from_str(text).map_err(|e| usage(format!("{what} is not JSON: {e}")))
+}
+
+fn provider(format: &str) -> PyResult<Provider> {
+    match format {
+        "anthropic" => Ok(Provider::Anthropic),
+        "openai-responses" | "openai_responses" | "responses" => Ok(Provider::OpenAiResponses),
+        "openai-chat" | "openai_chat" | "chat" => Ok(Provider::OpenAiChat),
+        other => Err(usage(format!(
+            "unknown format {other:?}: expected \"anthropic\", \"openai-responses\" or \"openai-chat\""
+        ))),
+    }
+}
+
+fn event_json(ev: &SessionEvent) -> Value {
+    let mut o = json!({
+        "seq": ev.seq,
+        "kind": ev.kind.name(),
+        "ignorable": ev.ignorable,
+        "data": ev.data,
+    });
+    if let Some(op) = ev.surface {
+        o["surface"] = serde_json::to_value(op).unwrap_or(Value::Null);
+    }
+    if let Some(t) = ev.ts {
+        o["ts"] = json!(t);
+    }
+    o
+}
+
+/// An open store.
+#[pyclass(frozen, module = "turnstone._native")]
+struct NativeStore {
+    store: Mutex<Option<Arc<Store>>>,
+    host: Mutex<Option<Arc<Host>>>,
+    registry: Arc<Registry>,
+}
+
+impl NativeStore {
+    fn store(&self) -> PyResult<Arc<Store>> {
+        self.store.lock().clone().ok_or_else(|| err(Error::Closed))
+    }
+    fn host(&self) -> PyResult<Arc<Host>> {
+        self.host.lock().clone().ok_or_else(|| err(Error::Closed))
+    }
+}
+
+#[pymethods]
+impl NativeStore {
+    #[new]
+    #[pyo3(signature = (path, read_only = false))]
+    fn new(py: Python<'_>, path: String, read_only: bool) -> PyResult<Self> {
+        let store = py
+            .detach(|| {
+                Store::open_with(
+                    &path,
+                    Options {
+                        read_only,
+                        ..Options::default()
+                    },
+                )
+            })
+            .map_err(err)?;
+        let store = Arc::new(store);
+        let registry = Arc::new(Registry::new());
+        let host = Arc::new(Host::new(store.clone(), registry.clone()));
+        Ok(NativeStore {
+            store: Mutex::new(Some(store)),
+            host: Mutex::new(Some(host)),
+            registry,
+        })
+    }
+
+    /// Create a new session.
+    fn create_session(&self, py: Python<'_>, id: String) -> PyResult<NativeSession> {
+        let host = self.host()?;
+        let s = py.detach(|| host.create(&id)).map_err(err)?;
+        Ok(NativeSession { s })
+    }
+
+    /// Load a session for writing, repairing it if a crash left it open.
+    /// Returns the session and the repair report as JSON (`null`: nothing
+    /// to repair).
+    fn open_session(&self, py: Python<'_>, id: String) -> PyResult<(NativeSession, String)> {
+        let host = self.host()?;
+        let (s, report) = py
+            .detach(|| {
+                let (s, report) = host.load(&id)?;
+                // The repair is durable before anything else happens.
+                s.lock().flush()?;
+                Ok::<_, Error>((s, report))
+            })
+            .map_err(err)?;
+        let report = serde_json::to_string(&report).unwrap_or_else(|_| "null".into());
+        Ok((NativeSession { s }, report))
+    }
+
+    /// A read-only view of a session (live or not).
+    fn open_read_only(&self, py: Python<'_>, id: String) -> PyResult<NativeSession> {
+        let (store, registry) = (self.store()?, self.registry.clone());
+        let s = py
+            .detach(|| ts::Session::open_read_only(store, &id, registry))
+            .map_err(err)?;
+        Ok(NativeSession {
+            s: Arc::new(Mutex::new(s)),
+        })
+    }
+
+    /// Every session as JSON: id, events, created/updated ms, open turn, parent.
+    fn sessions(&self, py: Python<'_>) -> PyResult<String> {
+        let (store, registry) = (self.store()?, self.registry.clone());
+        let list = py
+            .detach(|| list_sessions(&store, &registry))
+            .map_err(err)?;
+        let out: Vec<Value> = list
+            .into_iter()
+            .map(|s| {
+                json!({
+                    "id": s.id, "events": s.events, "created_ms": s.created_ms,
+                    "updated_ms": s.updated_ms, "open_turn": s.open_turn,
+                    "parent": s.parent.map(|(p, n)| json!({"session": p, "upto": n})),
+                })
+            })
+            .collect();
+        Ok(Value::Array(out).to_string())
+    }
+
+    /// Fork `source` at a turn boundary (default: the end of its last closed
+    /// turn). Returns (child id, events inherited).
+    #[pyo3(signature = (source, at = None, child = None))]
+    fn fork(
+        &self,
+        py: Python<'_>,
+        source: String,
+        at: Option<u64>,
+        child: Option<String>,
+    ) -> PyResult<(String, u64)> {
+        let store = self.store()?;
+        let f = py
+            .detach(|| ts::fork(&store, &source, at, child.as_deref()))
+            .map_err(err)?;
+        Ok((f.child, f.upto))
+    }
+
+    /// Events `start..end` of a session (durable ones), as a JSON array.
+    #[pyo3(signature = (id, start = 0, end = None))]
+    fn replay(&self, py: Python<'_>, id: String, start: u64, end: Option<u64>) -> PyResult<String> {
+        let (store, registry) = (self.store()?, self.registry.clone());
+        let events = py
+            .detach(|| {
+                ts::replay_range(&store, &id, registry, start..end.unwrap_or(u64::MAX))?
+                    .map(|e| e.map(|e| event_json(&e)))
+                    .collect::<turnstone::Result<Vec<Value>>>()
+            })
+            .map_err(err)?;
+        Ok(Value::Array(events).to_string())
+    }
+
+    /// Full-text search over message text (the index is brought up to date
+    /// first). JSON array of {session, seq, snippet}.
+    #[pyo3(signature = (query, limit = 20, session = None))]
+    fn search(
+        &self,
+        py: Python<'_>,
+        query: String,
+        limit: usize,
+        session: Option<String>,
+    ) -> PyResult<String> {
+        let (store, registry) = (self.store()?, self.registry.clone());
+        let hits = py
+            .detach(|| {
+                let mut ix = SearchIndex::open(&store)?;
+                ix.update(&store, &registry)?;
+                match &session {
+                    Some(s) => ix.search_session(&store, s, &query, limit),
+                    None => ix.search(&query, limit),
+                }
+            })
+            .map_err(err)?;
+        Ok(serde_json::to_string(&hits).unwrap_or_else(|_| "[]".into()))
+    }
+
+    /// Follow a session live from `from_seq`.
+    #[pyo3(signature = (id, from_seq = 0))]
+    fn subscribe(&self, id: String, from_seq: u64) -> PyResult<NativeSubscription> {
+        let store = self.store()?;
+        let sub = ts::subscribe(&store, &id, self.registry.clone(), from_seq).map_err(err)?;
+        Ok(NativeSubscription {
+            sub: Mutex::new(Some(sub)),
+        })
+    }
+
+    /// Close the store: everything appended is made durable first. Sessions
+    /// opened from it stop working (their calls raise `closed`).
+    fn close(&self, py: Python<'_>) -> PyResult<()> {
+        let host = self.host.lock().take();
+        let store = self.store.lock().take();
+        py.detach(move || {
+            drop(host);
+            match store {
+                // Sessions may still hold it: close it for them too.
+                Some(s) => s.shutdown(),
+                None => Ok(()),
+            }
+        })
+        .map_err(err)
+    }
+}
+
+/// One session handle.
+#[pyclass(frozen, module = "turnstone._native")]
+struct NativeSession {
+    s: SharedSession,
+}
+
+#[pymethods]
+impl NativeSession {
+    #[getter]
+    fn id(&self) -> String {
+        self.s.lock().id().to_string()
+    }
+
+    fn __len__(&self) -> usize {
+        self.s.lock().len() as usize
+    }
+
+    /// Append one event: kind name, data as JSON text, surface op as JSON
+    /// text (required for the three surface kinds). Returns its seq.
+    #[pyo3(signature = (kind, data, surface = None))]
+    fn append(&self, kind: &str, data: &str, surface: Option<&str>) -> PyResult<u64> {
+        let data = parse("event data", data)?;
+        let surface: Option<SurfaceOp> = match surface {
+            None => None,
+            Some(t) => Some(
+                serde_json::from_str(t)
+                    .map_err(|e| usage(format!("surface op is not valid: {e}")))?,
+            ),
+        };
+        self.s.lock().append_json(kind, data, surface).map_err(err)
+    }
+
+    /// Wait until everything this handle appended is durable (GIL released).
+    fn flush(&self, py: Python<'_>) -> PyResult<()> {
+        let s = self.s.clone();
+        py.detach(move || {
+            // Take the durable target under the lock, wait without it.
+            let (store, end) = {
+                let g = s.lock();
+                (g.store().clone(), g.last_end())
+            };
+            store.wait_durable(end)
+        })
+        .map_err(err)
+    }
+
+    /// The messages the model sees (`None`), or the request body for a
+    /// provider (`"anthropic"`, `"openai-responses"`, `"openai-chat"`), as JSON.
+    #[pyo3(signature = (format = None))]
+    fn messages(&self, py: Python<'_>, format: Option<&str>) -> PyResult<String> {
+        let provider = format.map(provider).transpose()?;
+        let s = self.s.clone();
+        Ok(py.detach(move || {
+            let mut g = s.lock();
+            match provider {
+                Some(p) => g.request_body(p).to_string(),
+                None => {
+                    let msgs: Vec<&ts::Message> =
+                        g.derive_messages().iter().map(|m| &**m).collect();
+                    serde_json::to_string(&msgs).unwrap_or_else(|_| "[]".into())
+                }
+            }
+        }))
+    }
+
+    /// This session's events `start..end` as seen by this handle (appended
+    /// ones included), as a JSON array.
+    #[pyo3(signature = (start = 0, end = None))]
+    fn events(&self, py: Python<'_>, start: u64, end: Option<u64>) -> PyResult<String> {
+        let s = self.s.clone();
+        let events = py
+            .detach(move || {
+                let g = s.lock();
+                let end = end.unwrap_or(g.len()).min(g.len());
+                g.events(start.min(end)..end)
+            })
+            .map_err(err)?;
+        Ok(Value::Array(events.iter().map(event_json).collect()).to_string())
+    }
+}
+
+/// A live follower of one session.
+#[pyclass(frozen, module = "turnstone._native")]
+struct NativeSubscription {
+    sub: Mutex<Option<SessionSubscription>>,
+}
+
+#[pymethods]
+impl NativeSubscription {
+    /// The next durable event as JSON, waiting for it (GIL released);
+    /// `None` when the store closes.
+    fn next(&self, py: Python<'_>) -> PyResult<Option<String>> {
+        py.detach(|| {
+            let mut g = self.sub.lock();
+            let Some(sub) = g.as_mut() else {
+                return Ok(None);
+            };
+            match sub.next() {
+                Some(Ok(e)) => Ok(Some(event_json(&e).to_string())),
+                Some(Err(e)) => Err(e),
+                None => {
+                    *g = None;
+                    Ok(None)
+                }
+            }
+        })
+        .map_err(err)
+    }
+
+    /// The next durable event if there is one now, else `None`.
+    fn try_next(&self) -> PyResult<Option<String>> {
+        let mut g = self.sub.lock();
+        let Some(sub) = g.as_mut() else {
+            return Ok(None);
+        };
+        Ok(sub
+            .try_next()
+            .map_err(err)?
+            .map(|e| event_json(&e).to_string()))
+    }
+
+    /// The seq of the next event it yields.
+    fn next_seq(&self) -> u64 {
+        self.sub.lock().as_ref().map_or(0, |s| s.next_seq())
+    }
+}
+
+#[pymodule]
+fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_class::<NativeStore>()?;
+    m.add_class::<NativeSession>()?;
+    m.add_class::<NativeSubscription>()?;
+    m.add("TurnstoneError", m.py().get_type::<TurnstoneError>())?;
+    Ok(())
+}

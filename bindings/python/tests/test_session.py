@@ -1,0 +1,218 @@
+"""The Python session layer: each API, bad input, concurrency, a crash."""
+
+import asyncio
+import json
+import os
+import subprocess
+import sys
+import threading
+
+import pytest
+
+import turnstone
+from turnstone import Store, ToolAborted, ToolRefused, TurnstoneError, error_kind
+
+THINKING = {"type": "thinking", "thinking": "let me see", "signature": "EqQBCkYIAxgC"}
+IMAGE = {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": "iVBORw0KGgo="}}
+FUTURE = {"type": "block_from_the_future", "payload": {"nested": [1, 2.5, None, True]}}
+
+
+@pytest.fixture
+def store(tmp_path):
+    with Store(str(tmp_path / "store")) as st:
+        yield st
+
+
+def test_quick_start_and_request_body(store):
+    s = store.create_session("s1")
+    s.append("turn/start", {"turn_id": "t1"})
+    s.user("hi")
+    s.flush()
+    body = s.messages(format="anthropic")
+    assert body["messages"] == [{"role": "user", "content": [{"type": "text", "text": "hi"}]}]
+    assert [m["role"] for m in s.messages()] == ["user"]
+    assert len(s) == 2
+    assert store.sessions()[0]["id"] == "s1"
+    assert store.sessions()[0]["open_turn"] is True
+
+
+def test_provider_content_crosses_unchanged(store):
+    s = store.create_session("p")
+    s.user([{"type": "text", "text": "look"}, IMAGE])
+    blocks = [THINKING, {"type": "text", "text": "an answer"}, FUTURE]
+    seq = s.assistant({"content": blocks, "stop_reason": "end_turn"})
+    s.flush()
+    assert s.events(seq, seq + 1)[0]["data"]["content"] == blocks
+    assert store.replay("p")[seq]["data"]["content"] == blocks
+    sent = s.messages(format="anthropic")["messages"]
+    assert sent[1]["content"] == blocks
+    assert sent[0]["content"][1] == IMAGE
+
+
+def test_bad_input_raises_and_writes_nothing(store):
+    s = store.create_session("b")
+    s.user("one")
+    n = len(s)
+    cases = [
+        lambda: s.append("user/message", {"content": []}),  # surface missing
+        lambda: s.append("turn/end", {"turn_id": "x"}, surface="append"),
+        lambda: s.append("tool/call", {"name": 3}),
+        lambda: s.append("no/such-kind", {}),
+        lambda: s.user("x" * (17 * 1024 * 1024)),  # over the payload limit
+    ]
+    kinds = []
+    for case in cases:
+        with pytest.raises(TurnstoneError) as e:
+            case()
+        kinds.append(error_kind(e.value))
+    assert kinds[:4] == ["invalid_argument"] * 4
+    assert kinds[4] == "too_large"
+    with pytest.raises(TypeError):
+        s.append("user/message", {"content": []}, surface=42)
+    with pytest.raises(TypeError):
+        s.append("user/message", {"content": {1, 2}}, surface="append")  # not JSON
+    assert len(s) == n
+    with pytest.raises(TurnstoneError) as e:
+        store.open_session("missing")
+    assert error_kind(e.value) == "unknown_session"
+    with pytest.raises(TurnstoneError) as e:
+        store.create_session("b")
+    assert error_kind(e.value) == "session_exists"
+    with pytest.raises(TurnstoneError) as e:
+        s.messages(format="gemini")
+    assert error_kind(e.value) == "invalid_argument"
+
+
+def test_closed_store_raises(tmp_path):
+    st = Store(str(tmp_path / "c"))
+    st.create_session("x")
+    st.close()
+    with pytest.raises(TurnstoneError) as e:
+        st.create_session("y")
+    assert error_kind(e.value) == "closed"
+
+
+def test_tool_call_order_refusal_abort_and_failure(store):
+    s = store.create_session("t")
+    s.append("turn/start", {"turn_id": "t1"})
+    with s.tool_call("c1", "ls", {"path": "."}) as call:
+        # The body runs only once its tool/call is durable: a durable-only
+        # reader already sees it.
+        assert [e["kind"] for e in store.replay("t")][-1] == "tool/call"
+        call.result("a b c")
+    with pytest.raises(ToolRefused):
+        with s.tool_call("c2", "rm", {"path": "/"}, guard=lambda c: "no deletes"):
+            pytest.fail("the body ran")
+    with pytest.raises(ToolAborted):
+        with s.tool_call("c3", "ls", {}, cancelled=lambda: True):
+            pytest.fail("the body ran")
+    with pytest.raises(ZeroDivisionError):
+        with s.tool_call("c4", "div", {}):
+            1 / 0
+    with s.tool_call("c5", "big", {}) as call:
+        call.result("y" * (17 * 1024 * 1024))
+    assert call.not_recorded and "not recorded" in call.not_recorded
+    results = {e["data"]["call_id"]: e["data"] for e in s.events() if e["kind"] == "tool/result"}
+    assert set(results) == {"c1", "c2", "c3", "c4", "c5"}, "every call is closed"
+    assert results["c1"]["content"] == [{"type": "text", "text": "a b c"}]
+    assert "refused by policy" in results["c2"]["content"][0]["text"]
+    assert results["c3"]["status"] == "ABORTED_BEFORE_DISPATCH"
+    assert results["c4"]["is_error"] and "ZeroDivisionError" in results["c4"]["content"][0]["text"]
+    assert results["c5"]["is_error"]
+
+
+def test_fork_replay_search(store):
+    s = store.create_session("src")
+    s.append("turn/start", {"turn_id": "t1"})
+    s.user("deploy the frobnicator")
+    s.assistant({"content": [{"type": "text", "text": "deployed"}]})
+    s.append("turn/end", {"turn_id": "t1", "reason": {"kind": "completed"}})
+    s.flush()
+    child = store.fork("src", child="kid")
+    assert child == "kid"
+    assert [e["kind"] for e in store.replay("kid")] == [e["kind"] for e in store.replay("src")]
+    hits = store.search("frobnicator")
+    assert hits and hits[0]["session"] == "src"
+    assert store.search("frobnicator", session="kid")[0]["session"] == "kid"
+
+
+def test_eight_threads_append_to_their_own_sessions(store):
+    def work(i):
+        s = store.create_session(f"w{i}")
+        for j in range(200):
+            s.user(f"message {j}")
+            if j % 20 == 19:
+                s.flush()
+        s.flush()
+
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    lens = {x["id"]: x["events"] for x in store.sessions()}
+    assert lens == {f"w{i}": 200 for i in range(8)}
+    texts = [e["data"]["content"][0]["text"] for e in store.replay("w3")]
+    assert texts == [f"message {j}" for j in range(200)]
+
+
+def test_subscribe_blocking_and_asyncio(store):
+    s = store.create_session("live")
+    sub = store.subscribe("live")
+    seen = []
+    follower = threading.Thread(target=lambda: seen.extend(e["seq"] for _, e in zip(range(5), sub)))
+    follower.start()
+    for i in range(5):
+        s.user(f"m{i}")
+        assert i == 0 or seen[-1:] != [i], "an event showed before it was durable"
+        s.flush()
+    follower.join(timeout=30)
+    assert seen == [0, 1, 2, 3, 4]
+
+    async def follow():
+        sub2 = store.subscribe("live", 3)
+        return [(await sub2.anext())["seq"] for _ in range(2)]
+
+    assert asyncio.run(follow()) == [3, 4]
+    sub3 = store.subscribe("live", 5)
+    assert sub3.try_next() is None
+    s.user("late")
+    assert sub3.try_next() is None, "not durable yet"
+    asyncio.run(s.aflush())
+    assert sub3.try_next()["seq"] == 5
+
+
+CHILD = r"""
+import os, sys, turnstone
+st = turnstone.Store(sys.argv[1])
+s = st.create_session("crash")
+s.append("turn/start", {"turn_id": "t1"})
+s.user("run it")
+s.assistant({"content": [{"type": "tool_use", "id": "c1", "name": "sh", "input": {}}]})
+with s.tool_call("c1", "sh", {}) as call:
+    with open(sys.argv[2], "a") as ledger:
+        ledger.write("ran c1\n")
+    os.kill(os.getpid(), 9)   # killed mid-tool: the result is never recorded
+"""
+
+
+def test_killed_mid_tool_reopens_repaired(tmp_path):
+    d, ledger = str(tmp_path / "k"), str(tmp_path / "ledger")
+    r = subprocess.run([sys.executable, "-c", CHILD, d, ledger], cwd=str(tmp_path))
+    assert r.returncode == -9
+    assert open(ledger).read() == "ran c1\n"
+    with Store(d) as st:
+        s = st.open_session("crash")
+        assert s.repair_report["tools_outcome_unknown"] == ["c1"]
+        assert s.repair_report["turns_interrupted"] == 1
+        kinds = [e["kind"] for e in s.events()]
+        # The body ran only after its tool/call was durable.
+        assert kinds.index("tool/call") < kinds.index("tool/result")
+        body = s.messages(format="anthropic")
+        assert body["messages"][-1]["role"] == "user"
+        assert body["messages"][-1]["content"][0]["type"] == "tool_result"
+    # A second writer of the same store is refused while the first holds it.
+    with Store(d) as st:
+        with pytest.raises(TurnstoneError) as e:
+            Store(d)
+        assert error_kind(e.value) == "locked"

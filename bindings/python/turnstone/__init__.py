@@ -1,0 +1,310 @@
+"""turnstone: the session layer of an embedded, event-sourced store for
+AI-agent sessions.
+
+    import turnstone
+    with turnstone.Store("./my-store") as store:
+        s = store.create_session("session-1")
+        s.append("user/message", {"content": [{"type": "text", "text": "hi"}]}, surface="append")
+        s.flush()                                  # durable before the model request
+        print(s.messages(format="anthropic"))
+
+Event data are plain dicts in the providers' own shapes; they are stored as
+they are and come back unchanged. Every wait for durability and every read
+of the log releases the GIL; the ``a``-prefixed methods are their asyncio
+versions (run in a worker thread, so the event loop never blocks).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from typing import Any, Callable, Iterator, Optional, Union
+
+from ._native import NativeSession, NativeStore, NativeSubscription, TurnstoneError
+
+__all__ = [
+    "Store",
+    "Session",
+    "Subscription",
+    "ToolCall",
+    "ToolRefused",
+    "ToolAborted",
+    "TurnstoneError",
+    "error_kind",
+]
+
+Surface = Union[None, str, dict]
+
+
+def error_kind(e: BaseException) -> Optional[str]:
+    """The engine's error kind of a TurnstoneError (``"unknown_session"``,
+    ``"too_large"``, ``"corrupt"``, ...), else None."""
+    if isinstance(e, TurnstoneError) and e.args:
+        return e.args[0]
+    return None
+
+
+def _surface(surface: Surface) -> Optional[str]:
+    if surface is None:
+        return None
+    if surface == "append":
+        return '{"op":"append"}'
+    if isinstance(surface, dict):
+        return json.dumps(surface)
+    raise TypeError(
+        'surface must be None, "append" or {"op": "replace", "start": S, "end": E}'
+    )
+
+
+class Store:
+    """An open store directory (created if missing, unless ``read_only``).
+
+    Many threads may use one Store; one process writes a store at a time
+    (a second writer gets ``TurnstoneError`` of kind ``"locked"``)."""
+
+    def __init__(self, path: str, *, read_only: bool = False) -> None:
+        self._native = NativeStore(str(path), read_only)
+
+    def create_session(self, id: str) -> "Session":
+        """Create a new, empty session."""
+        return Session(self._native.create_session(id))
+
+    def open_session(self, id: str) -> "Session":
+        """Load a session for writing. A session a crash left open (a turn
+        or a tool call without its end) is repaired first, durably; what
+        repair did is ``session.repair_report`` (None: nothing to repair)."""
+        native, report = self._native.open_session(id)
+        return Session(native, json.loads(report))
+
+    def open_read_only(self, id: str) -> "Session":
+        """A view of a session, live or not; appends raise."""
+        return Session(self._native.open_read_only(id))
+
+    def sessions(self) -> list[dict]:
+        """Every session: id, events, created_ms, updated_ms, open_turn, parent."""
+        return json.loads(self._native.sessions())
+
+    def fork(self, source: str, *, at: Optional[int] = None, child: Optional[str] = None) -> str:
+        """Fork ``source`` at a turn boundary (default: the end of its last
+        closed turn); no event is copied. Returns the child's id."""
+        return self._native.fork(source, at, child)[0]
+
+    def replay(self, id: str, start: int = 0, end: Optional[int] = None) -> list[dict]:
+        """The durable events ``start..end`` of a session (chunks and events
+        a fork inherits included): dicts with seq, kind, data, surface, ts."""
+        return json.loads(self._native.replay(id, start, end))
+
+    def search(self, query: str, limit: int = 20, *, session: Optional[str] = None) -> list[dict]:
+        """Full-text search over message text: {session, seq, snippet} hits."""
+        return json.loads(self._native.search(query, limit, session))
+
+    def subscribe(self, id: str, from_seq: int = 0) -> "Subscription":
+        """Follow a session live: each event once, in order, once durable."""
+        return Subscription(self._native.subscribe(id, from_seq))
+
+    def close(self) -> None:
+        """Make everything durable and close the store."""
+        self._native.close()
+
+    def __enter__(self) -> "Store":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    async def aopen_session(self, id: str) -> "Session":
+        return await asyncio.to_thread(self.open_session, id)
+
+    async def areplay(self, id: str, start: int = 0, end: Optional[int] = None) -> list[dict]:
+        return await asyncio.to_thread(self.replay, id, start, end)
+
+    async def asearch(self, query: str, limit: int = 20, *, session: Optional[str] = None) -> list[dict]:
+        return await asyncio.to_thread(self.search, query, limit, session=session)
+
+
+class ToolRefused(Exception):
+    """The guard refused the tool: a refusal result is recorded, the body
+    must not run (raised by ``Session.tool_call`` on entry)."""
+
+
+class ToolAborted(Exception):
+    """Cancelled before dispatch: ``ABORTED_BEFORE_DISPATCH`` is recorded,
+    the body must not run (raised by ``Session.tool_call`` on entry)."""
+
+
+class ToolCall:
+    """The running tool of ``Session.tool_call``: record its result once."""
+
+    def __init__(self, session: "Session", call_id: str, name: str, input: Any) -> None:
+        self.session, self.call_id, self.name, self.input = session, call_id, name, input
+        self.result_seq: Optional[int] = None
+        self.not_recorded: Optional[str] = None
+
+    def result(self, content: Union[str, list], *, is_error: bool = False) -> int:
+        """Record the tool's result (text, or a list of content blocks).
+        A result the log cannot take (too large) is replaced by an error
+        result saying why (``not_recorded``), so the call is always closed."""
+        if self.result_seq is not None:
+            raise RuntimeError(f"tool call {self.call_id!r} already has its result")
+        blocks = [{"type": "text", "text": content}] if isinstance(content, str) else content
+        try:
+            seq = self.session._result(self.call_id, blocks, is_error)
+        except TurnstoneError as e:
+            if error_kind(e) not in ("too_large", "invalid_argument", "refused"):
+                raise
+            self.not_recorded = f"tool result not recorded: {e.args[1]}"
+            seq = self.session._result(
+                self.call_id, [{"type": "text", "text": self.not_recorded}], True
+            )
+        self.result_seq = seq
+        return seq
+
+
+class _ToolContext:
+    def __init__(self, session, call_id, name, input, guard, cancelled, checkpoint):
+        self.session, self.call = session, ToolCall(session, call_id, name, input)
+        self.guard, self.cancelled, self.checkpoint = guard, cancelled, checkpoint
+
+    def __enter__(self) -> ToolCall:
+        s, c = self.session, self.call
+        s.append("tool/call", {"call_id": c.call_id, "name": c.name, "input": c.input})
+        if self.guard is not None:
+            reason = self.guard(c)
+            if reason:
+                s._result(c.call_id, [{"type": "text", "text": f"refused by policy: {reason}"}], True)
+                raise ToolRefused(reason)
+        if self.checkpoint:
+            s.flush()  # the body runs only once its tool/call is durable
+        if self.cancelled is not None and self.cancelled():
+            s.append(
+                "tool/result",
+                {"call_id": c.call_id, "content": [], "is_error": True,
+                 "status": "ABORTED_BEFORE_DISPATCH"},
+                surface="append",
+            )
+            raise ToolAborted(c.call_id)
+        return c
+
+    def __exit__(self, exc_type, exc, tb) -> bool:
+        c = self.call
+        if c.result_seq is None:
+            if exc is not None:
+                c.result(f"tool failed: {exc_type.__name__}: {exc}", is_error=True)
+            else:
+                c.result("the tool returned no result", is_error=True)
+        return False
+
+
+class Session:
+    """One session: append events, wait for durability, derive messages."""
+
+    def __init__(self, native: NativeSession, repair_report: Optional[dict] = None) -> None:
+        self._native = native
+        self.repair_report = repair_report
+
+    @property
+    def id(self) -> str:
+        return self._native.id
+
+    def __len__(self) -> int:
+        return len(self._native)
+
+    def append(self, kind: str, data: dict, *, surface: Surface = None) -> int:
+        """Append one event of ``kind`` (``"user/message"``, ``"tool/call"``,
+        ... or a registered plugin kind). The three surface kinds
+        (user/assistant messages, tool results) need ``surface="append"``
+        or ``{"op": "replace", "start": S, "end": E}``; others take none.
+        Returns the event's seq. Nothing is written if it raises."""
+        return self._native.append(kind, json.dumps(data), _surface(surface))
+
+    def user(self, content: Union[str, list]) -> int:
+        """Append a user message (text, or content blocks)."""
+        blocks = [{"type": "text", "text": content}] if isinstance(content, str) else content
+        return self.append("user/message", {"content": blocks}, surface="append")
+
+    def assistant(self, message: dict) -> int:
+        """Append an assistant message: ``{"content": [...], "usage": ...,
+        "stop_reason": ...}`` with the provider's blocks as they came."""
+        return self.append("assistant/message", message, surface="append")
+
+    def _result(self, call_id: str, blocks: list, is_error: bool) -> int:
+        return self.append(
+            "tool/result",
+            {"call_id": call_id, "content": blocks, "is_error": is_error},
+            surface="append",
+        )
+
+    def flush(self) -> None:
+        """Wait until everything this handle appended is durable (the GIL is
+        released meanwhile). Call it before a model request is sent."""
+        self._native.flush()
+
+    checkpoint = flush
+
+    async def aflush(self) -> None:
+        await asyncio.to_thread(self._native.flush)
+
+    def messages(self, format: Optional[str] = None) -> Any:
+        """The messages the model sees (a list of {role, content, ...}), or
+        with ``format="anthropic" | "openai-responses" | "openai-chat"`` the
+        request body the log rebuilds for that API."""
+        return json.loads(self._native.messages(format))
+
+    def events(self, start: int = 0, end: Optional[int] = None) -> list[dict]:
+        """This handle's events ``start..end`` (its own appends included)."""
+        return json.loads(self._native.events(start, end))
+
+    def tool_call(
+        self,
+        call_id: str,
+        name: str,
+        input: Any,
+        *,
+        guard: Optional[Callable[[ToolCall], Optional[str]]] = None,
+        cancelled: Optional[Callable[[], bool]] = None,
+        nested: bool = False,
+    ) -> _ToolContext:
+        """Run a tool in the order the log requires::
+
+            with session.tool_call("call-1", "ls", {"path": "."}) as call:
+                call.result(run_ls("."))
+
+        On entry: record ``tool/call``; run ``guard`` (a non-empty return is
+        the refusal reason: the refusal is recorded and ``ToolRefused``
+        raised); wait until the call is durable (not for a ``nested`` tool,
+        which the outer call's checkpoint covers); if ``cancelled()`` says so,
+        record ``ABORTED_BEFORE_DISPATCH`` and raise ``ToolAborted``. An
+        exception in the body, or no result, is recorded as an error result:
+        every call is closed."""
+        return _ToolContext(self, call_id, name, input, guard, cancelled, not nested)
+
+
+class Subscription:
+    """A live follower of one session (``Store.subscribe``): iterate it to
+    wait for each durable event, or ``await sub.anext()``."""
+
+    def __init__(self, native: NativeSubscription) -> None:
+        self._native = native
+
+    def __iter__(self) -> Iterator[dict]:
+        return self
+
+    def __next__(self) -> dict:
+        e = self._native.next()
+        if e is None:
+            raise StopIteration
+        return json.loads(e)
+
+    def try_next(self) -> Optional[dict]:
+        """The next durable event if there is one now."""
+        e = self._native.try_next()
+        return None if e is None else json.loads(e)
+
+    async def anext(self) -> Optional[dict]:
+        """The next durable event (None when the store closes)."""
+        e = await asyncio.to_thread(self._native.next)
+        return None if e is None else json.loads(e)
+
+    @property
+    def next_seq(self) -> int:
+        return self._native.next_seq()
