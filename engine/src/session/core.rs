@@ -73,6 +73,10 @@ pub struct Session {
     live_handle: Option<u64>,
     /// Every turn, in order (see [`Session::turns`]).
     pub(crate) turns: Vec<crate::session::coords::TurnInfo>,
+    /// The fold of the `session/meta` events.
+    metadata: event::SessionMetadata,
+    /// Seq of the `session/delete` tombstone, if any.
+    deleted: Option<u64>,
 }
 
 impl Drop for Session {
@@ -188,6 +192,12 @@ impl Session {
             }
             at += CHUNK;
         }
+        if let Some(seq) = s.deleted {
+            return Err(Error::SessionDeleted {
+                session: id.to_string(),
+                seq,
+            });
+        }
         Ok(s)
     }
 
@@ -216,6 +226,8 @@ impl Session {
             last_end: LogPos(0),
             live_handle: None,
             turns: Vec::new(),
+            metadata: event::SessionMetadata::default(),
+            deleted: None,
         }
     }
 
@@ -274,6 +286,7 @@ impl Session {
                 | CoreKind::CompactionSummary
                 | CoreKind::CompactionEnd
                 | CoreKind::CompactionPrune
+                | CoreKind::SessionDelete
         ) {
             event::validate_core(*kind, &ev.data).map_err(|e| match e {
                 DecodeError::Malformed(d) => self.bad(ev.seq, d),
@@ -390,6 +403,12 @@ impl Session {
                 self.context = Some(d);
             }
             CoreKind::SessionEndSeed => self.seed_end = Some(ev.seq),
+            CoreKind::SessionMeta => {
+                let d: event::MetaUpdate =
+                    serde_json::from_value(ev.data.clone()).map_err(|e| typed_err(self, e))?;
+                self.metadata.apply(&d);
+            }
+            CoreKind::SessionDelete => self.deleted = Some(ev.seq),
             CoreKind::AssistantChunk
             | CoreKind::CompactionStart
             | CoreKind::CompactionSummary
@@ -402,6 +421,12 @@ impl Session {
     /// Rules checked before a live append (restore is lenient: the log is
     /// the truth, whatever wrote it).
     fn check_live(&self, kind: CoreKind, v: &Value, op: Option<SurfaceOp>) -> Result<()> {
+        if kind == CoreKind::SessionDelete {
+            return Err(Error::Refused(
+                "a session/delete tombstone is written only by Session::delete or session::delete"
+                    .into(),
+            ));
+        }
         if let Some(op) = op {
             self.surface.check(op)?;
         }
@@ -450,8 +475,107 @@ impl Session {
         let value =
             serde_json::to_value(&data).map_err(|e| Error::InvalidArgument(e.to_string()))?;
         self.check_live(D::KIND, &value, op)?;
-        let (payload, ev) = event::encode_core_value(D::KIND, value, op, self.len);
-        let seqs = self.append_decoded(vec![(D::KIND.code(), 0, payload)], vec![ev])?;
+        let (payload, mut ev) = event::encode_core_value(D::KIND, value, op, self.len);
+        let flags = event::core_flags(D::KIND);
+        ev.ignorable = flags & crate::frame::FLAG_IGNORABLE != 0;
+        let seqs = self.append_decoded(vec![(D::KIND.code(), flags, payload)], vec![ev])?;
+        Ok(seqs[0])
+    }
+
+    /// The session's metadata (title, tags, fields): the fold of its
+    /// `session/meta` events, a fork child's starting from its parent's at
+    /// the fork point. Like every view it is in the log, so it survives a
+    /// crash once durable.
+    ///
+    /// ```
+    /// # use std::sync::Arc;
+    /// # use turnstone::session::*;
+    /// # let dir = tempfile::tempdir().unwrap();
+    /// # let store = Arc::new(turnstone::Store::open(dir.path()).unwrap());
+    /// let mut s = Session::create(store, "s1", Arc::new(Registry::new())).unwrap();
+    /// s.set_title("fix the flaky test").unwrap();
+    /// s.add_tag("ci").unwrap();
+    /// s.set_meta("git_branch", "main").unwrap();
+    /// assert_eq!(s.metadata().title.as_deref(), Some("fix the flaky test"));
+    /// assert!(s.metadata().tags.contains("ci"));
+    /// assert_eq!(s.metadata().fields["git_branch"], "main");
+    /// ```
+    pub fn metadata(&self) -> &event::SessionMetadata {
+        &self.metadata
+    }
+
+    /// Append one `session/meta` event (checked against the limits of
+    /// [`event::MetaUpdate::check`]). Returns its seq.
+    pub fn update_metadata(&mut self, update: event::MetaUpdate) -> Result<u64> {
+        update.check().map_err(Error::InvalidArgument)?;
+        self.append(update, ())
+    }
+
+    /// Set the title (`""` clears it).
+    pub fn set_title(&mut self, title: &str) -> Result<u64> {
+        self.update_metadata(event::MetaUpdate {
+            title: Some(title.to_string()),
+            ..Default::default()
+        })
+    }
+
+    /// Add a tag.
+    pub fn add_tag(&mut self, tag: &str) -> Result<u64> {
+        self.update_metadata(event::MetaUpdate {
+            add_tags: vec![tag.to_string()],
+            ..Default::default()
+        })
+    }
+
+    /// Remove a tag.
+    pub fn remove_tag(&mut self, tag: &str) -> Result<u64> {
+        self.update_metadata(event::MetaUpdate {
+            remove_tags: vec![tag.to_string()],
+            ..Default::default()
+        })
+    }
+
+    /// Set a free key/value field (user id, cwd, git branch, model, ...).
+    pub fn set_meta(&mut self, key: &str, value: &str) -> Result<u64> {
+        self.update_metadata(event::MetaUpdate {
+            fields: [(key.to_string(), Some(value.to_string()))].into(),
+            ..Default::default()
+        })
+    }
+
+    /// Remove a free key/value field.
+    pub fn remove_meta(&mut self, key: &str) -> Result<u64> {
+        self.update_metadata(event::MetaUpdate {
+            fields: [(key.to_string(), None)].into(),
+            ..Default::default()
+        })
+    }
+
+    /// Delete this session: append the `session/delete` tombstone and wait
+    /// until it is durable. From then on the session is not found by
+    /// loads ([`Error::SessionDeleted`]), lists or search; its fork children
+    /// keep working. The handle is consumed. Returns the tombstone's seq.
+    ///
+    /// ```
+    /// # use std::sync::Arc;
+    /// # use turnstone::session::*;
+    /// # let dir = tempfile::tempdir().unwrap();
+    /// # let store = Arc::new(turnstone::Store::open(dir.path()).unwrap());
+    /// let s = Session::create(store.clone(), "s1", Arc::new(Registry::new())).unwrap();
+    /// s.delete().unwrap();
+    /// let err = Session::open(store, "s1", Arc::new(Registry::new())).unwrap_err();
+    /// assert!(err.is_not_found());
+    /// ```
+    pub fn delete(mut self) -> Result<u64> {
+        let (payload, ev) = event::encode_core_value(
+            CoreKind::SessionDelete,
+            serde_json::json!({}),
+            None,
+            self.len,
+        );
+        let seqs =
+            self.append_decoded(vec![(CoreKind::SessionDelete.code(), 0, payload)], vec![ev])?;
+        self.flush()?;
         Ok(seqs[0])
     }
 
@@ -499,6 +623,12 @@ impl Session {
                 "session {:?} was opened read-only; open it for writing to append",
                 self.id
             )));
+        }
+        if let Some(seq) = self.deleted {
+            return Err(Error::SessionDeleted {
+                session: self.id.to_string(),
+                seq,
+            });
         }
         #[cfg(debug_assertions)]
         for ((code, flags, payload), ev) in items.iter().zip(&decoded) {
@@ -926,9 +1056,14 @@ impl Session {
         let mut items = Vec::with_capacity(seed.len() + 1);
         for e in seed {
             let (code, flags, payload) = match &e.kind {
+                EventKind::Core(CoreKind::SessionDelete) => {
+                    return Err(Error::InvalidArgument(
+                        "seed history cannot hold a session/delete tombstone".into(),
+                    ))
+                }
                 EventKind::Core(k) => (
                     k.code(),
-                    0,
+                    event::core_flags(*k),
                     serde_json::to_vec(&event::Envelope {
                         v: event::SESSION_FORMAT_VERSION,
                         kind: None,

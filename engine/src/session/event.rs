@@ -65,6 +65,8 @@ core_kinds! {
     CompactionSummary = 14 => "compaction/summary",
     CompactionEnd = 15 => "compaction/end",
     CompactionPrune = 16 => "compaction/prune",
+    SessionMeta = 17 => "session/meta",
+    SessionDelete = 18 => "session/delete",
 }
 
 impl CoreKind {
@@ -323,6 +325,122 @@ pub struct CompactionPrune {
     pub tokens_saved: u64,
 }
 
+/// `session/meta`: one update of the session's metadata (title, tags, free
+/// key/value fields). Not model-visible. Written with the `IGNORABLE` frame
+/// flag, so a build that predates the kind skips it instead of refusing the
+/// session (FORMAT.md §10).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MetaUpdate {
+    /// New title (`Some("")` clears it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub title: Option<String>,
+    /// Tags to add.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub add_tags: Vec<String>,
+    /// Tags to remove (applied after `add_tags`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub remove_tags: Vec<String>,
+    /// Fields to set (`None` removes the field).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub fields: BTreeMap<String, Option<String>>,
+}
+
+/// Longest tag, field key or title, in bytes.
+pub const META_NAME_BYTES_MAX: usize = 256;
+/// Longest field value, in bytes.
+pub const META_VALUE_BYTES_MAX: usize = 4096;
+
+impl MetaUpdate {
+    /// Check the limits: tags and keys 1 to [`META_NAME_BYTES_MAX`] bytes
+    /// (keys without `=`, so `key=value` parses), a title of at most
+    /// [`META_NAME_BYTES_MAX`] bytes, values of at most
+    /// [`META_VALUE_BYTES_MAX`] bytes.
+    pub fn check(&self) -> Result<(), String> {
+        if let Some(t) = &self.title {
+            if t.len() > META_NAME_BYTES_MAX {
+                return Err(format!(
+                    "title of {} bytes exceeds {META_NAME_BYTES_MAX} bytes",
+                    t.len()
+                ));
+            }
+        }
+        for tag in self.add_tags.iter().chain(&self.remove_tags) {
+            if tag.is_empty() || tag.len() > META_NAME_BYTES_MAX {
+                return Err(format!(
+                    "tag {tag:?} must be 1 to {META_NAME_BYTES_MAX} bytes"
+                ));
+            }
+        }
+        for (k, v) in &self.fields {
+            if k.is_empty() || k.len() > META_NAME_BYTES_MAX || k.contains('=') {
+                return Err(format!(
+                    "field key {k:?} must be 1 to {META_NAME_BYTES_MAX} bytes without '='"
+                ));
+            }
+            if v.as_ref().is_some_and(|v| v.len() > META_VALUE_BYTES_MAX) {
+                return Err(format!(
+                    "value of field {k:?} exceeds {META_VALUE_BYTES_MAX} bytes"
+                ));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// A session's metadata: the fold of its `session/meta` events (a fork
+/// child starts from its parent's metadata at the fork point).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SessionMetadata {
+    /// The title, if set.
+    pub title: Option<String>,
+    /// Tags, sorted.
+    pub tags: std::collections::BTreeSet<String>,
+    /// Free key/value fields (user id, cwd, git branch, model, ...).
+    pub fields: BTreeMap<String, String>,
+}
+
+impl SessionMetadata {
+    /// Fold one update.
+    pub fn apply(&mut self, u: &MetaUpdate) {
+        if let Some(t) = &u.title {
+            self.title = (!t.is_empty()).then(|| t.clone());
+        }
+        for t in &u.add_tags {
+            self.tags.insert(t.clone());
+        }
+        for t in &u.remove_tags {
+            self.tags.remove(t);
+        }
+        for (k, v) in &u.fields {
+            match v {
+                Some(v) => {
+                    self.fields.insert(k.clone(), v.clone());
+                }
+                None => {
+                    self.fields.remove(k);
+                }
+            }
+        }
+    }
+}
+
+/// `session/delete`: the tombstone. Once durable, the session is not found
+/// by loads, lists or search; its fork children keep the events they
+/// inherit. Written only by [`crate::session::delete`] and
+/// [`crate::session::Session::delete`]; always the session's last event.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SessionDelete {}
+
+/// Frame flags of a core kind: `session/meta` is ignorable (metadata is
+/// not needed to fold a session), every other core kind is not.
+pub(crate) fn core_flags(kind: CoreKind) -> u16 {
+    if kind == CoreKind::SessionMeta {
+        FLAG_IGNORABLE
+    } else {
+        0
+    }
+}
+
 /// Typed data of a core kind. `Intent` is [`SurfaceOp`] for the three surface
 /// kinds and `()` for all others: the compile-time rule of `append`.
 pub trait EventData: Serialize + serde::de::DeserializeOwned + Clone {
@@ -375,6 +493,8 @@ event_data! {
     CompactionSummary => CompactionSummary, ();
     CompactionEnd => CompactionEnd, ();
     CompactionPrune => CompactionPrune, ();
+    MetaUpdate => SessionMeta, ();
+    SessionDelete => SessionDelete, ();
 }
 
 /// The kind of a stored event: core or plugin (by name).
@@ -746,6 +866,8 @@ pub(crate) fn validate_core(k: CoreKind, data: &Value) -> Result<(), DecodeError
         CoreKind::CompactionSummary => check::<CompactionSummary>(data),
         CoreKind::CompactionEnd => check::<CompactionEnd>(data),
         CoreKind::CompactionPrune => check::<CompactionPrune>(data),
+        CoreKind::SessionMeta => check::<MetaUpdate>(data),
+        CoreKind::SessionDelete => check::<SessionDelete>(data),
     }
 }
 
@@ -802,7 +924,7 @@ mod tests {
             assert_eq!(CoreKind::from_code(k.code()), Some(*k));
             assert_eq!(CoreKind::from_name(k.name()), Some(*k));
         }
-        assert_eq!(CoreKind::ALL.len(), 16);
+        assert_eq!(CoreKind::ALL.len(), 18);
     }
 
     #[test]
@@ -824,6 +946,30 @@ mod tests {
         })
         .unwrap();
         assert_eq!(decode(0, 1, 0, &v, &reg), Err(DecodeError::Version(1)));
+    }
+
+    /// The example payloads of FORMAT.md §10 decode to what the spec says.
+    #[test]
+    fn spec_examples_of_meta_and_delete_decode() {
+        let reg = Registry::new();
+        let meta = br#"{"v":0,"data":{"title":"t","add_tags":["ci"],"fields":{"cwd":"/src","user":null}}}"#;
+        let e = decode(4, 17, FLAG_IGNORABLE, meta, &reg).unwrap();
+        assert_eq!(e.kind, EventKind::Core(CoreKind::SessionMeta));
+        let u: MetaUpdate = serde_json::from_value(e.data).unwrap();
+        let mut m = SessionMetadata::default();
+        m.fields.insert("user".into(), "u".into());
+        m.apply(&u);
+        assert_eq!(m.title.as_deref(), Some("t"));
+        assert_eq!(m.tags.iter().collect::<Vec<_>>(), ["ci"]);
+        assert_eq!(m.fields, [("cwd".to_string(), "/src".to_string())].into());
+        let del = br#"{"v":0,"data":{}}"#;
+        let e = decode(5, 18, 0, del, &reg).unwrap();
+        assert_eq!(e.kind, EventKind::Core(CoreKind::SessionDelete));
+        assert_eq!(core_flags(CoreKind::SessionMeta), FLAG_IGNORABLE);
+        assert_eq!(core_flags(CoreKind::SessionDelete), 0);
+        // What a build that predates kind 17 does: keeps it as unknown/17.
+        assert_eq!(CoreKind::SessionMeta.code(), 17);
+        assert_eq!(CoreKind::SessionDelete.code(), 18);
     }
 
     #[test]

@@ -129,7 +129,10 @@ impl Host {
     pub fn repair_inactive(&self) -> Result<Vec<RepairReport>> {
         let mut out = Vec::new();
         for info in self.store.sessions() {
-            if self.is_active(&info.name) || self.live_elsewhere(&info.name) {
+            if self.is_active(&info.name)
+                || self.live_elsewhere(&info.name)
+                || self.is_deleted(&info.name)?
+            {
                 continue;
             }
             out.push(self.repair_one(&info.name)?);
@@ -146,12 +149,27 @@ impl Host {
         self.store
             .sessions()
             .into_iter()
-            .filter(|info| !self.is_active(&info.name) && !self.live_elsewhere(&info.name))
+            .filter(|info| {
+                !self.is_active(&info.name)
+                    && !self.live_elsewhere(&info.name)
+                    && !matches!(self.is_deleted(&info.name), Ok(true))
+            })
             .map(|info| {
                 let r = self.repair_one(&info.name);
                 (info.name, r)
             })
             .collect()
+    }
+
+    /// Whether `id` carries a tombstone (deleted sessions are not repaired).
+    fn is_deleted(&self, id: &str) -> Result<bool> {
+        Ok(crate::session::delete::deleted_at(&self.store, id)?.is_some())
+    }
+
+    /// Delete session `id` (see [`crate::session::delete()`]). Refused while
+    /// a handle holds it for writing, in this host or elsewhere.
+    pub fn delete(&self, id: &str) -> Result<u64> {
+        crate::session::delete::delete(&self.store, id)
     }
 
     fn repair_one(&self, id: &str) -> Result<RepairReport> {

@@ -9,6 +9,7 @@ pub mod adapter;
 pub mod content;
 pub mod coords;
 pub mod core;
+pub mod delete;
 pub mod durability;
 pub mod event;
 pub mod header;
@@ -26,13 +27,15 @@ pub use self::core::{OpenState, SeedEvent, Session};
 pub use adapter::Provider;
 pub use content::{ChatFunction, ContentBlock, Extra, MediaSource, ToolResultContent, Usage};
 pub use coords::TurnInfo;
+pub use delete::{delete, deleted_at};
 pub use durability::{run_tool, CancelToken, CheckpointPoint, ToolBody, ToolOutcome, ToolScope};
 pub use event::{
     AssistantChunk, AssistantMessage, CallConfig, CompactionEnd, CompactionPrune, CompactionStart,
     CompactionSummary, CoreKind, CustomEvent, CustomEventError, EpochHeader, EventData, EventKind,
-    HeaderReason, Registry, RequestContext, RequestHeader, SessionEndSeed, SessionEvent, StepEnd,
-    StepEndReason, StepStart, SystemPrompt, ToolCall, ToolResult, ToolSchema, ToolStatus, TurnEnd,
-    TurnEndReason, TurnStart, UserMessage, SESSION_FORMAT_VERSION,
+    HeaderReason, MetaUpdate, Registry, RequestContext, RequestHeader, SessionDelete,
+    SessionEndSeed, SessionEvent, SessionMetadata, StepEnd, StepEndReason, StepStart, SystemPrompt,
+    ToolCall, ToolResult, ToolSchema, ToolStatus, TurnEnd, TurnEndReason, TurnStart, UserMessage,
+    META_NAME_BYTES_MAX, META_VALUE_BYTES_MAX, SESSION_FORMAT_VERSION,
 };
 pub use header::{Difference, Request, RequestSpec};
 pub use host::{Host, SharedSession};

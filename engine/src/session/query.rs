@@ -17,7 +17,7 @@ use crate::session::event::{
     AssistantMessage, CompactionSummary, ContentBlock, CoreKind, EventKind, Registry, SessionEvent,
     ToolResult, UserMessage,
 };
-use crate::session::replay::{replay, replay_range, turn_open_before};
+use crate::session::replay::{replay_range, replay_range_of_any, turn_open_before};
 use crate::store::Store;
 
 /// One row of [`list_sessions`].
@@ -57,6 +57,9 @@ pub fn list_sessions(store: &Store, registry: &Registry) -> Result<Vec<SessionSu
             continue;
         };
         let end = meta.durable_len;
+        if end > 0 && store.read(&info.name, end - 1)?.kind == CoreKind::SessionDelete.code() {
+            continue; // deleted: not listed
+        }
         let first_own = info.parent.as_ref().map_or(0, |(_, n)| *n);
         let created_ms = if end > first_own {
             ts_of(store, registry, &info.name, first_own)?
@@ -169,6 +172,7 @@ impl SearchIndex {
                 "PRAGMA journal_mode=WAL;
                  CREATE TABLE IF NOT EXISTS meta(key TEXT PRIMARY KEY, value TEXT NOT NULL);
                  CREATE TABLE IF NOT EXISTS indexed(session TEXT PRIMARY KEY, define_pos INTEGER NOT NULL, next_seq INTEGER NOT NULL);
+                 CREATE TABLE IF NOT EXISTS deleted(session TEXT PRIMARY KEY);
                  CREATE VIRTUAL TABLE IF NOT EXISTS docs USING fts5(session UNINDEXED, seq UNINDEXED, body);",
             )
             .map_err(|e| ix.err(e))?;
@@ -185,7 +189,9 @@ impl SearchIndex {
             .ok();
         if stored.as_deref() != Some(id.as_str()) {
             ix.conn
-                .execute_batch("DELETE FROM docs; DELETE FROM indexed; DELETE FROM meta;")
+                .execute_batch(
+                    "DELETE FROM docs; DELETE FROM indexed; DELETE FROM deleted; DELETE FROM meta;",
+                )
                 .map_err(|e| ix.err(e))?;
             ix.conn
                 .execute("INSERT INTO meta(key, value) VALUES('store_id', ?1)", [&id])
@@ -223,6 +229,8 @@ impl SearchIndex {
                 Some(_) => {
                     tx.execute("DELETE FROM docs WHERE session=?1", [&info.name])
                         .map_err(serr)?;
+                    tx.execute("DELETE FROM deleted WHERE session=?1", [&info.name])
+                        .map_err(serr)?;
                     inherited
                 }
                 None => inherited,
@@ -233,12 +241,21 @@ impl SearchIndex {
                 continue;
             }
             let registry = std::sync::Arc::new(registry.clone());
-            for ev in replay(store, &info.name, registry, next)? {
+            for ev in replay_range_of_any(store, &info.name, registry, next..u64::MAX)? {
                 let ev = ev?;
                 if ev.seq >= end {
                     break;
                 }
                 read += 1;
+                if ev.kind == EventKind::Core(CoreKind::SessionDelete) {
+                    // Its text stays (fork children inherit it), but a
+                    // search across sessions no longer finds it.
+                    tx.execute(
+                        "INSERT OR IGNORE INTO deleted(session) VALUES(?1)",
+                        [&info.name],
+                    )
+                    .map_err(serr)?;
+                }
                 if let Some(text) = searchable_text(&ev) {
                     tx.execute(
                         "INSERT INTO docs(session, seq, body) VALUES(?1, ?2, ?3)",
@@ -259,7 +276,8 @@ impl SearchIndex {
         Ok(read)
     }
 
-    /// Search message text across sessions; best matches first. `query` is
+    /// Search message text across sessions (deleted sessions left out, as
+    /// of the last [`SearchIndex::update`]); best matches first. `query` is
     /// FTS5 syntax; if it does not parse it is searched as a plain phrase.
     ///
     /// An event that fork children inherit is indexed once, under the session
@@ -280,6 +298,7 @@ impl SearchIndex {
         query: &str,
         limit: usize,
     ) -> Result<Vec<Hit>> {
+        crate::session::delete::check_not_deleted(store, session)?;
         let meta = store
             .session_meta(session)
             .ok_or_else(|| Error::UnknownSession(session.to_string()))?;
@@ -322,6 +341,8 @@ impl SearchIndex {
         }
         if !chain.is_empty() {
             filter.push(')');
+        } else {
+            filter.push_str(" AND session NOT IN (SELECT session FROM deleted)");
         }
         let sql = format!(
             "SELECT session, seq, snippet(docs, 2, '[', ']', '…', 12) FROM docs WHERE docs MATCH ?1{filter} ORDER BY rank LIMIT ?2"

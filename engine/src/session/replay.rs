@@ -57,6 +57,18 @@ pub fn replay_range<'a>(
     registry: Arc<Registry>,
     range: std::ops::Range<u64>,
 ) -> Result<Replay<'a>> {
+    crate::session::delete::check_not_deleted(store, id)?;
+    replay_range_of_any(store, id, registry, range)
+}
+
+/// [`replay_range`] without the deleted check: for derived indexes, which
+/// keep the text of a deleted session that fork children inherit.
+pub(crate) fn replay_range_of_any<'a>(
+    store: &'a Store,
+    id: &str,
+    registry: Arc<Registry>,
+    range: std::ops::Range<u64>,
+) -> Result<Replay<'a>> {
     let meta = store
         .session_meta(id)
         .ok_or_else(|| Error::UnknownSession(id.to_string()))?;
@@ -208,6 +220,7 @@ pub fn fork(
     boundary: Option<u64>,
     child: Option<&str>,
 ) -> Result<Forked> {
+    crate::session::delete::check_not_deleted(store, source)?;
     let len = store
         .session_len(source)
         .ok_or_else(|| Error::UnknownSession(source.to_string()))?;
