@@ -6,6 +6,7 @@
 //! that log, computed the same way live and on restore.
 
 pub mod adapter;
+pub mod catalog;
 pub mod content;
 pub mod coords;
 pub mod core;
@@ -25,6 +26,7 @@ pub mod surface;
 
 pub use self::core::{OpenState, SeedEvent, Session};
 pub use adapter::Provider;
+pub use catalog::{Catalog, CatalogEntry, Cursor, ListPage, ListQuery};
 pub use content::{ChatFunction, ContentBlock, Extra, MediaSource, ToolResultContent, Usage};
 pub use coords::TurnInfo;
 pub use delete::{delete, deleted_at};

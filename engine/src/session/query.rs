@@ -20,6 +20,8 @@ use crate::session::event::{
 use crate::session::replay::{replay_range, replay_range_of_any, turn_open_before};
 use crate::store::Store;
 
+pub use crate::session::catalog::{Catalog, CatalogEntry, Cursor, ListPage, ListQuery};
+
 /// One row of [`list_sessions`].
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct SessionSummary {
