@@ -938,6 +938,25 @@ impl Session {
     /// `compaction/summary`, the summary `user/message` replacing the range,
     /// `compaction/end`, all in one atomic batch. Returns the summary
     /// message's seq.
+    ///
+    /// ```
+    /// # use std::sync::Arc;
+    /// # use turnstone::session::*;
+    /// # let dir = tempfile::tempdir().unwrap();
+    /// # let store = Arc::new(turnstone::Store::open(dir.path()).unwrap());
+    /// let mut s = Session::create(store, "s1", Arc::new(Registry::new())).unwrap();
+    /// for text in ["a", "b", "c"] {
+    ///     s.append(UserMessage { content: vec![ContentBlock::text(text)] }, SurfaceOp::Append).unwrap();
+    /// }
+    /// // Surface nodes 0..2 become one summary; the originals stay in the log.
+    /// s.compact("k1", 0, 2, "a and b").unwrap();
+    /// let texts: Vec<String> = s
+    ///     .derive_messages()
+    ///     .iter()
+    ///     .map(|m| m.content[0].as_text().unwrap().to_string())
+    ///     .collect();
+    /// assert_eq!(texts, ["a and b", "c"]);
+    /// ```
     pub fn compact(
         &mut self,
         compaction_id: &str,

@@ -106,6 +106,31 @@ pub enum ToolOutcome<T> {
 /// The body runs only if its `tool/call` is durable (or, nested, the outer
 /// call's checkpoint covers it). If the checkpoint fails, the error is
 /// returned and the body never runs.
+///
+/// ```
+/// # use std::sync::Arc;
+/// # use turnstone::session::*;
+/// # let dir = tempfile::tempdir().unwrap();
+/// # let store = Arc::new(turnstone::Store::open(dir.path()).unwrap());
+/// let mut s = Session::create(store, "s1", Arc::new(Registry::new())).unwrap();
+/// let outcome = run_tool(
+///     &mut s,
+///     ToolScope::model(),
+///     "call-1",
+///     "add",
+///     serde_json::json!({"a": 2, "b": 3}),
+///     &CancelToken::new(),
+///     |_call| Ok(()), // policy and guard checks: Err(reason) refuses
+///     |_session, _scope| ToolBody {
+///         // Runs only once the tool/call is durable.
+///         content: vec![ContentBlock::text("5")],
+///         is_error: false,
+///         value: 5,
+///     },
+/// )
+/// .unwrap();
+/// assert!(matches!(outcome, ToolOutcome::Ran { value: 5, .. }));
+/// ```
 #[allow(clippy::too_many_arguments)]
 pub fn run_tool<T>(
     session: &mut Session,

@@ -89,6 +89,27 @@ impl Host {
     /// step runs, return the same handle (no repair, nothing appended).
     /// Inactive: restore from the log and repair; the report says what was
     /// appended.
+    ///
+    /// ```
+    /// # use std::sync::Arc;
+    /// # use turnstone::session::*;
+    /// # let dir = tempfile::tempdir().unwrap();
+    /// # let store = Arc::new(turnstone::Store::open(dir.path()).unwrap());
+    /// let host = Host::new(store.clone(), Arc::new(Registry::new()));
+    /// {
+    ///     // A loop that stops mid-turn (a crash, as far as the log knows).
+    ///     let s = host.create("s1").unwrap();
+    ///     s.lock().append(TurnStart { turn_id: "t1".into() }, ()).unwrap();
+    ///     s.lock().flush().unwrap();
+    /// }
+    /// // Inactive now: loading repairs it (turn/end {interrupted}).
+    /// let (s, report) = host.load("s1").unwrap();
+    /// assert_eq!(report.unwrap().turns_interrupted, 1);
+    /// assert!(s.lock().open_state().is_idle());
+    /// // Active: the same handle, nothing appended.
+    /// let (_, report) = host.load("s1").unwrap();
+    /// assert!(report.is_none());
+    /// ```
     pub fn load(&self, id: &str) -> Result<(SharedSession, Option<RepairReport>)> {
         if let Some(shared) = self.live(id) {
             {

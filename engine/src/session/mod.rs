@@ -44,6 +44,9 @@ pub use host::{Host, SharedSession};
 pub use messages::{Message, Role};
 pub use parallel::run_tools_parallel;
 pub use projection::{Projection, ProjectionRegistry, RunState, RunStatus, TokenMeter, TokenState};
+#[cfg(feature = "search")]
+pub use query::SearchIndex;
+pub use query::{events, list_sessions, searchable_text, Hit, SessionSummary, SEARCH_FILE};
 pub use repair::{repair, validate_messages, MessageProblem, PluginRepair, RepairReport};
 pub use replay::{fork, replay, replay_range, turn_open, Forked, Replay};
 pub use surface::{Surface, SurfaceOp};

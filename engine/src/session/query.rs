@@ -285,6 +285,20 @@ impl SearchIndex {
     /// An event that fork children inherit is indexed once, under the session
     /// that wrote it; [`SearchIndex::search_session`] searches one session
     /// with its inherited prefix.
+    ///
+    /// ```
+    /// # use std::sync::Arc;
+    /// # use turnstone::session::*;
+    /// # let dir = tempfile::tempdir().unwrap();
+    /// # let store = Arc::new(turnstone::Store::open(dir.path()).unwrap());
+    /// let mut s = Session::create(store.clone(), "s1", Arc::new(Registry::new())).unwrap();
+    /// s.append(UserMessage { content: vec![ContentBlock::text("the disk is full")] }, SurfaceOp::Append).unwrap();
+    /// s.flush().unwrap(); // search indexes durable events only
+    /// let mut ix = SearchIndex::open(&store).unwrap();
+    /// ix.update(&store, &Registry::new()).unwrap();
+    /// let hits = ix.search("disk", 10).unwrap();
+    /// assert_eq!((hits[0].session.as_str(), hits[0].seq), ("s1", 0));
+    /// ```
     pub fn search(&self, query: &str, limit: usize) -> Result<Vec<Hit>> {
         self.run_search(query, limit, &[], None)
     }

@@ -49,6 +49,25 @@ pub trait PluginRepair {
 }
 
 /// Repair an inactive session. Appends only; idempotent.
+///
+/// ```
+/// # use std::sync::Arc;
+/// # use turnstone::session::*;
+/// # let dir = tempfile::tempdir().unwrap();
+/// # let store = Arc::new(turnstone::Store::open(dir.path()).unwrap());
+/// # let reg = Arc::new(Registry::new());
+/// {
+///     let mut s = Session::create(store.clone(), "s1", reg.clone()).unwrap();
+///     s.append(TurnStart { turn_id: "t1".into() }, ()).unwrap();
+///     s.append(ToolCall { call_id: "c1".into(), name: "ls".into(), input: serde_json::json!({}) }, ()).unwrap();
+///     s.flush().unwrap();
+/// } // the process "crashes" here: a durable call without a result
+/// let mut s = Session::open(store, "s1", reg).unwrap();
+/// let report = repair(&mut s, &[]).unwrap();
+/// assert_eq!(report.tools_outcome_unknown, ["c1"]);
+/// assert_eq!(report.turns_interrupted, 1);
+/// assert!(repair(&mut s, &[]).unwrap().is_noop()); // idempotent
+/// ```
 pub fn repair(session: &mut Session, plugins: &[&dyn PluginRepair]) -> Result<RepairReport> {
     let open = session.open_state().clone();
     let mut report = RepairReport {

@@ -40,6 +40,22 @@ pub struct Replay<'a> {
 /// sees its events once the writer's group commit has made them durable,
 /// and costs the writer no `fdatasync`. The writer's own [`crate::session::Session`]
 /// sees its appends at once.
+///
+/// ```
+/// # use std::sync::Arc;
+/// # use turnstone::session::*;
+/// # let dir = tempfile::tempdir().unwrap();
+/// # let store = Arc::new(turnstone::Store::open(dir.path()).unwrap());
+/// let mut s = Session::create(store.clone(), "s1", Arc::new(Registry::new())).unwrap();
+/// s.append(UserMessage { content: vec![ContentBlock::text("hi")] }, SurfaceOp::Append).unwrap();
+/// s.append(AssistantChunk { index: 0, text: "hel".into() }, ()).unwrap();
+/// s.flush().unwrap();
+/// let kinds: Vec<String> = replay(&store, "s1", Arc::new(Registry::new()), 0)
+///     .unwrap()
+///     .map(|ev| ev.unwrap().kind.name().to_string())
+///     .collect();
+/// assert_eq!(kinds, ["user/message", "assistant/chunk"]);
+/// ```
 pub fn replay<'a>(
     store: &'a Store,
     id: &str,
@@ -214,6 +230,26 @@ pub struct Forked {
 /// default boundary is the end of the last closed turn (the whole history
 /// if no turn is open). A boundary inside an unfinished turn is refused. The
 /// child id defaults to `<source>.fork-<random hex>`.
+///
+/// ```
+/// # use std::sync::Arc;
+/// # use turnstone::session::*;
+/// # let dir = tempfile::tempdir().unwrap();
+/// # let store = Arc::new(turnstone::Store::open(dir.path()).unwrap());
+/// # let reg = Arc::new(Registry::new());
+/// let mut s = Session::create(store.clone(), "s1", reg.clone()).unwrap();
+/// s.append(TurnStart { turn_id: "t1".into() }, ()).unwrap();
+/// s.append(UserMessage { content: vec![ContentBlock::text("hi")] }, SurfaceOp::Append).unwrap();
+/// s.append(TurnEnd { turn_id: "t1".into(), reason: TurnEndReason::Completed }, ()).unwrap();
+/// s.append(TurnStart { turn_id: "t2".into() }, ()).unwrap(); // still running
+/// // Default boundary: the end of the last closed turn.
+/// let f = fork(&store, "s1", None, Some("try-again")).unwrap();
+/// assert_eq!(f.upto, 3);
+/// // Inside the unfinished turn: refused.
+/// assert!(fork(&store, "s1", Some(4), None).is_err());
+/// let mut child = Session::open(store, &f.child, reg).unwrap();
+/// assert_eq!(child.derive_messages().len(), 1);
+/// ```
 pub fn fork(
     store: &Store,
     source: &str,
