@@ -47,6 +47,7 @@ pub struct OpenState {
 }
 
 impl OpenState {
+    /// Whether no turn and no step is open.
     pub fn is_idle(&self) -> bool {
         self.turn.is_none() && self.step.is_none()
     }
@@ -90,7 +91,9 @@ impl Drop for Session {
 /// One event of seed history (see [`Session::append_seed`]).
 #[derive(Debug, Clone, PartialEq)]
 pub struct SeedEvent {
+    /// The event kind.
     pub kind: EventKind,
+    /// The event data (the kind's schema).
     pub data: Value,
     /// Required for the three surface kinds, absent for all others.
     pub surface: Option<SurfaceOp>,
@@ -765,6 +768,7 @@ impl Session {
     pub fn len(&self) -> u64 {
         self.len
     }
+    /// Whether the session has no events.
     pub fn is_empty(&self) -> bool {
         self.len == 0
     }

@@ -41,12 +41,15 @@ impl Session {
 pub struct CancelToken(Arc<AtomicBool>);
 
 impl CancelToken {
+    /// A token not cancelled yet.
     pub fn new() -> Self {
         Self::default()
     }
+    /// Cancel: a tool not dispatched yet will not run.
     pub fn cancel(&self) {
         self.0.store(true, Ordering::SeqCst);
     }
+    /// Whether [`CancelToken::cancel`] was called.
     pub fn is_cancelled(&self) -> bool {
         self.0.load(Ordering::SeqCst)
     }
@@ -75,8 +78,11 @@ impl ToolScope {
 /// What a tool body returns: the result content, whether it is an error, and
 /// a value for the caller.
 pub struct ToolBody<T> {
+    /// The result content (the `tool/result` blocks).
     pub content: Vec<ContentBlock>,
+    /// Whether the result is an error.
     pub is_error: bool,
+    /// A value handed back to the caller (not logged).
     pub value: T,
 }
 
@@ -84,9 +90,17 @@ pub struct ToolBody<T> {
 #[derive(Debug, PartialEq, Eq)]
 pub enum ToolOutcome<T> {
     /// The body ran; its result is logged at this seq.
-    Ran { value: T, result_seq: u64 },
+    Ran {
+        /// The body's value.
+        value: T,
+        /// Seq of the `tool/result`.
+        result_seq: u64,
+    },
     /// The guard refused; a refusal result is logged, the body never ran.
-    Refused { reason: String },
+    Refused {
+        /// The guard's reason (also in the logged result).
+        reason: String,
+    },
     /// Cancelled while persisting: `ABORTED_BEFORE_DISPATCH` is logged, the
     /// body never ran.
     AbortedBeforeDispatch,
@@ -94,8 +108,11 @@ pub enum ToolOutcome<T> {
     /// than the payload limit): an error result saying why is logged at
     /// `result_seq` instead, so the call is closed and the model is told.
     ResultNotRecorded {
+        /// The body's value.
         value: T,
+        /// Seq of the error result logged instead.
         result_seq: u64,
+        /// Why the result was not recorded.
         reason: String,
     },
 }

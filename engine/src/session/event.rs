@@ -26,9 +26,10 @@ macro_rules! core_kinds {
     ($($variant:ident = $code:literal => $name:literal),* $(,)?) => {
         /// The session core's event kinds, with their frame kind codes.
         #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-        pub enum CoreKind { $($variant),* }
+        pub enum CoreKind { $(#[doc = concat!("`", $name, "`")] $variant),* }
 
         impl CoreKind {
+            /// Every core kind, in code order.
             pub const ALL: &'static [CoreKind] = &[$(CoreKind::$variant),*];
             /// The kind's name as stored and shown (`"tool/result"`).
             pub const fn name(self) -> &'static str {
@@ -38,9 +39,11 @@ macro_rules! core_kinds {
             pub const fn code(self) -> u16 {
                 match self { $(CoreKind::$variant => $code),* }
             }
+            /// The kind with this frame kind code.
             pub fn from_code(code: u16) -> Option<CoreKind> {
                 match code { $($code => Some(CoreKind::$variant),)* _ => None }
             }
+            /// The kind with this name.
             pub fn from_name(name: &str) -> Option<CoreKind> {
                 match name { $($name => Some(CoreKind::$variant),)* _ => None }
             }
@@ -85,9 +88,13 @@ pub use crate::session::content::{ContentBlock, Usage};
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "kind", rename_all = "snake_case")]
 pub enum TurnEndReason {
+    /// The turn finished normally.
     Completed,
+    /// The loop cancelled the turn.
     Cancelled,
+    /// The turn failed.
     Error {
+        /// What went wrong.
         message: String,
     },
     /// Written only by repair after a crash; a live append of it is refused.
@@ -98,10 +105,15 @@ pub enum TurnEndReason {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "kind", rename_all = "snake_case")]
 pub enum StepEndReason {
+    /// The step finished with a final answer.
     Completed,
+    /// The step ended to run tools.
     ToolUse,
+    /// The loop cancelled the step.
     Cancelled,
+    /// The step failed.
     Error {
+        /// What went wrong.
         message: String,
     },
     /// Written only by repair.
@@ -125,45 +137,59 @@ pub enum ToolStatus {
 /// `turn/start`
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct TurnStart {
+    /// Id of the turn.
     pub turn_id: String,
 }
 /// `turn/end`
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct TurnEnd {
+    /// Id of the turn.
     pub turn_id: String,
+    /// Why it ended.
     pub reason: TurnEndReason,
 }
 /// `step/start`
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct StepStart {
+    /// Id of the turn.
     pub turn_id: String,
+    /// Id of the step within the turn.
     pub step_id: String,
 }
 /// `step/end`
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct StepEnd {
+    /// Id of the turn.
     pub turn_id: String,
+    /// Id of the step.
     pub step_id: String,
+    /// Why it ended.
     pub reason: StepEndReason,
 }
 /// `user/message` (surface)
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct UserMessage {
+    /// The message content, as the provider shapes it.
     pub content: Vec<ContentBlock>,
 }
 /// `assistant/chunk`: a streamed delta; kept for replay and usage, never sent
 /// to the model.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct AssistantChunk {
+    /// Position of the delta in the stream.
     pub index: u32,
+    /// The delta's text.
     pub text: String,
 }
 /// `assistant/message` (surface); skipped by derive_messages when empty.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct AssistantMessage {
+    /// The message content, as the provider sent it.
     pub content: Vec<ContentBlock>,
+    /// Token usage of the response, when reported.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub usage: Option<Usage>,
+    /// Why the model stopped, as the provider says it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub stop_reason: Option<String>,
     /// Every other field of the response worth keeping (its id, model,
@@ -174,15 +200,21 @@ pub struct AssistantMessage {
 /// `tool/call`: recorded before the tool body may run.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ToolCall {
+    /// The tool use id this call answers.
     pub call_id: String,
+    /// The tool name.
     pub name: String,
+    /// The tool input.
     pub input: Value,
 }
 /// `tool/result` (surface)
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ToolResult {
+    /// The tool use id this result answers.
     pub call_id: String,
+    /// The result content.
     pub content: Vec<ContentBlock>,
+    /// Whether the tool failed.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub is_error: bool,
     /// Set on synthetic results written by repair.
@@ -193,14 +225,19 @@ pub struct ToolResult {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum HeaderReason {
+    /// The session's first request.
     Initial,
+    /// The first request of a new agent loop over an existing session, nothing changed.
     Resume,
+    /// Config, system prompt or tools changed.
     Change,
 }
 /// A tool's schema as sent to the model.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ToolSchema {
+    /// The tool name.
     pub name: String,
+    /// What the tool does, for the model.
     #[serde(default)]
     pub description: String,
     /// JSON schema of the input (absent for provider-run tools such as a
@@ -234,7 +271,9 @@ impl ToolSchema {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(untagged)]
 pub enum SystemPrompt {
+    /// A plain string.
     Text(String),
+    /// Content blocks.
     Blocks(Vec<ContentBlock>),
 }
 
@@ -266,36 +305,47 @@ impl From<String> for SystemPrompt {
 /// reasoning effort, max tokens, …) by name.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct CallConfig {
+    /// Provider name (`anthropic`, `openai`, ...).
     pub provider: String,
+    /// Model name.
     pub model: String,
+    /// Every other request parameter, by name.
     #[serde(default)]
     pub params: BTreeMap<String, Value>,
 }
 /// The full epoch header of a request.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct EpochHeader {
+    /// Call configuration.
     pub config: CallConfig,
     /// Names of `config.params` whose values came from the adapter's defaults
     /// (dropped and re-derived before the next request).
     #[serde(default)]
     pub adapter_defaults: Vec<String>,
+    /// The system prompt, if any.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub system: Option<SystemPrompt>,
+    /// Tool schemas offered to the model.
     #[serde(default)]
     pub tools: Vec<ToolSchema>,
 }
 /// `request/header`
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct RequestHeader {
+    /// Why this header was written.
     pub reason: HeaderReason,
+    /// The full header.
     pub header: EpochHeader,
 }
 /// `request/context`: capacity of the current route; no part of header change
 /// detection or restore.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct RequestContext {
+    /// Provider of the current route.
     pub provider: String,
+    /// Model of the current route.
     pub model: String,
+    /// Its context window, in tokens.
     pub context_window: u64,
 }
 /// `session/end-seed`: separates seed history from the live run.
@@ -304,24 +354,30 @@ pub struct SessionEndSeed {}
 /// `compaction/start`
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct CompactionStart {
+    /// Id shared by the events of one compaction.
     pub compaction_id: String,
 }
 /// `compaction/summary`
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct CompactionSummary {
+    /// Id shared by the events of one compaction.
     pub compaction_id: String,
+    /// The summary text.
     pub text: String,
 }
 /// `compaction/end`
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct CompactionEnd {
+    /// Id shared by the events of one compaction.
     pub compaction_id: String,
 }
 /// `compaction/prune`: surface nodes (by seq) that the next `tool/result`
 /// replaces, and the tokens that saves.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct CompactionPrune {
+    /// Seqs of the surface nodes replaced.
     pub replaced_seqs: Vec<u64>,
+    /// Tokens the replacement saves (as the pruner estimates).
     pub tokens_saved: u64,
 }
 
@@ -444,12 +500,15 @@ pub(crate) fn core_flags(kind: CoreKind) -> u16 {
 /// Typed data of a core kind. `Intent` is [`SurfaceOp`] for the three surface
 /// kinds and `()` for all others: the compile-time rule of `append`.
 pub trait EventData: Serialize + serde::de::DeserializeOwned + Clone {
+    /// The core kind of this data.
     const KIND: CoreKind;
+    /// `SurfaceOp` for surface kinds, `()` for the others.
     type Intent: Intent;
 }
 
 /// What `append` takes besides the data: a surface op or nothing.
 pub trait Intent: sealed::Sealed + Copy {
+    /// The surface op, if any.
     fn surface_op(self) -> Option<SurfaceOp>;
 }
 impl Intent for () {
@@ -500,11 +559,14 @@ event_data! {
 /// The kind of a stored event: core or plugin (by name).
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub enum EventKind {
+    /// A core kind.
     Core(CoreKind),
+    /// A plugin kind, by name.
     Plugin(String),
 }
 
 impl EventKind {
+    /// The kind's name as stored and shown.
     pub fn name(&self) -> &str {
         match self {
             EventKind::Core(k) => k.name(),
@@ -528,6 +590,7 @@ pub struct Envelope {
     /// (informational: never part of what the model sees).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ts: Option<u64>,
+    /// The kind's data.
     pub data: Value,
 }
 
@@ -542,12 +605,17 @@ pub fn now_ms() -> u64 {
 /// A decoded session event.
 #[derive(Debug, Clone, PartialEq)]
 pub struct SessionEvent {
+    /// Seq in the session.
     pub seq: u64,
+    /// The kind.
     pub kind: EventKind,
+    /// Whether the frame carries the `IGNORABLE` flag.
     pub ignorable: bool,
+    /// The surface op (surface kinds only).
     pub surface: Option<SurfaceOp>,
     /// Append time in ms since the epoch, when recorded.
     pub ts: Option<u64>,
+    /// The data, as stored.
     pub data: Value,
 }
 
@@ -793,16 +861,25 @@ pub enum CustomEventError {
     #[error(
         "event at seq {seq} is {kind:?} version {found}; this type reads up to version {supported}"
     )]
+    /// The stored event is of a newer version than the type reads.
     NewerVersion {
+        /// Seq of the event.
         seq: u64,
+        /// Kind name.
         kind: String,
+        /// Version stored.
         found: u64,
+        /// Newest version the type reads.
         supported: u32,
     },
+    /// The data does not deserialize into the type.
     #[error("event at seq {seq} ({kind:?}) does not decode: {detail}")]
     Decode {
+        /// Seq of the event.
         seq: u64,
+        /// Kind name.
         kind: String,
+        /// What serde said.
         detail: String,
     },
 }
@@ -878,6 +955,7 @@ pub struct Registry {
 }
 
 impl Registry {
+    /// An empty registry (core kinds only).
     pub fn new() -> Self {
         Self::default()
     }
@@ -896,6 +974,7 @@ impl Registry {
     pub fn register_custom<E: CustomEvent>(&mut self) -> Result<(), String> {
         self.register(E::KIND, E::IGNORABLE)
     }
+    /// Whether a plugin kind is registered.
     pub fn knows(&self, name: &str) -> bool {
         self.kinds.contains_key(name)
     }

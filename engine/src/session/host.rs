@@ -29,6 +29,7 @@ pub struct Host {
 }
 
 impl Host {
+    /// A host of the sessions of `store`, decoding with `registry`.
     pub fn new(store: Arc<Store>, registry: Arc<Registry>) -> Host {
         Host {
             store,
@@ -43,6 +44,7 @@ impl Host {
         self.plugins.push(p);
     }
 
+    /// The store.
     pub fn store(&self) -> &Arc<Store> {
         &self.store
     }

@@ -4,6 +4,7 @@
 //! A [`Session`] is one session's event log in the [`crate::Store`]. Every
 //! view (surface, messages, header, open turn/step/tool state) is a fold over
 //! that log, computed the same way live and on restore.
+#![warn(missing_docs)]
 
 pub mod adapter;
 pub mod catalog;

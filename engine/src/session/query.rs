@@ -25,11 +25,14 @@ pub use crate::session::catalog::{Catalog, CatalogEntry, Cursor, ListPage, ListQ
 /// One row of [`list_sessions`].
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct SessionSummary {
+    /// The session id.
     pub id: String,
+    /// Durable events, inherited ones included.
     pub events: u64,
     /// Append time of the first and last event (ms since the epoch), when
     /// recorded.
     pub created_ms: Option<u64>,
+    /// See `created_ms`.
     pub updated_ms: Option<u64>,
     /// A turn is open (started, not ended).
     pub open_turn: bool,
@@ -136,8 +139,11 @@ pub fn searchable_text(ev: &SessionEvent) -> Option<String> {
 /// One search hit.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Hit {
+    /// The session the hit is reported under.
     pub session: String,
+    /// Seq of the event.
     pub seq: u64,
+    /// The matching text, with the match in brackets.
     pub snippet: String,
 }
 

@@ -221,6 +221,7 @@ pub(crate) fn turn_open_before(store: &Store, id: &str, limit: u64) -> Result<bo
 /// What [`fork`] created.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Forked {
+    /// The child's id.
     pub child: String,
     /// The child holds the source's events `0..upto`.
     pub upto: u64,
