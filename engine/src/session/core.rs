@@ -88,9 +88,12 @@ impl Drop for Session {
     }
 }
 
-/// One event of seed history (see [`Session::append_seed`]).
+/// One event of prior history a session is created with (see
+/// [`Session::create_with_history`]): events that happened elsewhere (an
+/// import, a conversation started by another harness) and that the session
+/// starts from. The reference design calls this *seed* history.
 #[derive(Debug, Clone, PartialEq)]
-pub struct SeedEvent {
+pub struct HistoryEvent {
     /// The event kind.
     pub kind: EventKind,
     /// The event data (the kind's schema).
@@ -98,6 +101,10 @@ pub struct SeedEvent {
     /// Required for the three surface kinds, absent for all others.
     pub surface: Option<SurfaceOp>,
 }
+
+/// Old name of [`HistoryEvent`].
+#[deprecated(since = "0.1.0", note = "renamed `HistoryEvent`")]
+pub type SeedEvent = HistoryEvent;
 
 impl std::fmt::Debug for Session {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -743,21 +750,35 @@ impl Session {
         Ok(())
     }
 
-    /// Create a session from existing history: the session, the seed events
-    /// and `session/end-seed` in one atomic batch (all or nothing).
-    pub fn create_seeded(
+    /// Create a session from prior history: the session, the history
+    /// events and the `session/end-seed` marker in one atomic batch (all or
+    /// nothing). Events before the marker are [`Session::is_history`]: plugins
+    /// can tell open state inherited from that history from open state of
+    /// the current run.
+    pub fn create_with_history(
         store: Arc<Store>,
         id: &str,
         registry: Arc<Registry>,
-        seed: &[SeedEvent],
+        history: &[HistoryEvent],
     ) -> Result<Session> {
         if store.session_len(id).is_some() {
             return Err(Error::SessionExists(id.to_string()));
         }
         let mut s = Self::empty(store, id, registry);
         s.claim()?;
-        s.append_seed(seed)?;
+        s.append_history(history)?;
         Ok(s)
+    }
+
+    /// Old name of [`Session::create_with_history`].
+    #[deprecated(since = "0.1.0", note = "renamed `create_with_history`")]
+    pub fn create_seeded(
+        store: Arc<Store>,
+        id: &str,
+        registry: Arc<Registry>,
+        seed: &[HistoryEvent],
+    ) -> Result<Session> {
+        Self::create_with_history(store, id, registry, seed)
     }
 
     /// The session id.
@@ -776,7 +797,10 @@ impl Session {
     pub fn store(&self) -> &Arc<Store> {
         &self.store
     }
-    /// The current surface.
+    /// The current surface: the logged events the model sees, in order (a
+    /// replace swaps nodes; replaced events stay in the log). The messages
+    /// are derived from it ([`Session::derive_messages`]).
+    #[doc(alias = "context")]
     pub fn surface(&self) -> &Surface {
         &self.surface
     }
@@ -792,15 +816,25 @@ impl Session {
     pub fn context(&self) -> Option<&RequestContext> {
         self.context.as_ref()
     }
-    /// Seq of `session/end-seed`, if the session was constructed from seed
-    /// history.
-    pub fn seed_end(&self) -> Option<u64> {
+    /// Seq of the `session/end-seed` marker, if the session was created
+    /// with prior history ([`Session::create_with_history`]).
+    pub fn history_end(&self) -> Option<u64> {
         self.seed_end
     }
-    /// Whether event `seq` belongs to the seed history (before
-    /// `session/end-seed`) rather than the live run.
-    pub fn is_seed(&self, seq: u64) -> bool {
+    /// Whether event `seq` belongs to the prior history (before the
+    /// `session/end-seed` marker) rather than the current run.
+    pub fn is_history(&self, seq: u64) -> bool {
         self.seed_end.is_some_and(|s| seq < s)
+    }
+    /// Old name of [`Session::history_end`].
+    #[deprecated(since = "0.1.0", note = "renamed `history_end`")]
+    pub fn seed_end(&self) -> Option<u64> {
+        self.history_end()
+    }
+    /// Old name of [`Session::is_history`].
+    #[deprecated(since = "0.1.0", note = "renamed `is_history`")]
+    pub fn is_seed(&self, seq: u64) -> bool {
+        self.is_history(seq)
     }
     /// Where this handle's last append ended.
     pub fn last_end(&self) -> LogPos {
@@ -835,7 +869,12 @@ impl Session {
             .collect()
     }
 
-    /// Wait until every event this handle appended is durable.
+    /// Wait until every event this handle appended is durable (one
+    /// `fdatasync` serves every appender waiting at once). This is the
+    /// checkpoint of SESSIONS.md: call it before a model request is
+    /// dispatched, before a model-initiated tool body runs ([`crate::session::run_tool`]
+    /// does), and before the next pre-step; on error, do not go on.
+    #[doc(alias = "checkpoint")]
     pub fn flush(&self) -> Result<()> {
         if self.last_end == LogPos(0) {
             return Ok(());
@@ -1073,9 +1112,15 @@ impl Session {
         self.append_encoded(items)
     }
 
-    /// Append seed history and then `session/end-seed`, atomically. Events
-    /// before the marker are [`Session::is_seed`].
-    pub fn append_seed(&mut self, seed: &[SeedEvent]) -> Result<u64> {
+    /// Old name of [`Session::append_history`].
+    #[deprecated(since = "0.1.0", note = "renamed `append_history`")]
+    pub fn append_seed(&mut self, seed: &[HistoryEvent]) -> Result<u64> {
+        self.append_history(seed)
+    }
+
+    /// Append prior history and then the `session/end-seed` marker,
+    /// atomically. Events before the marker are [`Session::is_history`].
+    pub fn append_history(&mut self, seed: &[HistoryEvent]) -> Result<u64> {
         let mut items = Vec::with_capacity(seed.len() + 1);
         for e in seed {
             let (code, flags, payload) = match &e.kind {

@@ -17,7 +17,8 @@ use crate::session::core::Session;
 use crate::session::event::{ContentBlock, ToolCall, ToolResult, ToolStatus};
 use crate::session::surface::SurfaceOp;
 
-/// The three places where the log must be durable before going on.
+/// The three places where the log must be durable before going on (a name
+/// for each; the wait itself is [`Session::flush`] at every one of them).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum CheckpointPoint {
     /// Before a model request is dispatched.
@@ -29,8 +30,15 @@ pub enum CheckpointPoint {
 }
 
 impl Session {
-    /// Wait until every event this handle appended is durable. On error the
-    /// caller must not dispatch the request or run the tool.
+    /// Old name of [`Session::flush`], which is what a checkpoint is: wait
+    /// until every event this handle appended is durable (one `fdatasync`
+    /// shared with every other appender). The point was never used: every
+    /// checkpoint waits for the same thing. On error the caller must not
+    /// dispatch the request or run the tool.
+    #[deprecated(
+        since = "0.1.0",
+        note = "call `flush()` at each checkpoint: it waits until this handle's appends are durable; the point argument was ignored"
+    )]
     pub fn checkpoint(&self, _point: CheckpointPoint) -> Result<()> {
         self.flush()
     }
@@ -178,7 +186,8 @@ pub fn run_tool<T>(
         return Ok(ToolOutcome::Refused { reason });
     }
     if scope.depth == 0 {
-        session.checkpoint(CheckpointPoint::BeforeToolBody)?;
+        // The checkpoint before a model-initiated tool body.
+        session.flush()?;
     }
     if cancel.is_cancelled() {
         session.append(

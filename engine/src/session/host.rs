@@ -12,7 +12,7 @@ use std::sync::{Arc, Weak};
 use parking_lot::Mutex;
 
 use crate::error::{Error, Result};
-use crate::session::core::{SeedEvent, Session};
+use crate::session::core::{HistoryEvent, Session};
 use crate::session::event::Registry;
 use crate::session::repair::{repair, PluginRepair, RepairReport};
 use crate::store::Store;
@@ -80,11 +80,19 @@ impl Host {
         Ok(self.register(s))
     }
 
-    /// Create a session from existing history: the seed events, then
-    /// `session/end-seed`, in one atomic batch.
-    pub fn create_seeded(&self, id: &str, seed: &[SeedEvent]) -> Result<SharedSession> {
-        let s = Session::create_seeded(self.store.clone(), id, self.registry.clone(), seed)?;
+    /// Create a session from prior history: the history events, then the
+    /// `session/end-seed` marker, in one atomic batch (see
+    /// [`Session::create_with_history`]).
+    pub fn create_with_history(&self, id: &str, history: &[HistoryEvent]) -> Result<SharedSession> {
+        let s =
+            Session::create_with_history(self.store.clone(), id, self.registry.clone(), history)?;
         Ok(self.register(s))
+    }
+
+    /// Old name of [`Host::create_with_history`].
+    #[deprecated(since = "0.1.0", note = "renamed `create_with_history`")]
+    pub fn create_seeded(&self, id: &str, seed: &[HistoryEvent]) -> Result<SharedSession> {
+        self.create_with_history(id, seed)
     }
 
     /// Load a session. Active: wait for durability, refuse while a turn or

@@ -25,7 +25,9 @@ pub mod replay;
 pub mod snapshot;
 pub mod surface;
 
-pub use self::core::{OpenState, SeedEvent, Session};
+#[allow(deprecated)]
+pub use self::core::SeedEvent;
+pub use self::core::{HistoryEvent, OpenState, Session};
 pub use adapter::Provider;
 pub use catalog::{Catalog, CatalogEntry, Cursor, ListPage, ListQuery};
 pub use content::{ChatFunction, ContentBlock, Extra, MediaSource, ToolResultContent, Usage};
