@@ -184,6 +184,9 @@ fn delete_hides_the_session_and_keeps_its_fork() {
     let (code, _, err) = run(&["delete", d, "--session", "s1"]);
     assert_eq!(code, 2);
     assert!(err.contains("not found"), "{err}");
+    let (code, _, err) = run(&["export", d, "--session", "s1"]);
+    assert_eq!(code, 2);
+    assert!(err.contains("deleted"), "{err}");
     // The fork keeps what it inherits.
     let (code, out, err) = run(&["messages", d, "--session", "s1-child", "--json"]);
     assert_eq!(code, 0, "{err}");

@@ -62,19 +62,23 @@ pub fn list_sessions(store: &Store, registry: &Registry) -> Result<Vec<SessionSu
             continue;
         };
         let end = meta.durable_len;
-        if end > 0 && store.read(&info.name, end - 1)?.kind == CoreKind::SessionDelete.code() {
-            continue; // deleted: not listed
-        }
+        // One read of the last event: the tombstone check and its time.
+        let updated_ms = if end == 0 {
+            None
+        } else {
+            let e = store.read(&info.name, end - 1)?;
+            if e.kind == CoreKind::SessionDelete.code() {
+                continue; // deleted: not listed
+            }
+            crate::session::event::decode(e.seq.0, e.kind, e.flags, &e.payload, registry)
+                .ok()
+                .and_then(|ev| ev.ts)
+        };
         let first_own = info.parent.as_ref().map_or(0, |(_, n)| *n);
         let created_ms = if end > first_own {
             ts_of(store, registry, &info.name, first_own)?
         } else {
             None
-        };
-        let updated_ms = if end == 0 {
-            None
-        } else {
-            ts_of(store, registry, &info.name, end - 1)?
         };
         out.push(SessionSummary {
             id: info.name.clone(),
