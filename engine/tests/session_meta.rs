@@ -257,6 +257,20 @@ fn fork_of_a_deleted_parent_still_loads_and_replays() {
             .map(|s| s.id)
             .collect();
         assert_eq!(listed, ["c"]);
+        let catalog = Catalog::build(store).unwrap();
+        assert!(catalog.get(store, "p").is_none());
+        let c = catalog.get(store, "c").unwrap();
+        assert_eq!(c.metadata.title.as_deref(), Some("parent title"));
+        assert_eq!(c.parent, Some(("p".to_string(), 4)));
+        let page = catalog.list(&ListQuery {
+            parent: Some("p".into()),
+            ..Default::default()
+        });
+        assert_eq!(
+            page.sessions.len(),
+            1,
+            "a deleted parent's children are listed"
+        );
     };
     check(&store, &ix);
     drop(ix);
