@@ -83,7 +83,7 @@ fn turn(
             // What the harness sends is what the log rebuilds.
             let body = s.request_body(Provider::Anthropic);
             s.check_request_body(Provider::Anthropic, &body)?;
-            s.checkpoint(CheckpointPoint::BeforeModelRequest)?;
+            s.flush()?;
             let response = model(turn_id, step);
             for (i, chunk) in ["There are ", "3 files."].iter().enumerate() {
                 s.append(
@@ -148,7 +148,7 @@ fn turn(
             },
             (),
         )?;
-        s.checkpoint(CheckpointPoint::BeforePreStep)?;
+        s.flush()?;
     }
     Ok(true)
 }

@@ -70,6 +70,10 @@ pub enum Error {
     /// No session with that id.
     #[error("unknown session {0:?}")]
     UnknownSession(String),
+    /// The session was deleted (a durable `session/delete` tombstone): it is
+    /// not found, as an unknown session is not.
+    #[error("session {session:?} not found: it was deleted (tombstone at seq {seq})")]
+    SessionDeleted { session: String, seq: u64 },
     /// A session with that id already exists.
     #[error("session {0:?} already exists")]
     SessionExists(String),
@@ -126,6 +130,14 @@ pub enum Error {
 }
 
 impl Error {
+    /// Whether this is "no such session": unknown, or deleted.
+    pub fn is_not_found(&self) -> bool {
+        matches!(
+            self,
+            Error::UnknownSession(_) | Error::SessionDeleted { .. }
+        )
+    }
+
     pub(crate) fn io(op: &'static str, path: impl Into<PathBuf>, source: io::Error) -> Self {
         Error::Io {
             op,

@@ -349,6 +349,46 @@ impl Store {
             .collect()
     }
 
+    /// The sessions with a frame (their `session-define` or an own event) at
+    /// or after log position `since`, in creation order, as
+    /// `(name, meta)`: what a derived index must look at again after it has
+    /// folded everything durable before `since`. One pass over the index's
+    /// integers; names are cloned only for the sessions returned. Also
+    /// returns the durable position the `durable_len`s are counted against:
+    /// the `since` of the next call (a session with frames past it is
+    /// returned again then).
+    pub fn sessions_touched_since(&self, since: LogPos) -> (LogPos, Vec<(String, SessionMeta)>) {
+        let durable = self.shared.commit.durable();
+        let ix = self.shared.index.read();
+        let read_only = self.shared.opts.read_only;
+        let touched = ix
+            .sessions
+            .iter()
+            .enumerate()
+            .filter(|(_, e)| {
+                e.define_pos >= since || e.positions.last().is_some_and(|p| *p >= since.0)
+            })
+            .map(|(i, e)| {
+                let id = SessionId(i as u32);
+                let meta = SessionMeta {
+                    id,
+                    len: e.len(),
+                    durable_len: if read_only {
+                        e.len()
+                    } else {
+                        ix.len_before(id, durable)
+                    },
+                    define_pos: e.define_pos,
+                    parent: e
+                        .parent
+                        .map(|(p, n)| (ix.sessions[p.0 as usize].name.to_string(), n)),
+                };
+                (e.name.to_string(), meta)
+            })
+            .collect();
+        (durable, touched)
+    }
+
     /// Read one event.
     pub fn read(&self, session: &str, seq: u64) -> Result<Event> {
         let mut v = self.read_range(session, seq..seq + 1)?;

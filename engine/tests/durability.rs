@@ -44,7 +44,8 @@ struct Observed {
 /// Stops at the first error (a power cut).
 fn script(s: &mut Session, obs: &Mutex<Observed>) -> turnstone::Result<()> {
     let ack = |s: &Session, obs: &Mutex<Observed>, p| -> turnstone::Result<()> {
-        s.checkpoint(p)?;
+        let _ = p; // every checkpoint waits for the same thing
+        s.flush()?;
         obs.lock().acked_len = s.len();
         Ok(())
     };
@@ -458,7 +459,7 @@ fn failed_checkpoint_means_the_tool_never_runs_and_poison_recovers_on_reopen() {
     let store = Arc::new(Store::open_with(dir, sim_opts(&sim)).unwrap());
     let mut s = Session::create(store.clone(), "s", reg()).unwrap();
     s.append(user("hi"), SurfaceOp::Append).unwrap();
-    s.checkpoint(CheckpointPoint::BeforeModelRequest).unwrap();
+    s.flush().unwrap();
     let acked = s.len();
     // The next fdatasync fails: the store is poisoned.
     sim.set_faults(FaultPlan {
@@ -542,10 +543,7 @@ fn fsync_failure_poisons_and_session_reports_it() {
         s.append(user("c"), SurfaceOp::Append),
         Err(Error::Poisoned { .. })
     ));
-    assert!(matches!(
-        s.checkpoint(CheckpointPoint::BeforeModelRequest),
-        Err(Error::Poisoned { .. })
-    ));
+    assert!(matches!(s.flush(), Err(Error::Poisoned { .. })));
 }
 
 #[test]
@@ -671,39 +669,64 @@ fn seed_history_is_marked_and_survives_reopen() {
     let store = Arc::new(Store::open(dir.path()).unwrap());
     let host = Host::new(store.clone(), reg());
     let seed = vec![
-        SeedEvent {
+        HistoryEvent {
             kind: EventKind::Core(CoreKind::UserMessage),
             data: json!({"content": [{"type": "text", "text": "old"}]}),
             surface: Some(SurfaceOp::Append),
         },
-        SeedEvent {
+        HistoryEvent {
             kind: EventKind::Core(CoreKind::TurnStart),
             data: json!({"turn_id": "old"}),
             surface: None,
         },
     ];
-    let shared = host.create_seeded("s", &seed).unwrap();
+    let shared = host.create_with_history("s", &seed).unwrap();
     {
         let mut s = shared.lock();
-        assert_eq!(s.seed_end(), Some(2));
+        assert_eq!(s.history_end(), Some(2));
         s.append(user("new"), SurfaceOp::Append).unwrap();
-        assert!(s.is_seed(0) && s.is_seed(1) && !s.is_seed(2) && !s.is_seed(3));
+        assert!(s.is_history(0) && s.is_history(1) && !s.is_history(2) && !s.is_history(3));
         s.flush().unwrap();
     }
     drop(shared);
     let (shared, _) = Host::new(store.clone(), reg()).load("s").unwrap();
-    assert_eq!(shared.lock().seed_end(), Some(2));
+    assert_eq!(shared.lock().history_end(), Some(2));
     // A bad seed event is refused and nothing is written.
-    let bad = vec![SeedEvent {
+    let bad = vec![HistoryEvent {
         kind: EventKind::Core(CoreKind::UserMessage),
         data: json!({"content": []}),
         surface: None,
     }];
-    let r = host.create_seeded("t", &bad);
+    let r = host.create_with_history("t", &bad);
     assert!(r.is_err());
     assert_eq!(
         store.session_len("t"),
         None,
         "a refused seed creates nothing"
     );
+}
+
+/// The old names (`checkpoint`, `create_seeded`, `SeedEvent`, `seed_end`,
+/// `is_seed`, `append_seed`) still work for one release, as deprecated
+/// aliases of `flush`, `create_with_history`, `HistoryEvent`, `history_end`,
+/// `is_history` and `append_history`.
+#[test]
+#[allow(deprecated)]
+fn deprecated_names_still_work() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Arc::new(Store::open(dir.path()).unwrap());
+    let seed = vec![SeedEvent {
+        kind: EventKind::Core(CoreKind::UserMessage),
+        data: json!({"content": [{"type": "text", "text": "old"}]}),
+        surface: Some(SurfaceOp::Append),
+    }];
+    let host = Host::new(store.clone(), reg());
+    let shared = host.create_seeded("h", &seed).unwrap();
+    assert_eq!(shared.lock().seed_end(), Some(1));
+    let s = Session::create_seeded(store.clone(), "s", reg(), &seed).unwrap();
+    assert!(s.is_seed(0) && !s.is_seed(1));
+    s.checkpoint(CheckpointPoint::BeforeModelRequest).unwrap();
+    let mut t = Session::create(store, "t", reg()).unwrap();
+    assert_eq!(t.append_seed(&seed).unwrap(), 1);
+    assert_eq!(t.history_end(), Some(1));
 }

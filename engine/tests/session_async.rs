@@ -34,9 +34,7 @@ async fn flush_async_makes_appends_durable() {
     s.flush_async().await.unwrap();
     assert_eq!(store.session_meta("s").unwrap().durable_len, n);
     s.append(user("again"), SurfaceOp::Append).unwrap();
-    s.checkpoint_async(CheckpointPoint::BeforeModelRequest)
-        .await
-        .unwrap();
+    s.flush_async().await.unwrap();
     assert_eq!(store.session_meta("s").unwrap().durable_len, n + 1);
 }
 
@@ -187,5 +185,28 @@ async fn open_repair_and_replay_on_the_blocking_pool() {
     assert!(matches!(
         ts::open(store, "nope", reg()).await,
         Err(turnstone::Error::UnknownSession(_))
+    ));
+}
+
+#[test]
+fn a_subscription_ends_with_the_sessions_tombstone() {
+    let dir = tempfile::tempdir().unwrap();
+    let (store, mut s) = new_session(dir.path(), "gone");
+    s.append(user("one"), SurfaceOp::Append).unwrap();
+    s.flush().unwrap();
+    let sub = subscribe(&store, "gone", reg(), 0).unwrap();
+    let follower = std::thread::spawn(move || {
+        sub.map(|e| e.unwrap().kind.name().to_string())
+            .collect::<Vec<_>>()
+    });
+    s.delete().unwrap();
+    assert_eq!(
+        follower.join().unwrap(),
+        vec!["user/message".to_string(), "session/delete".to_string()],
+        "the follower sees the tombstone, then ends"
+    );
+    assert!(matches!(
+        subscribe(&store, "gone", reg(), 0),
+        Err(turnstone::Error::SessionDeleted { .. })
     ));
 }

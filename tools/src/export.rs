@@ -109,6 +109,8 @@ pub fn run(args: &ExportArgs) -> Result<ExitCode, Failure> {
             args.session
         )));
     };
+    // A deleted session is not found (dump still shows its frames).
+    turnstone::session::delete::check_not_deleted(&store, &args.session)?;
     let out = io::stdout();
     let mut out = BufWriter::new(out.lock());
     const CHUNK: u64 = 4096;

@@ -36,10 +36,10 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use serde_json::{json, Value};
 use turnstone::session::{
-    run_tool, AssistantChunk, AssistantMessage, CancelToken, CheckpointPoint, ContentBlock, Host,
-    Registry, RepairReport, RequestContext, RequestSpec, Session, SharedSession, StepEnd,
-    StepEndReason, StepStart, ToolBody, ToolResult, ToolSchema, ToolScope, TurnEnd, TurnEndReason,
-    TurnStart, Usage, UserMessage,
+    run_tool, AssistantChunk, AssistantMessage, CancelToken, ContentBlock, Host, Registry,
+    RepairReport, RequestContext, RequestSpec, Session, SharedSession, StepEnd, StepEndReason,
+    StepStart, ToolBody, ToolResult, ToolSchema, ToolScope, TurnEnd, TurnEndReason, TurnStart,
+    Usage, UserMessage,
 };
 use turnstone::session::{SurfaceOp, SystemPrompt};
 use turnstone::{Options, Store};
@@ -314,7 +314,7 @@ impl Agent {
                     .map_err(|e| err("request/context", e))?;
                 }
                 let t0 = Instant::now();
-                s.checkpoint(CheckpointPoint::BeforeModelRequest)
+                s.flush()
                     .map_err(|e| err("checkpoint before the model request", e))?;
                 waited = Some(t0.elapsed().as_micros() as u64);
                 sh.ack(&name, s.len() - 1)?;
@@ -462,7 +462,7 @@ impl Agent {
                 )
                 .map_err(|e| err("step/end", e))?;
                 let t0 = Instant::now();
-                s.checkpoint(CheckpointPoint::BeforePreStep)
+                s.flush()
                     .map_err(|e| err("checkpoint before the next step", e))?;
                 waited = Some(t0.elapsed().as_micros() as u64);
                 sh.ack(&name, s.len() - 1)?;

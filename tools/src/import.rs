@@ -14,7 +14,7 @@ use turnstone::frame::{
     SESSION_NAME_BYTES_MAX,
 };
 use turnstone::session::event::{self, Envelope, EventKind, KIND_CODE_PLUGIN};
-use turnstone::session::{CoreKind, Host, Registry, SeedEvent, Surface};
+use turnstone::session::{CoreKind, HistoryEvent, Host, Registry, Surface};
 use turnstone::Store;
 
 use crate::export::Line;
@@ -34,7 +34,7 @@ pub struct ImportArgs {
 
 /// What a valid import file holds: the seed events, the plugin kinds used
 /// (with their `ignorable` flag), and the bytes of frames they take.
-type Validated = (Vec<SeedEvent>, BTreeMap<String, bool>, usize);
+type Validated = (Vec<HistoryEvent>, BTreeMap<String, bool>, usize);
 
 /// Validate every line; return the seed events and the plugin kinds used.
 fn validate(file: &std::path::Path, bar: &indicatif::ProgressBar) -> Result<Validated, Failure> {
@@ -157,7 +157,7 @@ fn validate(file: &std::path::Path, bar: &indicatif::ProgressBar) -> Result<Vali
                 .map_err(|e| bad(format!("surface op: {e}")))?;
         }
         bytes += frame_padded_len(payload.len());
-        seed.push(SeedEvent {
+        seed.push(HistoryEvent {
             kind,
             data: line.data,
             surface: line.surface,
@@ -210,7 +210,7 @@ pub fn run(args: &ImportArgs) -> Result<ExitCode, Failure> {
         registry.register(k, *ign).map_err(Failure::usage)?;
     }
     let host = Host::new(store.clone(), Arc::new(registry));
-    let session = host.create_seeded(&id, &seed).map_err(|e| {
+    let session = host.create_with_history(&id, &seed).map_err(|e| {
         Failure::from(e).context(format!("importing {} as {id:?}", args.file.display()))
     })?;
     let end = session.lock().len();

@@ -11,6 +11,7 @@ mod fleet;
 mod import;
 mod kinds;
 mod messages;
+mod meta;
 mod progress;
 mod raw;
 mod recover;
@@ -124,11 +125,31 @@ The child holds the source's events with seq < AT; the default is the end of the
 A boundary inside an unfinished turn is refused. Prints the child's id."
     )]
     Fork(views::ForkArgs),
-    /// List sessions: events, created/updated time, open turn, fork parent (read-only).
+    /// List sessions: events, created/updated time, open turn, fork parent, metadata; with filters and pages (read-only).
     #[command(
-        after_help = "Examples:\n  turnstone sessions ./demo-store\n  turnstone sessions ./demo-store --json | jq -c 'select(.open_turn)'"
+        after_help = "Examples:\n  turnstone sessions ./demo-store\n  turnstone sessions ./demo-store --json | jq -c 'select(.open_turn)'\n  turnstone sessions ./demo-store --tag ci --where user=alice --json\n  turnstone sessions ./demo-store --open-turn --newest-first --limit 50 --after c1234\n\n\
+Filters combine (all must hold). Sessions are listed in creation order (or newest first);\n\
+with --limit, the cursor of the next page is printed on stderr (\"next: --after cN\"); a cursor\n\
+stays valid while sessions are added. Deleted sessions are not listed. --json prints one\n\
+object per session: id, events, created_ms, updated_ms, open_turn, parent, metadata {title, tags, fields}."
     )]
     Sessions(views::SessionsArgs),
+    /// Show or change a session's metadata (title, tags, KEY=VALUE fields), written as a session/meta event.
+    #[command(
+        after_help = "Examples:\n  turnstone meta ./demo-store --session sess-000003\n  turnstone meta ./demo-store --session sess-000003 --set user=alice --set git_branch=main --tag ci\n  turnstone meta ./demo-store --session sess-000003 --untag ci --unset git_branch --title \"flaky test\" --json\n\n\
+Without a change the metadata is printed (read-only). With changes, one session/meta event is\n\
+appended and made durable (the store must not be open by another process), then the\n\
+result is printed. Fork children inherit metadata up to the fork point."
+    )]
+    Meta(meta::MetaArgs),
+    /// Delete a session: append a durable session/delete tombstone (its forks keep working).
+    #[command(
+        after_help = "Example:\n  turnstone delete ./demo-store --session sess-000003\n\n\
+The session is then not found by loads, sessions, search, replay and fork. Forks of it\n\
+keep the events they inherit. The log is append-only: the bytes become reclaimable,\n\
+but nothing reclaims them yet."
+    )]
+    Delete(meta::DeleteArgs),
     /// Full-text search over message text of every session (user, assistant, tool results, summaries).
     #[command(
         after_help = "Examples:\n  turnstone search ./demo-store \"disk full\"\n  turnstone search ./demo-store 'error NOT retry' --json\n  turnstone search ./demo-store deploy --session fork-1\n\n\
@@ -162,6 +183,8 @@ fn run(cli: Cli) -> Result<ExitCode, Failure> {
         Cmd::Fork(a) => views::run_fork(&a),
         Cmd::Sessions(a) => views::run_sessions(&a),
         Cmd::Search(a) => views::run_search(&a),
+        Cmd::Meta(a) => meta::run_meta(&a),
+        Cmd::Delete(a) => meta::run_delete(&a),
         Cmd::Torture(a) => torture::run(&a),
         Cmd::Serve(a) => turnstone_server::cli::run(&a)
             .map(|()| ExitCode::SUCCESS)

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use clap::Args;
 use serde_json::{json, Value};
-use turnstone::session::query::{list_sessions, SearchIndex};
+use turnstone::session::query::{Catalog, Cursor, ListQuery, SearchIndex};
 use turnstone::session::{fork, replay, Registry, SessionEvent};
 use turnstone::Store;
 
@@ -57,6 +57,30 @@ pub struct SessionsArgs {
     /// One JSON object per session.
     #[arg(long)]
     pub json: bool,
+    /// Only sessions with this tag (repeatable: all of them).
+    #[arg(long, value_name = "TAG")]
+    pub tag: Vec<String>,
+    /// Only sessions whose field KEY equals VALUE (repeatable: all of them).
+    #[arg(long = "where", value_name = "KEY=VALUE")]
+    pub where_: Vec<String>,
+    /// Only sessions whose last event was appended at or after this time (ms since the epoch).
+    #[arg(long, value_name = "MS")]
+    pub updated_since: Option<u64>,
+    /// Only sessions with an open turn.
+    #[arg(long)]
+    pub open_turn: bool,
+    /// Only fork children of this session.
+    #[arg(long, value_name = "ID")]
+    pub parent: Option<String>,
+    /// Newest first (default: creation order).
+    #[arg(long)]
+    pub newest_first: bool,
+    /// Most sessions to print (the next page's cursor goes to stderr).
+    #[arg(long)]
+    pub limit: Option<usize>,
+    /// Continue after this cursor (printed by a previous --limit listing).
+    #[arg(long, value_name = "CURSOR")]
+    pub after: Option<String>,
 }
 
 #[derive(Debug, Args)]
@@ -168,28 +192,71 @@ pub fn run_fork(a: &ForkArgs) -> Result<ExitCode, Failure> {
 }
 
 pub fn run_sessions(a: &SessionsArgs) -> Result<ExitCode, Failure> {
+    let mut q = ListQuery {
+        tags: a.tag.clone(),
+        updated_since_ms: a.updated_since,
+        open_turn: a.open_turn.then_some(true),
+        parent: a.parent.clone(),
+        newest_first: a.newest_first,
+        limit: a.limit.unwrap_or(usize::MAX),
+        ..Default::default()
+    };
+    for w in &a.where_ {
+        q.fields.push(crate::meta::key_value(w)?);
+    }
+    if let Some(c) = &a.after {
+        q.after = Some(
+            c.parse::<Cursor>()
+                .map_err(|e| Failure::usage(e.to_string()))?,
+        );
+    }
+    if a.limit == Some(0) {
+        return Err(Failure::usage("--limit must be at least 1"));
+    }
     let store = read_only(&a.dir)?;
-    let list = list_sessions(&store, &Registry::new())?;
+    let catalog = Catalog::build(&store)?;
+    let page = catalog.list(&q);
     let stdout = io::stdout();
     let mut out = BufWriter::new(stdout.lock());
-    for s in &list {
+    for s in &page.sessions {
         let line = if a.json {
             serde_json::to_string(s).expect("summary serializes")
         } else {
             format!(
-                "{:<32} {:>8} events  {}{}",
+                "{:<32} {:>8} events  {}{}{}{}",
                 s.id,
                 s.events,
                 if s.open_turn { "turn open" } else { "idle" },
                 s.parent
                     .as_ref()
                     .map(|(p, n)| format!("  fork of {p} at {n}"))
-                    .unwrap_or_default()
+                    .unwrap_or_default(),
+                s.metadata
+                    .title
+                    .as_ref()
+                    .map(|t| format!("  {t:?}"))
+                    .unwrap_or_default(),
+                if s.metadata.tags.is_empty() {
+                    String::new()
+                } else {
+                    format!(
+                        "  [{}]",
+                        s.metadata
+                            .tags
+                            .iter()
+                            .cloned()
+                            .collect::<Vec<_>>()
+                            .join(", ")
+                    )
+                }
             )
         };
         write_line(&mut out, &line)?;
     }
     out.flush().ok();
+    if let Some(next) = page.next {
+        eprintln!("next: --after {next}");
+    }
     Ok(ExitCode::SUCCESS)
 }
 

@@ -1,7 +1,7 @@
 //! The session layer for async programs.
 //!
-//! What waits for durability does so without a thread: [`Session::flush_async`],
-//! [`Session::checkpoint_async`] and [`run_tool_async`] await the store's
+//! What waits for durability does so without a thread: [`Session::flush_async`]
+//! and [`run_tool_async`] await the store's
 //! [`crate::DurableWait`], which the flusher wakes (with every other waiter)
 //! after the fdatasync that covers it. A thousand sessions on a 2-worker
 //! runtime share fdatasyncs as a thousand threads would, without the threads
@@ -21,10 +21,9 @@ use serde_json::Value;
 use crate::error::Result;
 use crate::session::core::Session;
 use crate::session::durability::{
-    record_result, tool_dispatch, tool_prologue, CancelToken, CheckpointPoint, ToolBody,
-    ToolOutcome, ToolScope,
+    record_result, tool_dispatch, tool_prologue, CancelToken, ToolBody, ToolOutcome, ToolScope,
 };
-use crate::session::event::{self, Registry, SessionEvent, ToolCall};
+use crate::session::event::{self, CoreKind, EventKind, Registry, SessionEvent, ToolCall};
 use crate::session::replay::decode_error;
 use crate::store::{DurableWait, Store, Subscription};
 
@@ -33,12 +32,6 @@ impl Session {
     /// durable when it completes. The task holds no thread meanwhile.
     pub fn flush_async(&self) -> DurableWait {
         self.store().wait_durable_async(self.last_end())
-    }
-
-    /// [`Session::checkpoint`] as a future ([`Session::flush_async`]). On
-    /// error the caller must not dispatch the request or run the tool.
-    pub fn checkpoint_async(&self, _point: CheckpointPoint) -> DurableWait {
-        self.flush_async()
     }
 }
 
@@ -86,9 +79,8 @@ pub async fn run_tool_async<T>(
         return Ok(refused);
     }
     if scope.depth == 0 {
-        session
-            .checkpoint_async(CheckpointPoint::BeforeToolBody)
-            .await?;
+        // The checkpoint before a model-initiated tool body.
+        session.flush_async().await?;
     }
     if let Some(aborted) = tool_dispatch(session, call_id, cancel)? {
         return Ok(aborted);
@@ -107,13 +99,16 @@ pub async fn run_tool_async<T>(
 /// seq order. Blocking as an [`Iterator`], or
 /// [`SessionSubscription::next_async`]. Built on [`Store::subscribe`]: it
 /// never causes an fdatasync, resumes from any seq (a fork's inherited
-/// prefix included), and ends when the store closes.
+/// prefix included), and ends when the store closes or after it yields the
+/// session's `session/delete` tombstone. Subscribing to a deleted session
+/// is an error, as loading it is.
 pub fn subscribe(
     store: &Store,
     id: &str,
     registry: Arc<Registry>,
     from: u64,
 ) -> Result<SessionSubscription> {
+    crate::session::delete::check_not_deleted(store, id)?;
     Ok(SessionSubscription {
         inner: store.subscribe(id, from)?,
         registry,
@@ -126,7 +121,8 @@ pub fn subscribe(
 pub struct SessionSubscription {
     inner: Subscription,
     registry: Arc<Registry>,
-    /// A decode error was yielded: the subscription is over.
+    /// A decode error or the session's deletion was yielded: the
+    /// subscription is over.
     failed: bool,
 }
 
@@ -157,10 +153,17 @@ impl SessionSubscription {
     }
 
     fn decode(&mut self, e: crate::Event) -> Result<SessionEvent> {
-        event::decode_view(e.seq.0, e.kind, e.flags, &e.payload, &self.registry).map_err(|err| {
+        let ev = event::decode_view(e.seq.0, e.kind, e.flags, &e.payload, &self.registry).map_err(
+            |err| {
+                self.failed = true;
+                decode_error(self.inner.session(), e.seq.0, err)
+            },
+        )?;
+        if ev.kind == EventKind::Core(CoreKind::SessionDelete) {
+            // The tombstone is the last event a follower sees.
             self.failed = true;
-            decode_error(self.inner.session(), e.seq.0, err)
-        })
+        }
+        Ok(ev)
     }
 }
 

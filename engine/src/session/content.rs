@@ -43,139 +43,191 @@ pub enum ContentBlock {
     /// `text` (Anthropic; also a Chat Completions text part). `citations`
     /// and `cache_control` stay in `extra`.
     Text {
+        /// The text.
         text: String,
+        /// Every other field of the block, kept and sent unchanged.
         #[serde(flatten)]
         extra: Extra,
     },
     /// `image` with a base64, url or file source.
     Image {
+        /// Where the media comes from.
         source: MediaSource,
+        /// Every other field of the block, kept and sent unchanged.
         #[serde(flatten)]
         extra: Extra,
     },
     /// `document` (PDF, plain text, …) with its source.
     Document {
+        /// Where the media comes from.
         source: MediaSource,
+        /// Every other field of the block, kept and sent unchanged.
         #[serde(flatten)]
         extra: Extra,
     },
     /// `thinking` with the signature the provider needs to see again.
     Thinking {
+        /// The thinking text.
         thinking: String,
+        /// The provider's signature over it (sent back unchanged).
         signature: String,
+        /// Every other field of the block, kept and sent unchanged.
         #[serde(flatten)]
         extra: Extra,
     },
     /// `redacted_thinking`: encrypted reasoning, returned as it came.
     RedactedThinking {
+        /// The opaque (encrypted) data.
         data: String,
+        /// Every other field of the block, kept and sent unchanged.
         #[serde(flatten)]
         extra: Extra,
     },
     /// `tool_use`: the model asks the client to run a tool.
     ToolUse {
+        /// The tool use id.
         id: String,
+        /// The tool name.
         name: String,
+        /// The tool input.
         input: Value,
+        /// Every other field of the block, kept and sent unchanged.
         #[serde(flatten)]
         extra: Extra,
     },
     /// `server_tool_use`: a tool the provider runs itself.
     ServerToolUse {
+        /// The tool use id.
         id: String,
+        /// The tool name.
         name: String,
+        /// The tool input.
         input: Value,
+        /// Every other field of the block, kept and sent unchanged.
         #[serde(flatten)]
         extra: Extra,
     },
     /// `web_search_tool_result`: the result of a server tool.
     WebSearchToolResult {
+        /// The tool use id this result answers.
         tool_use_id: String,
+        /// The content.
         content: Value,
+        /// Every other field of the block, kept and sent unchanged.
         #[serde(flatten)]
         extra: Extra,
     },
     /// `tool_result`: content is a string or an array of blocks.
     ToolResult {
+        /// The tool use id this result answers.
         tool_use_id: String,
+        /// The content.
         content: ToolResultContent,
+        /// Whether the tool failed.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         is_error: Option<bool>,
+        /// Every other field of the block, kept and sent unchanged.
         #[serde(flatten)]
         extra: Extra,
     },
     // ---- OpenAI Responses items and content parts ----
     /// A Responses `message` item (`id`, `status` in `extra`).
     Message {
+        /// The item's role.
         role: String,
+        /// The content.
         content: Vec<ContentBlock>,
+        /// Every other field of the block, kept and sent unchanged.
         #[serde(flatten)]
         extra: Extra,
     },
     /// `output_text` (`annotations`, `logprobs` in `extra`).
     OutputText {
+        /// The text.
         text: String,
+        /// Every other field of the block, kept and sent unchanged.
         #[serde(flatten)]
         extra: Extra,
     },
     /// `input_text`.
     InputText {
+        /// The text.
         text: String,
+        /// Every other field of the block, kept and sent unchanged.
         #[serde(flatten)]
         extra: Extra,
     },
     /// `refusal` (a Responses content part; a Chat message's `refusal`).
     Refusal {
+        /// The refusal text.
         refusal: String,
+        /// Every other field of the block, kept and sent unchanged.
         #[serde(flatten)]
         extra: Extra,
     },
     /// `input_image` (`image_url` or `file_id`, `detail`).
     InputImage {
+        /// Every other field of the block, kept and sent unchanged.
         #[serde(flatten)]
         extra: Extra,
     },
     /// `input_file` (`file_id`, `file_data`, `file_url`, `filename`).
     InputFile {
+        /// Every other field of the block, kept and sent unchanged.
         #[serde(flatten)]
         extra: Extra,
     },
     /// A `reasoning` item: summary parts and the encrypted content that
     /// stateless requests must send back.
     Reasoning {
+        /// The reasoning summary parts.
         #[serde(default)]
         summary: Vec<Value>,
+        /// The encrypted reasoning, when requested.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         encrypted_content: Option<String>,
+        /// Every other field of the block, kept and sent unchanged.
         #[serde(flatten)]
         extra: Extra,
     },
     /// A `function_call` item (`arguments` is a JSON string).
     FunctionCall {
+        /// The function call id.
         call_id: String,
+        /// The tool name.
         name: String,
+        /// The arguments, as a JSON string.
         arguments: String,
+        /// Every other field of the block, kept and sent unchanged.
         #[serde(flatten)]
         extra: Extra,
     },
     /// A `function_call_output` item.
     FunctionCallOutput {
+        /// The function call id.
         call_id: String,
+        /// The function's output.
         output: Value,
+        /// Every other field of the block, kept and sent unchanged.
         #[serde(flatten)]
         extra: Extra,
     },
     // ---- OpenAI Chat Completions ----
     /// An `image_url` content part.
     ImageUrl {
+        /// The image URL object (`url`, `detail`).
         image_url: Value,
+        /// Every other field of the block, kept and sent unchanged.
         #[serde(flatten)]
         extra: Extra,
     },
     /// One entry of a Chat message's `tool_calls` (`"type": "function"`).
     Function {
+        /// The tool call id.
         id: String,
+        /// The function called.
         function: ChatFunction,
+        /// Every other field of the block, kept and sent unchanged.
         #[serde(flatten)]
         extra: Extra,
     },
@@ -188,8 +240,11 @@ pub enum ContentBlock {
 /// A Chat Completions function call: name and JSON-string arguments.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ChatFunction {
+    /// The function name.
     pub name: String,
+    /// The arguments, as a JSON string.
     pub arguments: String,
+    /// Every other field, unchanged.
     #[serde(flatten)]
     pub extra: Extra,
 }
@@ -198,25 +253,36 @@ pub struct ChatFunction {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "type", rename_all = "snake_case")]
 pub enum MediaSource {
+    /// Base64-encoded bytes.
     Base64 {
+        /// The MIME type.
         media_type: String,
+        /// The opaque (encrypted) data.
         data: String,
     },
+    /// A URL the provider fetches.
     Url {
+        /// The URL.
         url: String,
     },
+    /// A file uploaded to the provider.
     File {
+        /// The provider's file id.
         file_id: String,
     },
     /// Plain-text document content.
     Text {
+        /// The MIME type.
         media_type: String,
+        /// The opaque (encrypted) data.
         data: String,
     },
     /// Document content given as blocks.
     Content {
+        /// The content.
         content: Value,
     },
+    /// A source of a shape this build does not know, kept as it is.
     #[serde(untagged)]
     Other(Value),
 }
@@ -225,7 +291,9 @@ pub enum MediaSource {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(untagged)]
 pub enum ToolResultContent {
+    /// A plain string.
     Text(String),
+    /// Content blocks.
     Blocks(Vec<ContentBlock>),
 }
 
@@ -498,10 +566,15 @@ impl ContentBlock {
 /// Anthropic's does not.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Usage {
+    /// Input tokens, as the provider counts them.
     pub input_tokens: u64,
+    /// Output tokens.
     pub output_tokens: u64,
+    /// Input tokens read from the prompt cache.
     pub cache_read_input_tokens: Option<u64>,
+    /// Input tokens written to the prompt cache.
     pub cache_creation_input_tokens: Option<u64>,
+    /// Reasoning tokens, when reported.
     pub reasoning_tokens: Option<u64>,
     /// Every other field, unchanged.
     pub extra: Extra,

@@ -14,6 +14,7 @@ use crate::session::replay::{fork, Forked};
 /// One turn of a session.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct TurnInfo {
+    /// The turn id of its `turn/start`.
     pub turn_id: String,
     /// Seq of its `turn/start`.
     pub start_seq: u64,

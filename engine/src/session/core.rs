@@ -47,6 +47,7 @@ pub struct OpenState {
 }
 
 impl OpenState {
+    /// Whether no turn and no step is open.
     pub fn is_idle(&self) -> bool {
         self.turn.is_none() && self.step.is_none()
     }
@@ -73,6 +74,10 @@ pub struct Session {
     live_handle: Option<u64>,
     /// Every turn, in order (see [`Session::turns`]).
     pub(crate) turns: Vec<crate::session::coords::TurnInfo>,
+    /// The fold of the `session/meta` events.
+    metadata: event::SessionMetadata,
+    /// Seq of the `session/delete` tombstone, if any.
+    deleted: Option<u64>,
 }
 
 impl Drop for Session {
@@ -83,14 +88,23 @@ impl Drop for Session {
     }
 }
 
-/// One event of seed history (see [`Session::append_seed`]).
+/// One event of prior history a session is created with (see
+/// [`Session::create_with_history`]): events that happened elsewhere (an
+/// import, a conversation started by another harness) and that the session
+/// starts from. The reference design calls this *seed* history.
 #[derive(Debug, Clone, PartialEq)]
-pub struct SeedEvent {
+pub struct HistoryEvent {
+    /// The event kind.
     pub kind: EventKind,
+    /// The event data (the kind's schema).
     pub data: Value,
     /// Required for the three surface kinds, absent for all others.
     pub surface: Option<SurfaceOp>,
 }
+
+/// Old name of [`HistoryEvent`].
+#[deprecated(since = "0.1.0", note = "renamed `HistoryEvent`")]
+pub type SeedEvent = HistoryEvent;
 
 impl std::fmt::Debug for Session {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -188,6 +202,12 @@ impl Session {
             }
             at += CHUNK;
         }
+        if let Some(seq) = s.deleted {
+            return Err(Error::SessionDeleted {
+                session: id.to_string(),
+                seq,
+            });
+        }
         Ok(s)
     }
 
@@ -216,6 +236,8 @@ impl Session {
             last_end: LogPos(0),
             live_handle: None,
             turns: Vec::new(),
+            metadata: event::SessionMetadata::default(),
+            deleted: None,
         }
     }
 
@@ -274,6 +296,7 @@ impl Session {
                 | CoreKind::CompactionSummary
                 | CoreKind::CompactionEnd
                 | CoreKind::CompactionPrune
+                | CoreKind::SessionDelete
         ) {
             event::validate_core(*kind, &ev.data).map_err(|e| match e {
                 DecodeError::Malformed(d) => self.bad(ev.seq, d),
@@ -390,6 +413,12 @@ impl Session {
                 self.context = Some(d);
             }
             CoreKind::SessionEndSeed => self.seed_end = Some(ev.seq),
+            CoreKind::SessionMeta => {
+                let d: event::MetaUpdate =
+                    serde_json::from_value(ev.data.clone()).map_err(|e| typed_err(self, e))?;
+                self.metadata.apply(&d);
+            }
+            CoreKind::SessionDelete => self.deleted = Some(ev.seq),
             CoreKind::AssistantChunk
             | CoreKind::CompactionStart
             | CoreKind::CompactionSummary
@@ -402,6 +431,12 @@ impl Session {
     /// Rules checked before a live append (restore is lenient: the log is
     /// the truth, whatever wrote it).
     fn check_live(&self, kind: CoreKind, v: &Value, op: Option<SurfaceOp>) -> Result<()> {
+        if kind == CoreKind::SessionDelete {
+            return Err(Error::Refused(
+                "a session/delete tombstone is written only by Session::delete or session::delete"
+                    .into(),
+            ));
+        }
         if let Some(op) = op {
             self.surface.check(op)?;
         }
@@ -450,8 +485,107 @@ impl Session {
         let value =
             serde_json::to_value(&data).map_err(|e| Error::InvalidArgument(e.to_string()))?;
         self.check_live(D::KIND, &value, op)?;
-        let (payload, ev) = event::encode_core_value(D::KIND, value, op, self.len);
-        let seqs = self.append_decoded(vec![(D::KIND.code(), 0, payload)], vec![ev])?;
+        let (payload, mut ev) = event::encode_core_value(D::KIND, value, op, self.len);
+        let flags = event::core_flags(D::KIND);
+        ev.ignorable = flags & crate::frame::FLAG_IGNORABLE != 0;
+        let seqs = self.append_decoded(vec![(D::KIND.code(), flags, payload)], vec![ev])?;
+        Ok(seqs[0])
+    }
+
+    /// The session's metadata (title, tags, fields): the fold of its
+    /// `session/meta` events, a fork child's starting from its parent's at
+    /// the fork point. Like every view it is in the log, so it survives a
+    /// crash once durable.
+    ///
+    /// ```
+    /// # use std::sync::Arc;
+    /// # use turnstone::session::*;
+    /// # let dir = tempfile::tempdir().unwrap();
+    /// # let store = Arc::new(turnstone::Store::open(dir.path()).unwrap());
+    /// let mut s = Session::create(store, "s1", Arc::new(Registry::new())).unwrap();
+    /// s.set_title("fix the flaky test").unwrap();
+    /// s.add_tag("ci").unwrap();
+    /// s.set_meta("git_branch", "main").unwrap();
+    /// assert_eq!(s.metadata().title.as_deref(), Some("fix the flaky test"));
+    /// assert!(s.metadata().tags.contains("ci"));
+    /// assert_eq!(s.metadata().fields["git_branch"], "main");
+    /// ```
+    pub fn metadata(&self) -> &event::SessionMetadata {
+        &self.metadata
+    }
+
+    /// Append one `session/meta` event (checked against the limits of
+    /// [`event::MetaUpdate::check`]). Returns its seq.
+    pub fn update_metadata(&mut self, update: event::MetaUpdate) -> Result<u64> {
+        update.check().map_err(Error::InvalidArgument)?;
+        self.append(update, ())
+    }
+
+    /// Set the title (`""` clears it).
+    pub fn set_title(&mut self, title: &str) -> Result<u64> {
+        self.update_metadata(event::MetaUpdate {
+            title: Some(title.to_string()),
+            ..Default::default()
+        })
+    }
+
+    /// Add a tag.
+    pub fn add_tag(&mut self, tag: &str) -> Result<u64> {
+        self.update_metadata(event::MetaUpdate {
+            add_tags: vec![tag.to_string()],
+            ..Default::default()
+        })
+    }
+
+    /// Remove a tag.
+    pub fn remove_tag(&mut self, tag: &str) -> Result<u64> {
+        self.update_metadata(event::MetaUpdate {
+            remove_tags: vec![tag.to_string()],
+            ..Default::default()
+        })
+    }
+
+    /// Set a free key/value field (user id, cwd, git branch, model, ...).
+    pub fn set_meta(&mut self, key: &str, value: &str) -> Result<u64> {
+        self.update_metadata(event::MetaUpdate {
+            fields: [(key.to_string(), Some(value.to_string()))].into(),
+            ..Default::default()
+        })
+    }
+
+    /// Remove a free key/value field.
+    pub fn remove_meta(&mut self, key: &str) -> Result<u64> {
+        self.update_metadata(event::MetaUpdate {
+            fields: [(key.to_string(), None)].into(),
+            ..Default::default()
+        })
+    }
+
+    /// Delete this session: append the `session/delete` tombstone and wait
+    /// until it is durable. From then on the session is not found by
+    /// loads ([`Error::SessionDeleted`]), lists or search; its fork children
+    /// keep working. The handle is consumed. Returns the tombstone's seq.
+    ///
+    /// ```
+    /// # use std::sync::Arc;
+    /// # use turnstone::session::*;
+    /// # let dir = tempfile::tempdir().unwrap();
+    /// # let store = Arc::new(turnstone::Store::open(dir.path()).unwrap());
+    /// let s = Session::create(store.clone(), "s1", Arc::new(Registry::new())).unwrap();
+    /// s.delete().unwrap();
+    /// let err = Session::open(store, "s1", Arc::new(Registry::new())).unwrap_err();
+    /// assert!(err.is_not_found());
+    /// ```
+    pub fn delete(mut self) -> Result<u64> {
+        let (payload, ev) = event::encode_core_value(
+            CoreKind::SessionDelete,
+            serde_json::json!({}),
+            None,
+            self.len,
+        );
+        let seqs =
+            self.append_decoded(vec![(CoreKind::SessionDelete.code(), 0, payload)], vec![ev])?;
+        self.flush()?;
         Ok(seqs[0])
     }
 
@@ -499,6 +633,12 @@ impl Session {
                 "session {:?} was opened read-only; open it for writing to append",
                 self.id
             )));
+        }
+        if let Some(seq) = self.deleted {
+            return Err(Error::SessionDeleted {
+                session: self.id.to_string(),
+                seq,
+            });
         }
         #[cfg(debug_assertions)]
         for ((code, flags, payload), ev) in items.iter().zip(&decoded) {
@@ -610,21 +750,35 @@ impl Session {
         Ok(())
     }
 
-    /// Create a session from existing history: the session, the seed events
-    /// and `session/end-seed` in one atomic batch (all or nothing).
-    pub fn create_seeded(
+    /// Create a session from prior history: the session, the history
+    /// events and the `session/end-seed` marker in one atomic batch (all or
+    /// nothing). Events before the marker are [`Session::is_history`]: plugins
+    /// can tell open state inherited from that history from open state of
+    /// the current run.
+    pub fn create_with_history(
         store: Arc<Store>,
         id: &str,
         registry: Arc<Registry>,
-        seed: &[SeedEvent],
+        history: &[HistoryEvent],
     ) -> Result<Session> {
         if store.session_len(id).is_some() {
             return Err(Error::SessionExists(id.to_string()));
         }
         let mut s = Self::empty(store, id, registry);
         s.claim()?;
-        s.append_seed(seed)?;
+        s.append_history(history)?;
         Ok(s)
+    }
+
+    /// Old name of [`Session::create_with_history`].
+    #[deprecated(since = "0.1.0", note = "renamed `create_with_history`")]
+    pub fn create_seeded(
+        store: Arc<Store>,
+        id: &str,
+        registry: Arc<Registry>,
+        seed: &[HistoryEvent],
+    ) -> Result<Session> {
+        Self::create_with_history(store, id, registry, seed)
     }
 
     /// The session id.
@@ -635,6 +789,7 @@ impl Session {
     pub fn len(&self) -> u64 {
         self.len
     }
+    /// Whether the session has no events.
     pub fn is_empty(&self) -> bool {
         self.len == 0
     }
@@ -642,7 +797,10 @@ impl Session {
     pub fn store(&self) -> &Arc<Store> {
         &self.store
     }
-    /// The current surface.
+    /// The current surface: the logged events the model sees, in order (a
+    /// replace swaps nodes; replaced events stay in the log). The messages
+    /// are derived from it ([`Session::derive_messages`]).
+    #[doc(alias = "context")]
     pub fn surface(&self) -> &Surface {
         &self.surface
     }
@@ -658,15 +816,25 @@ impl Session {
     pub fn context(&self) -> Option<&RequestContext> {
         self.context.as_ref()
     }
-    /// Seq of `session/end-seed`, if the session was constructed from seed
-    /// history.
-    pub fn seed_end(&self) -> Option<u64> {
+    /// Seq of the `session/end-seed` marker, if the session was created
+    /// with prior history ([`Session::create_with_history`]).
+    pub fn history_end(&self) -> Option<u64> {
         self.seed_end
     }
-    /// Whether event `seq` belongs to the seed history (before
-    /// `session/end-seed`) rather than the live run.
-    pub fn is_seed(&self, seq: u64) -> bool {
+    /// Whether event `seq` belongs to the prior history (before the
+    /// `session/end-seed` marker) rather than the current run.
+    pub fn is_history(&self, seq: u64) -> bool {
         self.seed_end.is_some_and(|s| seq < s)
+    }
+    /// Old name of [`Session::history_end`].
+    #[deprecated(since = "0.1.0", note = "renamed `history_end`")]
+    pub fn seed_end(&self) -> Option<u64> {
+        self.history_end()
+    }
+    /// Old name of [`Session::is_history`].
+    #[deprecated(since = "0.1.0", note = "renamed `is_history`")]
+    pub fn is_seed(&self, seq: u64) -> bool {
+        self.is_history(seq)
     }
     /// Where this handle's last append ended.
     pub fn last_end(&self) -> LogPos {
@@ -701,7 +869,12 @@ impl Session {
             .collect()
     }
 
-    /// Wait until every event this handle appended is durable.
+    /// Wait until every event this handle appended is durable (one
+    /// `fdatasync` serves every appender waiting at once). This is the
+    /// checkpoint of SESSIONS.md: call it before a model request is
+    /// dispatched, before a model-initiated tool body runs ([`crate::session::run_tool`]
+    /// does), and before the next pre-step; on error, do not go on.
+    #[doc(alias = "checkpoint")]
     pub fn flush(&self) -> Result<()> {
         if self.last_end == LogPos(0) {
             return Ok(());
@@ -808,6 +981,25 @@ impl Session {
     /// `compaction/summary`, the summary `user/message` replacing the range,
     /// `compaction/end`, all in one atomic batch. Returns the summary
     /// message's seq.
+    ///
+    /// ```
+    /// # use std::sync::Arc;
+    /// # use turnstone::session::*;
+    /// # let dir = tempfile::tempdir().unwrap();
+    /// # let store = Arc::new(turnstone::Store::open(dir.path()).unwrap());
+    /// let mut s = Session::create(store, "s1", Arc::new(Registry::new())).unwrap();
+    /// for text in ["a", "b", "c"] {
+    ///     s.append(UserMessage { content: vec![ContentBlock::text(text)] }, SurfaceOp::Append).unwrap();
+    /// }
+    /// // Surface nodes 0..2 become one summary; the originals stay in the log.
+    /// s.compact("k1", 0, 2, "a and b").unwrap();
+    /// let texts: Vec<String> = s
+    ///     .derive_messages()
+    ///     .iter()
+    ///     .map(|m| m.content[0].as_text().unwrap().to_string())
+    ///     .collect();
+    /// assert_eq!(texts, ["a and b", "c"]);
+    /// ```
     pub fn compact(
         &mut self,
         compaction_id: &str,
@@ -920,15 +1112,26 @@ impl Session {
         self.append_encoded(items)
     }
 
-    /// Append seed history and then `session/end-seed`, atomically. Events
-    /// before the marker are [`Session::is_seed`].
-    pub fn append_seed(&mut self, seed: &[SeedEvent]) -> Result<u64> {
+    /// Old name of [`Session::append_history`].
+    #[deprecated(since = "0.1.0", note = "renamed `append_history`")]
+    pub fn append_seed(&mut self, seed: &[HistoryEvent]) -> Result<u64> {
+        self.append_history(seed)
+    }
+
+    /// Append prior history and then the `session/end-seed` marker,
+    /// atomically. Events before the marker are [`Session::is_history`].
+    pub fn append_history(&mut self, seed: &[HistoryEvent]) -> Result<u64> {
         let mut items = Vec::with_capacity(seed.len() + 1);
         for e in seed {
             let (code, flags, payload) = match &e.kind {
+                EventKind::Core(CoreKind::SessionDelete) => {
+                    return Err(Error::InvalidArgument(
+                        "seed history cannot hold a session/delete tombstone".into(),
+                    ))
+                }
                 EventKind::Core(k) => (
                     k.code(),
-                    0,
+                    event::core_flags(*k),
                     serde_json::to_vec(&event::Envelope {
                         v: event::SESSION_FORMAT_VERSION,
                         kind: None,

@@ -17,7 +17,8 @@ use crate::session::core::Session;
 use crate::session::event::{ContentBlock, ToolCall, ToolResult, ToolStatus};
 use crate::session::surface::SurfaceOp;
 
-/// The three places where the log must be durable before going on.
+/// The three places where the log must be durable before going on (a name
+/// for each; the wait itself is [`Session::flush`] at every one of them).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum CheckpointPoint {
     /// Before a model request is dispatched.
@@ -29,8 +30,15 @@ pub enum CheckpointPoint {
 }
 
 impl Session {
-    /// Wait until every event this handle appended is durable. On error the
-    /// caller must not dispatch the request or run the tool.
+    /// Old name of [`Session::flush`], which is what a checkpoint is: wait
+    /// until every event this handle appended is durable (one `fdatasync`
+    /// shared with every other appender). The point was never used: every
+    /// checkpoint waits for the same thing. On error the caller must not
+    /// dispatch the request or run the tool.
+    #[deprecated(
+        since = "0.1.0",
+        note = "call `flush()` at each checkpoint: it waits until this handle's appends are durable; the point argument was ignored"
+    )]
     pub fn checkpoint(&self, _point: CheckpointPoint) -> Result<()> {
         self.flush()
     }
@@ -41,12 +49,15 @@ impl Session {
 pub struct CancelToken(Arc<AtomicBool>);
 
 impl CancelToken {
+    /// A token not cancelled yet.
     pub fn new() -> Self {
         Self::default()
     }
+    /// Cancel: a tool not dispatched yet will not run.
     pub fn cancel(&self) {
         self.0.store(true, Ordering::SeqCst);
     }
+    /// Whether [`CancelToken::cancel`] was called.
     pub fn is_cancelled(&self) -> bool {
         self.0.load(Ordering::SeqCst)
     }
@@ -75,8 +86,11 @@ impl ToolScope {
 /// What a tool body returns: the result content, whether it is an error, and
 /// a value for the caller.
 pub struct ToolBody<T> {
+    /// The result content (the `tool/result` blocks).
     pub content: Vec<ContentBlock>,
+    /// Whether the result is an error.
     pub is_error: bool,
+    /// A value handed back to the caller (not logged).
     pub value: T,
 }
 
@@ -84,9 +98,17 @@ pub struct ToolBody<T> {
 #[derive(Debug, PartialEq, Eq)]
 pub enum ToolOutcome<T> {
     /// The body ran; its result is logged at this seq.
-    Ran { value: T, result_seq: u64 },
+    Ran {
+        /// The body's value.
+        value: T,
+        /// Seq of the `tool/result`.
+        result_seq: u64,
+    },
     /// The guard refused; a refusal result is logged, the body never ran.
-    Refused { reason: String },
+    Refused {
+        /// The guard's reason (also in the logged result).
+        reason: String,
+    },
     /// Cancelled while persisting: `ABORTED_BEFORE_DISPATCH` is logged, the
     /// body never ran.
     AbortedBeforeDispatch,
@@ -94,8 +116,11 @@ pub enum ToolOutcome<T> {
     /// than the payload limit): an error result saying why is logged at
     /// `result_seq` instead, so the call is closed and the model is told.
     ResultNotRecorded {
+        /// The body's value.
         value: T,
+        /// Seq of the error result logged instead.
         result_seq: u64,
+        /// Why the result was not recorded.
         reason: String,
     },
 }
@@ -106,6 +131,31 @@ pub enum ToolOutcome<T> {
 /// The body runs only if its `tool/call` is durable (or, nested, the outer
 /// call's checkpoint covers it). If the checkpoint fails, the error is
 /// returned and the body never runs.
+///
+/// ```
+/// # use std::sync::Arc;
+/// # use turnstone::session::*;
+/// # let dir = tempfile::tempdir().unwrap();
+/// # let store = Arc::new(turnstone::Store::open(dir.path()).unwrap());
+/// let mut s = Session::create(store, "s1", Arc::new(Registry::new())).unwrap();
+/// let outcome = run_tool(
+///     &mut s,
+///     ToolScope::model(),
+///     "call-1",
+///     "add",
+///     serde_json::json!({"a": 2, "b": 3}),
+///     &CancelToken::new(),
+///     |_call| Ok(()), // policy and guard checks: Err(reason) refuses
+///     |_session, _scope| ToolBody {
+///         // Runs only once the tool/call is durable.
+///         content: vec![ContentBlock::text("5")],
+///         is_error: false,
+///         value: 5,
+///     },
+/// )
+/// .unwrap();
+/// assert!(matches!(outcome, ToolOutcome::Ran { value: 5, .. }));
+/// ```
 #[allow(clippy::too_many_arguments)]
 pub fn run_tool<T>(
     session: &mut Session,
@@ -126,7 +176,7 @@ pub fn run_tool<T>(
         return Ok(refused);
     }
     if scope.depth == 0 {
-        session.checkpoint(CheckpointPoint::BeforeToolBody)?;
+        session.flush()?; // the checkpoint before a model-initiated tool body
     }
     if let Some(aborted) = tool_dispatch(session, call_id, cancel)? {
         return Ok(aborted);

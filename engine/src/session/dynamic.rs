@@ -79,6 +79,13 @@ impl Session {
             CoreKind::CompactionSummary => plain!(ev::CompactionSummary),
             CoreKind::CompactionEnd => plain!(ev::CompactionEnd),
             CoreKind::CompactionPrune => plain!(ev::CompactionPrune),
+            CoreKind::SessionMeta => {
+                no_op(kind, surface)?;
+                self.update_metadata(typed::<ev::MetaUpdate>(kind, data)?)
+            }
+            CoreKind::SessionDelete => Err(Error::InvalidArgument(
+                "session/delete is written by delete(), which waits for it to be durable and checks that no writer holds the session".into(),
+            )),
         }
     }
 }

@@ -26,9 +26,10 @@ macro_rules! core_kinds {
     ($($variant:ident = $code:literal => $name:literal),* $(,)?) => {
         /// The session core's event kinds, with their frame kind codes.
         #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-        pub enum CoreKind { $($variant),* }
+        pub enum CoreKind { $(#[doc = concat!("`", $name, "`")] $variant),* }
 
         impl CoreKind {
+            /// Every core kind, in code order.
             pub const ALL: &'static [CoreKind] = &[$(CoreKind::$variant),*];
             /// The kind's name as stored and shown (`"tool/result"`).
             pub const fn name(self) -> &'static str {
@@ -38,9 +39,11 @@ macro_rules! core_kinds {
             pub const fn code(self) -> u16 {
                 match self { $(CoreKind::$variant => $code),* }
             }
+            /// The kind with this frame kind code.
             pub fn from_code(code: u16) -> Option<CoreKind> {
                 match code { $($code => Some(CoreKind::$variant),)* _ => None }
             }
+            /// The kind with this name.
             pub fn from_name(name: &str) -> Option<CoreKind> {
                 match name { $($name => Some(CoreKind::$variant),)* _ => None }
             }
@@ -65,6 +68,8 @@ core_kinds! {
     CompactionSummary = 14 => "compaction/summary",
     CompactionEnd = 15 => "compaction/end",
     CompactionPrune = 16 => "compaction/prune",
+    SessionMeta = 17 => "session/meta",
+    SessionDelete = 18 => "session/delete",
 }
 
 impl CoreKind {
@@ -83,9 +88,13 @@ pub use crate::session::content::{ContentBlock, Usage};
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "kind", rename_all = "snake_case")]
 pub enum TurnEndReason {
+    /// The turn finished normally.
     Completed,
+    /// The loop cancelled the turn.
     Cancelled,
+    /// The turn failed.
     Error {
+        /// What went wrong.
         message: String,
     },
     /// Written only by repair after a crash; a live append of it is refused.
@@ -96,10 +105,15 @@ pub enum TurnEndReason {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "kind", rename_all = "snake_case")]
 pub enum StepEndReason {
+    /// The step finished with a final answer.
     Completed,
+    /// The step ended to run tools.
     ToolUse,
+    /// The loop cancelled the step.
     Cancelled,
+    /// The step failed.
     Error {
+        /// What went wrong.
         message: String,
     },
     /// Written only by repair.
@@ -123,45 +137,59 @@ pub enum ToolStatus {
 /// `turn/start`
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct TurnStart {
+    /// Id of the turn.
     pub turn_id: String,
 }
 /// `turn/end`
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct TurnEnd {
+    /// Id of the turn.
     pub turn_id: String,
+    /// Why it ended.
     pub reason: TurnEndReason,
 }
 /// `step/start`
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct StepStart {
+    /// Id of the turn.
     pub turn_id: String,
+    /// Id of the step within the turn.
     pub step_id: String,
 }
 /// `step/end`
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct StepEnd {
+    /// Id of the turn.
     pub turn_id: String,
+    /// Id of the step.
     pub step_id: String,
+    /// Why it ended.
     pub reason: StepEndReason,
 }
 /// `user/message` (surface)
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct UserMessage {
+    /// The message content, as the provider shapes it.
     pub content: Vec<ContentBlock>,
 }
 /// `assistant/chunk`: a streamed delta; kept for replay and usage, never sent
 /// to the model.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct AssistantChunk {
+    /// Position of the delta in the stream.
     pub index: u32,
+    /// The delta's text.
     pub text: String,
 }
 /// `assistant/message` (surface); skipped by derive_messages when empty.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct AssistantMessage {
+    /// The message content, as the provider sent it.
     pub content: Vec<ContentBlock>,
+    /// Token usage of the response, when reported.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub usage: Option<Usage>,
+    /// Why the model stopped, as the provider says it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub stop_reason: Option<String>,
     /// Every other field of the response worth keeping (its id, model,
@@ -172,15 +200,21 @@ pub struct AssistantMessage {
 /// `tool/call`: recorded before the tool body may run.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ToolCall {
+    /// The tool use id this call answers.
     pub call_id: String,
+    /// The tool name.
     pub name: String,
+    /// The tool input.
     pub input: Value,
 }
 /// `tool/result` (surface)
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ToolResult {
+    /// The tool use id this result answers.
     pub call_id: String,
+    /// The result content.
     pub content: Vec<ContentBlock>,
+    /// Whether the tool failed.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub is_error: bool,
     /// Set on synthetic results written by repair.
@@ -191,14 +225,19 @@ pub struct ToolResult {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum HeaderReason {
+    /// The session's first request.
     Initial,
+    /// The first request of a new agent loop over an existing session, nothing changed.
     Resume,
+    /// Config, system prompt or tools changed.
     Change,
 }
 /// A tool's schema as sent to the model.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ToolSchema {
+    /// The tool name.
     pub name: String,
+    /// What the tool does, for the model.
     #[serde(default)]
     pub description: String,
     /// JSON schema of the input (absent for provider-run tools such as a
@@ -232,7 +271,9 @@ impl ToolSchema {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(untagged)]
 pub enum SystemPrompt {
+    /// A plain string.
     Text(String),
+    /// Content blocks.
     Blocks(Vec<ContentBlock>),
 }
 
@@ -264,36 +305,47 @@ impl From<String> for SystemPrompt {
 /// reasoning effort, max tokens, …) by name.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct CallConfig {
+    /// Provider name (`anthropic`, `openai`, ...).
     pub provider: String,
+    /// Model name.
     pub model: String,
+    /// Every other request parameter, by name.
     #[serde(default)]
     pub params: BTreeMap<String, Value>,
 }
 /// The full epoch header of a request.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct EpochHeader {
+    /// Call configuration.
     pub config: CallConfig,
     /// Names of `config.params` whose values came from the adapter's defaults
     /// (dropped and re-derived before the next request).
     #[serde(default)]
     pub adapter_defaults: Vec<String>,
+    /// The system prompt, if any.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub system: Option<SystemPrompt>,
+    /// Tool schemas offered to the model.
     #[serde(default)]
     pub tools: Vec<ToolSchema>,
 }
 /// `request/header`
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct RequestHeader {
+    /// Why this header was written.
     pub reason: HeaderReason,
+    /// The full header.
     pub header: EpochHeader,
 }
 /// `request/context`: capacity of the current route; no part of header change
 /// detection or restore.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct RequestContext {
+    /// Provider of the current route.
     pub provider: String,
+    /// Model of the current route.
     pub model: String,
+    /// Its context window, in tokens.
     pub context_window: u64,
 }
 /// `session/end-seed`: separates seed history from the live run.
@@ -302,36 +354,161 @@ pub struct SessionEndSeed {}
 /// `compaction/start`
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct CompactionStart {
+    /// Id shared by the events of one compaction.
     pub compaction_id: String,
 }
 /// `compaction/summary`
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct CompactionSummary {
+    /// Id shared by the events of one compaction.
     pub compaction_id: String,
+    /// The summary text.
     pub text: String,
 }
 /// `compaction/end`
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct CompactionEnd {
+    /// Id shared by the events of one compaction.
     pub compaction_id: String,
 }
 /// `compaction/prune`: surface nodes (by seq) that the next `tool/result`
 /// replaces, and the tokens that saves.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct CompactionPrune {
+    /// Seqs of the surface nodes replaced.
     pub replaced_seqs: Vec<u64>,
+    /// Tokens the replacement saves (as the pruner estimates).
     pub tokens_saved: u64,
+}
+
+/// `session/meta`: one update of the session's metadata (title, tags, free
+/// key/value fields). Not model-visible. Written with the `IGNORABLE` frame
+/// flag, so a build that predates the kind skips it instead of refusing the
+/// session (FORMAT.md §10).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MetaUpdate {
+    /// New title (`Some("")` clears it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub title: Option<String>,
+    /// Tags to add.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub add_tags: Vec<String>,
+    /// Tags to remove (applied after `add_tags`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub remove_tags: Vec<String>,
+    /// Fields to set (`None` removes the field).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub fields: BTreeMap<String, Option<String>>,
+}
+
+/// Longest tag, field key or title, in bytes.
+pub const META_NAME_BYTES_MAX: usize = 256;
+/// Longest field value, in bytes.
+pub const META_VALUE_BYTES_MAX: usize = 4096;
+
+impl MetaUpdate {
+    /// Check the limits: tags and keys 1 to [`META_NAME_BYTES_MAX`] bytes
+    /// (keys without `=`, so `key=value` parses), a title of at most
+    /// [`META_NAME_BYTES_MAX`] bytes, values of at most
+    /// [`META_VALUE_BYTES_MAX`] bytes.
+    pub fn check(&self) -> Result<(), String> {
+        if let Some(t) = &self.title {
+            if t.len() > META_NAME_BYTES_MAX {
+                return Err(format!(
+                    "title of {} bytes exceeds {META_NAME_BYTES_MAX} bytes",
+                    t.len()
+                ));
+            }
+        }
+        for tag in self.add_tags.iter().chain(&self.remove_tags) {
+            if tag.is_empty() || tag.len() > META_NAME_BYTES_MAX {
+                return Err(format!(
+                    "tag {tag:?} must be 1 to {META_NAME_BYTES_MAX} bytes"
+                ));
+            }
+        }
+        for (k, v) in &self.fields {
+            if k.is_empty() || k.len() > META_NAME_BYTES_MAX || k.contains('=') {
+                return Err(format!(
+                    "field key {k:?} must be 1 to {META_NAME_BYTES_MAX} bytes without '='"
+                ));
+            }
+            if v.as_ref().is_some_and(|v| v.len() > META_VALUE_BYTES_MAX) {
+                return Err(format!(
+                    "value of field {k:?} exceeds {META_VALUE_BYTES_MAX} bytes"
+                ));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// A session's metadata: the fold of its `session/meta` events (a fork
+/// child starts from its parent's metadata at the fork point).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SessionMetadata {
+    /// The title, if set.
+    pub title: Option<String>,
+    /// Tags, sorted.
+    pub tags: std::collections::BTreeSet<String>,
+    /// Free key/value fields (user id, cwd, git branch, model, ...).
+    pub fields: BTreeMap<String, String>,
+}
+
+impl SessionMetadata {
+    /// Fold one update.
+    pub fn apply(&mut self, u: &MetaUpdate) {
+        if let Some(t) = &u.title {
+            self.title = (!t.is_empty()).then(|| t.clone());
+        }
+        for t in &u.add_tags {
+            self.tags.insert(t.clone());
+        }
+        for t in &u.remove_tags {
+            self.tags.remove(t);
+        }
+        for (k, v) in &u.fields {
+            match v {
+                Some(v) => {
+                    self.fields.insert(k.clone(), v.clone());
+                }
+                None => {
+                    self.fields.remove(k);
+                }
+            }
+        }
+    }
+}
+
+/// `session/delete`: the tombstone. Once durable, the session is not found
+/// by loads, lists or search; its fork children keep the events they
+/// inherit. Written only by [`crate::session::delete`] and
+/// [`crate::session::Session::delete`]; always the session's last event.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SessionDelete {}
+
+/// Frame flags of a core kind: `session/meta` is ignorable (metadata is
+/// not needed to fold a session), every other core kind is not.
+pub(crate) fn core_flags(kind: CoreKind) -> u16 {
+    if kind == CoreKind::SessionMeta {
+        FLAG_IGNORABLE
+    } else {
+        0
+    }
 }
 
 /// Typed data of a core kind. `Intent` is [`SurfaceOp`] for the three surface
 /// kinds and `()` for all others: the compile-time rule of `append`.
 pub trait EventData: Serialize + serde::de::DeserializeOwned + Clone {
+    /// The core kind of this data.
     const KIND: CoreKind;
+    /// `SurfaceOp` for surface kinds, `()` for the others.
     type Intent: Intent;
 }
 
 /// What `append` takes besides the data: a surface op or nothing.
 pub trait Intent: sealed::Sealed + Copy {
+    /// The surface op, if any.
     fn surface_op(self) -> Option<SurfaceOp>;
 }
 impl Intent for () {
@@ -375,16 +552,21 @@ event_data! {
     CompactionSummary => CompactionSummary, ();
     CompactionEnd => CompactionEnd, ();
     CompactionPrune => CompactionPrune, ();
+    MetaUpdate => SessionMeta, ();
+    SessionDelete => SessionDelete, ();
 }
 
 /// The kind of a stored event: core or plugin (by name).
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub enum EventKind {
+    /// A core kind.
     Core(CoreKind),
+    /// A plugin kind, by name.
     Plugin(String),
 }
 
 impl EventKind {
+    /// The kind's name as stored and shown.
     pub fn name(&self) -> &str {
         match self {
             EventKind::Core(k) => k.name(),
@@ -408,6 +590,7 @@ pub struct Envelope {
     /// (informational: never part of what the model sees).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ts: Option<u64>,
+    /// The kind's data.
     pub data: Value,
 }
 
@@ -422,12 +605,17 @@ pub fn now_ms() -> u64 {
 /// A decoded session event.
 #[derive(Debug, Clone, PartialEq)]
 pub struct SessionEvent {
+    /// Seq in the session.
     pub seq: u64,
+    /// The kind.
     pub kind: EventKind,
+    /// Whether the frame carries the `IGNORABLE` flag.
     pub ignorable: bool,
+    /// The surface op (surface kinds only).
     pub surface: Option<SurfaceOp>,
     /// Append time in ms since the epoch, when recorded.
     pub ts: Option<u64>,
+    /// The data, as stored.
     pub data: Value,
 }
 
@@ -673,16 +861,25 @@ pub enum CustomEventError {
     #[error(
         "event at seq {seq} is {kind:?} version {found}; this type reads up to version {supported}"
     )]
+    /// The stored event is of a newer version than the type reads.
     NewerVersion {
+        /// Seq of the event.
         seq: u64,
+        /// Kind name.
         kind: String,
+        /// Version stored.
         found: u64,
+        /// Newest version the type reads.
         supported: u32,
     },
+    /// The data does not deserialize into the type.
     #[error("event at seq {seq} ({kind:?}) does not decode: {detail}")]
     Decode {
+        /// Seq of the event.
         seq: u64,
+        /// Kind name.
         kind: String,
+        /// What serde said.
         detail: String,
     },
 }
@@ -746,6 +943,8 @@ pub(crate) fn validate_core(k: CoreKind, data: &Value) -> Result<(), DecodeError
         CoreKind::CompactionSummary => check::<CompactionSummary>(data),
         CoreKind::CompactionEnd => check::<CompactionEnd>(data),
         CoreKind::CompactionPrune => check::<CompactionPrune>(data),
+        CoreKind::SessionMeta => check::<MetaUpdate>(data),
+        CoreKind::SessionDelete => check::<SessionDelete>(data),
     }
 }
 
@@ -756,6 +955,7 @@ pub struct Registry {
 }
 
 impl Registry {
+    /// An empty registry (core kinds only).
     pub fn new() -> Self {
         Self::default()
     }
@@ -774,6 +974,7 @@ impl Registry {
     pub fn register_custom<E: CustomEvent>(&mut self) -> Result<(), String> {
         self.register(E::KIND, E::IGNORABLE)
     }
+    /// Whether a plugin kind is registered.
     pub fn knows(&self, name: &str) -> bool {
         self.kinds.contains_key(name)
     }
@@ -802,7 +1003,7 @@ mod tests {
             assert_eq!(CoreKind::from_code(k.code()), Some(*k));
             assert_eq!(CoreKind::from_name(k.name()), Some(*k));
         }
-        assert_eq!(CoreKind::ALL.len(), 16);
+        assert_eq!(CoreKind::ALL.len(), 18);
     }
 
     #[test]
@@ -824,6 +1025,30 @@ mod tests {
         })
         .unwrap();
         assert_eq!(decode(0, 1, 0, &v, &reg), Err(DecodeError::Version(1)));
+    }
+
+    /// The example payloads of FORMAT.md §10 decode to what the spec says.
+    #[test]
+    fn spec_examples_of_meta_and_delete_decode() {
+        let reg = Registry::new();
+        let meta = br#"{"v":0,"data":{"title":"t","add_tags":["ci"],"fields":{"cwd":"/src","user":null}}}"#;
+        let e = decode(4, 17, FLAG_IGNORABLE, meta, &reg).unwrap();
+        assert_eq!(e.kind, EventKind::Core(CoreKind::SessionMeta));
+        let u: MetaUpdate = serde_json::from_value(e.data).unwrap();
+        let mut m = SessionMetadata::default();
+        m.fields.insert("user".into(), "u".into());
+        m.apply(&u);
+        assert_eq!(m.title.as_deref(), Some("t"));
+        assert_eq!(m.tags.iter().collect::<Vec<_>>(), ["ci"]);
+        assert_eq!(m.fields, [("cwd".to_string(), "/src".to_string())].into());
+        let del = br#"{"v":0,"data":{}}"#;
+        let e = decode(5, 18, 0, del, &reg).unwrap();
+        assert_eq!(e.kind, EventKind::Core(CoreKind::SessionDelete));
+        assert_eq!(core_flags(CoreKind::SessionMeta), FLAG_IGNORABLE);
+        assert_eq!(core_flags(CoreKind::SessionDelete), 0);
+        // What a build that predates kind 17 does: keeps it as unknown/17.
+        assert_eq!(CoreKind::SessionMeta.code(), 17);
+        assert_eq!(CoreKind::SessionDelete.code(), 18);
     }
 
     #[test]

@@ -13,14 +13,18 @@ use crate::session::messages::Message;
 /// What an agent loop asks for before a request.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct RequestSpec {
+    /// Provider name.
     pub provider: String,
+    /// Model name.
     pub model: String,
     /// Parameters the caller set explicitly: always kept.
     pub explicit: BTreeMap<String, Value>,
     /// Parameters the current route's adapter supplies as defaults: used only
     /// where the caller set nothing, and dropped before the next request.
     pub adapter_defaults: BTreeMap<String, Value>,
+    /// The system prompt, if any.
     pub system: Option<SystemPrompt>,
+    /// Tool schemas.
     pub tools: Vec<ToolSchema>,
 }
 
@@ -73,7 +77,9 @@ impl RequestSpec {
 /// derived messages.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Request {
+    /// The latest request header.
     pub header: Option<EpochHeader>,
+    /// The derived messages.
     pub messages: Vec<Message>,
 }
 
@@ -83,7 +89,9 @@ pub struct Request {
 pub struct Difference {
     /// JSON-pointer-like path (`/messages/3/content/0/text`).
     pub path: String,
+    /// What the log rebuilds.
     pub expected: String,
+    /// What the caller has.
     pub actual: String,
 }
 

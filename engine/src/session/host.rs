@@ -12,7 +12,7 @@ use std::sync::{Arc, Weak};
 use parking_lot::Mutex;
 
 use crate::error::{Error, Result};
-use crate::session::core::{SeedEvent, Session};
+use crate::session::core::{HistoryEvent, Session};
 use crate::session::event::Registry;
 use crate::session::repair::{repair, PluginRepair, RepairReport};
 use crate::store::Store;
@@ -29,6 +29,7 @@ pub struct Host {
 }
 
 impl Host {
+    /// A host of the sessions of `store`, decoding with `registry`.
     pub fn new(store: Arc<Store>, registry: Arc<Registry>) -> Host {
         Host {
             store,
@@ -43,6 +44,7 @@ impl Host {
         self.plugins.push(p);
     }
 
+    /// The store.
     pub fn store(&self) -> &Arc<Store> {
         &self.store
     }
@@ -78,17 +80,46 @@ impl Host {
         Ok(self.register(s))
     }
 
-    /// Create a session from existing history: the seed events, then
-    /// `session/end-seed`, in one atomic batch.
-    pub fn create_seeded(&self, id: &str, seed: &[SeedEvent]) -> Result<SharedSession> {
-        let s = Session::create_seeded(self.store.clone(), id, self.registry.clone(), seed)?;
+    /// Create a session from prior history: the history events, then the
+    /// `session/end-seed` marker, in one atomic batch (see
+    /// [`Session::create_with_history`]).
+    pub fn create_with_history(&self, id: &str, history: &[HistoryEvent]) -> Result<SharedSession> {
+        let s =
+            Session::create_with_history(self.store.clone(), id, self.registry.clone(), history)?;
         Ok(self.register(s))
+    }
+
+    /// Old name of [`Host::create_with_history`].
+    #[deprecated(since = "0.1.0", note = "renamed `create_with_history`")]
+    pub fn create_seeded(&self, id: &str, seed: &[HistoryEvent]) -> Result<SharedSession> {
+        self.create_with_history(id, seed)
     }
 
     /// Load a session. Active: wait for durability, refuse while a turn or
     /// step runs, return the same handle (no repair, nothing appended).
     /// Inactive: restore from the log and repair; the report says what was
     /// appended.
+    ///
+    /// ```
+    /// # use std::sync::Arc;
+    /// # use turnstone::session::*;
+    /// # let dir = tempfile::tempdir().unwrap();
+    /// # let store = Arc::new(turnstone::Store::open(dir.path()).unwrap());
+    /// let host = Host::new(store.clone(), Arc::new(Registry::new()));
+    /// {
+    ///     // A loop that stops mid-turn (a crash, as far as the log knows).
+    ///     let s = host.create("s1").unwrap();
+    ///     s.lock().append(TurnStart { turn_id: "t1".into() }, ()).unwrap();
+    ///     s.lock().flush().unwrap();
+    /// }
+    /// // Inactive now: loading repairs it (turn/end {interrupted}).
+    /// let (s, report) = host.load("s1").unwrap();
+    /// assert_eq!(report.unwrap().turns_interrupted, 1);
+    /// assert!(s.lock().open_state().is_idle());
+    /// // Active: the same handle, nothing appended.
+    /// let (_, report) = host.load("s1").unwrap();
+    /// assert!(report.is_none());
+    /// ```
     pub fn load(&self, id: &str) -> Result<(SharedSession, Option<RepairReport>)> {
         if let Some(shared) = self.live(id) {
             {
@@ -129,7 +160,10 @@ impl Host {
     pub fn repair_inactive(&self) -> Result<Vec<RepairReport>> {
         let mut out = Vec::new();
         for info in self.store.sessions() {
-            if self.is_active(&info.name) || self.live_elsewhere(&info.name) {
+            if self.is_active(&info.name)
+                || self.live_elsewhere(&info.name)
+                || self.is_deleted(&info.name)?
+            {
                 continue;
             }
             out.push(self.repair_one(&info.name)?);
@@ -146,12 +180,27 @@ impl Host {
         self.store
             .sessions()
             .into_iter()
-            .filter(|info| !self.is_active(&info.name) && !self.live_elsewhere(&info.name))
+            .filter(|info| {
+                !self.is_active(&info.name)
+                    && !self.live_elsewhere(&info.name)
+                    && !matches!(self.is_deleted(&info.name), Ok(true))
+            })
             .map(|info| {
                 let r = self.repair_one(&info.name);
                 (info.name, r)
             })
             .collect()
+    }
+
+    /// Whether `id` carries a tombstone (deleted sessions are not repaired).
+    fn is_deleted(&self, id: &str) -> Result<bool> {
+        Ok(crate::session::delete::deleted_at(&self.store, id)?.is_some())
+    }
+
+    /// Delete session `id` (see [`crate::session::delete()`]). Refused while
+    /// a handle holds it for writing, in this host or elsewhere.
+    pub fn delete(&self, id: &str) -> Result<u64> {
+        crate::session::delete::delete(&self.store, id)
     }
 
     fn repair_one(&self, id: &str) -> Result<RepairReport> {

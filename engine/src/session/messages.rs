@@ -21,18 +21,22 @@ use crate::session::surface::Surface;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Role {
+    /// A user message (tool results included).
     User,
+    /// An assistant message.
     Assistant,
 }
 
 /// One model message, immutable once built.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Message {
+    /// Who speaks.
     pub role: Role,
     /// Seq of the surface event it was derived from.
     pub source_seq: u64,
     /// Kind of that event.
     pub kind: String,
+    /// The content blocks.
     pub content: Vec<ContentBlock>,
 }
 

@@ -99,6 +99,7 @@ pub struct ProjectionRegistry {
 }
 
 impl ProjectionRegistry {
+    /// An empty registry.
     pub fn new() -> Self {
         Self::default()
     }
@@ -141,9 +142,12 @@ impl ProjectionRegistry {
 /// Turn status of a session.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub enum TurnStatus {
+    /// No turn is running.
     #[default]
     Idle,
+    /// A turn is running.
     Running {
+        /// Its id.
         turn_id: String,
     },
 }
@@ -151,16 +155,22 @@ pub enum TurnStatus {
 /// One todo item kept by the `todo/update` plugin event.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct TodoItem {
+    /// The text streamed so far.
     pub text: String,
+    /// Whether the final message arrived.
     pub done: bool,
 }
 
 /// State of [`RunStatus`].
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct RunState {
+    /// The current turn status.
     pub status: TurnStatus,
+    /// Turns that ended `completed`.
     pub turns_completed: u64,
+    /// Turns that ended `interrupted` (by repair).
     pub turns_interrupted: u64,
+    /// Turns that ended with an error or cancelled.
     pub turns_failed: u64,
     /// Todo items by id, from `todo/update` events
     /// (`{"id": .., "text": .., "done": ..}`, or `{"id": .., "remove": true}`).
@@ -225,11 +235,15 @@ impl Projection for RunStatus {
 pub struct TokenState {
     /// Sum of reported usage.
     pub input_tokens: u64,
+    /// Output tokens summed.
     pub output_tokens: u64,
+    /// Cache-read input tokens summed.
     #[serde(default)]
     pub cache_read_input_tokens: u64,
+    /// Cache-creation input tokens summed.
     #[serde(default)]
     pub cache_creation_input_tokens: u64,
+    /// Reasoning tokens summed.
     #[serde(default)]
     pub reasoning_tokens: u64,
     /// Estimated tokens of each surface node (seq, tokens), in surface order.
@@ -238,6 +252,7 @@ pub struct TokenState {
     pub context_tokens: u64,
     /// Tokens saved by `compaction/prune`, as recorded by the pruner.
     pub pruned_tokens: u64,
+    /// Number of `compaction/prune` events.
     pub prunes: u64,
     /// Saving announced by a `compaction/prune` whose replacement
     /// `tool/result` has not been folded yet.

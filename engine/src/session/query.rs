@@ -17,17 +17,22 @@ use crate::session::event::{
     AssistantMessage, CompactionSummary, ContentBlock, CoreKind, EventKind, Registry, SessionEvent,
     ToolResult, UserMessage,
 };
-use crate::session::replay::{replay, replay_range, turn_open_before};
+use crate::session::replay::{replay_range, replay_range_of_any, turn_open_before};
 use crate::store::Store;
+
+pub use crate::session::catalog::{Catalog, CatalogEntry, Cursor, ListPage, ListQuery};
 
 /// One row of [`list_sessions`].
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct SessionSummary {
+    /// The session id.
     pub id: String,
+    /// Durable events, inherited ones included.
     pub events: u64,
     /// Append time of the first and last event (ms since the epoch), when
     /// recorded.
     pub created_ms: Option<u64>,
+    /// See `created_ms`.
     pub updated_ms: Option<u64>,
     /// A turn is open (started, not ended).
     pub open_turn: bool,
@@ -57,16 +62,23 @@ pub fn list_sessions(store: &Store, registry: &Registry) -> Result<Vec<SessionSu
             continue;
         };
         let end = meta.durable_len;
+        // One read of the last event: the tombstone check and its time.
+        let updated_ms = if end == 0 {
+            None
+        } else {
+            let e = store.read(&info.name, end - 1)?;
+            if e.kind == CoreKind::SessionDelete.code() {
+                continue; // deleted: not listed
+            }
+            crate::session::event::decode(e.seq.0, e.kind, e.flags, &e.payload, registry)
+                .ok()
+                .and_then(|ev| ev.ts)
+        };
         let first_own = info.parent.as_ref().map_or(0, |(_, n)| *n);
         let created_ms = if end > first_own {
             ts_of(store, registry, &info.name, first_own)?
         } else {
             None
-        };
-        let updated_ms = if end == 0 {
-            None
-        } else {
-            ts_of(store, registry, &info.name, end - 1)?
         };
         out.push(SessionSummary {
             id: info.name.clone(),
@@ -131,8 +143,11 @@ pub fn searchable_text(ev: &SessionEvent) -> Option<String> {
 /// One search hit.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Hit {
+    /// The session the hit is reported under.
     pub session: String,
+    /// Seq of the event.
     pub seq: u64,
+    /// The matching text, with the match in brackets.
     pub snippet: String,
 }
 
@@ -169,6 +184,7 @@ impl SearchIndex {
                 "PRAGMA journal_mode=WAL;
                  CREATE TABLE IF NOT EXISTS meta(key TEXT PRIMARY KEY, value TEXT NOT NULL);
                  CREATE TABLE IF NOT EXISTS indexed(session TEXT PRIMARY KEY, define_pos INTEGER NOT NULL, next_seq INTEGER NOT NULL);
+                 CREATE TABLE IF NOT EXISTS deleted(session TEXT PRIMARY KEY);
                  CREATE VIRTUAL TABLE IF NOT EXISTS docs USING fts5(session UNINDEXED, seq UNINDEXED, body);",
             )
             .map_err(|e| ix.err(e))?;
@@ -185,7 +201,9 @@ impl SearchIndex {
             .ok();
         if stored.as_deref() != Some(id.as_str()) {
             ix.conn
-                .execute_batch("DELETE FROM docs; DELETE FROM indexed; DELETE FROM meta;")
+                .execute_batch(
+                    "DELETE FROM docs; DELETE FROM indexed; DELETE FROM deleted; DELETE FROM meta;",
+                )
                 .map_err(|e| ix.err(e))?;
             ix.conn
                 .execute("INSERT INTO meta(key, value) VALUES('store_id', ?1)", [&id])
@@ -223,6 +241,8 @@ impl SearchIndex {
                 Some(_) => {
                     tx.execute("DELETE FROM docs WHERE session=?1", [&info.name])
                         .map_err(serr)?;
+                    tx.execute("DELETE FROM deleted WHERE session=?1", [&info.name])
+                        .map_err(serr)?;
                     inherited
                 }
                 None => inherited,
@@ -233,12 +253,21 @@ impl SearchIndex {
                 continue;
             }
             let registry = std::sync::Arc::new(registry.clone());
-            for ev in replay(store, &info.name, registry, next)? {
+            for ev in replay_range_of_any(store, &info.name, registry, next..u64::MAX)? {
                 let ev = ev?;
                 if ev.seq >= end {
                     break;
                 }
                 read += 1;
+                if ev.kind == EventKind::Core(CoreKind::SessionDelete) {
+                    // Its text stays (fork children inherit it), but a
+                    // search across sessions no longer finds it.
+                    tx.execute(
+                        "INSERT OR IGNORE INTO deleted(session) VALUES(?1)",
+                        [&info.name],
+                    )
+                    .map_err(serr)?;
+                }
                 if let Some(text) = searchable_text(&ev) {
                     tx.execute(
                         "INSERT INTO docs(session, seq, body) VALUES(?1, ?2, ?3)",
@@ -259,12 +288,27 @@ impl SearchIndex {
         Ok(read)
     }
 
-    /// Search message text across sessions; best matches first. `query` is
+    /// Search message text across sessions (deleted sessions left out, as
+    /// of the last [`SearchIndex::update`]); best matches first. `query` is
     /// FTS5 syntax; if it does not parse it is searched as a plain phrase.
     ///
     /// An event that fork children inherit is indexed once, under the session
     /// that wrote it; [`SearchIndex::search_session`] searches one session
     /// with its inherited prefix.
+    ///
+    /// ```
+    /// # use std::sync::Arc;
+    /// # use turnstone::session::*;
+    /// # let dir = tempfile::tempdir().unwrap();
+    /// # let store = Arc::new(turnstone::Store::open(dir.path()).unwrap());
+    /// let mut s = Session::create(store.clone(), "s1", Arc::new(Registry::new())).unwrap();
+    /// s.append(UserMessage { content: vec![ContentBlock::text("the disk is full")] }, SurfaceOp::Append).unwrap();
+    /// s.flush().unwrap(); // search indexes durable events only
+    /// let mut ix = SearchIndex::open(&store).unwrap();
+    /// ix.update(&store, &Registry::new()).unwrap();
+    /// let hits = ix.search("disk", 10).unwrap();
+    /// assert_eq!((hits[0].session.as_str(), hits[0].seq), ("s1", 0));
+    /// ```
     pub fn search(&self, query: &str, limit: usize) -> Result<Vec<Hit>> {
         self.run_search(query, limit, &[], None)
     }
@@ -280,6 +324,7 @@ impl SearchIndex {
         query: &str,
         limit: usize,
     ) -> Result<Vec<Hit>> {
+        crate::session::delete::check_not_deleted(store, session)?;
         let meta = store
             .session_meta(session)
             .ok_or_else(|| Error::UnknownSession(session.to_string()))?;
@@ -322,6 +367,8 @@ impl SearchIndex {
         }
         if !chain.is_empty() {
             filter.push(')');
+        } else {
+            filter.push_str(" AND session NOT IN (SELECT session FROM deleted)");
         }
         let sql = format!(
             "SELECT session, seq, snippet(docs, 2, '[', ']', '…', 12) FROM docs WHERE docs MATCH ?1{filter} ORDER BY rank LIMIT ?2"

@@ -24,18 +24,22 @@ use crate::session::surface::SurfaceOp;
 /// What repair did to one session.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
 pub struct RepairReport {
+    /// The session repaired.
     pub session: String,
     /// Call ids given a `TOOL_OUTCOME_UNKNOWN` result.
     pub tools_outcome_unknown: Vec<String>,
     /// Tool-use ids given a `TOOL_NOT_STARTED` result.
     pub tools_not_started: Vec<String>,
+    /// Open steps closed with `step/end`.
     pub steps_closed: u32,
+    /// Open turns closed with `turn/end {interrupted}`.
     pub turns_interrupted: u32,
     /// Events appended (core repair plus plugin repair).
     pub appended: u64,
 }
 
 impl RepairReport {
+    /// Whether nothing was appended.
     pub fn is_noop(&self) -> bool {
         self.appended == 0
     }
@@ -49,6 +53,25 @@ pub trait PluginRepair {
 }
 
 /// Repair an inactive session. Appends only; idempotent.
+///
+/// ```
+/// # use std::sync::Arc;
+/// # use turnstone::session::*;
+/// # let dir = tempfile::tempdir().unwrap();
+/// # let store = Arc::new(turnstone::Store::open(dir.path()).unwrap());
+/// # let reg = Arc::new(Registry::new());
+/// {
+///     let mut s = Session::create(store.clone(), "s1", reg.clone()).unwrap();
+///     s.append(TurnStart { turn_id: "t1".into() }, ()).unwrap();
+///     s.append(ToolCall { call_id: "c1".into(), name: "ls".into(), input: serde_json::json!({}) }, ()).unwrap();
+///     s.flush().unwrap();
+/// } // the process "crashes" here: a durable call without a result
+/// let mut s = Session::open(store, "s1", reg).unwrap();
+/// let report = repair(&mut s, &[]).unwrap();
+/// assert_eq!(report.tools_outcome_unknown, ["c1"]);
+/// assert_eq!(report.turns_interrupted, 1);
+/// assert!(repair(&mut s, &[]).unwrap().is_noop()); // idempotent
+/// ```
 pub fn repair(session: &mut Session, plugins: &[&dyn PluginRepair]) -> Result<RepairReport> {
     let open = session.open_state().clone();
     let mut report = RepairReport {
@@ -128,14 +151,38 @@ pub fn repair(session: &mut Session, plugins: &[&dyn PluginRepair]) -> Result<Re
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
 pub enum MessageProblem {
+    /// A client tool use without a result.
     #[error("tool use {id:?} (message {message}) has no tool result")]
-    UnansweredToolUse { id: String, message: usize },
+    UnansweredToolUse {
+        /// The tool use id.
+        id: String,
+        /// Index of the message that holds the block.
+        message: usize,
+    },
+    /// A result that answers no earlier tool use.
     #[error("tool result for {id:?} (message {message}) answers no earlier tool use")]
-    OrphanToolResult { id: String, message: usize },
+    OrphanToolResult {
+        /// The tool use id.
+        id: String,
+        /// Index of the message that holds the block.
+        message: usize,
+    },
+    /// A result after the next assistant message.
     #[error("tool result for {id:?} (message {message}) comes after the next assistant message; providers need it before")]
-    LateToolResult { id: String, message: usize },
+    LateToolResult {
+        /// The tool use id.
+        id: String,
+        /// Index of the message that holds the block.
+        message: usize,
+    },
+    /// A second result for one tool use.
     #[error("tool use {id:?} has a second tool result (message {message})")]
-    DuplicateToolResult { id: String, message: usize },
+    DuplicateToolResult {
+        /// The tool use id.
+        id: String,
+        /// Index of the message that holds the block.
+        message: usize,
+    },
 }
 
 /// Check that a message history is valid for a model, in both directions:

@@ -40,6 +40,22 @@ pub struct Replay<'a> {
 /// sees its events once the writer's group commit has made them durable,
 /// and costs the writer no `fdatasync`. The writer's own [`crate::session::Session`]
 /// sees its appends at once.
+///
+/// ```
+/// # use std::sync::Arc;
+/// # use turnstone::session::*;
+/// # let dir = tempfile::tempdir().unwrap();
+/// # let store = Arc::new(turnstone::Store::open(dir.path()).unwrap());
+/// let mut s = Session::create(store.clone(), "s1", Arc::new(Registry::new())).unwrap();
+/// s.append(UserMessage { content: vec![ContentBlock::text("hi")] }, SurfaceOp::Append).unwrap();
+/// s.append(AssistantChunk { index: 0, text: "hel".into() }, ()).unwrap();
+/// s.flush().unwrap();
+/// let kinds: Vec<String> = replay(&store, "s1", Arc::new(Registry::new()), 0)
+///     .unwrap()
+///     .map(|ev| ev.unwrap().kind.name().to_string())
+///     .collect();
+/// assert_eq!(kinds, ["user/message", "assistant/chunk"]);
+/// ```
 pub fn replay<'a>(
     store: &'a Store,
     id: &str,
@@ -52,6 +68,18 @@ pub fn replay<'a>(
 /// Replay the durable events of session `id` with seq in `range`, reading
 /// nothing past it.
 pub fn replay_range<'a>(
+    store: &'a Store,
+    id: &str,
+    registry: Arc<Registry>,
+    range: std::ops::Range<u64>,
+) -> Result<Replay<'a>> {
+    crate::session::delete::check_not_deleted(store, id)?;
+    replay_range_of_any(store, id, registry, range)
+}
+
+/// [`replay_range`] without the deleted check: for derived indexes, which
+/// keep the text of a deleted session that fork children inherit.
+pub(crate) fn replay_range_of_any<'a>(
     store: &'a Store,
     id: &str,
     registry: Arc<Registry>,
@@ -193,6 +221,7 @@ pub(crate) fn turn_open_before(store: &Store, id: &str, limit: u64) -> Result<bo
 /// What [`fork`] created.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Forked {
+    /// The child's id.
     pub child: String,
     /// The child holds the source's events `0..upto`.
     pub upto: u64,
@@ -202,12 +231,33 @@ pub struct Forked {
 /// default boundary is the end of the last closed turn (the whole history
 /// if no turn is open). A boundary inside an unfinished turn is refused. The
 /// child id defaults to `<source>.fork-<random hex>`.
+///
+/// ```
+/// # use std::sync::Arc;
+/// # use turnstone::session::*;
+/// # let dir = tempfile::tempdir().unwrap();
+/// # let store = Arc::new(turnstone::Store::open(dir.path()).unwrap());
+/// # let reg = Arc::new(Registry::new());
+/// let mut s = Session::create(store.clone(), "s1", reg.clone()).unwrap();
+/// s.append(TurnStart { turn_id: "t1".into() }, ()).unwrap();
+/// s.append(UserMessage { content: vec![ContentBlock::text("hi")] }, SurfaceOp::Append).unwrap();
+/// s.append(TurnEnd { turn_id: "t1".into(), reason: TurnEndReason::Completed }, ()).unwrap();
+/// s.append(TurnStart { turn_id: "t2".into() }, ()).unwrap(); // still running
+/// // Default boundary: the end of the last closed turn.
+/// let f = fork(&store, "s1", None, Some("try-again")).unwrap();
+/// assert_eq!(f.upto, 3);
+/// // Inside the unfinished turn: refused.
+/// assert!(fork(&store, "s1", Some(4), None).is_err());
+/// let mut child = Session::open(store, &f.child, reg).unwrap();
+/// assert_eq!(child.derive_messages().len(), 1);
+/// ```
 pub fn fork(
     store: &Store,
     source: &str,
     boundary: Option<u64>,
     child: Option<&str>,
 ) -> Result<Forked> {
+    crate::session::delete::check_not_deleted(store, source)?;
     let len = store
         .session_len(source)
         .ok_or_else(|| Error::UnknownSession(source.to_string()))?;

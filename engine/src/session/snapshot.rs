@@ -19,22 +19,31 @@ use crate::session::replay::decode_error;
 use crate::store::Store;
 use crate::types::LogPos;
 
+/// Directory of snapshot files inside the store (FORMAT.md §12).
 pub const SNAPSHOT_DIR: &str = "snapshots";
+/// Magic of a snapshot file.
 pub const SNAPSHOT_MAGIC: [u8; 8] = *b"TSTNSNP\0";
+/// Version of the snapshot file format.
 pub const SNAPSHOT_VERSION: u32 = 1;
+/// Bytes of the fixed header.
 pub const SNAPSHOT_HEADER_BYTES: usize = 64;
 
 /// Identity of what a snapshot covers.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SnapshotHeader {
+    /// The store's id.
     pub store_id: [u8; 16],
+    /// Position of the session's `session-define` frame (its incarnation).
     pub define_pos: LogPos,
     /// Events folded: seqs `0..covered`.
     pub covered: u64,
+    /// The projection's version.
     pub projection_version: u32,
     /// [`event_crc`] of event `covered - 1` (0 when `covered` is 0).
     pub last_event_crc: u32,
+    /// The projection name.
     pub projection: String,
+    /// The session id.
     pub session: String,
 }
 
@@ -153,6 +162,7 @@ pub fn snapshot_path(dir: &Path, session: &str, projection: &str) -> PathBuf {
 /// What reading through the cache did.
 #[derive(Debug, Clone, PartialEq)]
 pub struct CacheRead<S> {
+    /// The projection state.
     pub state: S,
     /// Events covered by the snapshot used (None: folded from seq 0).
     pub snapshot_covered: Option<u64>,

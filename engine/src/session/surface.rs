@@ -11,23 +11,35 @@ use serde::{Deserialize, Serialize};
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "op", rename_all = "snake_case")]
 pub enum SurfaceOp {
+    /// Add the event at the tail of the surface.
     Append,
-    Replace { start: u64, end: u64 },
+    /// The event takes the place of surface positions `start..end`.
+    Replace {
+        /// First surface position replaced.
+        start: u64,
+        /// End of the range (excluded).
+        end: u64,
+    },
 }
 
 /// An invalid replace range.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 #[error("replace range {start}..{end} is invalid for a surface of {len} nodes (need start <= end <= len)")]
 pub struct RangeError {
+    /// Start of the range asked for.
     pub start: u64,
+    /// End of the range asked for.
     pub end: u64,
+    /// Length of the surface.
     pub len: u64,
 }
 
 /// The model-visible node list.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Surface {
+    /// Seqs of the surface nodes, in order.
     pub nodes: Vec<u64>,
+    /// Number of replaces so far.
     pub replace_generation: u64,
 }
 
@@ -56,9 +68,11 @@ impl Surface {
         Ok(())
     }
 
+    /// Number of nodes.
     pub fn len(&self) -> usize {
         self.nodes.len()
     }
+    /// Whether the surface has no nodes.
     pub fn is_empty(&self) -> bool {
         self.nodes.is_empty()
     }

@@ -42,6 +42,7 @@ pub enum Provider {
 }
 
 impl Provider {
+    /// Every provider, in a fixed order.
     pub const ALL: [Provider; 3] = [
         Provider::Anthropic,
         Provider::OpenAiResponses,

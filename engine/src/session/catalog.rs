@@ -1,0 +1,424 @@
+//! [`Catalog`]: a derived, in-memory index of the sessions of a store for
+//! listing with filters and stable pagination (SESSIONS.md, "Listing").
+//!
+//! The log is the source of truth: each catalog entry is a fold over its
+//! session's durable events (metadata from `session/meta`, the tombstone, the
+//! open-turn flag, first and last append times), and the catalog can be
+//! dropped and rebuilt at any time. It is incremental: it remembers the
+//! durable log position it has folded up to, and a [`Catalog::refresh`] folds
+//! only the events of sessions with a frame past that position (one pass over
+//! the store index's integers to find them, then only their new events), so
+//! a listing stays cheap with 100,000 sessions. Like every view it reads only
+//! durable events and never causes an `fdatasync`.
+//!
+//! Order and pagination: sessions are listed in creation order (or newest
+//! first), and a [`Cursor`] is the creation rank of the last session
+//! returned. A session created later gets a higher rank, so a cursor stays
+//! valid while sessions are added: the next pages neither repeat nor skip a
+//! session that existed when the listing started (a session deleted in
+//! between is left out).
+
+use std::collections::{BTreeSet, HashMap};
+use std::ops::ControlFlow;
+
+use serde::{Deserialize, Serialize};
+
+use crate::error::{Error, Result};
+use crate::session::event::{CoreKind, MetaUpdate, SessionMetadata};
+use crate::store::Store;
+use crate::types::LogPos;
+
+/// One listed session.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct CatalogEntry {
+    /// The session id.
+    pub id: String,
+    /// Durable events, inherited ones included.
+    pub events: u64,
+    /// Append time of the first own event and of the last event (ms since
+    /// the epoch), when recorded.
+    pub created_ms: Option<u64>,
+    /// See `created_ms`.
+    pub updated_ms: Option<u64>,
+    /// A turn is open (started, not ended) after the last durable event.
+    pub open_turn: bool,
+    /// Fork parent and the number of events inherited.
+    pub parent: Option<(String, u64)>,
+    /// Title, tags and fields.
+    pub metadata: SessionMetadata,
+}
+
+/// Where the next page of a listing starts: the creation rank of the last
+/// session returned. Shown and parsed as text (`"c42"`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Cursor(u32);
+
+impl std::fmt::Display for Cursor {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "c{}", self.0)
+    }
+}
+
+impl std::str::FromStr for Cursor {
+    type Err = Error;
+    fn from_str(s: &str) -> Result<Cursor> {
+        s.strip_prefix('c')
+            .and_then(|n| n.parse().ok())
+            .map(Cursor)
+            .ok_or_else(|| {
+                Error::InvalidArgument(format!(
+                    "{s:?} is not a listing cursor (they look like \"c42\")"
+                ))
+            })
+    }
+}
+
+impl Serialize for Cursor {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> std::result::Result<S::Ok, S::Error> {
+        s.collect_str(self)
+    }
+}
+
+impl<'de> Deserialize<'de> for Cursor {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> std::result::Result<Cursor, D::Error> {
+        let s = String::deserialize(d)?;
+        s.parse().map_err(serde::de::Error::custom)
+    }
+}
+
+/// What to list. Every filter given must hold (and).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ListQuery {
+    /// Sessions carrying every one of these tags.
+    pub tags: Vec<String>,
+    /// Sessions whose field `key` equals `value`, for each pair.
+    pub fields: Vec<(String, String)>,
+    /// Sessions whose last event was appended at or after this time (ms
+    /// since the epoch).
+    pub updated_since_ms: Option<u64>,
+    /// Sessions with (true) or without (false) an open turn.
+    pub open_turn: Option<bool>,
+    /// Fork children of this session.
+    pub parent: Option<String>,
+    /// Newest first instead of creation order.
+    pub newest_first: bool,
+    /// Continue after this cursor (from [`ListPage::next`]).
+    pub after: Option<Cursor>,
+    /// Most sessions per page.
+    pub limit: usize,
+}
+
+impl Default for ListQuery {
+    fn default() -> Self {
+        ListQuery {
+            tags: Vec::new(),
+            fields: Vec::new(),
+            updated_since_ms: None,
+            open_turn: None,
+            parent: None,
+            newest_first: false,
+            after: None,
+            limit: 50,
+        }
+    }
+}
+
+/// One page of a listing.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ListPage {
+    /// The sessions of this page, in listing order.
+    pub sessions: Vec<CatalogEntry>,
+    /// The cursor of the next page; `None` when this is the last.
+    pub next: Option<Cursor>,
+}
+
+#[derive(Debug, Clone)]
+struct Slot {
+    define_pos: LogPos,
+    /// Events folded: seqs `0..folded`.
+    folded: u64,
+    deleted: bool,
+    entry: CatalogEntry,
+}
+
+/// The catalog of one store. See the module documentation.
+#[derive(Debug, Default)]
+pub struct Catalog {
+    store_id: Option<[u8; 16]>,
+    /// Every frame before this durable position is folded.
+    covered: LogPos,
+    /// By creation rank (the store's dense session id).
+    slots: Vec<Option<Slot>>,
+    by_tag: HashMap<String, BTreeSet<u32>>,
+    by_field: HashMap<(String, String), BTreeSet<u32>>,
+    by_parent: HashMap<String, BTreeSet<u32>>,
+    listed: usize,
+}
+
+#[derive(Deserialize)]
+struct TsOnly {
+    #[serde(default)]
+    ts: Option<u64>,
+}
+
+#[derive(Deserialize)]
+struct MetaOnly {
+    data: MetaUpdate,
+}
+
+impl Catalog {
+    /// An empty catalog; [`Catalog::refresh`] fills it.
+    pub fn new() -> Catalog {
+        Catalog::default()
+    }
+
+    /// A catalog of `store`, folded up to its durable end.
+    pub fn build(store: &Store) -> Result<Catalog> {
+        let mut c = Catalog::new();
+        c.refresh(store)?;
+        Ok(c)
+    }
+
+    /// Number of sessions listed (not deleted) as of the last refresh.
+    pub fn len(&self) -> usize {
+        self.listed
+    }
+
+    /// Whether no session is listed.
+    pub fn is_empty(&self) -> bool {
+        self.listed == 0
+    }
+
+    /// One session's entry (`None`: unknown, not durable yet, or deleted).
+    pub fn get(&self, store: &Store, id: &str) -> Option<&CatalogEntry> {
+        let meta = store.session_meta(id)?;
+        let slot = self.slots.get(meta.id.0 as usize)?.as_ref()?;
+        (!slot.deleted && slot.define_pos == meta.define_pos).then_some(&slot.entry)
+    }
+
+    /// Fold every durable event not folded yet. Returns the number of
+    /// events read.
+    pub fn refresh(&mut self, store: &Store) -> Result<u64> {
+        if self.store_id != Some(store.store_id()) {
+            *self = Catalog {
+                store_id: Some(store.store_id()),
+                ..Catalog::default()
+            };
+        }
+        let (durable, touched) = store.sessions_touched_since(self.covered);
+        let mut read = 0;
+        for (name, meta) in touched {
+            if meta.define_pos >= durable {
+                continue; // the session itself is not durable yet
+            }
+            let rank = meta.id.0;
+            let i = rank as usize;
+            if self.slots.len() <= i {
+                self.slots.resize(i + 1, None);
+            }
+            let mut slot = match self.slots[i].take() {
+                Some(s) if s.define_pos == meta.define_pos => {
+                    self.unindex(rank, &s);
+                    s
+                }
+                Some(s) => {
+                    // Another incarnation of the rank: start again.
+                    self.unindex(rank, &s);
+                    fresh(&name, &meta)
+                }
+                None => fresh(&name, &meta),
+            };
+            if !slot.deleted && meta.durable_len > slot.folded {
+                read += fold(store, &name, &meta, &mut slot)?;
+            }
+            self.index(rank, &slot);
+            self.slots[i] = Some(slot);
+        }
+        self.covered = durable;
+        Ok(read)
+    }
+
+    fn unindex(&mut self, rank: u32, s: &Slot) {
+        if s.deleted {
+            return;
+        }
+        self.listed -= 1;
+        let m = &s.entry.metadata;
+        for t in &m.tags {
+            if let Some(set) = self.by_tag.get_mut(t) {
+                set.remove(&rank);
+            }
+        }
+        for (k, v) in &m.fields {
+            if let Some(set) = self.by_field.get_mut(&(k.clone(), v.clone())) {
+                set.remove(&rank);
+            }
+        }
+        if let Some((p, _)) = &s.entry.parent {
+            if let Some(set) = self.by_parent.get_mut(p) {
+                set.remove(&rank);
+            }
+        }
+    }
+
+    fn index(&mut self, rank: u32, s: &Slot) {
+        if s.deleted {
+            return;
+        }
+        self.listed += 1;
+        let m = &s.entry.metadata;
+        for t in &m.tags {
+            self.by_tag.entry(t.clone()).or_default().insert(rank);
+        }
+        for (k, v) in &m.fields {
+            self.by_field
+                .entry((k.clone(), v.clone()))
+                .or_default()
+                .insert(rank);
+        }
+        if let Some((p, _)) = &s.entry.parent {
+            self.by_parent.entry(p.clone()).or_default().insert(rank);
+        }
+    }
+
+    /// One page of the sessions matching `q`, as of the last refresh (call
+    /// [`Catalog::refresh`] first to see the log's durable end). Costs the
+    /// page plus the entries skipped by filters that no index answers; a
+    /// tag, field or parent filter walks only the sessions that have it.
+    pub fn list(&self, q: &ListQuery) -> ListPage {
+        let limit = q.limit.max(1);
+        // The smallest index set among the indexed filters, if any.
+        let empty = BTreeSet::new();
+        let mut sets: Vec<&BTreeSet<u32>> = Vec::new();
+        for t in &q.tags {
+            sets.push(self.by_tag.get(t).unwrap_or(&empty));
+        }
+        for (k, v) in &q.fields {
+            sets.push(self.by_field.get(&(k.clone(), v.clone())).unwrap_or(&empty));
+        }
+        if let Some(p) = &q.parent {
+            sets.push(self.by_parent.get(p).unwrap_or(&empty));
+        }
+        let candidates = sets.into_iter().min_by_key(|s| s.len());
+        let after = q.after.map(|c| c.0);
+        let ranks: Box<dyn Iterator<Item = u32> + '_> = match (candidates, q.newest_first) {
+            (Some(set), false) => match after {
+                Some(a) => Box::new(set.range(a.saturating_add(1)..).copied()),
+                None => Box::new(set.iter().copied()),
+            },
+            (Some(set), true) => match after {
+                Some(a) => Box::new(set.range(..a).rev().copied()),
+                None => Box::new(set.iter().rev().copied()),
+            },
+            (None, false) => {
+                let from = after.map_or(0, |a| a as usize + 1);
+                Box::new((from..self.slots.len()).map(|r| r as u32))
+            }
+            (None, true) => {
+                let to = after.map_or(self.slots.len(), |a| (a as usize).min(self.slots.len()));
+                Box::new((0..to).rev().map(|r| r as u32))
+            }
+        };
+        let mut sessions = Vec::new();
+        let mut last = None;
+        let mut more = false;
+        for rank in ranks {
+            let Some(Some(slot)) = self.slots.get(rank as usize) else {
+                continue;
+            };
+            if slot.deleted || !matches(&slot.entry, q) {
+                continue;
+            }
+            if sessions.len() == limit {
+                more = true;
+                break;
+            }
+            sessions.push(slot.entry.clone());
+            last = Some(rank);
+        }
+        ListPage {
+            sessions,
+            next: if more { last.map(Cursor) } else { None },
+        }
+    }
+}
+
+fn matches(e: &CatalogEntry, q: &ListQuery) -> bool {
+    q.tags.iter().all(|t| e.metadata.tags.contains(t))
+        && q.fields
+            .iter()
+            .all(|(k, v)| e.metadata.fields.get(k) == Some(v))
+        && q.parent
+            .as_ref()
+            .is_none_or(|p| e.parent.as_ref().is_some_and(|(ep, _)| ep == p))
+        && q.updated_since_ms
+            .is_none_or(|t| e.updated_ms.is_some_and(|u| u >= t))
+        && q.open_turn.is_none_or(|o| e.open_turn == o)
+}
+
+fn fresh(name: &str, meta: &crate::store::SessionMeta) -> Slot {
+    Slot {
+        define_pos: meta.define_pos,
+        folded: 0,
+        deleted: false,
+        entry: CatalogEntry {
+            id: name.to_string(),
+            events: 0,
+            created_ms: None,
+            updated_ms: None,
+            open_turn: false,
+            parent: meta.parent.clone(),
+            metadata: SessionMetadata::default(),
+        },
+    }
+}
+
+/// Fold the durable events `slot.folded..durable_len` of one session: kind
+/// codes for turns and the tombstone, the data of `session/meta` events,
+/// the envelope's time of the first own and the last event. An event the
+/// catalog cannot read (a malformed `session/meta`) is skipped: the
+/// catalog is a view, and a writable open reports such an event.
+fn fold(
+    store: &Store,
+    name: &str,
+    meta: &crate::store::SessionMeta,
+    slot: &mut Slot,
+) -> Result<u64> {
+    let end = meta.durable_len;
+    let first_own = meta.parent.as_ref().map_or(0, |(_, n)| *n);
+    let (turn_start, turn_end) = (CoreKind::TurnStart.code(), CoreKind::TurnEnd.code());
+    let (meta_code, delete_code) = (CoreKind::SessionMeta.code(), CoreKind::SessionDelete.code());
+    let e = &mut slot.entry;
+    let mut deleted = false;
+    let n = store.visit_range(name, slot.folded..end, |ev| {
+        let seq = ev.seq.0;
+        let k = ev.kind;
+        if k == turn_start {
+            e.open_turn = true;
+        } else if k == turn_end {
+            e.open_turn = false;
+        } else if k == meta_code {
+            if let Ok(m) = serde_json::from_slice::<MetaOnly>(ev.payload) {
+                e.metadata.apply(&m.data);
+            }
+        } else if k == delete_code {
+            deleted = true;
+        }
+        if seq == first_own || seq + 1 == end {
+            let ts = serde_json::from_slice::<TsOnly>(ev.payload)
+                .ok()
+                .and_then(|t| t.ts);
+            if seq == first_own {
+                e.created_ms = ts;
+            }
+            if seq + 1 == end {
+                e.updated_ms = ts;
+            }
+        }
+        ControlFlow::Continue(())
+    })?;
+    e.events = end;
+    slot.folded = end;
+    slot.deleted |= deleted;
+    Ok(n)
+}

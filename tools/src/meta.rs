@@ -1,0 +1,131 @@
+//! `turnstone meta` and `turnstone delete`: session metadata and deletion
+//! (session layer: `session/meta`, `session/delete`; SESSIONS.md).
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::Arc;
+
+use clap::Args;
+use turnstone::session::{MetaUpdate, Registry, Session, SessionMetadata};
+use turnstone::Store;
+
+use crate::failure::existing_dir;
+use crate::Failure;
+
+#[derive(Debug, Args)]
+pub struct MetaArgs {
+    /// Store directory.
+    pub dir: PathBuf,
+    /// Session id.
+    #[arg(long)]
+    pub session: String,
+    /// Set a field: KEY=VALUE (repeatable).
+    #[arg(long = "set", value_name = "KEY=VALUE")]
+    pub set: Vec<String>,
+    /// Remove a field (repeatable).
+    #[arg(long, value_name = "KEY")]
+    pub unset: Vec<String>,
+    /// Add a tag (repeatable).
+    #[arg(long, value_name = "TAG")]
+    pub tag: Vec<String>,
+    /// Remove a tag (repeatable).
+    #[arg(long, value_name = "TAG")]
+    pub untag: Vec<String>,
+    /// Set the title ("" clears it).
+    #[arg(long)]
+    pub title: Option<String>,
+    /// Print the metadata as one JSON object.
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct DeleteArgs {
+    /// Store directory.
+    pub dir: PathBuf,
+    /// Session id.
+    #[arg(long)]
+    pub session: String,
+}
+
+/// `KEY=VALUE` split at the first `=`.
+pub fn key_value(s: &str) -> Result<(String, String), Failure> {
+    match s.split_once('=') {
+        Some((k, v)) if !k.is_empty() => Ok((k.to_string(), v.to_string())),
+        _ => Err(Failure::usage(format!(
+            "{s:?} is not KEY=VALUE (a non-empty key, then '=')"
+        ))),
+    }
+}
+
+fn print(id: &str, m: &SessionMetadata, json: bool) {
+    if json {
+        let mut v = serde_json::to_value(m).expect("metadata serializes");
+        v["id"] = id.into();
+        println!("{v}");
+        return;
+    }
+    println!("session  {id}");
+    println!("title    {}", m.title.as_deref().unwrap_or("-"));
+    println!(
+        "tags     {}",
+        if m.tags.is_empty() {
+            "-".to_string()
+        } else {
+            m.tags.iter().cloned().collect::<Vec<_>>().join(", ")
+        }
+    );
+    for (k, v) in &m.fields {
+        println!("{k} = {v}");
+    }
+}
+
+pub fn run_meta(a: &MetaArgs) -> Result<ExitCode, Failure> {
+    let mut update = MetaUpdate {
+        title: a.title.clone(),
+        add_tags: a.tag.clone(),
+        remove_tags: a.untag.clone(),
+        fields: Default::default(),
+    };
+    for s in &a.set {
+        let (k, v) = key_value(s)?;
+        update.fields.insert(k, Some(v));
+    }
+    for k in &a.unset {
+        update.fields.insert(k.clone(), None);
+    }
+    if update == MetaUpdate::default() {
+        // Read only: print.
+        let store = crate::store_open::read_only(&a.dir)?;
+        let s = Session::open_read_only(store, &a.session, Arc::new(Registry::new()))?;
+        print(&a.session, s.metadata(), a.json);
+        return Ok(ExitCode::SUCCESS);
+    }
+    update.check().map_err(Failure::usage)?;
+    existing_dir(&a.dir)?;
+    let store = Arc::new(Store::open(&a.dir)?);
+    let meta = {
+        let mut s = Session::open(store.clone(), &a.session, Arc::new(Registry::new()))?;
+        s.update_metadata(update)?;
+        s.flush()?;
+        s.metadata().clone()
+    };
+    match Arc::try_unwrap(store) {
+        Ok(store) => store.close()?,
+        Err(_) => return Err(Failure::io("the store is still in use")),
+    }
+    print(&a.session, &meta, a.json);
+    Ok(ExitCode::SUCCESS)
+}
+
+pub fn run_delete(a: &DeleteArgs) -> Result<ExitCode, Failure> {
+    existing_dir(&a.dir)?;
+    let store = Store::open(&a.dir)?;
+    let seq = turnstone::session::delete(&store, &a.session)?;
+    store.close()?;
+    eprintln!(
+        "deleted {:?} (tombstone at seq {seq}); its forks keep working; its bytes are reclaimable but not reclaimed",
+        a.session
+    );
+    Ok(ExitCode::SUCCESS)
+}
