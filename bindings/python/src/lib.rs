@@ -51,6 +51,7 @@ fn describe(e: &Error) -> (&'static str, Option<String>, Option<u64>) {
         Error::ReadOnly => ("read_only", None, None),
         Error::UnknownSession(_) => ("unknown_session", None, None),
         Error::SessionExists(_) => ("session_exists", None, None),
+        Error::SessionDeleted { .. } => ("session_deleted", None, None),
         Error::SeqOutOfRange { .. } => ("seq_out_of_range", None, None),
         Error::TooLarge { .. } => ("too_large", None, None),
         Error::InvalidArgument(_) => ("invalid_argument", None, None),
@@ -256,6 +257,14 @@ impl NativeStore {
         Ok(serde_json::to_string(&hits).unwrap_or_else(|_| "[]".into()))
     }
 
+    /// Delete a session: a durable tombstone; it is not found by loads,
+    /// lists and search from then on (its forks keep working). Refused
+    /// while a handle holds it for writing. Returns the tombstone's seq.
+    fn delete(&self, py: Python<'_>, id: String) -> PyResult<u64> {
+        let host = self.host()?;
+        py.detach(|| host.delete(&id)).map_err(err)
+    }
+
     /// Follow a session live from `from_seq`.
     #[pyo3(signature = (id, from_seq = 0))]
     fn subscribe(&self, id: String, from_seq: u64) -> PyResult<NativeSubscription> {
@@ -313,6 +322,11 @@ impl NativeSession {
             ),
         };
         self.s.lock().append_json(kind, data, surface).map_err(err)
+    }
+
+    /// The session's metadata (title, tags, fields) as JSON.
+    fn metadata(&self) -> String {
+        serde_json::to_string(self.s.lock().metadata()).unwrap_or_else(|_| "{}".into())
     }
 
     /// Wait until everything this handle appended is durable (GIL released).

@@ -216,3 +216,28 @@ def test_killed_mid_tool_reopens_repaired(tmp_path):
         with pytest.raises(TurnstoneError) as e:
             Store(d)
         assert error_kind(e.value) == "locked"
+
+
+def test_metadata_and_delete(store):
+    import gc
+
+    s = store.create_session("m")
+    s.set_title("Fix the build")
+    s.add_tag("ci")
+    s.set_meta("branch", "main")
+    s.user("go")
+    s.flush()
+    assert s.metadata == {"title": "Fix the build", "tags": ["ci"], "fields": {"branch": "main"}}
+    with pytest.raises(TurnstoneError) as e:
+        s.add_tag("")
+    assert error_kind(e.value) == "invalid_argument"
+    with pytest.raises(TurnstoneError) as e:
+        store.delete("m")
+    assert error_kind(e.value) == "session_live"
+    del s
+    gc.collect()
+    store.delete("m")
+    assert "m" not in [x["id"] for x in store.sessions()]
+    with pytest.raises(TurnstoneError) as e:
+        store.open_session("m")
+    assert error_kind(e.value) == "session_deleted"

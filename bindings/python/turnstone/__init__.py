@@ -98,6 +98,13 @@ class Store:
         """Full-text search over message text: {session, seq, snippet} hits."""
         return json.loads(self._native.search(query, limit, session))
 
+    def delete(self, id: str) -> int:
+        """Delete a session: a durable tombstone, after which loads, lists
+        and search do not find it (its forks keep working; its bytes become
+        reclaimable). Refused (``"session_live"``) while a Session handle
+        for it is alive. Returns the tombstone's seq."""
+        return self._native.delete(id)
+
     def subscribe(self, id: str, from_seq: int = 0) -> "Subscription":
         """Follow a session live: each event once, in order, once durable."""
         return Subscription(self._native.subscribe(id, from_seq))
@@ -233,6 +240,25 @@ class Session:
             {"call_id": call_id, "content": blocks, "is_error": is_error},
             surface="append",
         )
+
+    @property
+    def metadata(self) -> dict:
+        """Title, tags and fields, as set by the methods below (a fork
+        starts from its parent's; they are events in the log)."""
+        return json.loads(self._native.metadata())
+
+    def set_title(self, title: str) -> int:
+        return self.append("session/meta", {"title": title})
+
+    def add_tag(self, tag: str) -> int:
+        return self.append("session/meta", {"add_tags": [tag]})
+
+    def remove_tag(self, tag: str) -> int:
+        return self.append("session/meta", {"remove_tags": [tag]})
+
+    def set_meta(self, key: str, value: Optional[str]) -> int:
+        """Set a free field (user id, cwd, git branch, model); None removes it."""
+        return self.append("session/meta", {"fields": {key: value}})
 
     def flush(self) -> None:
         """Wait until everything this handle appended is durable (the GIL is
