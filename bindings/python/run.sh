@@ -9,6 +9,10 @@ command -v python3 >/dev/null || { echo "python3 is not installed" >&2; exit 2; 
 "$venv/bin/pip" install --quiet --disable-pip-version-check "pytest>=8,<9"
 # Builds the extension with maturin (PEP 517), as `pip install ./bindings/python` does.
 "$venv/bin/pip" install --quiet --disable-pip-version-check --force-reinstall --no-deps "$here"
+# The Rust CLI, for the cross-language tests (already built by `cargo test`).
+root="$(cd "$here/../.." && pwd)"
+( cd "$root" && cargo build -q -p turnstone-cli )
+export TURNSTONE_BIN="$root/target/debug/turnstone"
 cd "$here"
 # `pytest`, not `python -m pytest`: the source folder must not shadow the
 # installed package (which has the native module).

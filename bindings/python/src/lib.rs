@@ -312,7 +312,7 @@ impl NativeSession {
     /// Append one event: kind name, data as JSON text, surface op as JSON
     /// text (required for the three surface kinds). Returns its seq.
     #[pyo3(signature = (kind, data, surface = None))]
-    fn append(&self, kind: &str, data: &str, surface: Option<&str>) -> PyResult<u64> {
+    fn append(&self, py: Python<'_>, kind: &str, data: &str, surface: Option<&str>) -> PyResult<u64> {
         let data = parse("event data", data)?;
         let surface: Option<SurfaceOp> = match surface {
             None => None,

@@ -484,11 +484,23 @@ impl Session {
         // typed data is valid by construction, so it is not re-parsed).
         let value =
             serde_json::to_value(&data).map_err(|e| Error::InvalidArgument(e.to_string()))?;
-        self.check_live(D::KIND, &value, op)?;
-        let (payload, mut ev) = event::encode_core_value(D::KIND, value, op, self.len);
-        let flags = event::core_flags(D::KIND);
+        self.append_core_value(D::KIND, value, op)
+    }
+
+    /// Append a core event whose data is known to fit its kind (typed, or
+    /// checked with `event::validate_core`): the live checks, one encoding,
+    /// the fold.
+    pub(crate) fn append_core_value(
+        &mut self,
+        kind: CoreKind,
+        value: Value,
+        op: Option<SurfaceOp>,
+    ) -> Result<u64> {
+        self.check_live(kind, &value, op)?;
+        let (payload, mut ev) = event::encode_core_value(kind, value, op, self.len);
+        let flags = event::core_flags(kind);
         ev.ignorable = flags & crate::frame::FLAG_IGNORABLE != 0;
-        let seqs = self.append_decoded(vec![(D::KIND.code(), flags, payload)], vec![ev])?;
+        let seqs = self.append_decoded(vec![(kind.code(), flags, payload)], vec![ev])?;
         Ok(seqs[0])
     }
 
@@ -645,16 +657,19 @@ impl Session {
             let again = self.decode(ev.seq, *code, *flags, payload)?;
             debug_assert_eq!(&again, ev, "the live event differs from its logged bytes");
         }
-        // Check the whole group against a scratch surface before appending.
-        let mut scratch = self.surface.clone();
-        let mut replaces = false;
-        for ev in &decoded {
-            if let Some(op) = ev.surface {
-                scratch.apply(ev.seq, op)?;
-                replaces |= matches!(op, SurfaceOp::Replace { .. });
-            }
-        }
+        // A group with a replace is checked against a scratch surface before
+        // anything is appended (an append alone is always valid, and copying
+        // the surface for it would cost O(session) per event).
+        let replaces = decoded
+            .iter()
+            .any(|ev| matches!(ev.surface, Some(SurfaceOp::Replace { .. })));
         if replaces {
+            let mut scratch = self.surface.clone();
+            for ev in &decoded {
+                if let Some(op) = ev.surface {
+                    scratch.apply(ev.seq, op)?;
+                }
+            }
             self.check_tool_pairs(&scratch, &decoded)?;
         }
         if self.store.session_len(&self.id).unwrap_or(0) != self.len {

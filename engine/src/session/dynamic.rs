@@ -14,6 +14,7 @@ use crate::session::event::{self as ev, CoreKind};
 use crate::session::surface::SurfaceOp;
 
 fn typed<T: DeserializeOwned>(kind: &str, data: Value) -> Result<T> {
+    // Only metadata updates are built typed (their limits are checked there).
     serde_json::from_value(data)
         .map_err(|e| Error::InvalidArgument(format!("{kind} data does not fit the kind: {e}")))
 }
@@ -46,47 +47,42 @@ impl Session {
         data: Value,
         surface: Option<SurfaceOp>,
     ) -> Result<u64> {
-        macro_rules! plain {
-            ($ty:ty) => {{
-                no_op(kind, surface)?;
-                self.append(typed::<$ty>(kind, data)?, ())
-            }};
-        }
-        macro_rules! surfaced {
-            ($ty:ty) => {{
-                let op = op(kind, surface)?;
-                self.append(typed::<$ty>(kind, data)?, op)
-            }};
-        }
         let Some(core) = CoreKind::from_name(kind) else {
             no_op(kind, surface)?;
             return self.append_plugin(kind, &data);
         };
+        let surface_kind = matches!(
+            core,
+            CoreKind::UserMessage | CoreKind::AssistantMessage | CoreKind::ToolResult
+        );
+        let op = if surface_kind {
+            Some(op(kind, surface)?)
+        } else {
+            no_op(kind, surface)?;
+            None
+        };
         match core {
-            CoreKind::TurnStart => plain!(ev::TurnStart),
-            CoreKind::TurnEnd => plain!(ev::TurnEnd),
-            CoreKind::StepStart => plain!(ev::StepStart),
-            CoreKind::StepEnd => plain!(ev::StepEnd),
-            CoreKind::UserMessage => surfaced!(ev::UserMessage),
-            CoreKind::AssistantChunk => plain!(ev::AssistantChunk),
-            CoreKind::AssistantMessage => surfaced!(ev::AssistantMessage),
-            CoreKind::ToolCall => plain!(ev::ToolCall),
-            CoreKind::ToolResult => surfaced!(ev::ToolResult),
-            CoreKind::RequestHeader => plain!(ev::RequestHeader),
-            CoreKind::RequestContext => plain!(ev::RequestContext),
-            CoreKind::SessionEndSeed => plain!(ev::SessionEndSeed),
-            CoreKind::CompactionStart => plain!(ev::CompactionStart),
-            CoreKind::CompactionSummary => plain!(ev::CompactionSummary),
-            CoreKind::CompactionEnd => plain!(ev::CompactionEnd),
-            CoreKind::CompactionPrune => plain!(ev::CompactionPrune),
+            // The limits of a metadata update are checked where it is built.
             CoreKind::SessionMeta => {
-                no_op(kind, surface)?;
-                self.update_metadata(typed::<ev::MetaUpdate>(kind, data)?)
+                return self.update_metadata(typed::<ev::MetaUpdate>(kind, data)?);
             }
-            CoreKind::SessionDelete => Err(Error::InvalidArgument(
-                "session/delete is written by delete(), which waits for it to be durable and checks that no writer holds the session".into(),
-            )),
+            CoreKind::SessionDelete => {
+                return Err(Error::InvalidArgument(
+                    "session/delete is written by delete(), which waits for it to be durable and checks that no writer holds the session".into(),
+                ))
+            }
+            _ => {}
         }
+        // One typed check by reference, then the JSON as given is what is
+        // written (no second serialisation).
+        ev::validate_core(core, &data).map_err(|e| {
+            let detail = match e {
+                ev::DecodeError::Malformed(d) => d,
+                other => format!("{other:?}"),
+            };
+            Error::InvalidArgument(format!("the data does not fit the kind: {detail}"))
+        })?;
+        self.append_core_value(core, data, op)
     }
 }
 

@@ -1,0 +1,128 @@
+"""Benchmarks of the Python package (not tests): run with the package
+installed (bash bindings/python/run.sh installs it into target/venv):
+
+    target/venv/bin/python benches/bench.py [--turnstone-bin PATH] [--seconds 5]
+
+1. append of a 1 KiB user/message from Python: median time per call over
+   batches of 100 calls (20,000 calls, then flush);
+2. the fleet turn shape (turn/start, user/message, step/start, 20
+   assistant/chunk, assistant/message with a tool_use, tool/call, a
+   durability wait, tool/result, step/end, turn/end, a durability wait)
+   over 256 sessions from 8 Python threads, durable events/s; next to
+   `turnstone fleet --sessions 256 --threads 8 --events 200000` (Rust, the same machine,
+   the same run) when --turnstone-bin is given.
+"""
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import tempfile
+import threading
+import time
+
+import turnstone
+
+
+def bench_append(d):
+    with turnstone.Store(d) as st:
+        s = st.create_session("append")
+        data = {"content": [{"type": "text", "text": "x" * 1000}]}
+        per_call = []
+        for _ in range(200):
+            t0 = time.perf_counter_ns()
+            for _ in range(100):
+                s.append("user/message", data, surface="append")
+            per_call.append((time.perf_counter_ns() - t0) / 100 / 1000)
+        s.flush()
+        return statistics.median(per_call)
+
+
+def turn(s, t, chunk):
+    n = 0
+    s.append("turn/start", {"turn_id": t}); n += 1
+    s.user("please do the thing " * 15); n += 1
+    s.append("step/start", {"turn_id": t, "step_id": "s"}); n += 1
+    for j in range(20):
+        s.append("assistant/chunk", {"index": j, "text": chunk}); n += 1
+    s.assistant({"content": [{"type": "text", "text": "y" * 1000},
+                             {"type": "tool_use", "id": t + "c", "name": "sh", "input": {"cmd": "ls"}}],
+                 "stop_reason": "tool_use"}); n += 1
+    with s.tool_call(t + "c", "sh", {"cmd": "ls"}) as call:   # durability wait
+        call.result("z" * 4000)
+    n += 2
+    s.append("step/end", {"turn_id": t, "step_id": "s", "reason": {"kind": "tool_use"}}); n += 1
+    s.append("turn/end", {"turn_id": t, "reason": {"kind": "completed"}}); n += 1
+    s.flush()                                                 # durability wait
+    return n
+
+
+def bench_fleet(d, sessions, threads, seconds):
+    with turnstone.Store(d) as st:
+        handles = [st.create_session(f"s{i}") for i in range(sessions)]
+        counts = [0] * threads
+        stop = time.monotonic() + seconds
+        chunk = "c" * 80
+
+        errors = []
+
+        def work(k):
+            try:
+                run(k)
+            except BaseException as e:  # a failed thread must fail the bench
+                errors.append(e)
+
+        def run(k):
+            mine = handles[k::threads]
+            i = 0
+            while time.monotonic() < stop:
+                for s in mine:
+                    counts[k] += turn(s, f"t{i}", chunk)
+                    if time.monotonic() >= stop:
+                        break
+                i += 1
+
+        t0 = time.monotonic()
+        ts = [threading.Thread(target=work, args=(k,)) for k in range(threads)]
+        for t in ts:
+            t.start()
+        for t in ts:
+            t.join()
+        secs = time.monotonic() - t0
+        if errors:
+            raise errors[0]
+        return sum(counts) / secs
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--turnstone-bin")
+    ap.add_argument("--seconds", type=float, default=5)
+    ap.add_argument("--runs", type=int, default=3)
+    a = ap.parse_args()
+    rows = []
+    for r in range(a.runs):
+        with tempfile.TemporaryDirectory() as d:
+            per_call = bench_append(os.path.join(d, "a"))
+            py = bench_fleet(os.path.join(d, "f"), 256, 8, a.seconds)
+            rs = None
+            if a.turnstone_bin:
+                out = subprocess.run(
+                    [a.turnstone_bin, "fleet", os.path.join(d, "r"), "--sessions", "256",
+                     "--threads", "8", "--events", "200000"],
+                    capture_output=True, text=True, check=True).stdout
+                rs = json.loads(out.splitlines()[0])["events_per_s"]
+        load = os.getloadavg()[0]
+        rows.append((per_call, py, rs))
+        print(json.dumps({"run": r, "append_1k_us_median": round(per_call, 2),
+                          "python_fleet_events_per_s": round(py),
+                          "rust_fleet_events_per_s": rs and round(rs),
+                          "ratio": rs and round(py / rs, 2), "loadavg_1m": load}))
+    med = lambda i: statistics.median(x[i] for x in rows)
+    print(f"medians of {a.runs}: append 1 KiB {med(0):.2f} us/call; fleet python {med(1):.0f} ev/s"
+          + (f", rust {med(2):.0f} ev/s, ratio {med(1) / med(2):.2f}" if a.turnstone_bin else ""))
+
+
+if __name__ == "__main__":
+    main()
