@@ -113,6 +113,11 @@ pub(crate) fn run(queue: &CommitQueue, env: &FlusherEnv<'_>, mut writer: WriterF
                 st.stats.batches += 1;
                 st.stats.syncs += 1;
                 st.stats.bytes_written += batch.buf.len() as u64;
+                // Keep the buffer for a later batch (bounded: two, of at
+                // most 4 MiB each).
+                if st.spare_bufs.len() < 2 && batch.buf.capacity() <= 4 << 20 {
+                    st.spare_bufs.push(std::mem::take(&mut batch.buf));
+                }
                 if rolled {
                     st.stats.segments_created += 1;
                     // The new segment's fdatasync and the directory fsync.
