@@ -80,6 +80,17 @@ pub trait Vfs: Send + Sync + fmt::Debug {
     fn lock_exclusive(&self, path: &Path) -> io::Result<Box<dyn LockGuard>>;
     /// Whether the path is a directory.
     fn is_dir(&self, path: &Path) -> bool;
+    /// Whether writing zeros into preallocated space before it is needed
+    /// makes later `fdatasync`s cheaper (the flusher's zero extension,
+    /// `commit/flusher.rs`). On a real file system it does: preallocated
+    /// extents are *unwritten*, and an `fdatasync` after the first write into
+    /// one commits the extent conversion through the file-system journal. In
+    /// memory it does not, and the default `false` keeps the simulators'
+    /// write sequence (crash points, fault injection by write number and byte
+    /// budget) exactly as it was.
+    fn zero_ahead_helps(&self) -> bool {
+        false
+    }
 }
 
 /// Read a whole (small) file: derived files such as checkpoints and
@@ -334,6 +345,9 @@ impl Vfs for OsVfs {
             _file: file,
             path: canon,
         }))
+    }
+    fn zero_ahead_helps(&self) -> bool {
+        true
     }
     fn is_dir(&self, path: &Path) -> bool {
         path.is_dir()

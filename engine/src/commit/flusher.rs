@@ -28,6 +28,12 @@ pub(crate) struct WriterFile {
     pub file: Arc<dyn VfsFile>,
     /// Offset just after the last batch written to this segment.
     pub end: u32,
+    /// Size of the segment file (its preallocation): zero extension never
+    /// grows it.
+    pub len: u64,
+    /// Bytes up to here were written by this process (batches or zeros):
+    /// zero extension does not rewrite them.
+    pub written_to: u64,
 }
 
 /// What the flusher needs besides the queue.
@@ -39,6 +45,8 @@ pub(crate) struct FlusherEnv<'a> {
     pub preallocate_bytes: Option<u64>,
     /// Write an index checkpoint after a segment roll.
     pub checkpoints: bool,
+    /// Zero extension step ([`crate::Options::zero_ahead_bytes`]); 0: off.
+    pub zero_step_bytes: u64,
     /// Readers learn of a new active segment here.
     pub reader: &'a SegmentReader,
     /// Writes an index checkpoint of what is durable (the layer above owns it).
@@ -105,7 +113,8 @@ pub(crate) fn run(queue: &CommitQueue, env: &FlusherEnv<'_>, mut writer: WriterF
         let result = write_batch(env, &mut writer, &mut batch);
         let mut st = queue.lock();
         match result {
-            Ok(rolled) => {
+            Ok((rolled, zeros)) => {
+                st.stats.zero_fill_bytes += zeros;
                 st.durable = batch.end();
                 st.durable_next_batch_seq = batch.batch_seq + 1;
                 st.durable_last_batch = Some((batch.start(), batch.flags));
@@ -113,6 +122,11 @@ pub(crate) fn run(queue: &CommitQueue, env: &FlusherEnv<'_>, mut writer: WriterF
                 st.stats.batches += 1;
                 st.stats.syncs += 1;
                 st.stats.bytes_written += batch.buf.len() as u64;
+                // Keep the buffer for a later batch (bounded: two, of at
+                // most 4 MiB each).
+                if st.spare_bufs.len() < 2 && batch.buf.capacity() <= 4 << 20 {
+                    st.spare_bufs.push(std::mem::take(&mut batch.buf));
+                }
                 if rolled {
                     st.stats.segments_created += 1;
                     // The new segment's fdatasync and the directory fsync.
@@ -144,12 +158,13 @@ pub(crate) fn run(queue: &CommitQueue, env: &FlusherEnv<'_>, mut writer: WriterF
 }
 
 /// Write and sync one batch; create its segment first if it starts one.
-/// Returns whether a new segment was created.
+/// Returns whether a new segment was created, and the zeros written after
+/// the batch ([`zero_extend`]).
 fn write_batch(
     env: &FlusherEnv<'_>,
     w: &mut WriterFile,
     batch: &mut PendingBatch,
-) -> std::result::Result<bool, FlushError> {
+) -> std::result::Result<(bool, u64), FlushError> {
     let mut rolled = false;
     if batch.segment != w.segment {
         debug_assert_eq!(batch.segment.0, w.segment.0 + 1);
@@ -174,6 +189,8 @@ fn write_batch(
             path: segment_path(env.dir, batch.segment),
             file,
             end: SEGMENT_HEADER_BYTES as u32,
+            len: env.preallocate_bytes.unwrap_or(0),
+            written_to: SEGMENT_HEADER_BYTES as u64,
         };
         rolled = true;
     }
@@ -186,9 +203,60 @@ fn write_batch(
     w.file
         .write_all_at(&batch.buf, batch.offset as u64)
         .map_err(|e| FlushError::Write(format!("{}: {e}", w.path.display())))?;
+    let zeros = zero_extend(env, w, batch)?;
     w.file
         .sync_data()
         .map_err(|e| FlushError::Fatal("fdatasync", format!("{}: {e}", w.path.display())))?;
     w.end = batch.offset + batch.buf.len() as u32;
-    Ok(rolled)
+    Ok((rolled, zeros))
+}
+
+/// Zero extension: a small batch that reaches space this process has not
+/// written yet (preallocated, so *unwritten* extents) is followed, before
+/// its fdatasync, by zeros up to the next multiple of the step. That one
+/// fdatasync commits the extent conversion for the whole step through the
+/// file-system journal; the batches after it overwrite written blocks and
+/// their fdatasyncs flush data only. Large batches are left alone: they
+/// amortise the journal commit themselves, and near the device's bandwidth
+/// the extra zeros cost more than they save (docs/PERFORMANCE-writepath.md).
+///
+/// The zeros go after the batch in flight, inside the preallocated file,
+/// where the bytes are zero already (FORMAT.md §6.2 rule 3): a power cut
+/// during them leaves the same bytes. Returns the zero bytes written.
+fn zero_extend(
+    env: &FlusherEnv<'_>,
+    w: &mut WriterFile,
+    batch: &PendingBatch,
+) -> std::result::Result<u64, FlushError> {
+    let end = batch.offset as u64 + batch.buf.len() as u64;
+    let step = env.zero_step_bytes;
+    let small = (batch.buf.len() as u64) < step / 8;
+    if step == 0 || end <= w.written_to || !small {
+        w.written_to = w.written_to.max(end);
+        return Ok(0);
+    }
+    let to = (end.div_ceil(step) * step).min(w.len);
+    if to > end {
+        let zeros = zero_buf(step as usize);
+        w.file
+            .write_all_at(&zeros[..(to - end) as usize], end)
+            .map_err(|e| FlushError::Write(format!("{}: {e}", w.path.display())))?;
+    }
+    w.written_to = to.max(end);
+    Ok(to.saturating_sub(end))
+}
+
+/// A shared buffer of at least `len` zeros.
+fn zero_buf(len: usize) -> std::sync::Arc<Vec<u8>> {
+    static ZEROS: parking_lot::Mutex<Option<std::sync::Arc<Vec<u8>>>> =
+        parking_lot::Mutex::new(None);
+    let mut z = ZEROS.lock();
+    match &*z {
+        Some(b) if b.len() >= len => b.clone(),
+        _ => {
+            let b = std::sync::Arc::new(vec![0u8; len]);
+            *z = Some(b.clone());
+            b
+        }
+    }
 }

@@ -47,6 +47,8 @@ pub(crate) struct State {
     pub flusher_done: bool,
     /// A checkpoint should be written (a segment was rolled).
     pub checkpoint_due: bool,
+    /// Buffers of written batches, kept for the next batches (no regrowth).
+    pub spare_bufs: Vec<Vec<u8>>,
     pub stats: Stats,
     /// Tasks waiting (without a thread) for the durable position to move,
     /// the store to be poisoned or closed: woken with `durable_cv`'s
@@ -99,8 +101,10 @@ impl State {
             store_id,
             segment: open.segment,
         };
-        let pos = LogPos::new(open.segment, open.offset + open.buf.len() as u32);
+        let from = open.buf.len();
+        let pos = LogPos::new(open.segment, open.offset + from as u32);
         encode_frame(&mut open.buf, &salt, sid, kind, flags, seq, payload);
+        open.note_appended(&salt, from);
         open.frames += 1;
         let end = LogPos::new(open.segment, open.offset + open.buf.len() as u32);
         self.append_end = end;
@@ -148,6 +152,7 @@ impl CommitQueue {
                 closing: false,
                 flusher_done: false,
                 checkpoint_due: false,
+                spare_bufs: Vec::new(),
                 stats: Stats::default(),
                 wakers: Vec::new(),
             }),
@@ -198,7 +203,8 @@ impl CommitQueue {
             if at.offset() as usize + BATCH_HEADER_BYTES + need > seg_bytes {
                 at = LogPos::new(SegmentId(at.segment().0 + 1), SEGMENT_HEADER_BYTES as u32);
             }
-            let b = PendingBatch::new(at.segment(), at.offset(), st.next_batch_seq);
+            let buf = st.spare_bufs.pop();
+            let b = PendingBatch::new(at.segment(), at.offset(), st.next_batch_seq, buf);
             st.next_batch_seq += 1;
             st.append_end = LogPos::new(at.segment(), at.offset() + BATCH_HEADER_BYTES as u32);
             st.open = Some(b);

@@ -23,4 +23,8 @@ pub struct Stats {
     pub checkpoint_errors: u64,
     /// Batch writes that failed and were kept for retry.
     pub write_failures: u64,
+    /// Zeros the flusher wrote past small batches into preallocated space
+    /// (zero extension, [`crate::Options::zero_ahead_bytes`]); not in
+    /// `bytes_written`.
+    pub zero_fill_bytes: u64,
 }

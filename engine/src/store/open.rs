@@ -130,11 +130,18 @@ impl Store {
             .open(&path, true)
             .map_err(|e| Error::io("open active segment", &path, e))?;
         let end = LogPos::new(seg, off);
+        let len = file
+            .len()
+            .map_err(|e| Error::io("stat active segment", &path, e))?;
         let writer = WriterFile {
             segment: seg,
             path,
             file: file.clone(),
             end: off,
+            len,
+            // Past the durable end, an earlier run may or may not have
+            // written zeros: assume not.
+            written_to: off as u64,
         };
         let last = (seq > 0).then_some((end, 0));
         let shared = Self::make_shared(dir, opts, store_id, rec.index, end, seq, lock, last);
@@ -151,6 +158,11 @@ impl Store {
                     store_id: sh.store_id,
                     preallocate_bytes: sh.opts.preallocate.then_some(sh.opts.segment_bytes as u64),
                     checkpoints: sh.opts.checkpoints,
+                    zero_step_bytes: if sh.opts.preallocate && sh.vfs.zero_ahead_helps() {
+                        sh.opts.zero_ahead_bytes as u64
+                    } else {
+                        0
+                    },
                     reader: &sh.reader,
                     checkpoint: &|| write_checkpoint(sh),
                 };
