@@ -1,0 +1,14 @@
+#!/usr/bin/env bash
+# Build the Node.js addon (napi-rs) and run its tests:
+#   bash bindings/node/run.sh
+set -euo pipefail
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+root="$(cd "$here/../.." && pwd)"
+command -v node >/dev/null || { echo "node is not installed" >&2; exit 2; }
+cd "$here"
+npm ci --no-audit --no-fund --loglevel=error
+npm run build
+# The Rust CLI, for the tests that share stores with it (built by `cargo test`).
+( cd "$root" && cargo build -q -p turnstone-cli )
+export TURNSTONE_BIN="$root/target/debug/turnstone"
+npm test

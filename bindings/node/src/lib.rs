@@ -1,0 +1,440 @@
+//! The native side of the `turnstone` Node.js package (napi-rs).
+//!
+//! The boundary carries JSON text (the JavaScript wrapper, `turnstone.js`,
+//! turns objects into it and back), so provider content crosses it exactly
+//! as the engine stores it. Everything that waits for durability or reads a
+//! session runs on libuv's thread pool and returns a Promise: the event
+//! loop never blocks. Errors are thrown with a JSON message
+//! `{"kind","message","path","offset"}` that the wrapper turns into a
+//! `TurnstoneError`; a Rust panic becomes a thrown error, never an abort.
+
+use std::sync::Arc;
+
+use napi::bindgen_prelude::*;
+use napi::{Env, Task};
+use napi_derive::napi;
+use parking_lot::Mutex;
+use serde_json::{json, Value};
+use turnstone::session::query::{list_sessions, SearchIndex};
+use turnstone::session::{
+    self as ts, Host, Provider, Registry, SessionEvent, SessionSubscription, SharedSession,
+    SurfaceOp,
+};
+use turnstone::{Error as TsError, Options, Store as TsStore};
+
+fn kind_of(e: &TsError) -> (&'static str, Option<String>, Option<u64>) {
+    match e {
+        TsError::Io { path, .. } => ("io", Some(path.display().to_string()), None),
+        TsError::Corrupt { file, offset, .. } => {
+            ("corrupt", Some(file.display().to_string()), Some(*offset))
+        }
+        TsError::TornTailRefused { file, offset, .. } => (
+            "torn_tail_refused",
+            Some(file.display().to_string()),
+            Some(*offset),
+        ),
+        TsError::Locked { dir, .. } => ("locked", Some(dir.display().to_string()), None),
+        TsError::NoStore { dir, .. } => ("no_store", Some(dir.display().to_string()), None),
+        TsError::Poisoned { .. } => ("poisoned", None, None),
+        TsError::WriteFailed { .. } => ("write_failed", None, None),
+        TsError::Closed => ("closed", None, None),
+        TsError::ReadOnly => ("read_only", None, None),
+        TsError::UnknownSession(_) => ("unknown_session", None, None),
+        TsError::SessionDeleted { .. } => ("session_deleted", None, None),
+        TsError::SessionExists(_) => ("session_exists", None, None),
+        TsError::SeqOutOfRange { .. } => ("seq_out_of_range", None, None),
+        TsError::TooLarge { .. } => ("too_large", None, None),
+        TsError::InvalidArgument(_) => ("invalid_argument", None, None),
+        TsError::UnknownKind { .. } => ("unknown_kind", None, None),
+        TsError::BadEvent { .. } => ("bad_event", None, None),
+        TsError::Refused(_) => ("refused", None, None),
+        TsError::SessionLive { .. } => ("session_live", None, None),
+        TsError::Search { path, .. } => ("search", Some(path.display().to_string()), None),
+        _ => ("other", None, None),
+    }
+}
+
+fn thrown(kind: &str, message: String, path: Option<String>, offset: Option<u64>) -> napi::Error {
+    let body = json!({"kind": kind, "message": message, "path": path, "offset": offset});
+    napi::Error::new(Status::GenericFailure, body.to_string())
+}
+
+fn err(e: TsError) -> napi::Error {
+    let (kind, path, offset) = kind_of(&e);
+    thrown(kind, e.to_string(), path, offset)
+}
+
+fn usage(msg: impl Into<String>) -> napi::Error {
+    thrown("invalid_argument", msg.into(), None, None)
+}
+
+fn event_json(ev: &SessionEvent) -> Value {
+    let mut o =
+        json!({"seq": ev.seq, "kind": ev.kind.name(), "ignorable": ev.ignorable, "data": ev.data});
+    if let Some(op) = ev.surface {
+        o["surface"] = serde_json::to_value(op).unwrap_or(Value::Null);
+    }
+    if let Some(t) = ev.ts {
+        o["ts"] = json!(t);
+    }
+    o
+}
+
+/// Work run on libuv's thread pool; its result resolves the Promise.
+pub struct Job<T: Send + 'static>(Option<Box<dyn FnOnce() -> napi::Result<T> + Send>>);
+
+impl<T: Send + ToNapiValue + TypeName + 'static> Job<T> {
+    fn new(f: impl FnOnce() -> napi::Result<T> + Send + 'static) -> AsyncTask<Job<T>> {
+        AsyncTask::new(Job(Some(Box::new(f))))
+    }
+}
+
+impl<T: Send + ToNapiValue + TypeName + 'static> Task for Job<T> {
+    type Output = T;
+    type JsValue = T;
+
+    fn compute(&mut self) -> napi::Result<T> {
+        let f = self
+            .0
+            .take()
+            .ok_or_else(|| usage("a task of the turnstone addon ran twice"))?;
+        f()
+    }
+
+    fn resolve(&mut self, _env: Env, output: T) -> napi::Result<T> {
+        Ok(output)
+    }
+}
+
+/// An open store (the wrapper's `Store`).
+#[napi]
+pub struct NativeStore {
+    store: Mutex<Option<Arc<TsStore>>>,
+    host: Mutex<Option<Arc<Host>>>,
+    registry: Arc<Registry>,
+}
+
+impl NativeStore {
+    fn store(&self) -> napi::Result<Arc<TsStore>> {
+        self.store
+            .lock()
+            .clone()
+            .ok_or_else(|| err(TsError::Closed))
+    }
+    fn host(&self) -> napi::Result<Arc<Host>> {
+        self.host.lock().clone().ok_or_else(|| err(TsError::Closed))
+    }
+}
+
+#[napi]
+impl NativeStore {
+    /// Open (or create, unless read-only) the store in `path`.
+    #[napi(constructor)]
+    pub fn new(path: String, read_only: Option<bool>) -> napi::Result<Self> {
+        let store = TsStore::open_with(
+            &path,
+            Options {
+                read_only: read_only.unwrap_or(false),
+                ..Options::default()
+            },
+        )
+        .map_err(err)?;
+        let store = Arc::new(store);
+        let registry = Arc::new(Registry::new());
+        let host = Arc::new(Host::new(store.clone(), registry.clone()));
+        Ok(NativeStore {
+            store: Mutex::new(Some(store)),
+            host: Mutex::new(Some(host)),
+            registry,
+        })
+    }
+
+    /// Create a new session.
+    #[napi]
+    pub fn create_session(&self, id: String) -> napi::Result<NativeSession> {
+        let s = self.host()?.create(&id).map_err(err)?;
+        Ok(NativeSession {
+            s,
+            report: "null".into(),
+        })
+    }
+
+    /// Load a session for writing (repairing what a crash left open; the
+    /// repair is durable first). Resolves to the session; its repair report
+    /// is `repairReport()`.
+    #[napi(ts_return_type = "Promise<NativeSession>")]
+    pub fn open_session(&self, id: String) -> napi::Result<AsyncTask<Job<NativeSession>>> {
+        let host = self.host()?;
+        Ok(Job::new(move || {
+            let (s, report) = host.load(&id).map_err(err)?;
+            s.lock().flush().map_err(err)?;
+            let report = serde_json::to_string(&report).unwrap_or_else(|_| "null".into());
+            Ok(NativeSession { s, report })
+        }))
+    }
+
+    /// A read-only view of a session.
+    #[napi(ts_return_type = "Promise<NativeSession>")]
+    pub fn open_read_only(&self, id: String) -> napi::Result<AsyncTask<Job<NativeSession>>> {
+        let (store, registry) = (self.store()?, self.registry.clone());
+        Ok(Job::new(move || {
+            let s = ts::Session::open_read_only(store, &id, registry).map_err(err)?;
+            Ok(NativeSession {
+                s: Arc::new(parking_lot::Mutex::new(s)),
+                report: "null".into(),
+            })
+        }))
+    }
+
+    /// Every session, as JSON.
+    #[napi(ts_return_type = "Promise<string>")]
+    pub fn sessions(&self) -> napi::Result<AsyncTask<Job<String>>> {
+        let (store, registry) = (self.store()?, self.registry.clone());
+        Ok(Job::new(move || {
+            let list = list_sessions(&store, &registry).map_err(err)?;
+            let out: Vec<Value> = list
+                .into_iter()
+                .map(|s| {
+                    json!({"id": s.id, "events": s.events, "createdMs": s.created_ms,
+                           "updatedMs": s.updated_ms, "openTurn": s.open_turn,
+                           "parent": s.parent.map(|(p, n)| json!({"session": p, "upto": n}))})
+                })
+                .collect();
+            Ok(Value::Array(out).to_string())
+        }))
+    }
+
+    /// Fork `source` at a turn boundary; resolves to the child's id.
+    #[napi(ts_return_type = "Promise<string>")]
+    pub fn fork(
+        &self,
+        source: String,
+        at: Option<i64>,
+        child: Option<String>,
+    ) -> napi::Result<AsyncTask<Job<String>>> {
+        let store = self.store()?;
+        let at = at.map(|a| a.max(0) as u64);
+        Ok(Job::new(move || {
+            ts::fork(&store, &source, at, child.as_deref())
+                .map(|f| f.child)
+                .map_err(err)
+        }))
+    }
+
+    /// Durable events `start..end` of a session, as a JSON array.
+    #[napi(ts_return_type = "Promise<string>")]
+    pub fn replay(
+        &self,
+        id: String,
+        start: Option<i64>,
+        end: Option<i64>,
+    ) -> napi::Result<AsyncTask<Job<String>>> {
+        let (store, registry) = (self.store()?, self.registry.clone());
+        let (start, end) = (
+            start.unwrap_or(0).max(0) as u64,
+            end.map_or(u64::MAX, |e| e.max(0) as u64),
+        );
+        Ok(Job::new(move || {
+            let events = ts::replay_range(&store, &id, registry, start..end)
+                .map_err(err)?
+                .map(|e| e.map(|e| event_json(&e)))
+                .collect::<turnstone::Result<Vec<Value>>>()
+                .map_err(err)?;
+            Ok(Value::Array(events).to_string())
+        }))
+    }
+
+    /// Full-text search (the index is brought up to date first), JSON hits.
+    #[napi(ts_return_type = "Promise<string>")]
+    pub fn search(
+        &self,
+        query: String,
+        limit: Option<u32>,
+        session: Option<String>,
+    ) -> napi::Result<AsyncTask<Job<String>>> {
+        let (store, registry) = (self.store()?, self.registry.clone());
+        let limit = limit.unwrap_or(20) as usize;
+        Ok(Job::new(move || {
+            let mut ix = SearchIndex::open(&store).map_err(err)?;
+            ix.update(&store, &registry).map_err(err)?;
+            let hits = match &session {
+                Some(s) => ix.search_session(&store, s, &query, limit),
+                None => ix.search(&query, limit),
+            }
+            .map_err(err)?;
+            Ok(serde_json::to_string(&hits).unwrap_or_else(|_| "[]".into()))
+        }))
+    }
+
+    /// Delete a session (a durable tombstone); resolves to its seq.
+    #[napi(ts_return_type = "Promise<number>")]
+    pub fn delete(&self, id: String) -> napi::Result<AsyncTask<Job<i64>>> {
+        let host = self.host()?;
+        Ok(Job::new(move || {
+            host.delete(&id).map(|s| s as i64).map_err(err)
+        }))
+    }
+
+    /// Follow a session live from `fromSeq`.
+    #[napi]
+    pub fn subscribe(&self, id: String, from_seq: Option<i64>) -> napi::Result<NativeSubscription> {
+        let store = self.store()?;
+        let from = from_seq.unwrap_or(0).max(0) as u64;
+        let sub = ts::subscribe(&store, &id, self.registry.clone(), from).map_err(err)?;
+        Ok(NativeSubscription {
+            sub: Arc::new(Mutex::new(Some(sub))),
+        })
+    }
+
+    /// Make everything durable and close the store (sessions opened from it
+    /// stop working).
+    #[napi(ts_return_type = "Promise<void>")]
+    pub fn close(&self) -> AsyncTask<Job<()>> {
+        let host = self.host.lock().take();
+        let store = self.store.lock().take();
+        Job::new(move || {
+            drop(host);
+            match store {
+                Some(s) => s.shutdown().map_err(err),
+                None => Ok(()),
+            }
+        })
+    }
+}
+
+/// One session handle.
+#[napi]
+pub struct NativeSession {
+    s: SharedSession,
+    report: String,
+}
+
+#[napi]
+impl NativeSession {
+    /// The session id.
+    #[napi(getter)]
+    pub fn id(&self) -> String {
+        self.s.lock().id().to_string()
+    }
+
+    /// Number of events.
+    #[napi(getter)]
+    pub fn length(&self) -> i64 {
+        self.s.lock().len() as i64
+    }
+
+    /// The repair report of `openSession`, as JSON (`null`: none).
+    #[napi]
+    pub fn repair_report(&self) -> String {
+        self.report.clone()
+    }
+
+    /// Append one event (kind name, data as JSON, surface op as JSON for
+    /// the three surface kinds); returns its seq.
+    #[napi]
+    pub fn append(&self, kind: String, data: String, surface: Option<String>) -> napi::Result<i64> {
+        let data: Value = serde_json::from_str(&data)
+            .map_err(|e| usage(format!("event data is not JSON: {e}")))?;
+        let surface: Option<SurfaceOp> = match surface {
+            None => None,
+            Some(t) => Some(
+                serde_json::from_str(&t)
+                    .map_err(|e| usage(format!("surface op is not valid: {e}")))?,
+            ),
+        };
+        self.s
+            .lock()
+            .append_json(&kind, data, surface)
+            .map(|s| s as i64)
+            .map_err(err)
+    }
+
+    /// Resolves once everything this handle appended is durable.
+    #[napi(ts_return_type = "Promise<void>")]
+    pub fn flush(&self) -> AsyncTask<Job<()>> {
+        let (store, end) = {
+            let g = self.s.lock();
+            (g.store().clone(), g.last_end())
+        };
+        Job::new(move || store.wait_durable(end).map_err(err))
+    }
+
+    /// The messages (no format) or a provider request body, as JSON.
+    #[napi]
+    pub fn messages(&self, format: Option<String>) -> napi::Result<String> {
+        let provider = match format.as_deref() {
+            None => None,
+            Some("anthropic") => Some(Provider::Anthropic),
+            Some("openai-responses") => Some(Provider::OpenAiResponses),
+            Some("openai-chat") => Some(Provider::OpenAiChat),
+            Some(other) => {
+                return Err(usage(format!(
+                    "unknown format {other:?}: expected \"anthropic\", \"openai-responses\" or \"openai-chat\""
+                )))
+            }
+        };
+        let mut g = self.s.lock();
+        Ok(match provider {
+            Some(p) => g.request_body(p).to_string(),
+            None => {
+                let msgs: Vec<&ts::Message> = g.derive_messages().iter().map(|m| &**m).collect();
+                serde_json::to_string(&msgs).unwrap_or_else(|_| "[]".into())
+            }
+        })
+    }
+
+    /// This handle's events `start..end`, as a JSON array.
+    #[napi]
+    pub fn events(&self, start: Option<i64>, end: Option<i64>) -> napi::Result<String> {
+        let g = self.s.lock();
+        let len = g.len();
+        let end = end.map_or(len, |e| (e.max(0) as u64).min(len));
+        let start = (start.unwrap_or(0).max(0) as u64).min(end);
+        let events = g.events(start..end).map_err(err)?;
+        Ok(Value::Array(events.iter().map(event_json).collect()).to_string())
+    }
+
+    /// The session's metadata, as JSON.
+    #[napi]
+    pub fn metadata(&self) -> String {
+        serde_json::to_string(self.s.lock().metadata()).unwrap_or_else(|_| "{}".into())
+    }
+}
+
+/// A live follower of one session.
+#[napi]
+pub struct NativeSubscription {
+    sub: Arc<Mutex<Option<SessionSubscription>>>,
+}
+
+#[napi]
+impl NativeSubscription {
+    /// Resolves to the next durable event (JSON), or null when the store
+    /// closes; waits off the event loop.
+    #[napi(ts_return_type = "Promise<string | null>")]
+    pub fn next(&self) -> AsyncTask<Job<Option<String>>> {
+        let sub = self.sub.clone();
+        Job::new(move || {
+            let mut g = sub.lock();
+            let Some(s) = g.as_mut() else { return Ok(None) };
+            match s.next() {
+                Some(Ok(e)) => Ok(Some(event_json(&e).to_string())),
+                Some(Err(e)) => Err(err(e)),
+                None => {
+                    *g = None;
+                    Ok(None)
+                }
+            }
+        })
+    }
+
+    /// The next durable event now, if there is one (JSON or null).
+    #[napi]
+    pub fn try_next(&self) -> napi::Result<Option<String>> {
+        let mut g = self.sub.lock();
+        let Some(s) = g.as_mut() else { return Ok(None) };
+        Ok(s.try_next()
+            .map_err(err)?
+            .map(|e| event_json(&e).to_string()))
+    }
+}

@@ -1,0 +1,233 @@
+'use strict'
+// turnstone for Node.js: the session layer of an embedded, event-sourced
+// store for AI-agent sessions. Event data are plain objects in the
+// providers' own shapes; they are stored as they are and come back
+// unchanged. Every wait for durability and every read of a session returns
+// a Promise and runs off the event loop.
+const native = require('./turnstone.node')
+
+class TurnstoneError extends Error {
+  constructor(kind, message, path, offset) {
+    super(message)
+    this.name = 'TurnstoneError'
+    this.kind = kind
+    this.path = path ?? null
+    this.offset = offset ?? null
+  }
+}
+
+// Native errors carry {"kind","message","path","offset"} as their message.
+function rethrow(e) {
+  if (e && typeof e.message === 'string' && e.message.startsWith('{')) {
+    let body
+    try {
+      body = JSON.parse(e.message)
+    } catch {
+      throw e
+    }
+    throw new TurnstoneError(body.kind, body.message, body.path, body.offset)
+  }
+  throw e
+}
+
+function call(f) {
+  try {
+    return f()
+  } catch (e) {
+    rethrow(e)
+  }
+}
+
+async function wait(p) {
+  try {
+    return await p
+  } catch (e) {
+    rethrow(e)
+  }
+}
+
+function surfaceJson(surface) {
+  if (surface === undefined || surface === null) return undefined
+  if (surface === 'append') return '{"op":"append"}'
+  if (typeof surface === 'object') return JSON.stringify(surface)
+  throw new TypeError('surface must be undefined, "append" or {op: "replace", start, end}')
+}
+
+function json(data) {
+  if (data === undefined) throw new TypeError('event data must be a JSON value')
+  return JSON.stringify(data)
+}
+
+class Store {
+  /** Open (or create, unless readOnly) the store in `path`. */
+  constructor(path, { readOnly = false } = {}) {
+    this._n = call(() => new native.NativeStore(String(path), readOnly))
+  }
+  createSession(id) {
+    return new Session(call(() => this._n.createSession(id)))
+  }
+  /** Load a session for writing, repairing what a crash left open (durably). */
+  async openSession(id) {
+    const n = await wait(this._n.openSession(id))
+    return new Session(n, JSON.parse(n.repairReport()))
+  }
+  async openReadOnly(id) {
+    return new Session(await wait(this._n.openReadOnly(id)))
+  }
+  async sessions() {
+    return JSON.parse(await wait(this._n.sessions()))
+  }
+  /** Fork at a turn boundary (default: the end of the last closed turn). */
+  async fork(source, { at, child } = {}) {
+    return wait(this._n.fork(source, at ?? null, child ?? null))
+  }
+  async replay(id, { start, end } = {}) {
+    return JSON.parse(await wait(this._n.replay(id, start ?? null, end ?? null)))
+  }
+  async search(query, { limit, session } = {}) {
+    return JSON.parse(await wait(this._n.search(query, limit ?? null, session ?? null)))
+  }
+  async delete(id) {
+    return wait(this._n.delete(id))
+  }
+  /** Follow a session live: `for await (const ev of store.subscribe(id))`. */
+  subscribe(id, fromSeq = 0) {
+    return new Subscription(call(() => this._n.subscribe(id, fromSeq)))
+  }
+  async close() {
+    return wait(this._n.close())
+  }
+}
+
+class ToolRefused extends Error {
+  constructor(reason) {
+    super(`refused by policy: ${reason}`)
+    this.name = 'ToolRefused'
+    this.reason = reason
+  }
+}
+
+class ToolAborted extends Error {
+  constructor(callId) {
+    super(`tool call ${callId} was cancelled before dispatch`)
+    this.name = 'ToolAborted'
+  }
+}
+
+class Session {
+  constructor(n, repairReport = null) {
+    this._n = n
+    this.repairReport = repairReport
+  }
+  get id() {
+    return this._n.id
+  }
+  get length() {
+    return this._n.length
+  }
+  /** Append one event; surface kinds need `{surface: "append"}`. Returns its seq. */
+  append(kind, data, { surface } = {}) {
+    return call(() => this._n.append(kind, json(data), surfaceJson(surface)))
+  }
+  user(content) {
+    const blocks = typeof content === 'string' ? [{ type: 'text', text: content }] : content
+    return this.append('user/message', { content: blocks }, { surface: 'append' })
+  }
+  assistant(message) {
+    return this.append('assistant/message', message, { surface: 'append' })
+  }
+  /** Resolves once everything this handle appended is durable. */
+  async flush() {
+    return wait(this._n.flush())
+  }
+  /** Messages, or a provider request body ("anthropic", "openai-responses", "openai-chat"). */
+  messages(format) {
+    return JSON.parse(call(() => this._n.messages(format ?? null)))
+  }
+  events(start, end) {
+    return JSON.parse(call(() => this._n.events(start ?? null, end ?? null)))
+  }
+  get metadata() {
+    return JSON.parse(this._n.metadata())
+  }
+  setTitle(title) {
+    return this.append('session/meta', { title })
+  }
+  addTag(tag) {
+    return this.append('session/meta', { add_tags: [tag] })
+  }
+  setMeta(key, value) {
+    return this.append('session/meta', { fields: { [key]: value } })
+  }
+  _result(callId, content, isError) {
+    return this.append('tool/result', { call_id: callId, content, is_error: isError }, { surface: 'append' })
+  }
+
+  /**
+   * Run a tool in the order the log requires: record tool/call, run `guard`
+   * (a non-empty string refuses: recorded, then ToolRefused is thrown), wait
+   * until the call is durable (not when `nested`), check `cancelled()`
+   * (ABORTED_BEFORE_DISPATCH recorded, ToolAborted thrown), then await
+   * `body(call)`. Its return value (a string or content blocks) is the
+   * result; a thrown error is recorded as an error result and rethrown. A
+   * result the log cannot take is replaced by an error result saying why.
+   */
+  async toolCall(callId, name, input, body, { guard, cancelled, nested = false } = {}) {
+    this.append('tool/call', { call_id: callId, name, input })
+    if (guard) {
+      const reason = await guard({ callId, name, input })
+      if (reason) {
+        this._result(callId, [{ type: 'text', text: `refused by policy: ${reason}` }], true)
+        throw new ToolRefused(reason)
+      }
+    }
+    if (!nested) await this.flush()
+    if (cancelled && cancelled()) {
+      this.append(
+        'tool/result',
+        { call_id: callId, content: [], is_error: true, status: 'ABORTED_BEFORE_DISPATCH' },
+        { surface: 'append' },
+      )
+      throw new ToolAborted(callId)
+    }
+    let out
+    try {
+      out = await body({ callId, name, input, session: this })
+    } catch (e) {
+      this._result(callId, [{ type: 'text', text: `tool failed: ${e && e.message}` }], true)
+      throw e
+    }
+    const blocks = typeof out === 'string' ? [{ type: 'text', text: out }] : out ?? []
+    try {
+      return { resultSeq: this._result(callId, blocks, false), value: out }
+    } catch (e) {
+      if (!(e instanceof TurnstoneError) || !['too_large', 'invalid_argument', 'refused'].includes(e.kind)) throw e
+      const why = `tool result not recorded: ${e.message}`
+      return { resultSeq: this._result(callId, [{ type: 'text', text: why }], true), value: out, notRecorded: why }
+    }
+  }
+}
+
+class Subscription {
+  constructor(n) {
+    this._n = n
+  }
+  /** The next durable event (null when the store closes). */
+  async next() {
+    const e = await wait(this._n.next())
+    return e === null ? null : JSON.parse(e)
+  }
+  tryNext() {
+    const e = call(() => this._n.tryNext())
+    return e === null ? null : JSON.parse(e)
+  }
+  async *[Symbol.asyncIterator]() {
+    for (;;) {
+      const e = await this.next()
+      if (e === null) return
+      yield e
+    }
+  }
+}
+
+module.exports = { Store, Session, Subscription, TurnstoneError, ToolRefused, ToolAborted }
