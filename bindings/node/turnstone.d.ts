@@ -13,7 +13,7 @@ export class ToolRefused extends Error { reason: string }
 export class ToolAborted extends Error {}
 
 export class Store {
-  constructor(path: string, options?: { readOnly?: boolean })
+  constructor(path: string, options?: { readOnly?: boolean; plugins?: Record<string, boolean> })
   createSession(id: string): Session
   openSession(id: string): Promise<Session>
   openReadOnly(id: string): Promise<Session>
@@ -48,6 +48,11 @@ export class Session {
     body: (call: ToolCallInfo) => Promise<T> | T,
     options?: { guard?: (call: { callId: string; name: string; input: any }) => string | null | undefined | Promise<string | null | undefined>; cancelled?: () => boolean; nested?: boolean },
   ): Promise<{ resultSeq: number; value: T; notRecorded?: string }>
+  runTools<T>(
+    calls: { callId: string; name: string; input?: any }[],
+    body: (call: { callId: string; name: string; input?: any }) => Promise<T> | T,
+    options?: { guard?: (call: { callId: string; name: string; input?: any }) => string | null | undefined | Promise<string | null | undefined>; cancelled?: () => boolean },
+  ): Promise<Array<{ callId: string; outcome: 'ran' | 'refused' | 'aborted' | 'failed' | 'result_not_recorded'; value?: T; resultSeq?: number; reason?: string; error?: unknown }>>
 }
 
 export class Subscription implements AsyncIterable<SessionEvent> {

@@ -60,8 +60,9 @@ function json(data) {
 
 class Store {
   /** Open (or create, unless readOnly) the store in `path`. */
-  constructor(path, { readOnly = false } = {}) {
-    this._n = call(() => new native.NativeStore(String(path), readOnly))
+  constructor(path, { readOnly = false, plugins } = {}) {
+    // plugins: the harness's own event kinds, {name: ignorable}.
+    this._n = call(() => new native.NativeStore(String(path), readOnly, plugins ? JSON.stringify(plugins) : null))
   }
   createSession(id) {
     return new Session(call(() => this._n.createSession(id)))
@@ -206,6 +207,52 @@ class Session {
       return { resultSeq: this._result(callId, [{ type: 'text', text: why }], true), value: out, notRecorded: why }
     }
   }
+}
+
+Session.prototype.runTools = async function runTools(calls, body, { guard, cancelled } = {}) {
+  // Record every tool/call in one atomic group, guard each, wait once, then
+  // run the bodies concurrently and record each result as it finishes.
+  call(() => this._n.recordToolCalls(JSON.stringify(calls.map((c) => ({ call_id: c.callId, name: c.name, input: c.input ?? {} })))))
+  const outcomes = new Array(calls.length)
+  const runnable = []
+  for (let i = 0; i < calls.length; i++) {
+    const reason = guard ? await guard(calls[i]) : null
+    if (reason) {
+      this._result(calls[i].callId, [{ type: 'text', text: `refused by policy: ${reason}` }], true)
+      outcomes[i] = { callId: calls[i].callId, outcome: 'refused', reason }
+    } else runnable.push(i)
+  }
+  await this.flush()
+  if (cancelled && cancelled()) {
+    for (const i of runnable) {
+      this.append('tool/result', { call_id: calls[i].callId, content: [], is_error: true, status: 'ABORTED_BEFORE_DISPATCH' }, { surface: 'append' })
+      outcomes[i] = { callId: calls[i].callId, outcome: 'aborted' }
+    }
+    return outcomes
+  }
+  await Promise.all(
+    runnable.map(async (i) => {
+      const c = calls[i]
+      let value
+      try {
+        value = await body(c)
+      } catch (e) {
+        const resultSeq = this._result(c.callId, [{ type: 'text', text: `tool failed: ${e && e.message}` }], true)
+        outcomes[i] = { callId: c.callId, outcome: 'failed', error: e, resultSeq }
+        return
+      }
+      const blocks = typeof value === 'string' ? [{ type: 'text', text: value }] : value ?? []
+      try {
+        outcomes[i] = { callId: c.callId, outcome: 'ran', value, resultSeq: this._result(c.callId, blocks, false) }
+      } catch (e) {
+        if (!(e instanceof TurnstoneError) || !['too_large', 'invalid_argument', 'refused'].includes(e.kind)) throw e
+        const reason = `tool result not recorded: ${e.message}`
+        const resultSeq = this._result(c.callId, [{ type: 'text', text: reason }], true)
+        outcomes[i] = { callId: c.callId, outcome: 'result_not_recorded', value, resultSeq, reason }
+      }
+    }),
+  )
+  return outcomes
 }
 
 class Subscription {

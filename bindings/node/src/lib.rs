@@ -98,7 +98,20 @@ impl<T: Send + ToNapiValue + TypeName + 'static> Task for Job<T> {
             .0
             .take()
             .ok_or_else(|| usage("a task of the turnstone addon ran twice"))?;
-        f()
+        // A panic becomes a rejected Promise, never an abort of the process.
+        std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)).unwrap_or_else(|p| {
+            let what = p
+                .downcast_ref::<&str>()
+                .map(|s| s.to_string())
+                .or_else(|| p.downcast_ref::<String>().cloned())
+                .unwrap_or_else(|| "a panic".into());
+            Err(thrown(
+                "panic",
+                format!("internal error (a bug): {what}"),
+                None,
+                None,
+            ))
+        })
     }
 
     fn resolve(&mut self, _env: Env, output: T) -> napi::Result<T> {
@@ -129,8 +142,24 @@ impl NativeStore {
 #[napi]
 impl NativeStore {
     /// Open (or create, unless read-only) the store in `path`.
-    #[napi(constructor)]
-    pub fn new(path: String, read_only: Option<bool>) -> napi::Result<Self> {
+    #[napi(constructor, catch_unwind)]
+    pub fn new(
+        path: String,
+        read_only: Option<bool>,
+        plugins: Option<String>,
+    ) -> napi::Result<Self> {
+        let mut registry = Registry::new();
+        if let Some(text) = plugins {
+            let map: std::collections::BTreeMap<String, bool> = serde_json::from_str(&text)
+                .map_err(|e| {
+                    usage(format!(
+                        "plugins must map kind names to an ignorable flag: {e}"
+                    ))
+                })?;
+            for (name, ignorable) in map {
+                registry.register(&name, ignorable).map_err(usage)?;
+            }
+        }
         let store = TsStore::open_with(
             &path,
             Options {
@@ -140,7 +169,7 @@ impl NativeStore {
         )
         .map_err(err)?;
         let store = Arc::new(store);
-        let registry = Arc::new(Registry::new());
+        let registry = Arc::new(registry);
         let host = Arc::new(Host::new(store.clone(), registry.clone()));
         Ok(NativeStore {
             store: Mutex::new(Some(store)),
@@ -150,7 +179,7 @@ impl NativeStore {
     }
 
     /// Create a new session.
-    #[napi]
+    #[napi(catch_unwind)]
     pub fn create_session(&self, id: String) -> napi::Result<NativeSession> {
         let s = self.host()?.create(&id).map_err(err)?;
         Ok(NativeSession {
@@ -162,7 +191,7 @@ impl NativeStore {
     /// Load a session for writing (repairing what a crash left open; the
     /// repair is durable first). Resolves to the session; its repair report
     /// is `repairReport()`.
-    #[napi(ts_return_type = "Promise<NativeSession>")]
+    #[napi(catch_unwind, ts_return_type = "Promise<NativeSession>")]
     pub fn open_session(&self, id: String) -> napi::Result<AsyncTask<Job<NativeSession>>> {
         let host = self.host()?;
         Ok(Job::new(move || {
@@ -174,7 +203,7 @@ impl NativeStore {
     }
 
     /// A read-only view of a session.
-    #[napi(ts_return_type = "Promise<NativeSession>")]
+    #[napi(catch_unwind, ts_return_type = "Promise<NativeSession>")]
     pub fn open_read_only(&self, id: String) -> napi::Result<AsyncTask<Job<NativeSession>>> {
         let (store, registry) = (self.store()?, self.registry.clone());
         Ok(Job::new(move || {
@@ -187,7 +216,7 @@ impl NativeStore {
     }
 
     /// Every session, as JSON.
-    #[napi(ts_return_type = "Promise<string>")]
+    #[napi(catch_unwind, ts_return_type = "Promise<string>")]
     pub fn sessions(&self) -> napi::Result<AsyncTask<Job<String>>> {
         let (store, registry) = (self.store()?, self.registry.clone());
         Ok(Job::new(move || {
@@ -205,7 +234,7 @@ impl NativeStore {
     }
 
     /// Fork `source` at a turn boundary; resolves to the child's id.
-    #[napi(ts_return_type = "Promise<string>")]
+    #[napi(catch_unwind, ts_return_type = "Promise<string>")]
     pub fn fork(
         &self,
         source: String,
@@ -222,7 +251,7 @@ impl NativeStore {
     }
 
     /// Durable events `start..end` of a session, as a JSON array.
-    #[napi(ts_return_type = "Promise<string>")]
+    #[napi(catch_unwind, ts_return_type = "Promise<string>")]
     pub fn replay(
         &self,
         id: String,
@@ -245,7 +274,7 @@ impl NativeStore {
     }
 
     /// Full-text search (the index is brought up to date first), JSON hits.
-    #[napi(ts_return_type = "Promise<string>")]
+    #[napi(catch_unwind, ts_return_type = "Promise<string>")]
     pub fn search(
         &self,
         query: String,
@@ -267,7 +296,7 @@ impl NativeStore {
     }
 
     /// Delete a session (a durable tombstone); resolves to its seq.
-    #[napi(ts_return_type = "Promise<number>")]
+    #[napi(catch_unwind, ts_return_type = "Promise<number>")]
     pub fn delete(&self, id: String) -> napi::Result<AsyncTask<Job<i64>>> {
         let host = self.host()?;
         Ok(Job::new(move || {
@@ -276,7 +305,7 @@ impl NativeStore {
     }
 
     /// Follow a session live from `fromSeq`.
-    #[napi]
+    #[napi(catch_unwind)]
     pub fn subscribe(&self, id: String, from_seq: Option<i64>) -> napi::Result<NativeSubscription> {
         let store = self.store()?;
         let from = from_seq.unwrap_or(0).max(0) as u64;
@@ -288,7 +317,7 @@ impl NativeStore {
 
     /// Make everything durable and close the store (sessions opened from it
     /// stop working).
-    #[napi(ts_return_type = "Promise<void>")]
+    #[napi(catch_unwind, ts_return_type = "Promise<void>")]
     pub fn close(&self) -> AsyncTask<Job<()>> {
         let host = self.host.lock().take();
         let store = self.store.lock().take();
@@ -312,26 +341,26 @@ pub struct NativeSession {
 #[napi]
 impl NativeSession {
     /// The session id.
-    #[napi(getter)]
+    #[napi(getter, catch_unwind)]
     pub fn id(&self) -> String {
         self.s.lock().id().to_string()
     }
 
     /// Number of events.
-    #[napi(getter)]
+    #[napi(getter, catch_unwind)]
     pub fn length(&self) -> i64 {
         self.s.lock().len() as i64
     }
 
     /// The repair report of `openSession`, as JSON (`null`: none).
-    #[napi]
+    #[napi(catch_unwind)]
     pub fn repair_report(&self) -> String {
         self.report.clone()
     }
 
     /// Append one event (kind name, data as JSON, surface op as JSON for
     /// the three surface kinds); returns its seq.
-    #[napi]
+    #[napi(catch_unwind)]
     pub fn append(&self, kind: String, data: String, surface: Option<String>) -> napi::Result<i64> {
         let data: Value = serde_json::from_str(&data)
             .map_err(|e| usage(format!("event data is not JSON: {e}")))?;
@@ -350,7 +379,7 @@ impl NativeSession {
     }
 
     /// Resolves once everything this handle appended is durable.
-    #[napi(ts_return_type = "Promise<void>")]
+    #[napi(catch_unwind, ts_return_type = "Promise<void>")]
     pub fn flush(&self) -> AsyncTask<Job<()>> {
         let (store, end) = {
             let g = self.s.lock();
@@ -360,7 +389,7 @@ impl NativeSession {
     }
 
     /// The messages (no format) or a provider request body, as JSON.
-    #[napi]
+    #[napi(catch_unwind)]
     pub fn messages(&self, format: Option<String>) -> napi::Result<String> {
         let provider = match format.as_deref() {
             None => None,
@@ -384,7 +413,7 @@ impl NativeSession {
     }
 
     /// This handle's events `start..end`, as a JSON array.
-    #[napi]
+    #[napi(catch_unwind)]
     pub fn events(&self, start: Option<i64>, end: Option<i64>) -> napi::Result<String> {
         let g = self.s.lock();
         let len = g.len();
@@ -394,8 +423,23 @@ impl NativeSession {
         Ok(Value::Array(events.iter().map(event_json).collect()).to_string())
     }
 
+    /// Record the tool calls of one assistant message as one atomic group
+    /// (JSON array of {call_id, name, input}); returns the first seq.
+    #[napi(catch_unwind)]
+    pub fn record_tool_calls(&self, calls: String) -> napi::Result<i64> {
+        let calls: Vec<ts::ToolCall> = serde_json::from_str(&calls).map_err(|e| {
+            usage(format!(
+                "tool calls must be [{{call_id, name, input}}]: {e}"
+            ))
+        })?;
+        let mut g = self.s.lock();
+        let first = g.len();
+        g.record_tool_calls(&calls).map_err(err)?;
+        Ok(first as i64)
+    }
+
     /// The session's metadata, as JSON.
-    #[napi]
+    #[napi(catch_unwind)]
     pub fn metadata(&self) -> String {
         serde_json::to_string(self.s.lock().metadata()).unwrap_or_else(|_| "{}".into())
     }
@@ -411,7 +455,7 @@ pub struct NativeSubscription {
 impl NativeSubscription {
     /// Resolves to the next durable event (JSON), or null when the store
     /// closes; waits off the event loop.
-    #[napi(ts_return_type = "Promise<string | null>")]
+    #[napi(catch_unwind, ts_return_type = "Promise<string | null>")]
     pub fn next(&self) -> AsyncTask<Job<Option<String>>> {
         let sub = self.sub.clone();
         Job::new(move || {
@@ -429,7 +473,7 @@ impl NativeSubscription {
     }
 
     /// The next durable event now, if there is one (JSON or null).
-    #[napi]
+    #[napi(catch_unwind)]
     pub fn try_next(&self) -> napi::Result<Option<String>> {
         let mut g = self.sub.lock();
         let Some(s) = g.as_mut() else { return Ok(None) };

@@ -226,3 +226,35 @@ test('stores shared with the Rust CLI, both ways', { skip: !BIN && 'TURNSTONE_BI
   }
   await ro.close()
 })
+
+test('runTools: one group, one wait, bodies concurrent; plugin kinds', async () => {
+  const st = new Store(tmp(), { plugins: { 'harness/note': true } })
+  const s = st.createSession('par')
+  s.append('turn/start', { turn_id: 't' })
+  const calls = [0, 1, 2, 3].map((i) => ({ callId: `c${i}`, name: 'sleep', input: { ms: 200 } }))
+  calls.push({ callId: 'bad', name: 'rm' }, { callId: 'boom', name: 'fail' })
+  const seen = []
+  const t0 = Date.now()
+  const out = await s.runTools(
+    calls,
+    async (c) => {
+      if (c.name === 'fail') throw new Error('nope')
+      seen.push(new Set((await st.replay('par')).filter((e) => e.kind === 'tool/call').map((e) => e.data.call_id)))
+      await new Promise((r) => setTimeout(r, c.input.ms))
+      return `slept ${c.callId}`
+    },
+    { guard: (c) => (c.name === 'rm' ? 'no rm' : null) },
+  )
+  assert.ok(Date.now() - t0 < 700, 'bodies ran concurrently')
+  assert.deepEqual(out.map((o) => o.outcome), ['ran', 'ran', 'ran', 'ran', 'refused', 'failed'])
+  for (const d of seen) assert.equal(d.size, 6, 'every call durable before any body')
+  const kinds = s.events().map((e) => e.kind)
+  assert.deepEqual(kinds.slice(1, 7), Array(6).fill('tool/call'))
+  const aborted = await s.runTools([{ callId: 'x', name: 'ls' }], () => assert.fail('ran'), { cancelled: () => true })
+  assert.equal(aborted[0].outcome, 'aborted')
+  const seq = s.append('harness/note', { text: 'remember' })
+  assert.equal(s.events(seq, seq + 1)[0].kind, 'harness/note')
+  assert.throws(() => s.append('harness/other', {}), (e) => e.kind === 'invalid_argument')
+  await st.close()
+  assert.throws(() => new Store(tmp(), { plugins: { 'user/message': false } }), TurnstoneError)
+})

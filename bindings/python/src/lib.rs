@@ -89,6 +89,23 @@ fn provider(format: &str) -> PyResult<Provider> {
     }
 }
 
+/// The plugin kinds a harness declares: JSON `{"name": ignorable, ...}`.
+fn registry_from(plugins: Option<&str>) -> PyResult<Registry> {
+    let mut registry = Registry::new();
+    if let Some(text) = plugins {
+        let map: std::collections::BTreeMap<String, bool> =
+            serde_json::from_str(text).map_err(|e| {
+                usage(format!(
+                    "plugins must map kind names to an ignorable flag: {e}"
+                ))
+            })?;
+        for (name, ignorable) in map {
+            registry.register(&name, ignorable).map_err(usage)?;
+        }
+    }
+    Ok(registry)
+}
+
 fn event_json(ev: &SessionEvent) -> Value {
     let mut o = json!({
         "seq": ev.seq,
@@ -125,8 +142,9 @@ impl NativeStore {
 #[pymethods]
 impl NativeStore {
     #[new]
-    #[pyo3(signature = (path, read_only = false))]
-    fn new(py: Python<'_>, path: String, read_only: bool) -> PyResult<Self> {
+    #[pyo3(signature = (path, read_only = false, plugins = None))]
+    fn new(py: Python<'_>, path: String, read_only: bool, plugins: Option<&str>) -> PyResult<Self> {
+        let registry = registry_from(plugins)?;
         let store = py
             .detach(|| {
                 Store::open_with(
@@ -139,7 +157,7 @@ impl NativeStore {
             })
             .map_err(err)?;
         let store = Arc::new(store);
-        let registry = Arc::new(Registry::new());
+        let registry = Arc::new(registry);
         let host = Arc::new(Host::new(store.clone(), registry.clone()));
         Ok(NativeStore {
             store: Mutex::new(Some(store)),
@@ -312,16 +330,45 @@ impl NativeSession {
     /// Append one event: kind name, data as JSON text, surface op as JSON
     /// text (required for the three surface kinds). Returns its seq.
     #[pyo3(signature = (kind, data, surface = None))]
-    fn append(&self, py: Python<'_>, kind: &str, data: &str, surface: Option<&str>) -> PyResult<u64> {
-        let data = parse("event data", data)?;
-        let surface: Option<SurfaceOp> = match surface {
-            None => None,
-            Some(t) => Some(
-                serde_json::from_str(t)
-                    .map_err(|e| usage(format!("surface op is not valid: {e}")))?,
-            ),
-        };
-        self.s.lock().append_json(kind, data, surface).map_err(err)
+    fn append(
+        &self,
+        py: Python<'_>,
+        kind: &str,
+        data: &str,
+        surface: Option<&str>,
+    ) -> PyResult<u64> {
+        let s = self.s.clone();
+        // Parsing, checking and encoding run without the GIL: other Python
+        // threads go on meanwhile.
+        py.detach(move || {
+            let data = parse("event data", data)?;
+            let surface: Option<SurfaceOp> = match surface {
+                None => None,
+                Some(t) => Some(
+                    serde_json::from_str(t)
+                        .map_err(|e| usage(format!("surface op is not valid: {e}")))?,
+                ),
+            };
+            s.lock().append_json(kind, data, surface).map_err(err)
+        })
+    }
+
+    /// Record the tool calls of one assistant message as one atomic group
+    /// (JSON array of {call_id, name, input}); returns their seqs.
+    fn record_tool_calls(&self, py: Python<'_>, calls: &str) -> PyResult<Vec<u64>> {
+        let calls: Vec<ts::ToolCall> = serde_json::from_str(calls).map_err(|e| {
+            usage(format!(
+                "tool calls must be [{{call_id, name, input}}]: {e}"
+            ))
+        })?;
+        let s = self.s.clone();
+        py.detach(move || {
+            let mut g = s.lock();
+            let first = g.len();
+            g.record_tool_calls(&calls)?;
+            Ok::<_, Error>((first..g.len()).collect())
+        })
+        .map_err(err)
     }
 
     /// The session's metadata (title, tags, fields) as JSON.

@@ -241,3 +241,50 @@ def test_metadata_and_delete(store):
     with pytest.raises(TurnstoneError) as e:
         store.open_session("m")
     assert error_kind(e.value) == "session_deleted"
+
+
+def test_parallel_tools_one_group_one_wait_bodies_concurrent(store):
+    import time as _t
+
+    s = store.create_session("par")
+    s.append("turn/start", {"turn_id": "t"})
+    calls = [{"call_id": f"c{i}", "name": "sleep", "input": {"ms": 200}} for i in range(4)]
+    calls.append({"call_id": "bad", "name": "rm", "input": {}})
+    calls.append({"call_id": "boom", "name": "fail", "input": {}})
+    seen_durable = []
+
+    def body(c):
+        if c["name"] == "fail":
+            raise ValueError("nope")
+        # Every call is durable before any body runs.
+        seen_durable.append({e["data"]["call_id"] for e in store.replay("par") if e["kind"] == "tool/call"})
+        _t.sleep(c["input"]["ms"] / 1000)
+        return f"slept {c['call_id']}"
+
+    t0 = _t.monotonic()
+    out = s.run_tools(calls, body, guard=lambda c: "no rm" if c["name"] == "rm" else None)
+    took = _t.monotonic() - t0
+    assert took < 0.7, f"bodies did not run concurrently ({took:.2f} s for 4 x 0.2 s)"
+    assert [o["outcome"] for o in out] == ["ran"] * 4 + ["refused", "failed"]
+    assert all(d == {c["call_id"] for c in calls} for d in seen_durable)
+    kinds = [e["kind"] for e in s.events()]
+    first_result = kinds.index("tool/result")
+    assert kinds[1:7] == ["tool/call"] * 6 and first_result == 7
+    results = {e["data"]["call_id"] for e in s.events() if e["kind"] == "tool/result"}
+    assert results == {c["call_id"] for c in calls}
+    # Aborted before dispatch: no body runs.
+    cancel_calls = [{"call_id": "x1", "name": "ls", "input": {}}]
+    out = s.run_tools(cancel_calls, lambda c: pytest.fail("ran"), cancelled=lambda: True)
+    assert out[0]["outcome"] == "aborted"
+
+
+def test_plugin_kinds(tmp_path):
+    with Store(str(tmp_path / "pl"), plugins={"harness/note": True}) as st:
+        s = st.create_session("p")
+        seq = s.append("harness/note", {"text": "remember this"})
+        assert s.events(seq, seq + 1)[0]["kind"] == "harness/note"
+        with pytest.raises(TurnstoneError) as e:
+            s.append("harness/other", {})
+        assert error_kind(e.value) == "invalid_argument"
+    with pytest.raises(TurnstoneError):
+        Store(str(tmp_path / "pl2"), plugins={"user/message": False})

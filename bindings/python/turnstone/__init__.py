@@ -62,8 +62,13 @@ class Store:
     Many threads may use one Store; one process writes a store at a time
     (a second writer gets ``TurnstoneError`` of kind ``"locked"``)."""
 
-    def __init__(self, path: str, *, read_only: bool = False) -> None:
-        self._native = NativeStore(str(path), read_only)
+    def __init__(self, path: str, *, read_only: bool = False,
+                 plugins: Optional[dict] = None) -> None:
+        """``plugins``: the harness's own event kinds, ``{"name": ignorable}``
+        (an ignorable kind is skipped by processes that do not know it)."""
+        self._native = NativeStore(
+            str(path), read_only, None if plugins is None else json.dumps(plugins)
+        )
 
     def create_session(self, id: str) -> "Session":
         """Create a new, empty session."""
@@ -303,6 +308,70 @@ class Session:
         exception in the body, or no result, is recorded as an error result:
         every call is closed."""
         return _ToolContext(self, call_id, name, input, guard, cancelled, not nested)
+
+    def run_tools(
+        self,
+        calls: list,
+        body: Callable[[dict], Any],
+        *,
+        guard: Optional[Callable[[dict], Optional[str]]] = None,
+        cancelled: Optional[Callable[[], bool]] = None,
+        max_workers: Optional[int] = None,
+    ) -> list:
+        """Run the tool calls of one assistant message in parallel: record
+        every ``tool/call`` in one atomic group, run the guard on each (a
+        refusal is recorded), wait once until they are durable, then run
+        the bodies concurrently in threads (the GIL is released by every
+        wait and append), recording each result as it finishes. ``calls``:
+        dicts with call_id, name, input. Returns one outcome dict per call,
+        in order: ``outcome`` is ran, refused, aborted, failed (the body
+        raised; an error result is recorded) or result_not_recorded."""
+        return _run_tools(self, calls, body, guard, cancelled, max_workers)
+
+
+def _run_tools(session, calls, body, guard, cancelled, max_workers):
+    from concurrent.futures import ThreadPoolExecutor
+
+    calls = [dict(c) for c in calls]
+    session._native.record_tool_calls(
+        json.dumps([{"call_id": c["call_id"], "name": c["name"], "input": c.get("input", {})} for c in calls])
+    )
+    outcomes: list = [None] * len(calls)
+    runnable = []
+    for i, c in enumerate(calls):
+        reason = guard(c) if guard is not None else None
+        if reason:
+            session._result(c["call_id"], [{"type": "text", "text": f"refused by policy: {reason}"}], True)
+            outcomes[i] = {"call_id": c["call_id"], "outcome": "refused", "reason": reason}
+        else:
+            runnable.append(i)
+    session.flush()  # one durability wait covers every call
+    if cancelled is not None and cancelled():
+        for i in runnable:
+            session.append("tool/result", {"call_id": calls[i]["call_id"], "content": [], "is_error": True,
+                                           "status": "ABORTED_BEFORE_DISPATCH"}, surface="append")
+            outcomes[i] = {"call_id": calls[i]["call_id"], "outcome": "aborted"}
+        return outcomes
+
+    def one(i):
+        c = calls[i]
+        call = ToolCall(session, c["call_id"], c["name"], c.get("input", {}))
+        try:
+            value = body(c)
+        except Exception as e:  # recorded as an error result; the others go on
+            call.result(f"tool failed: {type(e).__name__}: {e}", is_error=True)
+            return {"call_id": c["call_id"], "outcome": "failed", "error": e, "result_seq": call.result_seq}
+        blocks = value if isinstance(value, list) else str(value)
+        call.result(blocks)
+        if call.not_recorded:
+            return {"call_id": c["call_id"], "outcome": "result_not_recorded", "value": value,
+                    "result_seq": call.result_seq, "reason": call.not_recorded}
+        return {"call_id": c["call_id"], "outcome": "ran", "value": value, "result_seq": call.result_seq}
+
+    with ThreadPoolExecutor(max_workers=max_workers or max(1, len(runnable))) as pool:
+        for i, out in zip(runnable, pool.map(one, runnable)):
+            outcomes[i] = out
+    return outcomes
 
 
 class Subscription:
