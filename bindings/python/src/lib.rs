@@ -74,8 +74,68 @@ fn usage(msg: impl Into<String>) -> PyErr {
     TurnstoneError::new_err(("invalid_argument", msg.into(), None::<String>, None::<u64>))
 }
 
-fn parse(what: &str, text: &str) -> PyResult<Value> {
-    serde_json::from_str(text).map_err(|e| usage(format!("{what} is not JSON: {e}")))
+/// A Python value as JSON, without going through `json.dumps`: dicts with
+/// string keys, lists, tuples, strings, ints, finite floats, bools, None.
+/// Anything else is a `TypeError`, as `json.dumps` would raise.
+fn to_value(obj: &Bound<'_, PyAny>, depth: u32) -> PyResult<Value> {
+    use pyo3::exceptions::PyTypeError;
+    use pyo3::types::{PyBool, PyDict, PyFloat, PyInt, PyList, PyString, PyTuple};
+    if depth > 512 {
+        return Err(PyTypeError::new_err(
+            "event data nests more than 512 levels",
+        ));
+    }
+    if obj.is_none() {
+        return Ok(Value::Null);
+    }
+    if let Ok(s) = obj.cast::<PyString>() {
+        return Ok(Value::String(s.to_cow()?.into_owned()));
+    }
+    if let Ok(b) = obj.cast::<PyBool>() {
+        return Ok(Value::Bool(b.is_true()));
+    }
+    if let Ok(i) = obj.cast::<PyInt>() {
+        if let Ok(v) = i.extract::<i64>() {
+            return Ok(Value::from(v));
+        }
+        if let Ok(v) = i.extract::<u64>() {
+            return Ok(Value::from(v));
+        }
+        return Err(PyTypeError::new_err(
+            "an int in event data is outside the 64-bit range JSON readers keep exactly",
+        ));
+    }
+    if let Ok(f) = obj.cast::<PyFloat>() {
+        return serde_json::Number::from_f64(f.value())
+            .map(Value::Number)
+            .ok_or_else(|| PyTypeError::new_err("NaN and infinity are not JSON"));
+    }
+    if let Ok(d) = obj.cast::<PyDict>() {
+        let mut m = serde_json::Map::with_capacity(d.len());
+        for (k, v) in d.iter() {
+            let k = k
+                .cast::<PyString>()
+                .map_err(|_| PyTypeError::new_err("event data keys must be strings"))?;
+            m.insert(k.to_cow()?.into_owned(), to_value(&v, depth + 1)?);
+        }
+        return Ok(Value::Object(m));
+    }
+    if let Ok(l) = obj.cast::<PyList>() {
+        let items: PyResult<Vec<Value>> = l.iter().map(|v| to_value(&v, depth + 1)).collect();
+        return items.map(Value::Array);
+    }
+    if let Ok(t) = obj.cast::<PyTuple>() {
+        let items: PyResult<Vec<Value>> = t.iter().map(|v| to_value(&v, depth + 1)).collect();
+        return items.map(Value::Array);
+    }
+    let ty = obj
+        .get_type()
+        .name()
+        .map(|n| n.to_string())
+        .unwrap_or_else(|_| "?".into());
+    Err(PyTypeError::new_err(format!(
+        "a {ty} in event data is not JSON"
+    )))
 }
 
 fn provider(format: &str) -> PyResult<Provider> {
@@ -334,14 +394,14 @@ impl NativeSession {
         &self,
         py: Python<'_>,
         kind: &str,
-        data: &str,
+        data: &Bound<'_, PyAny>,
         surface: Option<&str>,
     ) -> PyResult<u64> {
+        let data = to_value(data, 0)?;
         let s = self.s.clone();
         // Parsing, checking and encoding run without the GIL: other Python
         // threads go on meanwhile.
         py.detach(move || {
-            let data = parse("event data", data)?;
             let surface: Option<SurfaceOp> = match surface {
                 None => None,
                 Some(t) => Some(

@@ -227,7 +227,7 @@ class Session:
         (user/assistant messages, tool results) need ``surface="append"``
         or ``{"op": "replace", "start": S, "end": E}``; others take none.
         Returns the event's seq. Nothing is written if it raises."""
-        return self._native.append(kind, json.dumps(data), _surface(surface))
+        return self._native.append(kind, data, _surface(surface))
 
     def user(self, content: Union[str, list]) -> int:
         """Append a user message (text, or content blocks)."""
