@@ -11,4 +11,9 @@ npm run build
 # The Rust CLI, for the tests that share stores with it (built by `cargo test`).
 ( cd "$root" && cargo build -q -p turnstone-cli )
 export TURNSTONE_BIN="$root/target/debug/turnstone"
+# The Python package's venv, when bindings/python/run.sh has built it (as
+# .ci/run does first): stores are exchanged between the two languages.
+if [ -x "$root/bindings/python/target/venv/bin/python" ]; then
+  export TURNSTONE_PYTHON="$root/bindings/python/target/venv/bin/python"
+fi
 npm test

@@ -258,3 +258,38 @@ test('runTools: one group, one wait, bodies concurrent; plugin kinds', async () 
   await st.close()
   assert.throws(() => new Store(tmp(), { plugins: { 'user/message': false } }), TurnstoneError)
 })
+
+// A store written from Python is read from Node, and the other way round
+// (run.sh points TURNSTONE_PYTHON at the Python package's venv when built).
+const PY = process.env.TURNSTONE_PYTHON
+test('stores shared with the Python package, both ways', { skip: !PY && 'TURNSTONE_PYTHON is not set' }, async () => {
+  const d = tmp()
+  const write = `
+import json, sys, turnstone
+with turnstone.Store(sys.argv[1]) as st:
+    s = st.create_session("from-python")
+    s.append("turn/start", {"turn_id": "t"})
+    s.user("hello from python")
+    s.assistant({"content": json.loads(sys.argv[2]), "stop_reason": "end_turn"})
+    s.flush()
+    print(json.dumps(s.messages(format="anthropic")))
+`
+  const content = JSON.stringify([THINKING, FUTURE, { type: 'text', text: 'ok' }])
+  const pyBody = JSON.parse(execFileSync(PY, ['-c', write, d, content], { encoding: 'utf8', cwd: os.tmpdir() }))
+  assert.deepEqual(pyBody.messages[1].content, JSON.parse(content), 'python kept the blocks')
+  const st = new Store(d)
+  const v = await st.openReadOnly('from-python')
+  assert.deepEqual(v.messages('anthropic'), pyBody)
+  const s = st.createSession('from-node')
+  s.user('hello from node')
+  s.assistant({ content: [THINKING, IMAGE, FUTURE], stop_reason: 'end_turn' })
+  await s.flush()
+  const nodeBody = s.messages('openai-responses')
+  await st.close()
+  const read = `
+import json, sys, turnstone
+with turnstone.Store(sys.argv[1], read_only=True) as st:
+    print(json.dumps(st.open_read_only("from-node").messages(format="openai-responses")))
+`
+  assert.deepEqual(JSON.parse(execFileSync(PY, ['-c', read, d], { encoding: 'utf8', cwd: os.tmpdir() })), nodeBody)
+})

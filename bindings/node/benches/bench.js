@@ -1,0 +1,97 @@
+'use strict'
+// Benchmarks of the Node package (not tests). Build first (npm run build), then:
+//   node benches/bench.js [--turnstone-bin PATH] [--seconds 5] [--runs 3]
+// 1. append of a 1 KiB user/message from Node: median per call over batches
+//    of 100 calls (20,000 calls);
+// 2. the fleet turn shape over 256 sessions from 8 concurrent async tasks,
+//    durable events/s, next to `turnstone fleet --sessions 256 --threads 8
+//    --events 200000` (Rust) in the same run.
+const fs = require('node:fs')
+const os = require('node:os')
+const path = require('node:path')
+const { execFileSync } = require('node:child_process')
+const { Store } = require('../turnstone.js')
+
+const args = process.argv.slice(2)
+const opt = (name, dflt) => {
+  const i = args.indexOf(name)
+  return i >= 0 ? args[i + 1] : dflt
+}
+const bin = opt('--turnstone-bin')
+const seconds = Number(opt('--seconds', 5))
+const runs = Number(opt('--runs', 3))
+const median = (v) => [...v].sort((a, b) => a - b)[Math.floor(v.length / 2)]
+
+async function benchAppend(dir) {
+  const st = new Store(dir)
+  const s = st.createSession('append')
+  const data = { content: [{ type: 'text', text: 'x'.repeat(1000) }] }
+  const per = []
+  for (let b = 0; b < 200; b++) {
+    const t0 = process.hrtime.bigint()
+    for (let i = 0; i < 100; i++) s.append('user/message', data, { surface: 'append' })
+    per.push(Number(process.hrtime.bigint() - t0) / 100 / 1000)
+  }
+  await s.flush()
+  await st.close()
+  return median(per)
+}
+
+async function turn(s, t) {
+  let n = 0
+  s.append('turn/start', { turn_id: t }); n++
+  s.user('please do the thing '.repeat(15)); n++
+  s.append('step/start', { turn_id: t, step_id: 's' }); n++
+  for (let j = 0; j < 20; j++) { s.append('assistant/chunk', { index: j, text: 'c'.repeat(80) }); n++ }
+  s.assistant({ content: [{ type: 'text', text: 'y'.repeat(1000) }, { type: 'tool_use', id: t + 'c', name: 'sh', input: { cmd: 'ls' } }], stop_reason: 'tool_use' }); n++
+  await s.toolCall(t + 'c', 'sh', { cmd: 'ls' }, async () => 'z'.repeat(4000)); n += 2
+  s.append('step/end', { turn_id: t, step_id: 's', reason: { kind: 'tool_use' } }); n++
+  s.append('turn/end', { turn_id: t, reason: { kind: 'completed' } }); n++
+  await s.flush()
+  return n
+}
+
+async function benchFleet(dir) {
+  const st = new Store(dir)
+  const sessions = Array.from({ length: 256 }, (_, i) => st.createSession(`s${i}`))
+  const stop = Date.now() + seconds * 1000
+  const t0 = Date.now()
+  const counts = await Promise.all(
+    Array.from({ length: 8 }, async (_, k) => {
+      const mine = sessions.filter((_, i) => i % 8 === k)
+      let n = 0
+      for (let r = 0; Date.now() < stop; r++) {
+        for (const s of mine) {
+          n += await turn(s, `t${r}`)
+          if (Date.now() >= stop) break
+        }
+      }
+      return n
+    }),
+  )
+  const secs = (Date.now() - t0) / 1000
+  await st.close()
+  return counts.reduce((a, b) => a + b, 0) / secs
+}
+
+;(async () => {
+  const rows = []
+  for (let r = 0; r < runs; r++) {
+    const d = fs.mkdtempSync(path.join(os.tmpdir(), 'turnstone-nbench-'))
+    const append = await benchAppend(path.join(d, 'a'))
+    const node = await benchFleet(path.join(d, 'f'))
+    let rust = null
+    if (bin) {
+      const out = execFileSync(bin, ['fleet', path.join(d, 'r'), '--sessions', '256', '--threads', '8', '--events', '200000'], { encoding: 'utf8' })
+      rust = JSON.parse(out.split('\n')[0]).events_per_s
+    }
+    fs.rmSync(d, { recursive: true, force: true })
+    rows.push([append, node, rust])
+    console.log(JSON.stringify({ run: r, append_1k_us_median: +append.toFixed(2), node_fleet_events_per_s: Math.round(node), rust_fleet_events_per_s: rust && Math.round(rust), ratio: rust && +(node / rust).toFixed(2), loadavg_1m: os.loadavg()[0] }))
+  }
+  const m = (i) => median(rows.map((x) => x[i]))
+  console.log(`medians of ${runs}: append 1 KiB ${m(0).toFixed(2)} us/call; fleet node ${m(1).toFixed(0)} ev/s` + (bin ? `, rust ${m(2).toFixed(0)} ev/s, ratio ${(m(1) / m(2)).toFixed(2)}` : ''))
+})().catch((e) => {
+  console.error(e)
+  process.exit(1)
+})
