@@ -288,3 +288,32 @@ def test_plugin_kinds(tmp_path):
         assert error_kind(e.value) == "invalid_argument"
     with pytest.raises(TurnstoneError):
         Store(str(tmp_path / "pl2"), plugins={"user/message": False})
+
+
+def test_asyncio_tool_call_and_parallel_tools(store):
+    s = store.create_session("aio")
+    s.append("turn/start", {"turn_id": "t"})
+
+    async def main():
+        async with s.atool_call("c1", "ls", {}) as call:
+            assert [e["kind"] for e in await store.areplay("aio")][-1] == "tool/call"
+            call.result("ok")
+        try:
+            async with s.atool_call("c2", "rm", {}, guard=lambda c: "no"):
+                raise AssertionError("the body ran")
+        except ToolRefused:
+            pass
+
+        async def body(c):
+            await asyncio.sleep(0.2)
+            return "done " + c["call_id"]
+
+        t0 = asyncio.get_running_loop().time()
+        out = await s.arun_tools([{"call_id": f"p{i}", "name": "sleep"} for i in range(4)], body)
+        assert asyncio.get_running_loop().time() - t0 < 0.7
+        return out
+
+    out = asyncio.run(main())
+    assert [o["outcome"] for o in out] == ["ran"] * 4
+    results = {e["data"]["call_id"] for e in s.events() if e["kind"] == "tool/result"}
+    assert results == {"c1", "c2", "p0", "p1", "p2", "p3"}

@@ -207,6 +207,32 @@ class _ToolContext:
         return False
 
 
+class _AsyncToolContext(_ToolContext):
+    """``async with session.atool_call(...)``: the same order, the
+    durability wait awaited in a worker thread."""
+
+    async def __aenter__(self) -> ToolCall:
+        s, c = self.session, self.call
+        s.append("tool/call", {"call_id": c.call_id, "name": c.name, "input": c.input})
+        if self.guard is not None:
+            reason = self.guard(c)
+            if asyncio.iscoroutine(reason):
+                reason = await reason
+            if reason:
+                s._result(c.call_id, [{"type": "text", "text": f"refused by policy: {reason}"}], True)
+                raise ToolRefused(reason)
+        if self.checkpoint:
+            await s.aflush()
+        if self.cancelled is not None and self.cancelled():
+            s.append("tool/result", {"call_id": c.call_id, "content": [], "is_error": True,
+                                     "status": "ABORTED_BEFORE_DISPATCH"}, surface="append")
+            raise ToolAborted(c.call_id)
+        return c
+
+    async def __aexit__(self, exc_type, exc, tb) -> bool:
+        return self.__exit__(exc_type, exc, tb)
+
+
 class Session:
     """One session: append events, wait for durability, derive messages."""
 
@@ -308,6 +334,58 @@ class Session:
         exception in the body, or no result, is recorded as an error result:
         every call is closed."""
         return _ToolContext(self, call_id, name, input, guard, cancelled, not nested)
+
+    def atool_call(self, call_id: str, name: str, input: Any, *, guard=None,
+                   cancelled=None, nested: bool = False) -> _AsyncToolContext:
+        """``tool_call`` for asyncio: ``async with session.atool_call(...) as call``.
+        The guard may be a coroutine function."""
+        return _AsyncToolContext(self, call_id, name, input, guard, cancelled, not nested)
+
+    async def arun_tools(self, calls: list, body, *, guard=None, cancelled=None) -> list:
+        """``run_tools`` for asyncio: ``body`` is a coroutine function; the
+        bodies run concurrently on the event loop (``asyncio.gather``)."""
+        calls = [dict(c) for c in calls]
+        self._native.record_tool_calls(json.dumps(
+            [{"call_id": c["call_id"], "name": c["name"], "input": c.get("input", {})} for c in calls]))
+        outcomes: list = [None] * len(calls)
+        runnable = []
+        for i, c in enumerate(calls):
+            reason = guard(c) if guard is not None else None
+            if asyncio.iscoroutine(reason):
+                reason = await reason
+            if reason:
+                self._result(c["call_id"], [{"type": "text", "text": f"refused by policy: {reason}"}], True)
+                outcomes[i] = {"call_id": c["call_id"], "outcome": "refused", "reason": reason}
+            else:
+                runnable.append(i)
+        await self.aflush()
+        if cancelled is not None and cancelled():
+            for i in runnable:
+                self.append("tool/result", {"call_id": calls[i]["call_id"], "content": [], "is_error": True,
+                                            "status": "ABORTED_BEFORE_DISPATCH"}, surface="append")
+                outcomes[i] = {"call_id": calls[i]["call_id"], "outcome": "aborted"}
+            return outcomes
+
+        async def one(i):
+            c = calls[i]
+            call = ToolCall(self, c["call_id"], c["name"], c.get("input", {}))
+            try:
+                value = await body(c)
+            except Exception as e:
+                call.result(f"tool failed: {type(e).__name__}: {e}", is_error=True)
+                return {"call_id": c["call_id"], "outcome": "failed", "error": e, "result_seq": call.result_seq}
+            call.result(value if isinstance(value, list) else str(value))
+            if call.not_recorded:
+                return {"call_id": c["call_id"], "outcome": "result_not_recorded", "value": value,
+                        "result_seq": call.result_seq, "reason": call.not_recorded}
+            return {"call_id": c["call_id"], "outcome": "ran", "value": value, "result_seq": call.result_seq}
+
+        for i, out in zip(runnable, await asyncio.gather(*(one(i) for i in runnable))):
+            outcomes[i] = out
+        return outcomes
+
+    async def aevents(self, start: int = 0, end: Optional[int] = None) -> list[dict]:
+        return await asyncio.to_thread(self.events, start, end)
 
     def run_tools(
         self,
