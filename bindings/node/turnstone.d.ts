@@ -39,7 +39,7 @@ export class Session {
   flush(): Promise<void>
   messages(): any[]
   messages(format: Format): any
-  events(start?: number, end?: number): SessionEvent[]
+  events(start?: number, end?: number): Promise<SessionEvent[]>
   setTitle(title: string): number
   addTag(tag: string): number
   setMeta(key: string, value: string | null): number

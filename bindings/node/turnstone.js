@@ -145,8 +145,9 @@ class Session {
   messages(format) {
     return JSON.parse(call(() => this._n.messages(format ?? null)))
   }
-  events(start, end) {
-    return JSON.parse(call(() => this._n.events(start ?? null, end ?? null)))
+  /** This handle's events start..end (its own appends included). */
+  async events(start, end) {
+    return JSON.parse(await wait(this._n.events(start ?? null, end ?? null)))
   }
   get metadata() {
     return JSON.parse(this._n.metadata())

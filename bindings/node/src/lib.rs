@@ -412,15 +412,19 @@ impl NativeSession {
         })
     }
 
-    /// This handle's events `start..end`, as a JSON array.
-    #[napi(catch_unwind)]
-    pub fn events(&self, start: Option<i64>, end: Option<i64>) -> napi::Result<String> {
-        let g = self.s.lock();
-        let len = g.len();
-        let end = end.map_or(len, |e| (e.max(0) as u64).min(len));
-        let start = (start.unwrap_or(0).max(0) as u64).min(end);
-        let events = g.events(start..end).map_err(err)?;
-        Ok(Value::Array(events.iter().map(event_json).collect()).to_string())
+    /// This handle's events `start..end`, as a JSON array (read off the
+    /// event loop).
+    #[napi(catch_unwind, ts_return_type = "Promise<string>")]
+    pub fn events(&self, start: Option<i64>, end: Option<i64>) -> AsyncTask<Job<String>> {
+        let s = self.s.clone();
+        Job::new(move || {
+            let g = s.lock();
+            let len = g.len();
+            let end = end.map_or(len, |e| (e.max(0) as u64).min(len));
+            let start = (start.unwrap_or(0).max(0) as u64).min(end);
+            let events = g.events(start..end).map_err(err)?;
+            Ok(Value::Array(events.iter().map(event_json).collect()).to_string())
+        })
     }
 
     /// Record the tool calls of one assistant message as one atomic group
