@@ -20,6 +20,8 @@ use turnstone_benches::sys;
 use turnstone_benches::workload::Workload;
 
 type Result<T> = std::result::Result<T, Box<dyn std::error::Error + Send + Sync>>;
+/// One blocking thread's outcome: (session index, events appended) pairs and wait latencies.
+type ThreadOut = (Vec<(usize, u64)>, Vec<u64>);
 
 #[derive(Debug, Clone, Copy)]
 enum Mode {
@@ -64,7 +66,7 @@ async fn session_task(
             let t0 = Instant::now();
             store.wait_durable_async(a.end).await?;
             lat.push(t0.elapsed().as_micros() as u64);
-        } else if seq % 8 == 0 {
+        } else if seq.is_multiple_of(8) {
             // Model the other awaits of a harness (streaming chunks): let
             // other tasks run.
             tokio::task::yield_now().await;
@@ -107,7 +109,7 @@ fn run(mode: Mode, wl: &Arc<Workload>, dir: &Path, seconds: f64) -> Result<Outco
                 let handles: Vec<_> = (0..threads)
                     .map(|t| {
                         let (store, wl) = (&store, &**wl);
-                        scope.spawn(move || -> Result<(Vec<(usize, u64)>, Vec<u64>)> {
+                        scope.spawn(move || -> Result<ThreadOut> {
                             let mine: Vec<usize> = (0..n).filter(|s| s % threads == t).collect();
                             let mut next = vec![0u64; mine.len()];
                             let mut lat = Vec::new();
