@@ -130,6 +130,56 @@ pub enum Error {
 }
 
 impl Error {
+    /// A stable, snake_case name of the variant (`"unknown_session"`,
+    /// `"too_large"`, `"corrupt"`, ...): what bindings and tools report as
+    /// the error's kind.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Error::Io { .. } => "io",
+            Error::Corrupt { .. } => "corrupt",
+            Error::TornTailRefused { .. } => "torn_tail_refused",
+            Error::NotTurnstone { .. } => "not_turnstone",
+            Error::UnsupportedVersion { .. } => "unsupported_version",
+            Error::Locked { .. } => "locked",
+            Error::NoStore { .. } => "no_store",
+            Error::Poisoned { .. } => "poisoned",
+            Error::WriteFailed { .. } => "write_failed",
+            Error::Closed => "closed",
+            Error::ReadOnly => "read_only",
+            Error::UnknownSession(_) => "unknown_session",
+            Error::SessionDeleted { .. } => "session_deleted",
+            Error::SessionExists(_) => "session_exists",
+            Error::SeqOutOfRange { .. } => "seq_out_of_range",
+            Error::TooLarge { .. } => "too_large",
+            Error::InvalidArgument(_) => "invalid_argument",
+            Error::UnknownKind { .. } => "unknown_kind",
+            Error::BadEvent { .. } => "bad_event",
+            Error::SessionFormat { .. } => "session_format",
+            Error::SurfaceRange(_) => "surface_range",
+            Error::Refused(_) => "refused",
+            Error::SessionLive { .. } => "session_live",
+            Error::Search { .. } => "search",
+            Error::RequestMismatch(_) => "request_mismatch",
+        }
+    }
+
+    /// The file (or directory) and byte offset the error is about, where it
+    /// has them.
+    pub fn location(&self) -> (Option<&std::path::Path>, Option<u64>) {
+        match self {
+            Error::Io { path, .. } => (Some(path), None),
+            Error::Corrupt { file, offset, .. } | Error::TornTailRefused { file, offset, .. } => {
+                (Some(file), Some(*offset))
+            }
+            Error::NotTurnstone { file, .. } | Error::UnsupportedVersion { file, .. } => {
+                (Some(file), None)
+            }
+            Error::Locked { dir, .. } | Error::NoStore { dir, .. } => (Some(dir), None),
+            Error::Search { path, .. } => (Some(path), None),
+            _ => (None, None),
+        }
+    }
+
     /// Whether this is "no such session": unknown, or deleted.
     pub fn is_not_found(&self) -> bool {
         matches!(
@@ -156,5 +206,36 @@ impl Error {
             offset,
             detail: detail.into(),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn kinds_and_locations() {
+        let e = Error::Corrupt {
+            file: PathBuf::from("/s/0000000001.tseg"),
+            offset: 4096,
+            detail: "frame checksum".into(),
+        };
+        assert_eq!(e.kind(), "corrupt");
+        let (p, o) = e.location();
+        assert_eq!(
+            (p.unwrap().to_str().unwrap(), o),
+            ("/s/0000000001.tseg", Some(4096))
+        );
+        assert_eq!(Error::UnknownSession("x".into()).kind(), "unknown_session");
+        assert_eq!(Error::UnknownSession("x".into()).location(), (None, None));
+        let kinds = [
+            Error::Closed.kind(),
+            Error::ReadOnly.kind(),
+            Error::InvalidArgument(String::new()).kind(),
+            Error::Refused(String::new()).kind(),
+            Error::SessionExists(String::new()).kind(),
+        ];
+        let distinct: std::collections::BTreeSet<_> = kinds.iter().collect();
+        assert_eq!(distinct.len(), kinds.len());
     }
 }

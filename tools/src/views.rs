@@ -118,19 +118,8 @@ fn known(store: &Store, dir: &std::path::Path, id: &str) -> Result<(), Failure> 
 
 /// The `dump --json`-shaped object of a session event.
 pub fn event_json(session: &str, ev: &SessionEvent) -> Value {
-    let mut o = json!({
-        "session": session,
-        "seq": ev.seq,
-        "kind": ev.kind.name(),
-        "ignorable": ev.ignorable,
-        "data": ev.data,
-    });
-    if let Some(op) = ev.surface {
-        o["surface"] = serde_json::to_value(op).expect("surface op serializes");
-    }
-    if let Some(ts) = ev.ts {
-        o["ts"] = json!(ts);
-    }
+    let mut o = ev.to_json();
+    o["session"] = json!(session);
     o
 }
 

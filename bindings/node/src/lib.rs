@@ -23,35 +23,8 @@ use turnstone::session::{
 use turnstone::{Error as TsError, Options, Store as TsStore};
 
 fn kind_of(e: &TsError) -> (&'static str, Option<String>, Option<u64>) {
-    match e {
-        TsError::Io { path, .. } => ("io", Some(path.display().to_string()), None),
-        TsError::Corrupt { file, offset, .. } => {
-            ("corrupt", Some(file.display().to_string()), Some(*offset))
-        }
-        TsError::TornTailRefused { file, offset, .. } => (
-            "torn_tail_refused",
-            Some(file.display().to_string()),
-            Some(*offset),
-        ),
-        TsError::Locked { dir, .. } => ("locked", Some(dir.display().to_string()), None),
-        TsError::NoStore { dir, .. } => ("no_store", Some(dir.display().to_string()), None),
-        TsError::Poisoned { .. } => ("poisoned", None, None),
-        TsError::WriteFailed { .. } => ("write_failed", None, None),
-        TsError::Closed => ("closed", None, None),
-        TsError::ReadOnly => ("read_only", None, None),
-        TsError::UnknownSession(_) => ("unknown_session", None, None),
-        TsError::SessionDeleted { .. } => ("session_deleted", None, None),
-        TsError::SessionExists(_) => ("session_exists", None, None),
-        TsError::SeqOutOfRange { .. } => ("seq_out_of_range", None, None),
-        TsError::TooLarge { .. } => ("too_large", None, None),
-        TsError::InvalidArgument(_) => ("invalid_argument", None, None),
-        TsError::UnknownKind { .. } => ("unknown_kind", None, None),
-        TsError::BadEvent { .. } => ("bad_event", None, None),
-        TsError::Refused(_) => ("refused", None, None),
-        TsError::SessionLive { .. } => ("session_live", None, None),
-        TsError::Search { path, .. } => ("search", Some(path.display().to_string()), None),
-        _ => ("other", None, None),
-    }
+    let (path, offset) = e.location();
+    (e.kind(), path.map(|p| p.display().to_string()), offset)
 }
 
 fn thrown(kind: &str, message: String, path: Option<String>, offset: Option<u64>) -> napi::Error {
@@ -69,15 +42,7 @@ fn usage(msg: impl Into<String>) -> napi::Error {
 }
 
 fn event_json(ev: &SessionEvent) -> Value {
-    let mut o =
-        json!({"seq": ev.seq, "kind": ev.kind.name(), "ignorable": ev.ignorable, "data": ev.data});
-    if let Some(op) = ev.surface {
-        o["surface"] = serde_json::to_value(op).unwrap_or(Value::Null);
-    }
-    if let Some(t) = ev.ts {
-        o["ts"] = json!(t);
-    }
-    o
+    ev.to_json()
 }
 
 /// Work run on libuv's thread pool; its result resolves the Promise.

@@ -31,38 +31,8 @@ create_exception!(
 
 /// The error's kind name, and the file and offset where it has them.
 fn describe(e: &Error) -> (&'static str, Option<String>, Option<u64>) {
-    match e {
-        Error::Io { path, .. } => ("io", Some(path.display().to_string()), None),
-        Error::Corrupt { file, offset, .. } => {
-            ("corrupt", Some(file.display().to_string()), Some(*offset))
-        }
-        Error::TornTailRefused { file, offset, .. } => (
-            "torn_tail_refused",
-            Some(file.display().to_string()),
-            Some(*offset),
-        ),
-        Error::NotTurnstone { .. } => ("not_turnstone", None, None),
-        Error::UnsupportedVersion { .. } => ("unsupported_version", None, None),
-        Error::Locked { dir, .. } => ("locked", Some(dir.display().to_string()), None),
-        Error::NoStore { dir, .. } => ("no_store", Some(dir.display().to_string()), None),
-        Error::Poisoned { .. } => ("poisoned", None, None),
-        Error::WriteFailed { .. } => ("write_failed", None, None),
-        Error::Closed => ("closed", None, None),
-        Error::ReadOnly => ("read_only", None, None),
-        Error::UnknownSession(_) => ("unknown_session", None, None),
-        Error::SessionExists(_) => ("session_exists", None, None),
-        Error::SessionDeleted { .. } => ("session_deleted", None, None),
-        Error::SeqOutOfRange { .. } => ("seq_out_of_range", None, None),
-        Error::TooLarge { .. } => ("too_large", None, None),
-        Error::InvalidArgument(_) => ("invalid_argument", None, None),
-        Error::UnknownKind { .. } => ("unknown_kind", None, None),
-        Error::BadEvent { .. } => ("bad_event", None, None),
-        Error::SessionFormat { .. } => ("session_format", None, None),
-        Error::Refused(_) => ("refused", None, None),
-        Error::SessionLive { .. } => ("session_live", None, None),
-        Error::Search { path, .. } => ("search", Some(path.display().to_string()), None),
-        _ => ("other", None, None),
-    }
+    let (path, offset) = e.location();
+    (e.kind(), path.map(|p| p.display().to_string()), offset)
 }
 
 fn err(e: Error) -> PyErr {
@@ -167,19 +137,7 @@ fn registry_from(plugins: Option<&str>) -> PyResult<Registry> {
 }
 
 fn event_json(ev: &SessionEvent) -> Value {
-    let mut o = json!({
-        "seq": ev.seq,
-        "kind": ev.kind.name(),
-        "ignorable": ev.ignorable,
-        "data": ev.data,
-    });
-    if let Some(op) = ev.surface {
-        o["surface"] = serde_json::to_value(op).unwrap_or(Value::Null);
-    }
-    if let Some(t) = ev.ts {
-        o["ts"] = json!(t);
-    }
-    o
+    ev.to_json()
 }
 
 /// An open store.

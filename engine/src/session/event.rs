@@ -620,6 +620,25 @@ pub struct SessionEvent {
 }
 
 impl SessionEvent {
+    /// The event as one JSON object: `{"seq", "kind", "ignorable", "data"}`
+    /// plus `"surface"` and `"ts"` when it has them — the shape `dump
+    /// --json`, `replay --json` and the Python and Node packages show.
+    pub fn to_json(&self) -> Value {
+        let mut o = serde_json::json!({
+            "seq": self.seq,
+            "kind": self.kind.name(),
+            "ignorable": self.ignorable,
+            "data": self.data,
+        });
+        if let Some(op) = self.surface {
+            o["surface"] = serde_json::to_value(op).unwrap_or(Value::Null);
+        }
+        if let Some(ts) = self.ts {
+            o["ts"] = serde_json::json!(ts);
+        }
+        o
+    }
+
     /// The data as its typed struct (when the kind matches).
     pub fn typed<D: EventData>(&self) -> Option<D> {
         if self.kind != EventKind::Core(D::KIND) {
