@@ -187,18 +187,31 @@ impl Session {
             .session_len(id)
             .ok_or_else(|| Error::UnknownSession(id.to_string()))?;
         let mut s = Self::empty(store.clone(), id, registry);
+        // Decode straight from the log's bytes (`visit_range` lends each
+        // payload; nothing is copied), in chunks so that no walk holds the
+        // active segment's map for long.
         const CHUNK: u64 = 4096;
         let mut at = 0;
         while at < len {
-            let evs = store.read_range(id, at..(at + CHUNK).min(len))?;
-            for e in evs {
-                let ev = if view {
-                    event::decode_view(e.seq.0, e.kind, e.flags, &e.payload, &s.registry)
-                        .map_err(|err| crate::session::replay::decode_error(&s.id, e.seq.0, err))?
+            let mut failed: Option<Error> = None;
+            store.visit_range(id, at..(at + CHUNK).min(len), |e| {
+                let step = if view {
+                    event::decode_view(e.seq.0, e.kind, e.flags, e.payload, &s.registry)
+                        .map_err(|err| crate::session::replay::decode_error(&s.id, e.seq.0, err))
                 } else {
-                    s.decode(e.seq.0, e.kind, e.flags, &e.payload)?
-                };
-                s.apply(&ev)?;
+                    s.decode(e.seq.0, e.kind, e.flags, e.payload)
+                }
+                .and_then(|ev| s.apply(&ev));
+                match step {
+                    Ok(()) => std::ops::ControlFlow::Continue(()),
+                    Err(err) => {
+                        failed = Some(err);
+                        std::ops::ControlFlow::Break(())
+                    }
+                }
+            })?;
+            if let Some(err) = failed {
+                return Err(err);
             }
             at += CHUNK;
         }
