@@ -883,18 +883,32 @@ impl Session {
     /// Read and decode events `range` from the log (a read-only view shows
     /// kinds this process does not know as opaque events).
     pub fn events(&self, range: std::ops::Range<u64>) -> Result<Vec<SessionEvent>> {
-        self.store
-            .read_range(&self.id, range)?
-            .into_iter()
-            .map(|e| {
-                if self.is_read_only() {
-                    event::decode_view(e.seq.0, e.kind, e.flags, &e.payload, &self.registry)
-                        .map_err(|err| crate::session::replay::decode_error(&self.id, e.seq.0, err))
-                } else {
-                    self.decode(e.seq.0, e.kind, e.flags, &e.payload)
+        // Decoded straight from the log's bytes (payloads lent, not copied).
+        let mut out =
+            Vec::with_capacity((range.end.saturating_sub(range.start)).min(1 << 16) as usize);
+        let mut failed = None;
+        self.store.visit_range(&self.id, range, |e| {
+            let ev = if self.is_read_only() {
+                event::decode_view(e.seq.0, e.kind, e.flags, e.payload, &self.registry)
+                    .map_err(|err| crate::session::replay::decode_error(&self.id, e.seq.0, err))
+            } else {
+                self.decode(e.seq.0, e.kind, e.flags, e.payload)
+            };
+            match ev {
+                Ok(ev) => {
+                    out.push(ev);
+                    std::ops::ControlFlow::Continue(())
                 }
-            })
-            .collect()
+                Err(err) => {
+                    failed = Some(err);
+                    std::ops::ControlFlow::Break(())
+                }
+            }
+        })?;
+        match failed {
+            Some(err) => Err(err),
+            None => Ok(out),
+        }
     }
 
     /// Wait until every event this handle appended is durable (one

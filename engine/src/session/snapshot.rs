@@ -247,12 +247,24 @@ pub fn read<P: Projection>(
     let mut at = start;
     while at < len {
         let to = (at + 4096).min(len);
-        for e in store.read_range(session, at..to)? {
-            let ev = event::decode(e.seq.0, e.kind, e.flags, &e.payload, registry)
-                .map_err(|err| decode_error(session, e.seq.0, err))?;
-            if let Some(next) = p.fold(&state, &ev) {
-                state = next;
+        // Decoded straight from the log's bytes (payloads lent, not copied).
+        let mut failed = None;
+        store.visit_range(session, at..to, |e| {
+            match event::decode(e.seq.0, e.kind, e.flags, e.payload, registry) {
+                Ok(ev) => {
+                    if let Some(next) = p.fold(&state, &ev) {
+                        state = next;
+                    }
+                    std::ops::ControlFlow::Continue(())
+                }
+                Err(err) => {
+                    failed = Some(decode_error(session, e.seq.0, err));
+                    std::ops::ControlFlow::Break(())
+                }
             }
+        })?;
+        if let Some(err) = failed {
+            return Err(err);
         }
         at = to;
     }
