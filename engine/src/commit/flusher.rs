@@ -105,10 +105,12 @@ pub(crate) fn run(queue: &CommitQueue, env: &FlusherEnv<'_>, mut writer: WriterF
                 queue.work_cv.wait(&mut st);
             }
             st.retry_requested = false;
-            match st.queued.pop_front() {
+            let b = match st.queued.pop_front() {
                 Some(b) => b,
                 None => st.open.take().expect("has work"),
-            }
+            };
+            st.inflight = Some((b.batch_seq, b.end()));
+            b
         };
         let result = write_batch(env, &mut writer, &mut batch);
         let mut st = queue.lock();
@@ -133,10 +135,12 @@ pub(crate) fn run(queue: &CommitQueue, env: &FlusherEnv<'_>, mut writer: WriterF
                     st.stats.metadata_syncs += 2;
                     st.checkpoint_due = env.checkpoints;
                 }
-                queue.notify_durable(&mut st);
+                st.inflight = None;
+                queue.notify_batch_durable(&mut st, batch.batch_seq);
             }
             Err(FlushError::Write(detail)) => {
                 st.stats.write_failures += 1;
+                st.inflight = None;
                 st.queued.push_front(batch);
                 st.write_failed = Some(detail);
                 st.fail_epoch += 1;

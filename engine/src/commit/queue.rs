@@ -50,6 +50,8 @@ pub(crate) struct State {
     /// Buffers of written batches, kept for the next batches (no regrowth).
     pub spare_bufs: Vec<Vec<u8>>,
     pub stats: Stats,
+    /// The batch the flusher is writing: its sequence number and end.
+    pub inflight: Option<(u64, LogPos)>,
     /// Tasks waiting (without a thread) for the durable position to move,
     /// the store to be poisoned or closed: woken with `durable_cv`'s
     /// sleepers, by [`CommitQueue::notify_durable`].
@@ -118,8 +120,13 @@ pub(crate) struct CommitQueue {
     state: Mutex<State>,
     /// Wakes the flusher.
     pub(super) work_cv: Condvar,
-    /// Wakes durability waiters.
-    pub(super) durable_cv: Condvar,
+    /// Wakes durability waiters: a thread waiting for a position in batch
+    /// `n` sleeps on `durable_cvs[n % 2]`, so the fdatasync of one batch
+    /// does not wake the waiters of the next one (they would only go back
+    /// to sleep).
+    pub(super) durable_cvs: [Condvar; 2],
+    /// Wakes followers, which wait for any durable change.
+    pub(super) change_cv: Condvar,
     /// Segment size: a segment rolls when the next batch would not fit.
     segment_bytes: usize,
     /// Pending bytes that make the flusher write without anyone waiting.
@@ -155,9 +162,11 @@ impl CommitQueue {
                 spare_bufs: Vec::new(),
                 stats: Stats::default(),
                 wakers: Vec::new(),
+                inflight: None,
             }),
             work_cv: Condvar::new(),
-            durable_cv: Condvar::new(),
+            durable_cvs: [Condvar::new(), Condvar::new()],
+            change_cv: Condvar::new(),
             segment_bytes: segment_bytes as usize,
             flush_bytes,
         }
@@ -229,7 +238,8 @@ impl CommitQueue {
             if let Some(done) = self.durable_step(&mut st, pos, &mut retry) {
                 return done;
             }
-            self.durable_cv.wait(&mut st);
+            let cv = &self.durable_cvs[(batch_of(&st, pos) % 2) as usize];
+            cv.wait(&mut st);
         }
     }
 
@@ -306,7 +316,7 @@ impl CommitQueue {
             if st.durable != seen {
                 return Some(st.durable);
             }
-            self.durable_cv.wait(&mut st);
+            self.change_cv.wait(&mut st);
         }
     }
 
@@ -327,7 +337,22 @@ impl CommitQueue {
     /// moved, a write failed, or the store stopped). Called with the state
     /// locked, so that no waiter checks and then sleeps past a wake-up.
     pub fn notify_durable(&self, st: &mut State) {
-        self.durable_cv.notify_all();
+        for cv in &self.durable_cvs {
+            cv.notify_all();
+        }
+        self.notify_followers(st);
+    }
+
+    /// Batch `batch_seq` is durable: wake the threads waiting for positions
+    /// in it (and, harmlessly, any two batches later), every follower and
+    /// every task. Called with the state locked.
+    pub fn notify_batch_durable(&self, st: &mut State, batch_seq: u64) {
+        self.durable_cvs[(batch_seq % 2) as usize].notify_all();
+        self.notify_followers(st);
+    }
+
+    fn notify_followers(&self, st: &mut State) {
+        self.change_cv.notify_all();
         for w in st.wakers.drain(..) {
             w.wake();
         }
@@ -353,5 +378,24 @@ pub(crate) struct RetryState {
 fn register(wakers: &mut Vec<Waker>, waker: &Waker) {
     if !wakers.iter().any(|w| w.will_wake(waker)) {
         wakers.push(waker.clone());
+    }
+}
+
+/// The sequence number of the batch that holds (or will hold) `pos`: the
+/// batch in flight, a queued one, or the open one.
+fn batch_of(st: &State, pos: LogPos) -> u64 {
+    if let Some((seq, end)) = st.inflight {
+        if pos <= end {
+            return seq;
+        }
+    }
+    for b in &st.queued {
+        if pos <= b.end() {
+            return b.batch_seq;
+        }
+    }
+    match &st.open {
+        Some(b) => b.batch_seq,
+        None => st.next_batch_seq,
     }
 }
