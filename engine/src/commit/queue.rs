@@ -52,10 +52,12 @@ pub(crate) struct State {
     pub stats: Stats,
     /// The batch the flusher is writing: its sequence number and end.
     pub inflight: Option<(u64, LogPos)>,
-    /// Tasks waiting (without a thread) for the durable position to move,
-    /// the store to be poisoned or closed: woken with `durable_cv`'s
-    /// sleepers, by [`CommitQueue::notify_durable`].
-    pub wakers: Vec<Waker>,
+    /// Tasks waiting (without a thread) for a position to be durable, by
+    /// the parity of its batch, like the threads on `durable_cvs`.
+    pub wakers: [Vec<Waker>; 2],
+    /// Tasks following the durable position (any change): woken after
+    /// every batch, with the threads on `change_cv`.
+    pub follower_wakers: Vec<Waker>,
 }
 
 impl State {
@@ -161,7 +163,8 @@ impl CommitQueue {
                 checkpoint_due: false,
                 spare_bufs: Vec::new(),
                 stats: Stats::default(),
-                wakers: Vec::new(),
+                wakers: [Vec::new(), Vec::new()],
+                follower_wakers: Vec::new(),
                 inflight: None,
             }),
             work_cv: Condvar::new(),
@@ -255,7 +258,8 @@ impl CommitQueue {
         match self.durable_step(&mut st, pos, retry) {
             Some(done) => Poll::Ready(done),
             None => {
-                register(&mut st.wakers, cx.waker());
+                let parity = (batch_of(&st, pos) % 2) as usize;
+                register(&mut st.wakers[parity], cx.waker());
                 Poll::Pending
             }
         }
@@ -329,7 +333,7 @@ impl CommitQueue {
         if st.durable != seen {
             return Poll::Ready(Some(st.durable));
         }
-        register(&mut st.wakers, cx.waker());
+        register(&mut st.follower_wakers, cx.waker());
         Poll::Pending
     }
 
@@ -337,23 +341,30 @@ impl CommitQueue {
     /// moved, a write failed, or the store stopped). Called with the state
     /// locked, so that no waiter checks and then sleeps past a wake-up.
     pub fn notify_durable(&self, st: &mut State) {
-        for cv in &self.durable_cvs {
-            cv.notify_all();
+        for parity in 0..2 {
+            self.wake_parity(st, parity);
         }
         self.notify_followers(st);
     }
 
-    /// Batch `batch_seq` is durable: wake the threads waiting for positions
-    /// in it (and, harmlessly, any two batches later), every follower and
-    /// every task. Called with the state locked.
+    /// Batch `batch_seq` is durable: wake the threads and tasks waiting for
+    /// positions in it (and, harmlessly, any two batches later) and every
+    /// follower. Called with the state locked.
     pub fn notify_batch_durable(&self, st: &mut State, batch_seq: u64) {
-        self.durable_cvs[(batch_seq % 2) as usize].notify_all();
+        self.wake_parity(st, (batch_seq % 2) as usize);
         self.notify_followers(st);
+    }
+
+    fn wake_parity(&self, st: &mut State, parity: usize) {
+        self.durable_cvs[parity].notify_all();
+        for w in st.wakers[parity].drain(..) {
+            w.wake();
+        }
     }
 
     fn notify_followers(&self, st: &mut State) {
         self.change_cv.notify_all();
-        for w in st.wakers.drain(..) {
+        for w in st.follower_wakers.drain(..) {
             w.wake();
         }
     }
