@@ -172,30 +172,58 @@ class ToolCall:
         return seq
 
 
+def _refuse(session, call_id: str, reason: str) -> None:
+    session._result(call_id, [{"type": "text", "text": f"refused by policy: {reason}"}], True)
+
+
+def _abort(session, call_id: str) -> None:
+    session.append("tool/result", {"call_id": call_id, "content": [], "is_error": True,
+                                   "status": "ABORTED_BEFORE_DISPATCH"}, surface="append")
+
+
+def _finish(call: ToolCall, value: Any = None, error: Optional[BaseException] = None) -> dict:
+    """Record a body's value (or its exception) as the call's result and
+    say what happened, as one outcome dict of ``run_tools``."""
+    out = {"call_id": call.call_id}
+    if error is not None:
+        call.result(f"tool failed: {type(error).__name__}: {error}", is_error=True)
+        out.update(outcome="failed", error=error)
+    else:
+        call.result(value if isinstance(value, list) else str(value))
+        out.update(outcome="result_not_recorded" if call.not_recorded else "ran", value=value)
+        if call.not_recorded:
+            out["reason"] = call.not_recorded
+    out["result_seq"] = call.result_seq
+    return out
+
+
 class _ToolContext:
     def __init__(self, session, call_id, name, input, guard, cancelled, checkpoint):
         self.session, self.call = session, ToolCall(session, call_id, name, input)
         self.guard, self.cancelled, self.checkpoint = guard, cancelled, checkpoint
 
-    def __enter__(self) -> ToolCall:
-        s, c = self.session, self.call
-        s.append("tool/call", {"call_id": c.call_id, "name": c.name, "input": c.input})
-        if self.guard is not None:
-            reason = self.guard(c)
-            if reason:
-                s._result(c.call_id, [{"type": "text", "text": f"refused by policy: {reason}"}], True)
-                raise ToolRefused(reason)
-        if self.checkpoint:
-            s.flush()  # the body runs only once its tool/call is durable
+    def _record(self) -> None:
+        c = self.call
+        self.session.append("tool/call", {"call_id": c.call_id, "name": c.name, "input": c.input})
+
+    def _refused(self, reason) -> None:
+        if reason:
+            _refuse(self.session, self.call.call_id, reason)
+            raise ToolRefused(reason)
+
+    def _dispatch(self) -> ToolCall:
         if self.cancelled is not None and self.cancelled():
-            s.append(
-                "tool/result",
-                {"call_id": c.call_id, "content": [], "is_error": True,
-                 "status": "ABORTED_BEFORE_DISPATCH"},
-                surface="append",
-            )
-            raise ToolAborted(c.call_id)
-        return c
+            _abort(self.session, self.call.call_id)
+            raise ToolAborted(self.call.call_id)
+        return self.call
+
+    def __enter__(self) -> ToolCall:
+        self._record()
+        if self.guard is not None:
+            self._refused(self.guard(self.call))
+        if self.checkpoint:
+            self.session.flush()  # the body runs only once its tool/call is durable
+        return self._dispatch()
 
     def __exit__(self, exc_type, exc, tb) -> bool:
         c = self.call
@@ -212,25 +240,45 @@ class _AsyncToolContext(_ToolContext):
     durability wait awaited in a worker thread."""
 
     async def __aenter__(self) -> ToolCall:
-        s, c = self.session, self.call
-        s.append("tool/call", {"call_id": c.call_id, "name": c.name, "input": c.input})
+        self._record()
         if self.guard is not None:
-            reason = self.guard(c)
-            if asyncio.iscoroutine(reason):
-                reason = await reason
-            if reason:
-                s._result(c.call_id, [{"type": "text", "text": f"refused by policy: {reason}"}], True)
-                raise ToolRefused(reason)
+            reason = self.guard(self.call)
+            self._refused(await reason if asyncio.iscoroutine(reason) else reason)
         if self.checkpoint:
-            await s.aflush()
-        if self.cancelled is not None and self.cancelled():
-            s.append("tool/result", {"call_id": c.call_id, "content": [], "is_error": True,
-                                     "status": "ABORTED_BEFORE_DISPATCH"}, surface="append")
-            raise ToolAborted(c.call_id)
-        return c
+            await self.session.aflush()
+        return self._dispatch()
 
     async def __aexit__(self, exc_type, exc, tb) -> bool:
         return self.__exit__(exc_type, exc, tb)
+
+
+class _Batch:
+    """The shared steps of ``run_tools`` and ``arun_tools``: record every
+    call in one group, then (after the guards and the one durability wait)
+    abort or hand out the runnable calls."""
+
+    def __init__(self, session, calls: list) -> None:
+        self.session = session
+        self.calls = [ToolCall(session, c["call_id"], c["name"], c.get("input", {})) for c in calls]
+        session._native.record_tool_calls(json.dumps(
+            [{"call_id": c.call_id, "name": c.name, "input": c.input} for c in self.calls]))
+        self.outcomes: list = [None] * len(self.calls)
+        self.runnable: list = []
+
+    def guarded(self, i: int, reason) -> None:
+        if reason:
+            _refuse(self.session, self.calls[i].call_id, reason)
+            self.outcomes[i] = {"call_id": self.calls[i].call_id, "outcome": "refused", "reason": reason}
+        else:
+            self.runnable.append(i)
+
+    def aborted(self, cancelled) -> bool:
+        if cancelled is None or not cancelled():
+            return False
+        for i in self.runnable:
+            _abort(self.session, self.calls[i].call_id)
+            self.outcomes[i] = {"call_id": self.calls[i].call_id, "outcome": "aborted"}
+        return True
 
 
 class Session:
@@ -343,46 +391,26 @@ class Session:
 
     async def arun_tools(self, calls: list, body, *, guard=None, cancelled=None) -> list:
         """``run_tools`` for asyncio: ``body`` is a coroutine function; the
-        bodies run concurrently on the event loop (``asyncio.gather``)."""
-        calls = [dict(c) for c in calls]
-        self._native.record_tool_calls(json.dumps(
-            [{"call_id": c["call_id"], "name": c["name"], "input": c.get("input", {})} for c in calls]))
-        outcomes: list = [None] * len(calls)
-        runnable = []
+        bodies run concurrently on the event loop (``asyncio.gather``). The
+        guard may be a coroutine function."""
+        batch = _Batch(self, calls)
         for i, c in enumerate(calls):
             reason = guard(c) if guard is not None else None
-            if asyncio.iscoroutine(reason):
-                reason = await reason
-            if reason:
-                self._result(c["call_id"], [{"type": "text", "text": f"refused by policy: {reason}"}], True)
-                outcomes[i] = {"call_id": c["call_id"], "outcome": "refused", "reason": reason}
-            else:
-                runnable.append(i)
-        await self.aflush()
-        if cancelled is not None and cancelled():
-            for i in runnable:
-                self.append("tool/result", {"call_id": calls[i]["call_id"], "content": [], "is_error": True,
-                                            "status": "ABORTED_BEFORE_DISPATCH"}, surface="append")
-                outcomes[i] = {"call_id": calls[i]["call_id"], "outcome": "aborted"}
-            return outcomes
+            batch.guarded(i, await reason if asyncio.iscoroutine(reason) else reason)
+        await self.aflush()  # one durability wait covers every call
+        if batch.aborted(cancelled):
+            return batch.outcomes
 
         async def one(i):
-            c = calls[i]
-            call = ToolCall(self, c["call_id"], c["name"], c.get("input", {}))
             try:
-                value = await body(c)
-            except Exception as e:
-                call.result(f"tool failed: {type(e).__name__}: {e}", is_error=True)
-                return {"call_id": c["call_id"], "outcome": "failed", "error": e, "result_seq": call.result_seq}
-            call.result(value if isinstance(value, list) else str(value))
-            if call.not_recorded:
-                return {"call_id": c["call_id"], "outcome": "result_not_recorded", "value": value,
-                        "result_seq": call.result_seq, "reason": call.not_recorded}
-            return {"call_id": c["call_id"], "outcome": "ran", "value": value, "result_seq": call.result_seq}
+                value = await body(calls[i])
+            except Exception as e:  # recorded as an error result; the others go on
+                return _finish(batch.calls[i], error=e)
+            return _finish(batch.calls[i], value)
 
-        for i, out in zip(runnable, await asyncio.gather(*(one(i) for i in runnable))):
-            outcomes[i] = out
-        return outcomes
+        for i, out in zip(batch.runnable, await asyncio.gather(*(one(i) for i in batch.runnable))):
+            batch.outcomes[i] = out
+        return batch.outcomes
 
     async def aevents(self, start: int = 0, end: Optional[int] = None) -> list[dict]:
         return await asyncio.to_thread(self.events, start, end)
@@ -410,46 +438,24 @@ class Session:
 def _run_tools(session, calls, body, guard, cancelled, max_workers):
     from concurrent.futures import ThreadPoolExecutor
 
-    calls = [dict(c) for c in calls]
-    session._native.record_tool_calls(
-        json.dumps([{"call_id": c["call_id"], "name": c["name"], "input": c.get("input", {})} for c in calls])
-    )
-    outcomes: list = [None] * len(calls)
-    runnable = []
+    batch = _Batch(session, calls)
     for i, c in enumerate(calls):
-        reason = guard(c) if guard is not None else None
-        if reason:
-            session._result(c["call_id"], [{"type": "text", "text": f"refused by policy: {reason}"}], True)
-            outcomes[i] = {"call_id": c["call_id"], "outcome": "refused", "reason": reason}
-        else:
-            runnable.append(i)
+        batch.guarded(i, guard(c) if guard is not None else None)
     session.flush()  # one durability wait covers every call
-    if cancelled is not None and cancelled():
-        for i in runnable:
-            session.append("tool/result", {"call_id": calls[i]["call_id"], "content": [], "is_error": True,
-                                           "status": "ABORTED_BEFORE_DISPATCH"}, surface="append")
-            outcomes[i] = {"call_id": calls[i]["call_id"], "outcome": "aborted"}
-        return outcomes
+    if batch.aborted(cancelled):
+        return batch.outcomes
 
     def one(i):
-        c = calls[i]
-        call = ToolCall(session, c["call_id"], c["name"], c.get("input", {}))
         try:
-            value = body(c)
+            value = body(calls[i])
         except Exception as e:  # recorded as an error result; the others go on
-            call.result(f"tool failed: {type(e).__name__}: {e}", is_error=True)
-            return {"call_id": c["call_id"], "outcome": "failed", "error": e, "result_seq": call.result_seq}
-        blocks = value if isinstance(value, list) else str(value)
-        call.result(blocks)
-        if call.not_recorded:
-            return {"call_id": c["call_id"], "outcome": "result_not_recorded", "value": value,
-                    "result_seq": call.result_seq, "reason": call.not_recorded}
-        return {"call_id": c["call_id"], "outcome": "ran", "value": value, "result_seq": call.result_seq}
+            return _finish(batch.calls[i], error=e)
+        return _finish(batch.calls[i], value)
 
-    with ThreadPoolExecutor(max_workers=max_workers or max(1, len(runnable))) as pool:
-        for i, out in zip(runnable, pool.map(one, runnable)):
-            outcomes[i] = out
-    return outcomes
+    with ThreadPoolExecutor(max_workers=max_workers or max(1, len(batch.runnable))) as pool:
+        for i, out in zip(batch.runnable, pool.map(one, batch.runnable)):
+            batch.outcomes[i] = out
+    return batch.outcomes
 
 
 class Subscription:
