@@ -164,6 +164,27 @@ class Session {
   _result(callId, content, isError) {
     return this.append('tool/result', { call_id: callId, content, is_error: isError }, { surface: 'append' })
   }
+  _refuse(callId, reason) {
+    this._result(callId, [{ type: 'text', text: `refused by policy: ${reason}` }], true)
+  }
+  _abort(callId) {
+    this.append('tool/result', { call_id: callId, content: [], is_error: true, status: 'ABORTED_BEFORE_DISPATCH' }, { surface: 'append' })
+  }
+  _failed(callId, e) {
+    return this._result(callId, [{ type: 'text', text: `tool failed: ${e && e.message}` }], true)
+  }
+  // Record a body's value as the call's result; a result the log cannot take
+  // is replaced by an error result saying why (notRecorded).
+  _recordValue(callId, value) {
+    const blocks = typeof value === 'string' ? [{ type: 'text', text: value }] : value ?? []
+    try {
+      return { resultSeq: this._result(callId, blocks, false) }
+    } catch (e) {
+      if (!(e instanceof TurnstoneError) || !['too_large', 'invalid_argument', 'refused'].includes(e.kind)) throw e
+      const notRecorded = `tool result not recorded: ${e.message}`
+      return { resultSeq: this._result(callId, [{ type: 'text', text: notRecorded }], true), notRecorded }
+    }
+  }
 
   /**
    * Run a tool in the order the log requires: record tool/call, run `guard`
@@ -179,34 +200,23 @@ class Session {
     if (guard) {
       const reason = await guard({ callId, name, input })
       if (reason) {
-        this._result(callId, [{ type: 'text', text: `refused by policy: ${reason}` }], true)
+        this._refuse(callId, reason)
         throw new ToolRefused(reason)
       }
     }
     if (!nested) await this.flush()
     if (cancelled && cancelled()) {
-      this.append(
-        'tool/result',
-        { call_id: callId, content: [], is_error: true, status: 'ABORTED_BEFORE_DISPATCH' },
-        { surface: 'append' },
-      )
+      this._abort(callId)
       throw new ToolAborted(callId)
     }
     let out
     try {
       out = await body({ callId, name, input, session: this })
     } catch (e) {
-      this._result(callId, [{ type: 'text', text: `tool failed: ${e && e.message}` }], true)
+      this._failed(callId, e)
       throw e
     }
-    const blocks = typeof out === 'string' ? [{ type: 'text', text: out }] : out ?? []
-    try {
-      return { resultSeq: this._result(callId, blocks, false), value: out }
-    } catch (e) {
-      if (!(e instanceof TurnstoneError) || !['too_large', 'invalid_argument', 'refused'].includes(e.kind)) throw e
-      const why = `tool result not recorded: ${e.message}`
-      return { resultSeq: this._result(callId, [{ type: 'text', text: why }], true), value: out, notRecorded: why }
-    }
+    return { ...this._recordValue(callId, out), value: out }
   }
 }
 
@@ -219,14 +229,14 @@ Session.prototype.runTools = async function runTools(calls, body, { guard, cance
   for (let i = 0; i < calls.length; i++) {
     const reason = guard ? await guard(calls[i]) : null
     if (reason) {
-      this._result(calls[i].callId, [{ type: 'text', text: `refused by policy: ${reason}` }], true)
+      this._refuse(calls[i].callId, reason)
       outcomes[i] = { callId: calls[i].callId, outcome: 'refused', reason }
     } else runnable.push(i)
   }
   await this.flush()
   if (cancelled && cancelled()) {
     for (const i of runnable) {
-      this.append('tool/result', { call_id: calls[i].callId, content: [], is_error: true, status: 'ABORTED_BEFORE_DISPATCH' }, { surface: 'append' })
+      this._abort(calls[i].callId)
       outcomes[i] = { callId: calls[i].callId, outcome: 'aborted' }
     }
     return outcomes
@@ -238,19 +248,13 @@ Session.prototype.runTools = async function runTools(calls, body, { guard, cance
       try {
         value = await body(c)
       } catch (e) {
-        const resultSeq = this._result(c.callId, [{ type: 'text', text: `tool failed: ${e && e.message}` }], true)
-        outcomes[i] = { callId: c.callId, outcome: 'failed', error: e, resultSeq }
+        outcomes[i] = { callId: c.callId, outcome: 'failed', error: e, resultSeq: this._failed(c.callId, e) }
         return
       }
-      const blocks = typeof value === 'string' ? [{ type: 'text', text: value }] : value ?? []
-      try {
-        outcomes[i] = { callId: c.callId, outcome: 'ran', value, resultSeq: this._result(c.callId, blocks, false) }
-      } catch (e) {
-        if (!(e instanceof TurnstoneError) || !['too_large', 'invalid_argument', 'refused'].includes(e.kind)) throw e
-        const reason = `tool result not recorded: ${e.message}`
-        const resultSeq = this._result(c.callId, [{ type: 'text', text: reason }], true)
-        outcomes[i] = { callId: c.callId, outcome: 'result_not_recorded', value, resultSeq, reason }
-      }
+      const { resultSeq, notRecorded } = this._recordValue(c.callId, value)
+      outcomes[i] = notRecorded
+        ? { callId: c.callId, outcome: 'result_not_recorded', value, resultSeq, reason: notRecorded }
+        : { callId: c.callId, outcome: 'ran', value, resultSeq }
     }),
   )
   return outcomes
