@@ -22,6 +22,12 @@
 //! turns (~26 events and ~10 KB per turn). Peak RSS is printed after each
 //! part.
 //!
+//! - `append_1KiB`: one `user/message` of ~1 KiB of text appended to a live
+//!   session (no durability wait), three ways: typed (`Session::append`),
+//!   as a JSON value (`append_json`, what the Python package calls) and as
+//!   JSON text (`append_json_text`, what the Node package calls; the text is
+//!   written as given).
+//!
 //! Every bench checks its result before measuring (snapshot state == state
 //! folded from 0, fork child length, hit counts), so a broken bench fails.
 //! Stores live in temporary directories under `TURNSTONE_BENCH_DIR` (default:
@@ -566,5 +572,69 @@ fn search(c: &mut Criterion) {
     drop(dir);
 }
 
-criterion_group!(benches, projections, fork, search);
+fn append_1kib(c: &mut Criterion) {
+    use turnstone::session::{ContentBlock, Registry, Session, SurfaceOp, UserMessage};
+    let text = "x".repeat(1000);
+    let json_text = serde_json::json!({"content": [{"type": "text", "text": text}]}).to_string();
+    let mut grp = c.benchmark_group("append_1KiB");
+    grp.measurement_time(Duration::from_secs(2));
+    for how in ["json_text", "json_value", "typed"] {
+        // Each way on its own store, after the previous one's bytes reached
+        // the disk: a store that has taken gigabytes appends slower
+        // (write-back), which would favour whichever runs first.
+        let _ = std::process::Command::new("sync").status();
+        let dir = tempdir("turnstone-bench-views-append-");
+        let store = std::sync::Arc::new(turnstone::Store::open(dir.path()).expect("open"));
+        // A fresh session every 10,000 appends: a session keeps its
+        // model-visible messages in memory, and millions of iterations into
+        // one session would measure page faults.
+        let mut n = 0u64;
+        let mut total = 0u64;
+        let new_session = |n: u64| {
+            Session::create(
+                store.clone(),
+                &format!("{how}-{n}"),
+                std::sync::Arc::new(Registry::new()),
+            )
+            .expect("create")
+        };
+        let mut s = new_session(0);
+        grp.bench_function(how, |b| {
+            b.iter(|| {
+                if s.len() == 10_000 {
+                    s.flush().expect("flush");
+                    n += 1;
+                    s = new_session(n);
+                }
+                total += 1;
+                match how {
+                    "typed" => s.append(
+                        UserMessage {
+                            content: vec![ContentBlock::text(text.clone())],
+                        },
+                        SurfaceOp::Append,
+                    ),
+                    "json_value" => s.append_json(
+                        "user/message",
+                        serde_json::from_str(&json_text).expect("json"),
+                        Some(SurfaceOp::Append),
+                    ),
+                    _ => s.append_json_text(
+                        "user/message",
+                        black_box(&json_text),
+                        Some(SurfaceOp::Append),
+                    ),
+                }
+                .expect("append")
+            })
+        });
+        assert_eq!(n * 10_000 + s.len(), total, "{how}: every append counted");
+        s.flush().expect("flush");
+        drop(s);
+        store.shutdown().expect("shutdown");
+    }
+    grp.finish();
+}
+
+criterion_group!(benches, projections, fork, search, append_1kib);
 criterion_main!(benches);

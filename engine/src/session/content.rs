@@ -347,6 +347,21 @@ impl ContentBlock {
     /// The block for any JSON value: typed when its typed variant gives
     /// back exactly this JSON, else [`ContentBlock::Other`]. Never fails.
     pub fn from_json(v: Value) -> ContentBlock {
+        // The commonest block, `{"type":"text","text":…}` and nothing else,
+        // takes its text without a copy.
+        let v = match v {
+            Value::Object(mut o)
+                if o.len() == 2
+                    && o.get("type").and_then(Value::as_str) == Some("text")
+                    && o.get("text").is_some_and(Value::is_string) =>
+            {
+                if let Some(Value::String(text)) = o.remove("text") {
+                    return ContentBlock::text(text);
+                }
+                Value::Object(o) // not reached: `text` was checked to be a string
+            }
+            other => other,
+        };
         match ContentBlock::deserialize(&v) {
             Ok(b)
                 if !matches!(b, ContentBlock::Other(_))

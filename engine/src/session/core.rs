@@ -288,6 +288,12 @@ impl Session {
     /// Fold one event into the state. The single definition of what an event
     /// means, used live and on restore.
     fn apply(&mut self, ev: &SessionEvent) -> Result<()> {
+        self.apply_parsed(ev, None)
+    }
+
+    /// [`Session::apply`] with a surface kind's data already parsed (by the
+    /// check before a live append).
+    fn apply_parsed(&mut self, ev: &SessionEvent, pre: Option<event::Parsed>) -> Result<()> {
         if ev.seq != self.len {
             return Err(self.bad(ev.seq, format!("expected seq {}", self.len)));
         }
@@ -319,7 +325,8 @@ impl Session {
         match kind {
             CoreKind::TurnStart => {
                 let d: event::TurnStart =
-                    serde_json::from_value(ev.data.clone()).map_err(|e| typed_err(self, e))?;
+                    <event::TurnStart as serde::Deserialize>::deserialize(&ev.data)
+                        .map_err(|e| typed_err(self, e))?;
                 self.turns.push(crate::session::coords::TurnInfo {
                     turn_id: d.turn_id.clone(),
                     start_seq: ev.seq,
@@ -329,7 +336,7 @@ impl Session {
                 self.open.turn = Some((d.turn_id, ev.seq));
             }
             CoreKind::TurnEnd => {
-                if let Ok(d) = serde_json::from_value::<event::TurnEnd>(ev.data.clone()) {
+                if let Ok(d) = <event::TurnEnd as serde::Deserialize>::deserialize(&ev.data) {
                     if let Some(t) = self.turns.last_mut().filter(|t| t.end_seq.is_none()) {
                         t.end_seq = Some(ev.seq);
                         t.reason = Some(d.reason);
@@ -340,7 +347,8 @@ impl Session {
             }
             CoreKind::StepStart => {
                 let d: event::StepStart =
-                    serde_json::from_value(ev.data.clone()).map_err(|e| typed_err(self, e))?;
+                    <event::StepStart as serde::Deserialize>::deserialize(&ev.data)
+                        .map_err(|e| typed_err(self, e))?;
                 self.open.step = Some((d.turn_id, d.step_id, ev.seq));
             }
             CoreKind::StepEnd => self.open.step = None,
@@ -353,13 +361,21 @@ impl Session {
                     .map_err(|e| self.bad(ev.seq, e.to_string()))?;
                 let msg = match kind {
                     CoreKind::UserMessage => {
-                        let d: UserMessage = serde_json::from_value(ev.data.clone())
-                            .map_err(|e| typed_err(self, e))?;
-                        messages::user_message(ev.seq, &d)
+                        let d: UserMessage = if let Some(event::Parsed::User(d)) = pre {
+                            d
+                        } else {
+                            <UserMessage as serde::Deserialize>::deserialize(&ev.data)
+                                .map_err(|e| typed_err(self, e))?
+                        };
+                        messages::user_message(ev.seq, d)
                     }
                     CoreKind::AssistantMessage => {
-                        let d: AssistantMessage = serde_json::from_value(ev.data.clone())
-                            .map_err(|e| typed_err(self, e))?;
+                        let d: AssistantMessage = if let Some(event::Parsed::Assistant(d)) = pre {
+                            d
+                        } else {
+                            <AssistantMessage as serde::Deserialize>::deserialize(&ev.data)
+                                .map_err(|e| typed_err(self, e))?
+                        };
                         for (i, b) in d.content.iter().enumerate() {
                             if let Some((id, name)) = b.client_tool_use() {
                                 // Asked for now: a call recorded before the
@@ -373,11 +389,15 @@ impl Session {
                                 self.open.origin.insert(id.to_string(), (ev.seq, i as u32));
                             }
                         }
-                        messages::assistant_message(ev.seq, &d)
+                        messages::assistant_message(ev.seq, d)
                     }
                     _ => {
-                        let d: ToolResult = serde_json::from_value(ev.data.clone())
-                            .map_err(|e| typed_err(self, e))?;
+                        let d: ToolResult = if let Some(event::Parsed::ToolResult(d)) = pre {
+                            d
+                        } else {
+                            <ToolResult as serde::Deserialize>::deserialize(&ev.data)
+                                .map_err(|e| typed_err(self, e))?
+                        };
                         let id = &d.call_id;
                         let answers_open = self.open.requested.contains_key(id)
                             || (self.open.calls.contains_key(id)
@@ -394,7 +414,7 @@ impl Session {
                         if !(answers_open || replaces) {
                             None
                         } else {
-                            messages::tool_result_message(ev.seq, &d)
+                            messages::tool_result_message(ev.seq, d)
                         }
                     }
                 };
@@ -402,7 +422,8 @@ impl Session {
             }
             CoreKind::ToolCall => {
                 let d: event::ToolCall =
-                    serde_json::from_value(ev.data.clone()).map_err(|e| typed_err(self, e))?;
+                    <event::ToolCall as serde::Deserialize>::deserialize(&ev.data)
+                        .map_err(|e| typed_err(self, e))?;
                 let model_asked = self.open.requested.remove(&d.call_id).is_some()
                     || (self.open.calls.contains_key(&d.call_id)
                         && !self.open.unrequested.contains(&d.call_id));
@@ -416,19 +437,21 @@ impl Session {
                 self.open.calls.insert(d.call_id, ev.seq);
             }
             CoreKind::RequestHeader => {
-                let d: RequestHeader =
-                    serde_json::from_value(ev.data.clone()).map_err(|e| typed_err(self, e))?;
+                let d: RequestHeader = <RequestHeader as serde::Deserialize>::deserialize(&ev.data)
+                    .map_err(|e| typed_err(self, e))?;
                 self.header = Some(d.header);
             }
             CoreKind::RequestContext => {
                 let d: RequestContext =
-                    serde_json::from_value(ev.data.clone()).map_err(|e| typed_err(self, e))?;
+                    <RequestContext as serde::Deserialize>::deserialize(&ev.data)
+                        .map_err(|e| typed_err(self, e))?;
                 self.context = Some(d);
             }
             CoreKind::SessionEndSeed => self.seed_end = Some(ev.seq),
             CoreKind::SessionMeta => {
                 let d: event::MetaUpdate =
-                    serde_json::from_value(ev.data.clone()).map_err(|e| typed_err(self, e))?;
+                    <event::MetaUpdate as serde::Deserialize>::deserialize(&ev.data)
+                        .map_err(|e| typed_err(self, e))?;
                 self.metadata.apply(&d);
             }
             CoreKind::SessionDelete => self.deleted = Some(ev.seq),
@@ -509,11 +532,25 @@ impl Session {
         value: Value,
         op: Option<SurfaceOp>,
     ) -> Result<u64> {
+        self.append_core_raw(kind, value, None, op, None)
+    }
+
+    /// [`Session::append_core_value`] with the JSON text `value` was parsed
+    /// from, written as it is.
+    pub(crate) fn append_core_raw(
+        &mut self,
+        kind: CoreKind,
+        value: Value,
+        raw: Option<&str>,
+        op: Option<SurfaceOp>,
+        parsed: Option<event::Parsed>,
+    ) -> Result<u64> {
         self.check_live(kind, &value, op)?;
-        let (payload, mut ev) = event::encode_core_value(kind, value, op, self.len);
+        let (payload, mut ev) = event::encode_core_raw(kind, value, raw, op, self.len);
         let flags = event::core_flags(kind);
         ev.ignorable = flags & crate::frame::FLAG_IGNORABLE != 0;
-        let seqs = self.append_decoded(vec![(kind.code(), flags, payload)], vec![ev])?;
+        let seqs =
+            self.append_decoded_parsed(vec![(kind.code(), flags, payload)], vec![ev], parsed)?;
         Ok(seqs[0])
     }
 
@@ -653,6 +690,18 @@ impl Session {
         items: Vec<(u16, u16, Vec<u8>)>,
         decoded: Vec<SessionEvent>,
     ) -> Result<Vec<u64>> {
+        self.append_decoded_parsed(items, decoded, None)
+    }
+
+    /// [`Session::append_decoded`] of one event whose surface data the
+    /// caller has parsed already (the fold takes it instead of parsing).
+    fn append_decoded_parsed(
+        &mut self,
+        items: Vec<(u16, u16, Vec<u8>)>,
+        decoded: Vec<SessionEvent>,
+        mut pre: Option<event::Parsed>,
+    ) -> Result<Vec<u64>> {
+        debug_assert!(pre.is_none() || decoded.len() == 1);
         if self.live_handle.is_none() {
             return Err(Error::Refused(format!(
                 "session {:?} was opened read-only; open it for writing to append",
@@ -712,7 +761,7 @@ impl Session {
         }
         self.last_end = last_end;
         for ev in &decoded {
-            self.apply(ev)?;
+            self.apply_parsed(ev, pre.take())?;
         }
         Ok(seqs)
     }
@@ -726,13 +775,13 @@ impl Session {
             let m = match ev.kind {
                 EventKind::Core(CoreKind::UserMessage) => ev
                     .typed::<UserMessage>()
-                    .and_then(|d| messages::user_message(ev.seq, &d)),
+                    .and_then(|d| messages::user_message(ev.seq, d)),
                 EventKind::Core(CoreKind::AssistantMessage) => ev
                     .typed::<AssistantMessage>()
-                    .and_then(|d| messages::assistant_message(ev.seq, &d)),
+                    .and_then(|d| messages::assistant_message(ev.seq, d)),
                 EventKind::Core(CoreKind::ToolResult) => ev
                     .typed::<ToolResult>()
-                    .and_then(|d| messages::tool_result_message(ev.seq, &d)),
+                    .and_then(|d| messages::tool_result_message(ev.seq, d)),
                 _ => None,
             };
             new_msgs.insert(ev.seq, m);

@@ -47,6 +47,44 @@ impl Session {
         data: Value,
         surface: Option<SurfaceOp>,
     ) -> Result<u64> {
+        self.append_json_inner(kind, data, None, surface)
+    }
+
+    /// [`Session::append_json`] with the data as JSON text, as bindings
+    /// receive it. The text is parsed once for the checks and the fold, and
+    /// written as the envelope's `data` as given (FORMAT.md §10), so a core
+    /// event's data is not serialised again. Text that is not one JSON
+    /// value is refused (`InvalidArgument`) and nothing is written.
+    ///
+    /// ```
+    /// # use std::sync::Arc;
+    /// # use turnstone::session::*;
+    /// # let dir = tempfile::tempdir().unwrap();
+    /// # let store = Arc::new(turnstone::Store::open(dir.path()).unwrap());
+    /// let mut s = Session::create(store, "s1", Arc::new(Registry::new())).unwrap();
+    /// s.append_json_text("user/message", r#"{"content":[{"type":"text","text":"hi"}]}"#,
+    ///     Some(SurfaceOp::Append)).unwrap();
+    /// assert!(s.append_json_text("turn/start", "{not json", None).is_err());
+    /// assert_eq!(s.len(), 1);
+    /// ```
+    pub fn append_json_text(
+        &mut self,
+        kind: &str,
+        text: &str,
+        surface: Option<SurfaceOp>,
+    ) -> Result<u64> {
+        let data: Value = serde_json::from_str(text)
+            .map_err(|e| Error::InvalidArgument(format!("{kind} data is not JSON: {e}")))?;
+        self.append_json_inner(kind, data, Some(text), surface)
+    }
+
+    fn append_json_inner(
+        &mut self,
+        kind: &str,
+        data: Value,
+        raw: Option<&str>,
+        surface: Option<SurfaceOp>,
+    ) -> Result<u64> {
         let Some(core) = CoreKind::from_name(kind) else {
             no_op(kind, surface)?;
             return self.append_plugin(kind, &data);
@@ -75,14 +113,14 @@ impl Session {
         }
         // One typed check by reference, then the JSON as given is what is
         // written (no second serialisation).
-        ev::validate_core(core, &data).map_err(|e| {
+        let parsed = ev::validate_core_parsed(core, &data).map_err(|e| {
             let detail = match e {
                 ev::DecodeError::Malformed(d) => d,
                 other => format!("{other:?}"),
             };
             Error::InvalidArgument(format!("the data does not fit the kind: {detail}"))
         })?;
-        self.append_core_value(core, data, op)
+        self.append_core_raw(core, data, raw, op, parsed)
     }
 }
 
@@ -132,5 +170,62 @@ mod tests {
             assert!(matches!(e, Error::InvalidArgument(_)), "{kind}: {e}");
         }
         assert_eq!(s.len(), len);
+    }
+
+    #[test]
+    fn json_text_is_written_as_given_and_reads_back_equal() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Arc::new(Store::open(dir.path()).unwrap());
+        let mut s = Session::create(store.clone(), "s", Arc::new(Registry::new())).unwrap();
+        // Keys out of order, spaces, an unknown block and a text block with
+        // an extra field (not the text fast path): all kept.
+        let text = r#"{ "content": [ {"text": "b", "type": "text"},
+            {"type":"text","text":"c","cache_control":{"type":"ephemeral"}},
+            {"type":"brand_new","z":1,"a":[true,null]} ] }"#;
+        let seq = s
+            .append_json_text("user/message", text, Some(SurfaceOp::Append))
+            .unwrap();
+        let raw = store.read("s", seq).unwrap().payload;
+        let raw = String::from_utf8(raw).unwrap();
+        assert!(raw.ends_with(&format!(",\"data\":{text}}}")), "{raw}");
+        let want: Value = serde_json::from_str(text).unwrap();
+        assert_eq!(s.events(seq..seq + 1).unwrap()[0].data, want);
+        // The fold saw the same message as a parse of the value would.
+        let mut v = Session::create(store.clone(), "v", Arc::new(Registry::new())).unwrap();
+        v.append_json("user/message", want.clone(), Some(SurfaceOp::Append))
+            .unwrap();
+        let (a, b) = (s.derive_messages(), v.derive_messages());
+        assert_eq!(a.len(), 1);
+        assert_eq!(a[0].content, b[0].content);
+        // After a reopen too.
+        drop(s);
+        let mut s = Session::open(store, "s", Arc::new(Registry::new())).unwrap();
+        assert_eq!(s.derive_messages()[0].content, b[0].content);
+    }
+
+    #[test]
+    fn json_text_refusals_write_nothing() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Arc::new(Store::open(dir.path()).unwrap());
+        let mut s = Session::create(store, "s", Arc::new(Registry::new())).unwrap();
+        for (kind, text, surface) in [
+            ("user/message", "{\"content\": [", Some(SurfaceOp::Append)),
+            (
+                "user/message",
+                "{\"content\": []} trailing",
+                Some(SurfaceOp::Append),
+            ),
+            ("user/message", "{\"content\": 3}", Some(SurfaceOp::Append)),
+            (
+                "turn/start",
+                "{\"turn_id\": \"t\"}",
+                Some(SurfaceOp::Append),
+            ),
+            ("user/message", "{\"content\": []}", None),
+        ] {
+            let e = s.append_json_text(kind, text, surface).unwrap_err();
+            assert!(matches!(e, Error::InvalidArgument(_)), "{text}: {e}");
+        }
+        assert_eq!(s.len(), 0);
     }
 }

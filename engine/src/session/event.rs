@@ -668,23 +668,73 @@ pub(crate) fn encode_core_value(
     op: Option<SurfaceOp>,
     seq: u64,
 ) -> (Vec<u8>, SessionEvent) {
-    let env = Envelope {
-        v: SESSION_FORMAT_VERSION,
-        kind: None,
-        surface: op,
-        ts: Some(now_ms()),
-        data,
+    encode_core_raw(kind, data, None, op, seq)
+}
+
+/// Like [`encode_core_value`], with `raw` (when given) the JSON text `data`
+/// was parsed from: it is written as the envelope's `data` as it is (§10:
+/// readers parse `data`, its spelling is the appender's), which spares
+/// serialising the value again.
+pub(crate) fn encode_core_raw(
+    kind: CoreKind,
+    data: Value,
+    raw: Option<&str>,
+    op: Option<SurfaceOp>,
+    seq: u64,
+) -> (Vec<u8>, SessionEvent) {
+    let ts = Some(now_ms());
+    let payload = match raw {
+        Some(text) => {
+            let mut out = Vec::with_capacity(text.len() + 96);
+            out.extend_from_slice(b"{\"v\":");
+            out.extend_from_slice(SESSION_FORMAT_VERSION.to_string().as_bytes());
+            if let Some(op) = &op {
+                out.extend_from_slice(b",\"surface\":");
+                serde_json::to_writer(&mut out, op).expect("surface op serializes");
+            }
+            if let Some(ts) = ts {
+                out.extend_from_slice(b",\"ts\":");
+                out.extend_from_slice(ts.to_string().as_bytes());
+            }
+            out.extend_from_slice(b",\"data\":");
+            out.extend_from_slice(text.as_bytes());
+            out.push(b'}');
+            out
+        }
+        None => {
+            let env = EnvelopeRef {
+                v: SESSION_FORMAT_VERSION,
+                surface: op.as_ref(),
+                ts,
+                data: &data,
+            };
+            // One allocation of about the right size instead of a chain of
+            // reallocations from serde_json's small default.
+            let mut out = Vec::with_capacity(256);
+            serde_json::to_writer(&mut out, &env).expect("envelope serializes");
+            out
+        }
     };
-    let payload = serde_json::to_vec(&env).expect("envelope serializes");
     let ev = SessionEvent {
         seq,
         kind: EventKind::Core(kind),
         ignorable: false,
-        surface: env.surface,
-        ts: env.ts,
-        data: env.data,
+        surface: op,
+        ts,
+        data,
     };
     (payload, ev)
+}
+
+/// A core event's envelope by reference (same bytes as [`Envelope`]).
+#[derive(Serialize)]
+struct EnvelopeRef<'a> {
+    v: u32,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    surface: Option<&'a SurfaceOp>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    ts: Option<u64>,
+    data: &'a Value,
 }
 
 /// Encode a plugin event's payload.
@@ -939,6 +989,34 @@ pub(crate) fn custom_data<E: CustomEvent>(e: &E) -> Result<Value, serde_json::Er
 }
 
 /// Check a core event's data against its type.
+/// A surface kind's data parsed by the check before a live append, handed
+/// to the fold so it is not parsed a second time.
+pub(crate) enum Parsed {
+    User(UserMessage),
+    Assistant(AssistantMessage),
+    ToolResult(ToolResult),
+}
+
+/// [`validate_core`], keeping the parsed data of the surface kinds.
+pub(crate) fn validate_core_parsed(
+    k: CoreKind,
+    data: &Value,
+) -> Result<Option<Parsed>, DecodeError> {
+    fn parse<D: EventData>(v: &Value) -> Result<D, DecodeError> {
+        D::deserialize(v)
+            .map_err(|e| DecodeError::Malformed(format!("{} data: {e}", D::KIND.name())))
+    }
+    Ok(match k {
+        CoreKind::UserMessage => Some(Parsed::User(parse(data)?)),
+        CoreKind::AssistantMessage => Some(Parsed::Assistant(parse(data)?)),
+        CoreKind::ToolResult => Some(Parsed::ToolResult(parse(data)?)),
+        other => {
+            validate_core(other, data)?;
+            None
+        }
+    })
+}
+
 pub(crate) fn validate_core(k: CoreKind, data: &Value) -> Result<(), DecodeError> {
     fn check<D: EventData>(v: &Value) -> Result<(), DecodeError> {
         D::deserialize(v)

@@ -55,16 +55,16 @@ pub fn status_text(status: ToolStatus) -> &'static str {
     }
 }
 
-pub(crate) fn user_message(seq: u64, m: &UserMessage) -> Option<Message> {
+pub(crate) fn user_message(seq: u64, m: UserMessage) -> Option<Message> {
     Some(Message {
         role: Role::User,
         source_seq: seq,
         kind: "user/message".into(),
-        content: m.content.clone(),
+        content: m.content,
     })
 }
 
-pub(crate) fn assistant_message(seq: u64, m: &AssistantMessage) -> Option<Message> {
+pub(crate) fn assistant_message(seq: u64, m: AssistantMessage) -> Option<Message> {
     if m.content.is_empty() {
         return None;
     }
@@ -72,7 +72,7 @@ pub(crate) fn assistant_message(seq: u64, m: &AssistantMessage) -> Option<Messag
         role: Role::Assistant,
         source_seq: seq,
         kind: "assistant/message".into(),
-        content: m.content.clone(),
+        content: m.content,
     })
 }
 
@@ -81,7 +81,7 @@ pub(crate) fn assistant_message(seq: u64, m: &AssistantMessage) -> Option<Messag
 /// plain text block, else the blocks unchanged (images included). A
 /// synthetic result (repair, abort) gets its status text first; it and an
 /// error result are marked `is_error`.
-pub(crate) fn tool_result_message(seq: u64, r: &ToolResult) -> Option<Message> {
+pub(crate) fn tool_result_message(seq: u64, r: ToolResult) -> Option<Message> {
     let plain =
         |b: &ContentBlock| matches!(b, ContentBlock::Text { extra, .. } if extra.is_empty());
     let content = if let Some(status) = r.status {
@@ -94,14 +94,14 @@ pub(crate) fn tool_result_message(seq: u64, r: &ToolResult) -> Option<Message> {
             ToolResultContent::Text(text)
         } else {
             let mut blocks = vec![ContentBlock::text(status_text(status))];
-            blocks.extend(r.content.iter().cloned());
+            blocks.extend(r.content);
             ToolResultContent::Blocks(blocks)
         }
     } else {
         match r.content.as_slice() {
             [] => ToolResultContent::Text(String::new()),
             [b] if plain(b) => ToolResultContent::Text(b.as_text().unwrap_or_default().into()),
-            blocks => ToolResultContent::Blocks(blocks.to_vec()),
+            _ => ToolResultContent::Blocks(r.content),
         }
     };
     Some(Message {
@@ -109,7 +109,7 @@ pub(crate) fn tool_result_message(seq: u64, r: &ToolResult) -> Option<Message> {
         source_seq: seq,
         kind: "tool/result".into(),
         content: vec![ContentBlock::ToolResult {
-            tool_use_id: r.call_id.clone(),
+            tool_use_id: r.call_id,
             content,
             is_error: (r.is_error || r.status.is_some()).then_some(true),
             extra: Default::default(),
