@@ -47,8 +47,8 @@ pub use commit::Stats;
 pub use error::{Error, Result};
 pub use recovery::{Problem, ProblemKind, RecoveryMode, RecoveryReport, Row};
 pub use store::{
-    DurableWait, NextEvent, Options, SessionInfo, SessionMeta, Store, Subscription, FIRST_SEGMENT,
-    FOLLOW_POLL, LOCK_FILE,
+    DurableWait, NextEvent, Options, ReadyWait, SessionInfo, SessionMeta, Store, Subscription,
+    FIRST_SEGMENT, FOLLOW_POLL, LOCK_FILE,
 };
 pub use types::{Appended, Event, EventRef, LogPos, SegmentId, Seq, SessionId};
 

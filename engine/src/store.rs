@@ -33,7 +33,7 @@ mod follow;
 mod open;
 mod options;
 
-pub use follow::{DurableWait, NextEvent, Subscription, FOLLOW_POLL};
+pub use follow::{DurableWait, NextEvent, ReadyWait, Subscription, FOLLOW_POLL};
 
 pub use options::{Options, SessionInfo, SessionMeta, FIRST_SEGMENT, LOCK_FILE};
 

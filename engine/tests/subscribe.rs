@@ -337,3 +337,85 @@ fn shutdown_through_a_shared_handle_closes_and_releases_the_lock() {
     assert_eq!(reopened.session_len("s"), Some(1));
     assert!(reopened.recovery_report().problems.is_empty());
 }
+
+/// A waker that counts its wake-ups.
+struct Counter(std::sync::atomic::AtomicUsize);
+
+impl std::task::Wake for Counter {
+    fn wake(self: Arc<Self>) {
+        self.0.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+    }
+}
+
+fn woken(c: &Counter) -> usize {
+    c.0.load(std::sync::atomic::Ordering::SeqCst)
+}
+
+#[test]
+fn a_session_follower_is_woken_only_by_its_own_sessions_batches() {
+    use std::future::Future;
+    use std::task::{Context, Poll};
+    let dir = tempfile::tempdir().unwrap();
+    let store = open(dir.path());
+    store.create_session("a").unwrap();
+    store.create_session("b").unwrap();
+    store.sync().unwrap();
+    let counts: Vec<Arc<Counter>> = (0..2)
+        .map(|_| Arc::new(Counter(Default::default())))
+        .collect();
+    let mut next = store.subscribe("b", 0).unwrap();
+    let mut ready = store.subscribe("b", 0).unwrap();
+    {
+        // Both kinds of wait leave their waker for session b.
+        let w0 = std::task::Waker::from(counts[0].clone());
+        let w1 = std::task::Waker::from(counts[1].clone());
+        let mut f0 = std::pin::pin!(next.next_async());
+        assert!(matches!(
+            f0.as_mut().poll(&mut Context::from_waker(&w0)),
+            Poll::Pending
+        ));
+        let mut f1 = std::pin::pin!(ready.ready_async());
+        assert!(matches!(
+            f1.as_mut().poll(&mut Context::from_waker(&w1)),
+            Poll::Pending
+        ));
+        // Ten fdatasyncs of batches holding only session a wake neither.
+        for i in 0..10 {
+            store.append("a", 1, 0, &payload(i)).unwrap();
+            store.sync().unwrap();
+        }
+        assert!(store.stats().syncs >= 10);
+        assert_eq!((woken(&counts[0]), woken(&counts[1])), (0, 0));
+        // A batch holding session b wakes both, and both are then ready.
+        let b = store.append("b", 1, 0, b"for b").unwrap();
+        store.wait_durable(b.end).unwrap();
+        assert_eq!((woken(&counts[0]), woken(&counts[1])), (1, 1));
+        match f0.as_mut().poll(&mut Context::from_waker(&w0)) {
+            Poll::Ready(Some(Ok(ev))) => assert_eq!(ev.payload, b"for b"),
+            other => panic!("next_async after the wake-up: {other:?}"),
+        }
+        assert!(matches!(
+            f1.as_mut().poll(&mut Context::from_waker(&w1)),
+            Poll::Ready(true)
+        ));
+    }
+    // ready_async read nothing: the event is still next.
+    assert_eq!(ready.next_seq(), 0);
+    assert_eq!(ready.try_next().unwrap().unwrap().payload, b"for b");
+    // Closing the store wakes a waiting follower, which then ends.
+    let c = Arc::new(Counter(Default::default()));
+    let w = std::task::Waker::from(c.clone());
+    {
+        let mut f = std::pin::pin!(ready.ready_async());
+        assert!(matches!(
+            f.as_mut().poll(&mut Context::from_waker(&w)),
+            Poll::Pending
+        ));
+        store.shutdown().unwrap();
+        assert_eq!(woken(&c), 1);
+        assert!(matches!(
+            f.as_mut().poll(&mut Context::from_waker(&w)),
+            Poll::Ready(false)
+        ));
+    }
+}

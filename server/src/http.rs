@@ -601,7 +601,7 @@ pub(crate) fn content_type(hd: &HeaderMap) -> Result<Option<String>> {
 
 async fn head(app: &Arc<App>, path: String) -> Result<Response<Body>> {
     let s = lookup(app, &path).await?;
-    let st = s.state.lock();
+    let st = s.visible(app.streams.store.durable_pos());
     let mut r = Response::new(Body::empty());
     let hd = r.headers_mut();
     set(hd, "content-type", &st.config.content_type);
@@ -621,7 +621,7 @@ async fn head(app: &Arc<App>, path: String) -> Result<Response<Body>> {
 
 /// Resolve `offset=` for a stream (validating real offsets against the log).
 async fn start_offset(app: &Arc<App>, s: &Arc<Stream>, requested: Requested) -> Result<Offset> {
-    let vis = s.state.lock().vis;
+    let vis = s.visible(app.streams.store.durable_pos()).vis;
     match requested {
         Requested::Start => Ok(Offset::ZERO),
         Requested::Now => Ok(vis),
@@ -662,7 +662,7 @@ async fn get(app: &Arc<App>, path: String, q: Query, req_hd: &HeaderMap) -> Resu
         None => {}
     }
     if requested == Requested::Now {
-        let st = s.state.lock();
+        let st = s.visible(app.streams.store.durable_pos());
         let body = if st.json { "[]" } else { "" };
         let mut r = Response::new(Body::full(body));
         let hd = r.headers_mut();
@@ -751,16 +751,39 @@ async fn long_poll(
     let mut from = from;
     loop {
         s.state.lock().check_visible()?;
+        // Subscribed before the read: an event made durable after the read
+        // looked is still waited for (the subscription starts at `from`).
+        let mut sub = app
+            .streams
+            .store
+            .subscribe(&s.session, from.seq)
+            .map_err(Fail::engine)?;
         let chunk = read_chunk(app, s, from).await?;
         if chunk.items > 0 {
             let cursor = offset::cursor(now_secs(), client_cursor);
             return Ok(chunk_response(app, chunk, ct, Some(cursor)));
         }
+        let passed = chunk.next.seq > from.seq;
         from = chunk.next;
         if chunk.closed {
             return Ok(no_content(from, true, client_cursor));
         }
+        if passed {
+            // The read passed events without data (stream state): follow
+            // from after them.
+            continue;
+        }
+        // A deletion accepted but not yet visible: its tombstone is not
+        // data, so only its becoming visible (`changed`) is waited for.
+        let deleting = s.state.lock().deleted.is_some();
         tokio::select! {
+            // Woken by the flusher when a batch holding this stream's
+            // events is durable; `false`: the store stopped.
+            more = sub.ready_async(), if !deleting => {
+                if !more {
+                    return Ok(no_content(from, false, client_cursor));
+                }
+            }
             r = changed.changed() => { if r.is_err() { return Err(Fail::NotFound.into()); } }
             _ = tokio::time::sleep_until(deadline) => {
                 let closed = s.state.lock().vis_closed;

@@ -125,7 +125,7 @@ pub struct Chunk {
 /// event when there is one). Blocking.
 pub fn read(store: &Store, s: &Stream, from: Offset, max_bytes: usize) -> Result<Chunk, Fail> {
     let (vis, vis_closed, json) = {
-        let st = s.state.lock();
+        let st = s.visible(store.durable_pos());
         (st.vis, st.vis_closed, st.json)
     };
     let mut body = Vec::new();

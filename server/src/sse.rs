@@ -184,6 +184,11 @@ async fn pump(
         if s.state.lock().check_visible().is_err() {
             return;
         }
+        // Subscribed before the read, so that nothing made durable after
+        // the read looked is missed.
+        let Ok(mut sub) = app.streams.store.subscribe(&s.session, pos.seq) else {
+            return;
+        };
         let max = app.opts.read_chunk_bytes.min(SSE_CHUNK_BYTES);
         let (a, s2) = (app.clone(), s.clone());
         let chunk =
@@ -215,8 +220,21 @@ async fn pump(
         if !chunk.up_to_date {
             continue;
         }
+        if sub.next_seq() < pos.seq {
+            // The read passed events without data (stream state): follow
+            // from where it stopped.
+            continue;
+        }
+        // See `long_poll`: a pending deletion is waited for on `changed`.
+        let deleting = s.state.lock().deleted.is_some();
         loop {
             tokio::select! {
+                // Woken by the flusher when a batch holding this stream's
+                // events is durable; `false`: the store stopped.
+                more = sub.ready_async(), if !deleting => {
+                    if !more { return; }
+                    break;
+                }
                 r = changed.changed() => {
                     if r.is_err() { return; }
                     break;

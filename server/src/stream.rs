@@ -91,8 +91,20 @@ pub struct Stream {
     /// durable.
     pub create_end: LogPos,
     pub state: parking_lot::Mutex<State>,
-    /// Bumped whenever visible state changes (data, close, delete).
+    /// Bumped when a deletion becomes visible. Readers waiting for data are
+    /// woken by the engine ([`turnstone::Subscription::ready_async`]) when a
+    /// batch holding this stream's events is durable, not by this.
     pub changed: watch::Sender<u64>,
+}
+
+impl Stream {
+    /// The state, its visible part brought up to what the log has made
+    /// durable (`durable`: the store's durable position, read before).
+    pub fn visible(&self, durable: LogPos) -> parking_lot::MutexGuard<'_, State> {
+        let mut st = self.state.lock();
+        st.catch_up(durable);
+        st
+    }
 }
 
 /// Mutable state of a stream.
@@ -108,6 +120,12 @@ pub struct State {
     /// Visible: durable and served.
     pub vis: Offset,
     pub vis_closed: bool,
+    /// Appends taken but not yet visible, in order: where each one's bytes
+    /// end in the log, the tail after it and whether it closed the stream.
+    /// Each becomes visible once the log is durable past its end, whoever
+    /// notices first: the writer after its durability wait ([`crate::streams::Streams::publish`])
+    /// or a reader the engine woke ([`Stream::visible`]).
+    pub pending: std::collections::VecDeque<(LogPos, Offset, bool)>,
     pub producers: HashMap<String, Producer>,
     pub stream_seq: Option<String>,
     /// Producer tuple of the append that closed the stream (dedupes retries).
@@ -135,6 +153,7 @@ impl State {
             last_end: end,
             vis: start,
             vis_closed: closed,
+            pending: Default::default(),
             producers: HashMap::new(),
             stream_seq: None,
             closed_by: None,
@@ -142,6 +161,34 @@ impl State {
             vis_deleted: None,
             forks: 0,
             last_access_ms: now_ms,
+        }
+    }
+
+    /// Make visible every pending append whose bytes are durable.
+    pub fn catch_up(&mut self, durable: LogPos) {
+        while let Some(&(end, tail, closed)) = self.pending.front() {
+            if end > durable {
+                break;
+            }
+            self.pending.pop_front();
+            self.show(tail, closed);
+        }
+    }
+
+    /// `tail` is durable (and the stream closed there, if `closed`).
+    pub fn show(&mut self, tail: Offset, closed: bool) {
+        if tail.seq > self.vis.seq {
+            self.vis = tail;
+        }
+        if closed && self.vis.seq >= tail.seq {
+            self.vis_closed = true;
+        }
+        while self
+            .pending
+            .front()
+            .is_some_and(|p| p.1.seq <= self.vis.seq)
+        {
+            self.pending.pop_front();
         }
     }
 

@@ -552,6 +552,8 @@ impl Streams {
         st.tail = Offset::new(st.tail.seq + g.events.len() as u64, g.bytes);
         st.apply(&state_rec);
         st.last_end = end;
+        let (tail, closed) = (st.tail, st.closed);
+        st.pending.push_back((end, tail, closed));
         st.last_access_ms = now_ms;
         Ok(Appended {
             wrote: wrote_data,
@@ -563,18 +565,11 @@ impl Streams {
         })
     }
 
-    /// Make an append visible once it is durable, and wake readers.
+    /// Make an append visible once it is durable (its writer knows it is).
+    /// Readers are not woken here: the engine woke them when the batch
+    /// became durable, and they catch up themselves ([`Stream::visible`]).
     pub fn publish(&self, s: &Stream, tail: Offset, closed: bool) {
-        {
-            let mut st = s.state.lock();
-            if tail.seq > st.vis.seq {
-                st.vis = tail;
-            }
-            if closed && st.vis.seq >= tail.seq {
-                st.vis_closed = true;
-            }
-        }
-        s.changed.send_modify(|v| *v += 1);
+        s.state.lock().show(tail, closed);
     }
 
     /// Renew a sliding TTL (reads and appends; not HEAD).

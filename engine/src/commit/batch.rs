@@ -10,7 +10,7 @@
 //! second time on the flusher's serial path.
 
 use crate::frame::{BatchHeader, Salt, BATCH_HEADER_BYTES};
-use crate::types::{LogPos, SegmentId};
+use crate::types::{LogPos, SegmentId, SessionId};
 
 /// A batch being filled or waiting for the flusher.
 #[derive(Debug)]
@@ -23,6 +23,9 @@ pub(crate) struct PendingBatch {
     pub buf: Vec<u8>,
     pub frames: u32,
     pub flags: u32,
+    /// The sessions with frames in this batch (consecutive repeats
+    /// dropped): whose followers to wake when it is durable.
+    pub sessions: Vec<SessionId>,
     /// `salted_crc` of `buf[BATCH_HEADER_BYTES..]` so far (FORMAT.md §3
     /// body_crc); `None` until the first frame.
     body_crc: Option<crc32fast::Hasher>,
@@ -42,6 +45,7 @@ impl PendingBatch {
             buf,
             frames: 0,
             flags: 0,
+            sessions: Vec::new(),
             body_crc: None,
         }
     }

@@ -136,7 +136,7 @@ pub(crate) fn run(queue: &CommitQueue, env: &FlusherEnv<'_>, mut writer: WriterF
                     st.checkpoint_due = env.checkpoints;
                 }
                 st.inflight = None;
-                queue.notify_batch_durable(&mut st, batch.batch_seq);
+                queue.notify_batch_durable(&mut st, batch.batch_seq, &batch.sessions);
             }
             Err(FlushError::Write(detail)) => {
                 st.stats.write_failures += 1;

@@ -8,7 +8,7 @@
 //! nothing more (every waiter gets [`Error::Poisoned`]); a failed write keeps
 //! its batch, in order, for an explicit retry.
 
-use std::collections::VecDeque;
+use std::collections::{HashMap, VecDeque};
 use std::task::{Context, Poll, Waker};
 
 use parking_lot::{Condvar, Mutex, MutexGuard};
@@ -58,6 +58,9 @@ pub(crate) struct State {
     /// Tasks following the durable position (any change): woken after
     /// every batch, with the threads on `change_cv`.
     pub follower_wakers: Vec<Waker>,
+    /// Tasks following one session: woken when a batch holding a frame of
+    /// that session is durable (and when the store stops or a write fails).
+    pub session_wakers: HashMap<SessionId, Vec<Waker>>,
 }
 
 impl State {
@@ -109,6 +112,9 @@ impl State {
         let pos = LogPos::new(open.segment, open.offset + from as u32);
         encode_frame(&mut open.buf, &salt, sid, kind, flags, seq, payload);
         open.note_appended(&salt, from);
+        if open.sessions.last() != Some(&sid) {
+            open.sessions.push(sid);
+        }
         open.frames += 1;
         let end = LogPos::new(open.segment, open.offset + open.buf.len() as u32);
         self.append_end = end;
@@ -165,6 +171,7 @@ impl CommitQueue {
                 stats: Stats::default(),
                 wakers: [Vec::new(), Vec::new()],
                 follower_wakers: Vec::new(),
+                session_wakers: HashMap::new(),
                 inflight: None,
             }),
             work_cv: Condvar::new(),
@@ -337,6 +344,28 @@ impl CommitQueue {
         Poll::Pending
     }
 
+    /// The asynchronous wait of a follower of one session: ready when the
+    /// durable position has left `seen` and a batch holding a frame of
+    /// `session` became durable since the waker was left (or at once if the
+    /// position moved before; the caller looks again either way), `None`
+    /// when the store stopped.
+    pub fn poll_session_change(
+        &self,
+        session: SessionId,
+        seen: LogPos,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<LogPos>> {
+        let mut st = self.state.lock();
+        if st.poisoned.is_some() || st.flusher_done {
+            return Poll::Ready(None);
+        }
+        if st.durable != seen {
+            return Poll::Ready(Some(st.durable));
+        }
+        register(st.session_wakers.entry(session).or_default(), cx.waker());
+        Poll::Pending
+    }
+
     /// Wake every durability waiter, threads and tasks (the durable position
     /// moved, a write failed, or the store stopped). Called with the state
     /// locked, so that no waiter checks and then sleeps past a wake-up.
@@ -345,14 +374,25 @@ impl CommitQueue {
             self.wake_parity(st, parity);
         }
         self.notify_followers(st);
+        for (_, wakers) in st.session_wakers.drain() {
+            wakers.into_iter().for_each(Waker::wake);
+        }
     }
 
-    /// Batch `batch_seq` is durable: wake the threads and tasks waiting for
-    /// positions in it (and, harmlessly, any two batches later) and every
-    /// follower. Called with the state locked.
-    pub fn notify_batch_durable(&self, st: &mut State, batch_seq: u64) {
+    /// Batch `batch_seq`, holding frames of `sessions`, is durable: wake the
+    /// threads and tasks waiting for positions in it (and, harmlessly, any
+    /// two batches later), every follower of the whole log and the
+    /// followers of those sessions. Called with the state locked.
+    pub fn notify_batch_durable(&self, st: &mut State, batch_seq: u64, sessions: &[SessionId]) {
         self.wake_parity(st, (batch_seq % 2) as usize);
         self.notify_followers(st);
+        if !st.session_wakers.is_empty() {
+            for sid in sessions {
+                if let Some(wakers) = st.session_wakers.remove(sid) {
+                    wakers.into_iter().for_each(Waker::wake);
+                }
+            }
+        }
     }
 
     fn wake_parity(&self, st: &mut State, parity: usize) {

@@ -86,6 +86,12 @@ const CHUNK: u64 = 1024;
 pub struct Subscription {
     shared: Arc<Shared>,
     session: String,
+    /// The session's id in this store, once looked up: its followers are
+    /// woken only by batches that hold its frames.
+    sid: Option<SessionId>,
+    /// An error found by [`Subscription::ready_async`], yielded by the next
+    /// read.
+    pending_error: Option<Error>,
     next: u64,
     buf: VecDeque<Event>,
     done: bool,
@@ -115,6 +121,8 @@ impl Subscription {
         Subscription {
             shared,
             session: session.to_string(),
+            sid: None,
+            pending_error: None,
             next: from_seq,
             buf: VecDeque::new(),
             done: false,
@@ -148,14 +156,40 @@ impl Subscription {
         NextEvent { sub: self }
     }
 
+    /// Wait until the event at [`Subscription::next_seq`] is durable,
+    /// without reading it: `true` then (the next `try_next` or `next_async`
+    /// returns it at once), `false` when the subscription is over. For a
+    /// caller that reads the session its own way and only needs the
+    /// wake-up (what `turnstone serve`'s long polls and SSE do). Like
+    /// [`Subscription::next_async`], the task holds no thread, and it is
+    /// woken only when a batch holding a frame of this session is durable.
+    pub fn ready_async(&mut self) -> ReadyWait<'_> {
+        ReadyWait { sub: self }
+    }
+
+    /// Wait for the durable position to leave `seen`: for this session's
+    /// batches once its id is known, for any batch before.
+    fn poll_wait(&self, seen: LogPos, cx: &mut Context<'_>) -> Poll<Option<LogPos>> {
+        match self.sid {
+            Some(sid) => self.shared.commit.poll_session_change(sid, seen, cx),
+            None => self.shared.commit.poll_durable_change(seen, cx),
+        }
+    }
+
     /// Look at the log once: fill the buffer with newly durable events, or
     /// say what to wait for.
     fn step(&mut self) -> Step {
+        self.look(true)
+    }
+
+    /// [`Subscription::step`]; with `read` false, say `Ready` when an event
+    /// is durable without reading it.
+    fn look(&mut self, read: bool) -> Step {
         if !self.buf.is_empty() {
             return Step::Ready;
         }
         if self.done {
-            return Step::End(None);
+            return Step::End(self.pending_error.take());
         }
         let sh = &*self.shared;
         let read_only = sh.opts.read_only;
@@ -164,14 +198,23 @@ impl Subscription {
         let avail = {
             let ix = sh.index.read();
             match ix.get(&self.session) {
-                Some((_, e)) if read_only => e.len(),
-                Some((id, _)) => ix.len_before(id, durable),
+                Some((id, e)) if read_only => {
+                    self.sid = Some(id);
+                    e.len()
+                }
+                Some((id, _)) => {
+                    self.sid = Some(id);
+                    ix.len_before(id, durable)
+                }
                 None => {
                     self.done = true;
                     return Step::End(Some(Error::UnknownSession(self.session.clone())));
                 }
             }
         };
+        if self.next < avail && !read {
+            return Step::Ready;
+        }
         if self.next < avail {
             let end = avail.min(self.next + CHUNK);
             let buf = &mut self.buf;
@@ -252,7 +295,7 @@ impl Future for NextEvent<'_> {
         let sub = &mut *self.get_mut().sub;
         loop {
             let step = match sub.step() {
-                Step::Wait(seen) => match sub.shared.commit.poll_durable_change(seen, cx) {
+                Step::Wait(seen) => match sub.poll_wait(seen, cx) {
                     Poll::Pending => return Poll::Pending,
                     Poll::Ready(Some(_)) => continue,
                     Poll::Ready(None) => sub.stopped(),
@@ -264,6 +307,42 @@ impl Future for NextEvent<'_> {
                 Step::End(e) => e.map(Err),
                 Step::Wait(_) => unreachable!("handled above"),
             });
+        }
+    }
+}
+
+/// The future of [`Subscription::ready_async`].
+#[must_use = "a future does nothing unless awaited"]
+pub struct ReadyWait<'a> {
+    sub: &'a mut Subscription,
+}
+
+impl Future for ReadyWait<'_> {
+    type Output = bool;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<bool> {
+        let sub = &mut *self.get_mut().sub;
+        loop {
+            return match sub.look(false) {
+                Step::Ready => Poll::Ready(true),
+                Step::End(e) => {
+                    // Kept for the next read, which yields it.
+                    if let Some(e) = e {
+                        sub.pending_error = Some(e);
+                    }
+                    Poll::Ready(false)
+                }
+                Step::Wait(seen) => match sub.poll_wait(seen, cx) {
+                    Poll::Pending => Poll::Pending,
+                    Poll::Ready(Some(_)) => continue,
+                    Poll::Ready(None) => {
+                        if let Step::End(Some(e)) = sub.stopped() {
+                            sub.pending_error = Some(e);
+                        }
+                        Poll::Ready(false)
+                    }
+                },
+            };
         }
     }
 }
