@@ -63,6 +63,8 @@ function threadOf(config, what) {
   return String(id)
 }
 
+const has = (o, k) => Object.prototype.hasOwnProperty.call(o, k)
+
 function deepEqual(a, b) {
   if (a === b) return true
   if (typeof a !== 'object' || typeof b !== 'object' || a === null || b === null) return false
@@ -95,7 +97,7 @@ class ThreadIndex {
     d.values.forEach(([ch, ver, blob], i) => {
       const ref = blob === null ? null : { seq, i }
       refs.set(ch, ref)
-      this.latestValue.set(`${d.ns}\0${ch}\0${ver}`, ref)
+      if (ver !== null) this.latestValue.set(`${d.ns}\0${ch}\0${ver}`, ref)
     })
     // Channels not written by this checkpoint: the value its parent holds at
     // the same version, else the value stored for that version on any branch.
@@ -201,6 +203,8 @@ class TurnstoneSaver extends BaseCheckpointSaver {
       session = await this.store.openSession(id)
     } catch (e) {
       if (!(e instanceof TurnstoneError) || e.kind !== 'unknown_session') throw e
+    }
+    if (!session) {
       if (!create) return null
       session = this.store.createSession(id)
       session.setMeta('langgraph.thread_id', threadId)
@@ -284,7 +288,7 @@ class TurnstoneSaver extends BaseCheckpointSaver {
     const tid = config?.configurable?.thread_id
     if (tid === undefined || tid === null || tid === '') return undefined
     const threadId = String(tid)
-    const ns = config.configurable?.checkpoint_ns ?? ''
+    const ns = config.configurable.checkpoint_ns ?? ''
     const t = await this._thread(threadId, false)
     if (!t) return undefined
     const n = t.index.namespaces.get(ns)
@@ -292,43 +296,49 @@ class TurnstoneSaver extends BaseCheckpointSaver {
     const id = getCheckpointId(config)
     const rec = id ? n.byId.get(id) : n.byId.get(n.ids[n.ids.length - 1])
     if (!rec) return undefined
-    return this._tuple(t, rec)
+    const tuple = await this._tuple(t, rec)
+    // Asked for by id: the config as given (as SqliteSaver and MemorySaver do).
+    if (id) tuple.config = config
+    return tuple
   }
 
+  // Newest first across the threads and namespaces asked for (checkpoint ids
+  // are time-ordered uuid6), like SqliteSaver's ORDER BY checkpoint_id DESC.
+  // A limit of 0 or undefined is no limit (as in SqliteSaver); filter values
+  // that are undefined are ignored, the others must equal the metadata's.
   async *list(config, options = {}) {
-    const { before, filter } = options
-    let limit = options.limit
+    const { before, limit } = options
+    const filter = Object.entries(options.filter ?? {}).filter(([, v]) => v !== undefined)
     const threadId = config?.configurable?.thread_id
     const wantNs = config?.configurable?.checkpoint_ns
     const wantId = config?.configurable?.checkpoint_id
     const beforeId = before?.configurable?.checkpoint_id
     let threadIds
-    if (threadId !== undefined && threadId !== null) threadIds = [String(threadId)]
+    if (threadId !== undefined && threadId !== null && threadId !== '') threadIds = [String(threadId)]
     else {
       threadIds = (await this.store.sessions())
         .map((s) => s.id)
         .filter((id) => id.startsWith(PREFIX))
         .map((id) => id.slice(PREFIX.length))
     }
+    const found = []
     for (const tid of threadIds) {
       const t = await this._thread(tid, false)
       if (!t) continue
       for (const [ns, n] of t.index.namespaces) {
-        if (wantNs !== undefined && ns !== wantNs) continue
-        for (let i = n.ids.length - 1; i >= 0; i--) {
-          const id = n.ids[i]
+        if (wantNs !== undefined && wantNs !== null && ns !== wantNs) continue
+        for (const id of n.ids) {
           if (wantId && id !== wantId) continue
-          if (beforeId && id >= beforeId) continue
+          if (beforeId !== undefined && !(id < beforeId)) continue
           const rec = n.byId.get(id)
-          if (filter && !Object.entries(filter).every(([k, v]) => deepEqual(rec.metadata?.[k], v))) continue
-          if (limit !== undefined) {
-            if (limit <= 0) return
-            limit -= 1
-          }
-          yield await this._tuple(t, rec)
+          if (!filter.every(([k, v]) => deepEqual(rec.metadata?.[k], v))) continue
+          found.push({ t, rec })
         }
       }
     }
+    found.sort((a, b) => (a.rec.id < b.rec.id ? 1 : a.rec.id > b.rec.id ? -1 : 0))
+    const n = limit ? Math.max(0, Math.floor(limit)) : found.length
+    for (const { t, rec } of found.slice(0, n)) yield await this._tuple(t, rec)
   }
 
   async put(config, checkpoint, metadata, newVersions) {
@@ -338,12 +348,17 @@ class TurnstoneSaver extends BaseCheckpointSaver {
     const prepared = copyCheckpoint(checkpoint)
     const channelValues = prepared.channel_values ?? {}
     delete prepared.channel_values
+    // The values of the channels in newVersions (null: the channel is
+    // empty), and of channels without a version (LangGraph keeps a few, such
+    // as empty topics). A versioned channel not in newVersions is unchanged:
+    // its value is the one already stored for its version.
+    const versions = prepared.channel_versions ?? {}
+    const own = Object.entries(newVersions ?? {})
+    for (const ch of Object.keys(channelValues)) {
+      if (!has(versions, ch) && !has(newVersions ?? {}, ch)) own.push([ch, null])
+    }
     const values = await Promise.all(
-      Object.entries(newVersions ?? {}).map(async ([ch, ver]) => [
-        ch,
-        ver,
-        Object.prototype.hasOwnProperty.call(channelValues, ch) ? encodeBlob(await this.serde.dumpsTyped(channelValues[ch])) : null,
-      ]),
+      own.map(async ([ch, ver]) => [ch, ver, has(channelValues, ch) ? encodeBlob(await this.serde.dumpsTyped(channelValues[ch])) : null]),
     )
     const [cp, md] = await Promise.all([this.serde.dumpsTyped(prepared), this.serde.dumpsTyped(metadata)])
     const data = {

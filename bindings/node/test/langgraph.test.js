@@ -35,26 +35,82 @@ function shape(s) {
   }
 }
 
-test('the same state history as MemorySaver (fan-out and an interrupt)', async () => {
-  const dir = tmp()
+// Every tuple of a thread, with what differs between two runs made uniform:
+// keys sorted, times dropped, uuids (checkpoint and task ids) and interrupt
+// ids (32 hex digits) numbered by first appearance. `anyWriteOrder`: pending
+// writes sorted by channel and value, their task ids left out (SqliteSaver
+// returns them by task id, a random uuid; MemorySaver and TurnstoneSaver in
+// writesSortKey order).
+async function tuples(saver, thread, anyWriteOrder = false) {
+  const out = []
+  for await (const t of saver.list(cfg(thread))) {
+    if (anyWriteOrder) {
+      const key = (w) => JSON.stringify([w[1], w[2]])
+      t.pendingWrites = t.pendingWrites.map((w) => ['task', w[1], w[2]]).sort((a, b) => (key(a) < key(b) ? -1 : key(a) > key(b) ? 1 : 0))
+    }
+    out.push(t)
+  }
+  const sorted = (v) =>
+    v && typeof v === 'object' && !Array.isArray(v)
+      ? Object.fromEntries(Object.keys(v).sort().filter((k) => k !== 'ts' && v[k] !== undefined).map((k) => [k, sorted(v[k])]))
+      : Array.isArray(v) ? v.map(sorted) : v
+  const ids = new Map()
+  const text = JSON.stringify(sorted(out)).replace(
+    /[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}|\b[0-9a-f]{32}\b/g,
+    (u) => (ids.has(u) ? ids.get(u) : (ids.set(u, `id${ids.size}`), `id${ids.size - 1}`)),
+  )
+  return JSON.parse(text)
+}
+
+// The same graphs on a reference saver and on TurnstoneSaver: the same
+// tuples (checkpoints, metadata, parents, pending writes) and state history.
+async function differential(reference, anyWriteOrder = false) {
   const runs = []
-  for (const saver of [new MemorySaver(), new TurnstoneSaver(dir)]) {
+  for (const saver of [reference, new TurnstoneSaver(tmp())]) {
     const fan = fanGraph().compile({ checkpointer: saver })
     const approval = approvalGraph().compile({ checkpointer: saver })
+    const counter = counterGraph(5).compile({ checkpointer: saver })
     await fan.invoke({ log: ['in'] }, cfg('fan'))
     await approval.invoke({ log: [] }, cfg('ok'))
     await approval.invoke(new Command({ resume: 'yes' }), cfg('ok'))
+    await counter.invoke({ n: 0 }, cfg('count'))
+    // A fork: state updated at an earlier checkpoint, then run on from it.
+    const past = (await history(counter, cfg('count')))[3]
+    const forked = await counter.updateState(past.config, { n: 3, log: ['forked'] })
+    await counter.invoke(null, forked)
     runs.push({
-      fan: (await history(fan, cfg('fan'))).map(shape),
-      ok: (await history(approval, cfg('ok'))).map(shape),
+      history: {
+        fan: (await history(fan, cfg('fan'))).map(shape),
+        ok: (await history(approval, cfg('ok'))).map(shape),
+        count: (await history(counter, cfg('count'))).map(shape),
+      },
+      tuples: Object.fromEntries(await Promise.all(['fan', 'ok', 'count'].map(async (t) => [t, await tuples(saver, t, anyWriteOrder)]))),
     })
     if (saver instanceof TurnstoneSaver) await saver.close()
   }
-  const [memory, turnstone] = runs
-  assert.equal(turnstone.fan.length, 4)
-  assert.deepEqual(turnstone.fan[0].values.log.slice(0, 1), ['in'])
-  assert.deepEqual(turnstone.fan[0].values.log.at(-1), 'join 3')
-  assert.deepEqual(turnstone, memory)
+  return runs
+}
+
+test('the same tuples and state history as MemorySaver (fan-out, interrupt, fork)', async () => {
+  const [memory, turnstone] = await differential(new MemorySaver())
+  assert.equal(turnstone.history.fan.length, 4)
+  assert.deepEqual(turnstone.history.fan[0].values.log, ['in', 'left', 'right', 'join 3'])
+  assert.ok(turnstone.tuples.ok.some((t) => t.pendingWrites.length > 0))
+  assert.ok(turnstone.history.count[0].values.log.includes('forked'))
+  assert.deepEqual(turnstone.history, memory.history)
+  assert.deepEqual(turnstone.tuples, memory.tuples)
+})
+
+// SqliteSaver, the backend TurnstoneSaver replaces, when it is installed
+// (not a dependency: it needs better-sqlite3, a native build).
+let SqliteSaver = null
+try {
+  ;({ SqliteSaver } = require('@langchain/langgraph-checkpoint-sqlite'))
+} catch {}
+test('the same tuples and state history as SqliteSaver', { skip: SqliteSaver ? false : '@langchain/langgraph-checkpoint-sqlite is not installed' }, async () => {
+  const [sqlite, turnstone] = await differential(SqliteSaver.fromConnString(':memory:'), true)
+  assert.deepEqual(turnstone.history, sqlite.history)
+  assert.deepEqual(turnstone.tuples, sqlite.tuples)
 })
 
 test('state is resumed from a new Store; an interrupt is answered after the reopen', async () => {
