@@ -30,6 +30,7 @@ const {
   maxChannelVersion,
   writesSortKey,
 } = require('@langchain/langgraph-checkpoint')
+const { isDeepStrictEqual } = require('node:util')
 const { Store, TurnstoneError } = require('./turnstone.js')
 
 const KIND_CHECKPOINT = 'langgraph/checkpoint'
@@ -65,11 +66,6 @@ function threadOf(config, what) {
 
 const has = (o, k) => Object.prototype.hasOwnProperty.call(o, k)
 
-function deepEqual(a, b) {
-  if (a === b) return true
-  if (typeof a !== 'object' || typeof b !== 'object' || a === null || b === null) return false
-  return JSON.stringify(a) === JSON.stringify(b)
-}
 
 // Everything the saver knows about one thread, folded from its events.
 class ThreadIndex {
@@ -78,16 +74,13 @@ class ThreadIndex {
   }
   reset() {
     this.namespaces = new Map() // ns -> {ids: sorted checkpoint ids, byId: Map id -> record}
-    this.writes = new Map() // `${ns}\0${checkpointId}` -> Map `${task}\0${idx}` -> write
+    this.writes = new Map() // `${ns}\0${checkpointId}` -> Map `${task}\0${idx}` -> write (where its value lies)
     this.latestValue = new Map() // `${ns}\0${channel}\0${version}` -> value ref (any branch)
   }
   ns(ns) {
     let n = this.namespaces.get(ns)
     if (!n) this.namespaces.set(ns, (n = { ids: [], byId: new Map() }))
     return n
-  }
-  record(ns, id) {
-    return this.namespaces.get(ns)?.byId.get(id)
   }
   // Fold one langgraph/checkpoint event (seq, data, metadata deserialized).
   addCheckpoint(seq, d, metadata, versions) {
@@ -119,10 +112,10 @@ class ThreadIndex {
     const key = `${d.ns}\0${d.checkpoint_id}`
     let m = this.writes.get(key)
     if (!m) this.writes.set(key, (m = new Map()))
-    d.writes.forEach(([idx, ch, blob], i) => {
+    d.writes.forEach(([idx, ch], j) => {
       const k = `${d.task_id}\0${idx}`
       if (idx >= 0 && m.has(k)) return
-      m.set(k, { task: d.task_id, idx, ch, path: d.task_path ?? '', blob })
+      m.set(k, { task: d.task_id, idx, ch, path: d.task_path ?? '', seq, j })
     })
   }
   has(ns, checkpointId, taskId, idx) {
@@ -237,7 +230,12 @@ class TurnstoneSaver extends BaseCheckpointSaver {
 
   _remember(key, data) {
     this._cache.set(key, data)
-    if (this._cache.size > 64) this._cache.delete(this._cache.keys().next().value)
+    if (this._cache.size > 32) this._cache.delete(this._cache.keys().next().value)
+  }
+
+  async _writeValue(t, w) {
+    const d = await this._event(t, w.seq)
+    return this.serde.loadsTyped(...decodeBlob(d.writes[w.j][2]))
   }
 
   // The CheckpointTuple of one index record.
@@ -254,7 +252,7 @@ class TurnstoneSaver extends BaseCheckpointSaver {
     )
     checkpoint.channel_values = values
     const pendingWrites = await Promise.all(
-      t.index.orderedWrites(rec.ns, rec.id).map(async (w) => [w.task, w.ch, await this.serde.loadsTyped(...decodeBlob(w.blob))]),
+      t.index.orderedWrites(rec.ns, rec.id).map(async (w) => [w.task, w.ch, await this._writeValue(t, w)]),
     )
     if (checkpoint.v < 4 && rec.parent !== undefined) await this._migrateSends(t, checkpoint, rec)
     const tuple = {
@@ -276,7 +274,7 @@ class TurnstoneSaver extends BaseCheckpointSaver {
       t.index
         .orderedWrites(rec.ns, rec.parent)
         .filter((w) => w.ch === TASKS)
-        .map((w) => this.serde.loadsTyped(...decodeBlob(w.blob))),
+        .map((w) => this._writeValue(t, w)),
     )
     checkpoint.channel_values[TASKS] = sends
     const versions = Object.values(checkpoint.channel_versions ?? {})
@@ -331,7 +329,7 @@ class TurnstoneSaver extends BaseCheckpointSaver {
           if (wantId && id !== wantId) continue
           if (beforeId !== undefined && !(id < beforeId)) continue
           const rec = n.byId.get(id)
-          if (!filter.every(([k, v]) => deepEqual(rec.metadata?.[k], v))) continue
+          if (!filter.every(([k, v]) => isDeepStrictEqual(rec.metadata?.[k], v))) continue
           found.push({ t, rec })
         }
       }
@@ -398,6 +396,7 @@ class TurnstoneSaver extends BaseCheckpointSaver {
     if (fresh.length > 0) {
       const data = { ns, checkpoint_id: checkpointId, task_id: taskId, task_path: taskPath ?? '', writes: fresh }
       const seq = t.session.append(KIND_WRITES, data)
+      this._remember(`${threadId}\0${seq}`, data)
       t.index.addWrites(seq, data)
     }
     // Resolves once durable, and not before earlier writes of the thread.

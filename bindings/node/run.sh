@@ -21,5 +21,5 @@ npm test
 # The LangGraph checkpointer conformance suite (@langchain/langgraph-checkpoint-validation,
 # pinned in package-lock.json, on vitest) against TurnstoneSaver: as it runs, then
 # with every read answered from indexes rebuilt from the sessions' events.
-npx vitest run --config test/langgraph/vitest.config.mjs --reporter=dot
-TURNSTONE_LG_REBUILD=1 npx vitest run --config test/langgraph/vitest.config.mjs --reporter=dot
+NO_COLOR=1 npx vitest run --config test/langgraph/vitest.config.mjs
+NO_COLOR=1 TURNSTONE_LG_REBUILD=1 npx vitest run --config test/langgraph/vitest.config.mjs

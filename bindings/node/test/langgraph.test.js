@@ -181,6 +181,26 @@ test('deleteThread empties one thread, durably; the thread id can be reused', as
   await saver.close()
 })
 
+test('a thread forked with store.fork is a new thread with the same checkpoints', async () => {
+  const dir = tmp()
+  let saver = new TurnstoneSaver(dir)
+  const graph = () => approvalGraph().compile({ checkpointer: saver })
+  await graph().invoke({ log: ['x'] }, cfg('a'))
+  const at = (await saver.store.replay(TurnstoneSaver.sessionId('a'))).length
+  await graph().invoke(new Command({ resume: 'no' }), cfg('a'))
+  await saver.store.fork(TurnstoneSaver.sessionId('a'), { at, child: TurnstoneSaver.sessionId('b') })
+  await saver.close()
+  saver = new TurnstoneSaver(dir)
+  // b holds a's history up to the interrupt; answered differently, it goes its own way.
+  const b = await graph().getState(cfg('b'))
+  assert.deepEqual(b.next, ['b'])
+  assert.equal(b.config.configurable.thread_id, 'b')
+  const done = await graph().invoke(new Command({ resume: 'yes' }), cfg('b'))
+  assert.deepEqual(done.log, ['x', 'a saw 1', 'b', 'c after yes'])
+  assert.deepEqual((await graph().getState(cfg('a'))).values.log, ['x', 'a saw 1', 'b', 'c after no'])
+  await saver.close()
+})
+
 function run(args) {
   const child = spawn(process.execPath, [path.join(__dirname, 'langgraph', 'agent.cjs'), ...args], { stdio: ['ignore', 'pipe', 'pipe'] })
   let out = ''
