@@ -23,3 +23,6 @@ npm test
 # with every read answered from indexes rebuilt from the sessions' events.
 NO_COLOR=1 npx vitest run --config test/langgraph/vitest.config.mjs
 NO_COLOR=1 TURNSTONE_LG_REBUILD=1 npx vitest run --config test/langgraph/vitest.config.mjs
+# langgraph.d.ts against LangGraph's own declarations (tsc comes with @napi-rs/cli).
+npx --no-install tsc --noEmit --strict --module nodenext --moduleResolution nodenext --target es2022 --lib esnext,dom --skipLibCheck test/langgraph/types-check.ts
+echo "langgraph.d.ts: types check"
