@@ -12,7 +12,7 @@ const { spawn } = require('node:child_process')
 const { MemorySaver, Command } = require('@langchain/langgraph')
 const { TurnstoneSaver } = require('../langgraph.js')
 const { Store } = require('../turnstone.js')
-const { approvalGraph, counterGraph, fanGraph } = require('./langgraph/graphs.cjs')
+const { approvalGraph, counterGraph, fanGraph, nestedGraph } = require('./langgraph/graphs.cjs')
 
 const tmp = () => fs.mkdtempSync(path.join(os.tmpdir(), 'turnstone-lg-'))
 const cfg = (thread) => ({ configurable: { thread_id: thread } })
@@ -50,6 +50,18 @@ async function tuples(saver, thread, anyWriteOrder = false) {
     }
     out.push(t)
   }
+  // list without checkpoint_ns: SqliteSaver and TurnstoneSaver sort all
+  // namespaces together by id, MemorySaver one namespace after the other.
+  if (saver instanceof TurnstoneSaver) {
+    const ids = out.map((t) => t.checkpoint.id)
+    assert.deepEqual(ids, [...ids].sort().reverse())
+  }
+  const key = (t) => [t.config.configurable.checkpoint_ns, t.checkpoint.id]
+  out.sort((a, b) => {
+    const [na, ia] = key(a)
+    const [nb, ib] = key(b)
+    return na < nb ? -1 : na > nb ? 1 : ia < ib ? 1 : ia > ib ? -1 : 0
+  })
   const sorted = (v) =>
     v && typeof v === 'object' && !Array.isArray(v)
       ? Object.fromEntries(Object.keys(v).sort().filter((k) => k !== 'ts' && v[k] !== undefined).map((k) => [k, sorted(v[k])]))
@@ -70,10 +82,14 @@ async function differential(reference, anyWriteOrder = false) {
     const fan = fanGraph().compile({ checkpointer: saver })
     const approval = approvalGraph().compile({ checkpointer: saver })
     const counter = counterGraph(5).compile({ checkpointer: saver })
+    const nested = nestedGraph().compile({ checkpointer: saver })
     await fan.invoke({ log: ['in'] }, cfg('fan'))
     await approval.invoke({ log: [] }, cfg('ok'))
     await approval.invoke(new Command({ resume: 'yes' }), cfg('ok'))
     await counter.invoke({ n: 0 }, cfg('count'))
+    await nested.invoke({ log: [] }, cfg('nest'))
+    const paused = await nested.getState(cfg('nest'), { subgraphs: true })
+    await nested.invoke(new Command({ resume: 'fine' }), cfg('nest'))
     // A fork: state updated at an earlier checkpoint, then run on from it.
     const past = (await history(counter, cfg('count')))[3]
     const forked = await counter.updateState(past.config, { n: 3, log: ['forked'] })
@@ -83,8 +99,10 @@ async function differential(reference, anyWriteOrder = false) {
         fan: (await history(fan, cfg('fan'))).map(shape),
         ok: (await history(approval, cfg('ok'))).map(shape),
         count: (await history(counter, cfg('count'))).map(shape),
+        nest: (await history(nested, cfg('nest'))).map(shape),
+        paused: { next: paused.next, sub: paused.tasks[0].state.next, subValues: paused.tasks[0].state.values },
       },
-      tuples: Object.fromEntries(await Promise.all(['fan', 'ok', 'count'].map(async (t) => [t, await tuples(saver, t, anyWriteOrder)]))),
+      tuples: Object.fromEntries(await Promise.all(['fan', 'ok', 'count', 'nest'].map(async (t) => [t, await tuples(saver, t, anyWriteOrder)]))),
     })
     if (saver instanceof TurnstoneSaver) await saver.close()
   }
@@ -97,6 +115,10 @@ test('the same tuples and state history as MemorySaver (fan-out, interrupt, fork
   assert.deepEqual(turnstone.history.fan[0].values.log, ['in', 'left', 'right', 'join 3'])
   assert.ok(turnstone.tuples.ok.some((t) => t.pendingWrites.length > 0))
   assert.ok(turnstone.history.count[0].values.log.includes('forked'))
+  // The subgraph returns its whole state, which the parent's reducer appends.
+  assert.deepEqual(turnstone.history.nest[0].values.log, ['outer', 'outer', 'inner got fine', 'inner done'])
+  assert.deepEqual(turnstone.history.paused, { next: ['sub'], sub: ['ask'], subValues: { log: ['outer'] } })
+  assert.ok(new Set(turnstone.tuples.nest.map((t) => t.config.configurable.checkpoint_ns)).size >= 1)
   assert.deepEqual(turnstone.history, memory.history)
   assert.deepEqual(turnstone.tuples, memory.tuples)
 })

@@ -47,4 +47,23 @@ function fanGraph() {
     .addEdge('join', END)
 }
 
-module.exports = { approvalGraph, counterGraph, fanGraph }
+// A subgraph (its checkpoints live in their own checkpoint_ns) that stops
+// on an interrupt inside the subgraph.
+function nestedGraph() {
+  const State = Annotation.Root({ log: Annotation(append) })
+  const inner = new StateGraph(State)
+    .addNode('ask', () => ({ log: [`inner got ${interrupt('inner?')}`] }))
+    .addNode('after', () => ({ log: ['inner done'] }))
+    .addEdge(START, 'ask')
+    .addEdge('ask', 'after')
+    .addEdge('after', END)
+    .compile()
+  return new StateGraph(State)
+    .addNode('outer', () => ({ log: ['outer'] }))
+    .addNode('sub', inner)
+    .addEdge(START, 'outer')
+    .addEdge('outer', 'sub')
+    .addEdge('sub', END)
+}
+
+module.exports = { approvalGraph, counterGraph, fanGraph, nestedGraph }
