@@ -298,3 +298,18 @@ test('put and putWrites resolve only once their event is durable; concurrent one
   assert.deepEqual(ids.filter(([, , ok]) => !ok), [])
   await saver.close()
 })
+
+test('an oversized checkpoint is refused with too_large and changes nothing; ESM import by subpath', async () => {
+  const { emptyCheckpoint, uuid6 } = require('@langchain/langgraph-checkpoint')
+  const { TurnstoneError } = require('../turnstone.js')
+  const saver = new TurnstoneSaver(tmp())
+  const ok = await saver.put(cfg('big'), { ...emptyCheckpoint(), id: uuid6(0), channel_versions: { a: 1 } }, { source: 'input', step: -1, parents: {} }, { a: 1 })
+  const huge = { ...emptyCheckpoint(), id: uuid6(1), channel_values: { a: 'x'.repeat(17 * 1024 * 1024) }, channel_versions: { a: 2 } }
+  await assert.rejects(saver.put(ok, huge, { source: 'loop', step: 0, parents: {} }, { a: 2 }), (e) => e instanceof TurnstoneError && e.kind === 'too_large')
+  assert.equal((await saver.getTuple(cfg('big'))).checkpoint.id, ok.configurable.checkpoint_id)
+  await saver.putWrites(ok, [['a', 'small']], 'task')
+  assert.deepEqual((await saver.getTuple(cfg('big'))).pendingWrites, [['task', 'a', 'small']])
+  await saver.close()
+  const esm = await import('turnstone/langgraph')
+  assert.equal(esm.TurnstoneSaver, TurnstoneSaver)
+})
