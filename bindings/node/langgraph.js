@@ -158,7 +158,7 @@ class TurnstoneSaver extends BaseCheckpointSaver {
       this._owned = true
     }
     this._threads = new Map() // thread_id -> Promise<{session, index}>
-    this._cache = new Map() // `${thread}\0${seq}` -> event data (a few recent ones)
+    this._cache = new Map() // `${thread}\0${seq}` -> Promise of event data (a few recent ones)
   }
 
   static get plugins() {
@@ -218,18 +218,21 @@ class TurnstoneSaver extends BaseCheckpointSaver {
     return { threadId, session, index }
   }
 
-  // The data of event `seq` of a thread's session.
-  async _event(t, seq) {
+  // The data of event `seq` of a thread's session (one read for concurrent askers).
+  _event(t, seq) {
     const key = `${t.threadId}\0${seq}`
-    const hit = this._cache.get(key)
-    if (hit) return hit
-    const [ev] = await t.session.events(seq, seq + 1)
-    this._remember(key, ev.data)
-    return ev.data
+    let p = this._cache.get(key)
+    if (!p) {
+      p = t.session.events(seq, seq + 1).then(([ev]) => ev.data)
+      this._remember(key, p)
+      p.catch(() => this._cache.get(key) === p && this._cache.delete(key))
+    }
+    return p
   }
 
-  _remember(key, data) {
-    this._cache.set(key, data)
+  // Keep a few recent events (promises of their data).
+  _remember(key, p) {
+    this._cache.set(key, p)
     if (this._cache.size > 32) this._cache.delete(this._cache.keys().next().value)
   }
 
@@ -370,7 +373,7 @@ class TurnstoneSaver extends BaseCheckpointSaver {
     }
     const t = await this._thread(threadId, true)
     const seq = t.session.append(KIND_CHECKPOINT, data)
-    this._remember(`${threadId}\0${seq}`, data)
+    this._remember(`${threadId}\0${seq}`, Promise.resolve(data))
     // The index holds metadata as it reads back from the log.
     t.index.addCheckpoint(seq, data, await this.serde.loadsTyped(...decodeBlob(data.metadata)), prepared.channel_versions ?? {})
     await t.session.flush()
@@ -396,7 +399,7 @@ class TurnstoneSaver extends BaseCheckpointSaver {
     if (fresh.length > 0) {
       const data = { ns, checkpoint_id: checkpointId, task_id: taskId, task_path: taskPath ?? '', writes: fresh }
       const seq = t.session.append(KIND_WRITES, data)
-      this._remember(`${threadId}\0${seq}`, data)
+      this._remember(`${threadId}\0${seq}`, Promise.resolve(data))
       t.index.addWrites(seq, data)
     }
     // Resolves once durable, and not before earlier writes of the thread.
