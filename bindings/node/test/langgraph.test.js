@@ -169,6 +169,13 @@ test('state is resumed from a new Store; an interrupt is answered after the reop
   const page = []
   for await (const t of saver.list(cfg('t1'), { before: all[1].config, limit: 2 })) page.push(t.checkpoint.id)
   assert.deepEqual(page, [all[2].checkpoint.id, all[3].checkpoint.id])
+  // limit 0 is no limit (SqliteSaver); a checkpoint_id in the config selects that checkpoint (MemorySaver).
+  let n = 0
+  for await (const _ of saver.list(cfg('t1'), { limit: 0 })) n++
+  assert.equal(n, all.length)
+  const one = []
+  for await (const t of saver.list({ configurable: { thread_id: 't1', checkpoint_id: all[2].checkpoint.id } })) one.push(t.checkpoint.id)
+  assert.deepEqual(one, [all[2].checkpoint.id])
   await saver.close()
 
   // The thread is one session of ignorable plugin events, readable by any reader.
