@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Build the Node.js addon (napi-rs) and run its tests:
+# Build the Node.js addon (napi-rs) and run its tests, then the LangGraph
+# checkpointer conformance suite against TurnstoneSaver:
 #   bash bindings/node/run.sh
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -17,3 +18,11 @@ if [ -x "$root/bindings/python/target/venv/bin/python" ]; then
   export TURNSTONE_PYTHON="$root/bindings/python/target/venv/bin/python"
 fi
 npm test
+# The LangGraph checkpointer conformance suite (@langchain/langgraph-checkpoint-validation,
+# pinned in package-lock.json, on vitest) against TurnstoneSaver: as it runs, then
+# with every read answered from indexes rebuilt from the sessions' events.
+NO_COLOR=1 npx vitest run --config test/langgraph/vitest.config.mjs
+NO_COLOR=1 TURNSTONE_LG_REBUILD=1 npx vitest run --config test/langgraph/vitest.config.mjs
+# langgraph.d.ts against LangGraph's own declarations (tsc comes with @napi-rs/cli).
+npx --no-install tsc --noEmit --strict --module nodenext --moduleResolution nodenext --target es2022 --lib esnext,dom --skipLibCheck test/langgraph/types-check.ts
+echo "langgraph.d.ts: types check"

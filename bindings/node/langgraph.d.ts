@@ -1,0 +1,35 @@
+import type { RunnableConfig } from '@langchain/core/runnables'
+import {
+  BaseCheckpointSaver,
+  type ChannelVersions,
+  type Checkpoint,
+  type CheckpointListOptions,
+  type CheckpointMetadata,
+  type CheckpointTuple,
+  type PendingWrite,
+  type SerializerProtocol,
+} from '@langchain/langgraph-checkpoint'
+import { Store } from './turnstone'
+
+/** The plugin kinds TurnstoneSaver writes (all ignorable). */
+export declare const PLUGINS: Record<'langgraph/checkpoint' | 'langgraph/writes' | 'langgraph/delete', true>
+
+/**
+ * A LangGraph checkpointer over a turnstone store: one session per thread
+ * (`langgraph:<thread_id>`); put and putWrites resolve once durable.
+ */
+export declare class TurnstoneSaver extends BaseCheckpointSaver {
+  /** `store`: a directory, or a Store opened with `{ plugins: TurnstoneSaver.plugins }`. */
+  constructor(store: string | Store, serde?: SerializerProtocol)
+  readonly store: Store
+  static readonly plugins: typeof PLUGINS
+  /** The session id that holds a thread. */
+  static sessionId(threadId: string): string
+  getTuple(config: RunnableConfig): Promise<CheckpointTuple | undefined>
+  list(config: RunnableConfig, options?: CheckpointListOptions): AsyncGenerator<CheckpointTuple>
+  put(config: RunnableConfig, checkpoint: Checkpoint, metadata: CheckpointMetadata, newVersions: ChannelVersions): Promise<RunnableConfig>
+  putWrites(config: RunnableConfig, writes: PendingWrite[], taskId: string, taskPath?: string): Promise<void>
+  deleteThread(threadId: string): Promise<void>
+  /** Make everything durable; close the store if the saver opened it. */
+  close(): Promise<void>
+}
