@@ -33,6 +33,8 @@ export class Session {
   readonly length: number
   readonly metadata: { title: string | null; tags: string[]; fields: Record<string, string> }
   repairReport: any | null
+  /** Release this handle's claim on the session; later calls throw. */
+  close(): void
   append(kind: string, data: any, options?: { surface?: Surface }): number
   user(content: string | any[]): number
   assistant(message: { content: any[]; usage?: any; stop_reason?: string; [k: string]: any }): number

@@ -121,10 +121,20 @@ class Session {
     this.repairReport = repairReport
   }
   get id() {
-    return this._n.id
+    return call(() => this._n.id)
   }
   get length() {
-    return this._n.length
+    return call(() => this._n.length)
+  }
+  /** Release this handle (the session is no longer held for writing here:
+   * another handle may open it, `store.delete` may delete it). What it
+   * appended stays appended (await `flush()` first for durability); later
+   * calls on it throw. Also `using s = ...` (Symbol.dispose). */
+  close() {
+    this._n.close()
+  }
+  [Symbol.dispose ?? Symbol.for('Symbol.dispose')]() {
+    this.close()
   }
   /** Append one event; surface kinds need `{surface: "append"}`. Returns its seq. */
   append(kind, data, { surface } = {}) {
@@ -139,7 +149,7 @@ class Session {
   }
   /** Resolves once everything this handle appended is durable. */
   async flush() {
-    return wait(this._n.flush())
+    return wait(call(() => this._n.flush()))
   }
   /** Messages, or a provider request body ("anthropic", "openai-responses", "openai-chat"). */
   messages(format) {
@@ -147,10 +157,10 @@ class Session {
   }
   /** This handle's events start..end (its own appends included). */
   async events(start, end) {
-    return JSON.parse(await wait(this._n.events(start ?? null, end ?? null)))
+    return JSON.parse(await wait(call(() => this._n.events(start ?? null, end ?? null))))
   }
   get metadata() {
-    return JSON.parse(this._n.metadata())
+    return JSON.parse(call(() => this._n.metadata()))
   }
   setTitle(title) {
     return this.append('session/meta', { title })

@@ -147,10 +147,7 @@ impl NativeStore {
     #[napi(catch_unwind)]
     pub fn create_session(&self, id: String) -> napi::Result<NativeSession> {
         let s = self.host()?.create(&id).map_err(err)?;
-        Ok(NativeSession {
-            s,
-            report: "null".into(),
-        })
+        Ok(session_handle(s, "null".into()))
     }
 
     /// Load a session for writing (repairing what a crash left open; the
@@ -163,7 +160,7 @@ impl NativeStore {
             let (s, report) = host.load(&id).map_err(err)?;
             s.lock().flush().map_err(err)?;
             let report = serde_json::to_string(&report).unwrap_or_else(|_| "null".into());
-            Ok(NativeSession { s, report })
+            Ok(session_handle(s, report))
         }))
     }
 
@@ -173,10 +170,10 @@ impl NativeStore {
         let (store, registry) = (self.store()?, self.registry.clone());
         Ok(Job::new(move || {
             let s = ts::Session::open_read_only(store, &id, registry).map_err(err)?;
-            Ok(NativeSession {
-                s: Arc::new(parking_lot::Mutex::new(s)),
-                report: "null".into(),
-            })
+            Ok(session_handle(
+                Arc::new(parking_lot::Mutex::new(s)),
+                "null".into(),
+            ))
         }))
     }
 
@@ -299,22 +296,58 @@ impl NativeStore {
 /// One session handle.
 #[napi]
 pub struct NativeSession {
-    s: SharedSession,
+    /// `None` once closed (`close()`): the claim on the session is released.
+    s: Mutex<Option<SharedSession>>,
     report: String,
+}
+
+fn session_handle(s: SharedSession, report: String) -> NativeSession {
+    NativeSession {
+        s: Mutex::new(Some(s)),
+        report,
+    }
+}
+
+impl NativeSession {
+    /// The shared session, unless this handle is closed.
+    fn shared(&self) -> napi::Result<SharedSession> {
+        self.s.lock().clone().ok_or_else(closed)
+    }
+
+    /// Run `f` on the session, unless this handle is closed.
+    fn with<R>(&self, f: impl FnOnce(&mut ts::Session) -> napi::Result<R>) -> napi::Result<R> {
+        let outer = self.s.lock();
+        let shared = outer.as_ref().ok_or_else(closed)?;
+        let mut g = shared.lock();
+        f(&mut g)
+    }
+}
+
+fn closed() -> napi::Error {
+    usage("this session handle is closed")
 }
 
 #[napi]
 impl NativeSession {
     /// The session id.
     #[napi(getter, catch_unwind)]
-    pub fn id(&self) -> String {
-        self.s.lock().id().to_string()
+    pub fn id(&self) -> napi::Result<String> {
+        self.with(|s| Ok(s.id().to_string()))
     }
 
     /// Number of events.
     #[napi(getter, catch_unwind)]
-    pub fn length(&self) -> i64 {
-        self.s.lock().len() as i64
+    pub fn length(&self) -> napi::Result<i64> {
+        self.with(|s| Ok(s.len() as i64))
+    }
+
+    /// Release this handle: the session is no longer held for writing
+    /// here (another handle may open it, `delete` may delete it). What it
+    /// appended stays appended; call `flush` first to wait for durability.
+    /// Every later call on this handle fails; closing twice does nothing.
+    #[napi(catch_unwind)]
+    pub fn close(&self) {
+        self.s.lock().take();
     }
 
     /// The repair report of `openSession`, as JSON (`null`: none).
@@ -337,21 +370,18 @@ impl NativeSession {
             ),
         };
         // The JSON text is parsed once and written as given.
-        self.s
-            .lock()
-            .append_json_text(&kind, &data, surface)
-            .map(|s| s as i64)
-            .map_err(err)
+        self.with(|s| {
+            s.append_json_text(&kind, &data, surface)
+                .map(|s| s as i64)
+                .map_err(err)
+        })
     }
 
     /// Resolves once everything this handle appended is durable.
     #[napi(catch_unwind, ts_return_type = "Promise<void>")]
-    pub fn flush(&self) -> AsyncTask<Job<()>> {
-        let (store, end) = {
-            let g = self.s.lock();
-            (g.store().clone(), g.last_end())
-        };
-        Job::new(move || store.wait_durable(end).map_err(err))
+    pub fn flush(&self) -> napi::Result<AsyncTask<Job<()>>> {
+        let (store, end) = self.with(|g| Ok((g.store().clone(), g.last_end())))?;
+        Ok(Job::new(move || store.wait_durable(end).map_err(err)))
     }
 
     /// The messages (no format) or a provider request body, as JSON.
@@ -368,29 +398,35 @@ impl NativeSession {
                 )))
             }
         };
-        let mut g = self.s.lock();
-        Ok(match provider {
-            Some(p) => g.request_body(p).to_string(),
-            None => {
-                let msgs: Vec<&ts::Message> = g.derive_messages().iter().map(|m| &**m).collect();
-                serde_json::to_string(&msgs).unwrap_or_else(|_| "[]".into())
-            }
+        self.with(|g| {
+            Ok(match provider {
+                Some(p) => g.request_body(p).to_string(),
+                None => {
+                    let msgs: Vec<&ts::Message> =
+                        g.derive_messages().iter().map(|m| &**m).collect();
+                    serde_json::to_string(&msgs).unwrap_or_else(|_| "[]".into())
+                }
+            })
         })
     }
 
     /// This handle's events `start..end`, as a JSON array (read off the
     /// event loop).
     #[napi(catch_unwind, ts_return_type = "Promise<string>")]
-    pub fn events(&self, start: Option<i64>, end: Option<i64>) -> AsyncTask<Job<String>> {
-        let s = self.s.clone();
-        Job::new(move || {
+    pub fn events(
+        &self,
+        start: Option<i64>,
+        end: Option<i64>,
+    ) -> napi::Result<AsyncTask<Job<String>>> {
+        let s = self.shared()?;
+        Ok(Job::new(move || {
             let g = s.lock();
             let len = g.len();
             let end = end.map_or(len, |e| (e.max(0) as u64).min(len));
             let start = (start.unwrap_or(0).max(0) as u64).min(end);
             let events = g.events(start..end).map_err(err)?;
             Ok(Value::Array(events.iter().map(event_json).collect()).to_string())
-        })
+        }))
     }
 
     /// Record the tool calls of one assistant message as one atomic group
@@ -402,16 +438,17 @@ impl NativeSession {
                 "tool calls must be [{{call_id, name, input}}]: {e}"
             ))
         })?;
-        let mut g = self.s.lock();
-        let first = g.len();
-        g.record_tool_calls(&calls).map_err(err)?;
-        Ok(first as i64)
+        self.with(|g| {
+            let first = g.len();
+            g.record_tool_calls(&calls).map_err(err)?;
+            Ok(first as i64)
+        })
     }
 
     /// The session's metadata, as JSON.
     #[napi(catch_unwind)]
-    pub fn metadata(&self) -> String {
-        serde_json::to_string(self.s.lock().metadata()).unwrap_or_else(|_| "{}".into())
+    pub fn metadata(&self) -> napi::Result<String> {
+        self.with(|g| Ok(serde_json::to_string(g.metadata()).unwrap_or_else(|_| "{}".into())))
     }
 }
 

@@ -132,6 +132,18 @@ test('subscribe, fork, search, metadata, delete', async () => {
   s.setMeta('branch', 'main')
   assert.deepEqual(s.metadata, { title: 'Deploy', tags: ['ops'], fields: { branch: 'main' } })
   await assert.rejects(st.delete('live'), (e) => e.kind === 'session_live')
+  // Closing the handle releases the session: it can then be deleted, and
+  // the closed handle refuses every call.
+  await s.flush()
+  s.close()
+  s.close()
+  assert.equal(kindOf(() => s.append('turn/start', { turn_id: 't2' })), 'invalid_argument')
+  assert.equal(kindOf(() => s.length), 'invalid_argument')
+  await assert.rejects(s.flush(), (e) => e instanceof TurnstoneError && e.kind === 'invalid_argument')
+  await assert.rejects(s.events(), (e) => e instanceof TurnstoneError)
+  assert.ok((await st.delete('live')) > 0)
+  assert.ok(!(await st.sessions()).some((x) => x.id === 'live'), 'deleted sessions are not listed')
+  assert.equal((await st.replay('kid')).length, 3, 'the fork still reads what it inherited')
   await st.close()
 })
 
