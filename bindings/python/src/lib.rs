@@ -371,6 +371,35 @@ impl NativeSession {
         })
     }
 
+    /// Append several core events as one atomic group (after a crash all
+    /// or none exist): a list of (kind, data, surface op as JSON text or
+    /// None); surface kinds may only append. Returns their seqs.
+    fn append_group(
+        &self,
+        py: Python<'_>,
+        events: Vec<(String, Bound<'_, PyAny>, Option<String>)>,
+    ) -> PyResult<Vec<u64>> {
+        let mut values = Vec::with_capacity(events.len());
+        for (kind, data, surface) in &events {
+            values.push((kind.clone(), to_value(data, 0)?, surface.clone()));
+        }
+        let s = self.s.clone();
+        py.detach(move || {
+            let mut group = Vec::with_capacity(values.len());
+            for (kind, data, surface) in values {
+                let op: Option<SurfaceOp> = match surface {
+                    None => None,
+                    Some(t) => Some(
+                        serde_json::from_str(&t)
+                            .map_err(|e| usage(format!("surface op is not valid: {e}")))?,
+                    ),
+                };
+                group.push((kind, data, op));
+            }
+            s.lock().append_json_group(group).map_err(err)
+        })
+    }
+
     /// Record the tool calls of one assistant message as one atomic group
     /// (JSON array of {call_id, name, input}); returns their seqs.
     fn record_tool_calls(&self, py: Python<'_>, calls: &str) -> PyResult<Vec<u64>> {
