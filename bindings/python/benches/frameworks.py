@@ -6,7 +6,8 @@
    AsyncSqliteSaver: checkpoints/s (``aput`` calls over wall time) and the
    p99 latency of a super-step (the time between two consecutive
    executions of the step node in one thread: the step's checkpoint and
-   writes included).
+   writes included). LangGraph's InMemorySaver (no I/O, not durable) is
+   run too, as the ceiling LangGraph's own CPU cost sets for any saver.
 2. Agents SDK: 64 sessions at once, each ``add_items`` 20 times (2 items a
    call: a function call and its output), TurnstoneSession vs the SDK's
    SQLiteSession on a file: items/s and p99 ``add_items`` latency.
@@ -24,6 +25,7 @@ Prints each run, then the medians and the ratio of the medians.
 from __future__ import annotations
 
 import argparse
+import bisect
 import asyncio
 import json
 import os
@@ -64,20 +66,24 @@ def build_graph(checkpointer, stamps):
     return g.compile(checkpointer=checkpointer)
 
 
-def count_puts(saver):
+def count_puts(saver, returns):
+    """Wrap ``aput``: count the calls and note when each returns, per thread."""
     counter = [0]
     orig = saver.aput
 
-    async def aput(*a, **k):
+    async def aput(config, *a, **k):
         counter[0] += 1
-        return await orig(*a, **k)
+        out = await orig(config, *a, **k)
+        returns.setdefault(config["configurable"]["thread_id"], []).append(time.perf_counter())
+        return out
 
     saver.aput = aput
     return counter
 
 
 async def run_graph(saver, threads: int) -> dict:
-    counter = count_puts(saver)
+    returns: dict = {}
+    counter = count_puts(saver, returns)
     stamps: dict = {}
     graph = build_graph(saver, stamps)
     cfgs = [{"configurable": {"thread_id": f"t{i}"}, "recursion_limit": 100} for i in range(threads)]
@@ -85,7 +91,14 @@ async def run_graph(saver, threads: int) -> dict:
     outs = await asyncio.gather(*(graph.ainvoke({"n": 0, "text": ""}, c) for c in cfgs))
     wall = time.perf_counter() - t0
     assert all(o["n"] == STEPS for o in outs)
-    lat = [b - a for ts in stamps.values() for a, b in zip(ts, ts[1:])]
+    # A super-step's latency: from its node starting to its checkpoint
+    # being saved (the first aput of that thread to return after it).
+    lat = []
+    for tid, starts in stamps.items():
+        rets = returns[tid]
+        for s in starts:
+            i = bisect.bisect_right(rets, s)
+            lat.append(rets[i] - s)
     return {"checkpoints": counter[0], "wall_s": wall, "checkpoints_per_s": counter[0] / wall,
             "p99_step_ms": p99(lat) * 1e3}
 
@@ -95,6 +108,14 @@ async def langgraph_turnstone(d: str, threads: int) -> dict:
 
     with TurnstoneSaver(os.path.join(d, "ts-lg")) as saver:
         return await run_graph(saver, threads)
+
+
+async def langgraph_memory(d: str, threads: int) -> dict:
+    """LangGraph's InMemorySaver: no I/O, no durability: the ceiling that
+    LangGraph's own CPU cost leaves any saver on this machine."""
+    from langgraph.checkpoint.memory import InMemorySaver
+
+    return await run_graph(InMemorySaver(), threads)
 
 
 async def langgraph_sqlite(d: str, threads: int) -> dict:
@@ -173,11 +194,12 @@ def main() -> None:
     args = ap.parse_args()
     print("loadavg at start:", open("/proc/loadavg").read().strip())
     cases = [("langgraph", "turnstone", langgraph_turnstone), ("langgraph", "sqlite", langgraph_sqlite),
-             ("agents", "turnstone", agents_turnstone), ("agents", "sqlite", agents_sqlite)]
+             ("agents", "turnstone", agents_turnstone), ("agents", "sqlite", agents_sqlite),
+             ("langgraph", "memory", langgraph_memory)]
     results: dict = {(a, b): [] for a, b, _ in cases}
     for r in range(args.runs):
         # Alternate the order so neither side always runs on a warmer cache.
-        order = cases if r % 2 == 0 else [cases[1], cases[0], cases[3], cases[2]]
+        order = cases if r % 2 == 0 else [cases[1], cases[0], cases[3], cases[2], cases[4]]
         for area, backend, fn in order:
             d = tempfile.mkdtemp(prefix="tsbench-", dir=args.dir)
             try:
@@ -195,6 +217,9 @@ def main() -> None:
     ag_t, ag_s = med[("agents", "turnstone")], med[("agents", "sqlite")]
     print(f"  LangGraph  TurnstoneSaver   {lg_t['checkpoints_per_s']:9.0f} checkpoints/s  p99 step {lg_t['p99_step_ms']:7.2f} ms")
     print(f"  LangGraph  AsyncSqliteSaver {lg_s['checkpoints_per_s']:9.0f} checkpoints/s  p99 step {lg_s['p99_step_ms']:7.2f} ms")
+    lg_m = med[("langgraph", "memory")]
+    print(f"  LangGraph  InMemorySaver    {lg_m['checkpoints_per_s']:9.0f} checkpoints/s  p99 step {lg_m['p99_step_ms']:7.2f} ms"
+          "  (no I/O: the ceiling)")
     print(f"    ratio: {lg_t['checkpoints_per_s'] / lg_s['checkpoints_per_s']:.2f}x checkpoints/s, "
           f"p99 step {lg_s['p99_step_ms'] / lg_t['p99_step_ms']:.2f}x lower")
     print(f"  Agents     TurnstoneSession {ag_t['items_per_s']:9.0f} items/s  p99 add_items {ag_t['p99_add_items_ms']:7.2f} ms")

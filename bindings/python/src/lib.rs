@@ -518,11 +518,41 @@ impl NativeSubscription {
     }
 }
 
+/// Wait until everything each of `sessions` appended is durable: one
+/// wait per store (for the furthest position), with the GIL released
+/// once for the whole list. What a waiter that serves many asyncio tasks
+/// calls, instead of one `flush` per session (each of which would have to
+/// take the GIL back from a busy event loop).
+#[pyfunction]
+fn flush_all(py: Python<'_>, sessions: Vec<PyRef<'_, NativeSession>>) -> PyResult<()> {
+    let handles: Vec<SharedSession> = sessions.iter().map(|s| s.s.clone()).collect();
+    drop(sessions);
+    py.detach(move || {
+        let mut targets: Vec<(Arc<Store>, turnstone::LogPos)> = Vec::new();
+        for h in handles {
+            let (store, end) = {
+                let g = h.lock();
+                (g.store().clone(), g.last_end())
+            };
+            match targets.iter_mut().find(|(s, _)| Arc::ptr_eq(s, &store)) {
+                Some((_, e)) => *e = (*e).max(end),
+                None => targets.push((store, end)),
+            }
+        }
+        for (store, end) in targets {
+            store.wait_durable(end)?;
+        }
+        Ok::<_, Error>(())
+    })
+    .map_err(err)
+}
+
 #[pymodule]
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<NativeStore>()?;
     m.add_class::<NativeSession>()?;
     m.add_class::<NativeSubscription>()?;
+    m.add_function(wrap_pyfunction!(flush_all, m)?)?;
     m.add("TurnstoneError", m.py().get_type::<TurnstoneError>())?;
     Ok(())
 }

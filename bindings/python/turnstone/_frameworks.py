@@ -16,6 +16,7 @@ import threading
 from typing import Optional
 
 from . import Store, TurnstoneError, error_kind
+from ._native import flush_all
 
 #: The plugin kinds the backends append (name -> ignorable).
 PLUGINS = {
@@ -67,23 +68,24 @@ def release(sh: _Shared) -> None:
     sh.store.close()
 
 
-def _settle(fut: asyncio.Future, error: Optional[BaseException]) -> None:
-    if fut.cancelled():
-        return
-    if error is None:
-        fut.set_result(None)
-    else:
-        fut.set_exception(error)
+def _settle_all(futs: list, error: Optional[BaseException]) -> None:
+    for fut in futs:
+        if fut.cancelled():
+            continue
+        if error is None:
+            fut.set_result(None)
+        else:
+            fut.set_exception(error)
 
 
 class DurabilityWaiter:
     """``await waiter.wait(session)``: resolves once everything the handle
     appended is durable. One thread waits for all tasks: each round takes
-    every pending request and flushes their sessions; the first flush
-    waits for the group commit, the others usually find their events in
-    the same batch and return at once. So N concurrent tasks cost one
-    fdatasync, not N (``asyncio.to_thread(flush)`` would cap that at the
-    executor's few workers)."""
+    every pending request and waits once, with the GIL released, until
+    all their sessions' appends are durable (``_native.flush_all``), then
+    wakes each event loop once. So N concurrent tasks share one group
+    commit (``asyncio.to_thread(flush)`` would cap that at the executor's
+    few workers)."""
 
     def __init__(self) -> None:
         self._cv = threading.Condition()
@@ -118,17 +120,20 @@ class DurabilityWaiter:
 
     @staticmethod
     def _round(batch: list) -> None:
-        outcome: dict = {}
-        for session, loop, fut in batch:
-            key = id(session)
-            if key not in outcome:
-                try:
-                    session.flush()  # releases the GIL while it waits
-                    outcome[key] = None
-                except BaseException as e:  # handed to the awaiting task
-                    outcome[key] = e
+        # One wait for the whole round, with the GIL released once: taking
+        # it back per session from a busy event loop costs up to a switch
+        # interval (5 ms) each.
+        error: Optional[BaseException] = None
+        try:
+            flush_all([session for session, _, _ in batch])
+        except BaseException as e:  # handed to every awaiting task
+            error = e
+        by_loop: dict = {}
+        for _, loop, fut in batch:
+            by_loop.setdefault(loop, []).append(fut)
+        for loop, futs in by_loop.items():
             try:
-                loop.call_soon_threadsafe(_settle, fut, outcome[key])
+                loop.call_soon_threadsafe(_settle_all, futs, error)
             except RuntimeError:  # that event loop is closed
                 pass
         batch.clear()
