@@ -227,3 +227,65 @@ def test_runner_with_a_scripted_model_is_killed_and_resumed(tmp_path):
     outputs = [i["call_id"] for i in r["items"] if i.get("type") == "function_call_output"]
     assert calls == outputs and len(set(calls)) == len(calls), "every call has its output, once"
     assert r["reasoning_intact"], "encrypted reasoning came back unchanged"
+
+
+ACKING_CHILD = r"""
+import asyncio, sys
+from turnstone.agents import TurnstoneSession
+store, acks = sys.argv[1:3]
+ack = open(acks, "a", buffering=1)
+
+async def worker(k):
+    s = TurnstoneSession(f"s{k}", store)
+    for i in range(10**9):
+        call = {"type": "function_call", "call_id": f"c{k}-{i}", "name": "f", "arguments": "{}"}
+        out = {"type": "function_call_output", "call_id": f"c{k}-{i}", "output": "x" * 200}
+        await s.add_items([call, out])
+        ack.write(f"s{k} {i}\n")
+
+async def main():
+    await asyncio.gather(*(worker(k) for k in range(8)))
+asyncio.run(main())
+"""
+
+
+def test_acknowledged_items_survive_sigkill_and_batches_stay_whole(tmp_path):
+    store, acks = str(tmp_path / "s"), str(tmp_path / "acks")
+    open(acks, "w").close()
+    for round_ in range(3):
+        child = subprocess.Popen([sys.executable, "-c", ACKING_CHILD, store, acks], cwd=str(tmp_path))
+        _wait_for_acks(acks, child)
+        time.sleep(0.05 + 0.1 * round_)  # then kill in the middle of the stream
+        child.send_signal(signal.SIGKILL)
+        assert child.wait() == -signal.SIGKILL
+        acked: dict = {}
+        for line in open(acks).read().splitlines():
+            sid, i = line.split()
+            acked.setdefault(sid, set()).add(int(i))
+        assert acked, "the child acknowledged nothing: the test proved nothing"
+
+        async def check():
+            for sid, done in acked.items():
+                s = TurnstoneSession(sid, store)
+                items = await s.get_items()
+                s.close()
+                assert len(items) % 2 == 0, "an add_items batch was cut in half"
+                for a, b in zip(items[::2], items[1::2]):
+                    assert a["type"] == "function_call" and b["call_id"] == a["call_id"]
+                have = {int(a["call_id"].split("-")[1]) for a in items[::2]}
+                assert done <= have, f"acknowledged items lost in {sid}"
+
+        run(check())
+
+
+def _wait_for_acks(acks, child, n=1, timeout=60):
+    """Until the child has acknowledged something more (it takes a while
+    to import the framework), so the kill lands while it is writing."""
+    import time
+
+    start = len(open(acks).read().splitlines())
+    deadline = time.time() + timeout
+    while time.time() < deadline and child.poll() is None:
+        if len(open(acks).read().splitlines()) >= start + n:
+            return
+        time.sleep(0.01)

@@ -229,7 +229,8 @@ def test_every_acknowledged_checkpoint_survives_sigkill(tmp_path, mode):
     open(acks, "w").close()
     for round_ in range(3):
         child = subprocess.Popen([sys.executable, "-c", ACKING_CHILD, store, acks, mode], cwd=str(tmp_path))
-        time.sleep(0.6 + 0.2 * round_)
+        _wait_for_acks(acks, child)
+        time.sleep(0.05 + 0.1 * round_)  # then kill in the middle of the stream
         child.send_signal(signal.SIGKILL)
         assert child.wait() == -signal.SIGKILL
         acked: dict = {}
@@ -246,3 +247,16 @@ def test_every_acknowledged_checkpoint_survives_sigkill(tmp_path, mode):
                     t = listed[cid]
                     assert t.checkpoint["channel_values"] == {"x": "v" * 300}
                     assert [w[1:] for w in t.pending_writes] == [("x", t.metadata["step"])]
+
+
+def _wait_for_acks(acks, child, n=1, timeout=60):
+    """Until the child has acknowledged something more (it takes a while
+    to import the framework), so the kill lands while it is writing."""
+    import time
+
+    start = len(open(acks).read().splitlines())
+    deadline = time.time() + timeout
+    while time.time() < deadline and child.poll() is None:
+        if len(open(acks).read().splitlines()) >= start + n:
+            return
+        time.sleep(0.01)
