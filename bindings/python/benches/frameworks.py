@@ -8,7 +8,7 @@
    executions of the step node in one thread: the step's checkpoint and
    writes included). LangGraph's InMemorySaver (no I/O, not durable) is
    run too, as the ceiling LangGraph's own CPU cost sets for any saver.
-2. Agents SDK: 64 sessions at once, each ``add_items`` 20 times (2 items a
+2. Agents SDK: 64 sessions at once, each ``add_items`` 50 times (2 items a
    call: a function call and its output), TurnstoneSession vs the SDK's
    SQLiteSession on a file: items/s and p99 ``add_items`` latency.
 
@@ -134,7 +134,7 @@ async def langgraph_sqlite(d: str, threads: int) -> dict:
 
 # ---- Agents SDK
 
-CALLS = 20
+CALLS = 50
 
 
 def items(i: int, k: int) -> list:
