@@ -227,6 +227,10 @@ def main() -> None:
     print(f"    ratio: {ag_t['items_per_s'] / ag_s['items_per_s']:.2f}x items/s, "
           f"p99 add_items {ag_s['p99_add_items_ms'] / ag_t['p99_add_items_ms']:.2f}x lower")
     print(f"  SQLite: {results[('langgraph', 'sqlite')][0]['sqlite']}")
+    per_run = lambda area, m: ", ".join(  # noqa: E731
+        f"{t[m] / q[m]:.2f}x" for t, q in zip(results[(area, "turnstone")], results[(area, "sqlite")]))
+    print(f"  per-run ratios (turnstone / sqlite, same run): LangGraph checkpoints/s {per_run('langgraph', 'checkpoints_per_s')}; "
+          f"Agents items/s {per_run('agents', 'items_per_s')}")
 
 
 if __name__ == "__main__":
