@@ -142,7 +142,7 @@ def test_pop_and_clear_are_surface_operations_that_erase_nothing(tmp_path):
     run(main())
     with turnstone.Store(d) as st:
         events = st.replay("agents:p")
-        kept = [e["data"]["content"][0]["item"] for e in events if e["data"].get("content")]
+        kept = [e["data"]["content"][0]["openai_agents_item"] for e in events if e["data"].get("content")]
         assert kept == ITEMS[:4] + ITEMS[5:7], "every item ever added is still in the log"
         ops = [e["data"]["agents"]["op"] for e in events if "agents" in e["data"]]
         assert ops == ["pop_item", "clear_session"]
@@ -150,8 +150,12 @@ def test_pop_and_clear_are_surface_operations_that_erase_nothing(tmp_path):
         assert [e["kind"] for e in events[:4]] == ["user/message"] * 3 + ["assistant/message"]
         s = st.open_read_only("agents:p")
         # The derived history (what a model would be sent) no longer shows them.
-        derived = [m["content"][0]["item"] for m in s.messages()]
+        derived = [m["content"][0]["openai_agents_item"] for m in s.messages()]
         assert derived == ITEMS[5:7]
+        assert [m["content"][0]["text"] for m in s.messages()] == ["4", "4"]
+        # Search finds the text of live items and, the log being the record,
+        # of popped ones too.
+        assert [h["seq"] for h in st.search("brief")] == [2]
 
 
 def test_a_crashed_session_is_loaded_without_repairs_and_pops_anything(tmp_path):

@@ -13,20 +13,24 @@ over is one surface event, ``user/message`` for items with role user,
 system or developer and ``assistant/message`` for everything else
 (assistant messages, reasoning with its encrypted content, function calls
 and their outputs, item types that do not exist yet), whose single content
-block is ``{"type": "openai_agents_item", "item": <the item, unchanged>}``.
-Content blocks cross the engine as JSON values, so ``get_items`` gives back
-JSON-equal items, unknown fields included. The items of one ``add_items``
-call are one atomic group: after a crash all of them are there or none (a
-function call is never left without the output added with it).
+block is a text block carrying the item, unchanged, in a field of its own:
+``{"type": "text", "text": <the item's text>, "openai_agents_item": <the
+item>}``. Content blocks cross the engine as JSON values, so ``get_items``
+gives back JSON-equal items, unknown fields included; the text (message
+text, refusals, reasoning summaries, function names and arguments, tool
+outputs) is what search, ``messages()`` and the CLI see, stored a second
+time for them. The items of one ``add_items`` call are one atomic group:
+after a crash all of them are there or none (a function call is never
+left without the output added with it).
 
-Why the envelope and not the item itself as the block: turnstone reads a
-bare ``function_call`` / ``function_call_output`` block as a tool use and
-its result, and then keeps its own agent-loop rules for them: a replace may
+Why not the item itself as the block: turnstone reads a bare
+``function_call`` / ``function_call_output`` block as a tool use and its
+result, and then keeps its own agent-loop rules for them: a replace may
 not separate a call from its output, nor remove a call whose output is
 pending, and loading a crashed session answers an unanswered call with a
 synthetic result. The SDK runs its own loop, and its sessions may pop any
-item at any time (SQLiteSession does), so the items are opaque to the
-engine's tool rules; their text still reaches search (string leaves).
+item at any time (SQLiteSession does), so the items stay opaque to the
+engine's tool rules.
 
 ``pop_item`` and ``clear_session`` are surface operations: an empty
 ``assistant/message`` (which ``derive_messages`` skips; its ``agents``
@@ -59,7 +63,35 @@ __all__ = ["TurnstoneSession"]
 _USER_ROLES = ("user", "system", "developer")
 
 
-_BLOCK = "openai_agents_item"
+_FIELD = "openai_agents_item"
+
+
+def _parts_text(content, out: list) -> None:
+    if isinstance(content, str):
+        out.append(content)
+    elif isinstance(content, list):
+        for part in content:
+            if isinstance(part, dict):
+                for key in ("text", "refusal"):
+                    if isinstance(part.get(key), str):
+                        out.append(part[key])
+
+
+def _text(item: dict) -> str:
+    """The item's text, for search and the CLI: message text and
+    refusals, reasoning summaries, a function call's name and arguments,
+    a tool output."""
+    out: list = []
+    _parts_text(item.get("content"), out)
+    _parts_text(item.get("summary"), out)
+    if isinstance(item.get("name"), str) and isinstance(item.get("arguments"), str):
+        out.append(f"{item['name']}({item['arguments']})")
+    _parts_text(item.get("output"), out)
+    return "\n".join(out)
+
+
+def _block(item: dict) -> dict:
+    return {"type": "text", "text": _text(item), _FIELD: item}
 
 
 def _kind(item: Any) -> str:
@@ -150,7 +182,7 @@ class TurnstoneSession(SessionABC):
             return []
         first = seqs[0]
         events = st.session.events(first, seqs[-1] + 1)
-        return [events[s - first]["data"]["content"][0]["item"] for s in seqs]
+        return [events[s - first]["data"]["content"][0][_FIELD] for s in seqs]
 
     def _check_not_closed(self) -> None:
         if self._closed:
@@ -176,8 +208,7 @@ class TurnstoneSession(SessionABC):
         self._check_not_closed()
         if not items:
             return
-        group = [(_kind(item), {"content": [{"type": _BLOCK, "item": item}]}, "append")
-                 for item in items]
+        group = [(_kind(item), {"content": [_block(item)]}, "append") for item in items]
         with self._shared.lock:
             st = self._state()
             if st.session is None:
