@@ -260,3 +260,24 @@ def _wait_for_acks(acks, child, n=1, timeout=60):
         if len(open(acks).read().splitlines()) >= start + n:
             return
         time.sleep(0.01)
+
+
+def test_a_copy_outlives_its_deleted_source_and_a_deleted_thread_starts_empty(tmp_path):
+    d = tmp_path / "s"
+    with TurnstoneSaver(d) as saver:
+        EX.build(saver).invoke({"messages": [HumanMessage("go", id="h")]}, EX.THREAD)
+        src = _dump(saver)
+        saver.copy_thread("crash-demo", "copy")
+        saver.delete_thread("crash-demo")
+        assert list(saver.list({"configurable": {"thread_id": "crash-demo"}})) == []
+        EX.build(saver).invoke({"messages": [HumanMessage("again", id="h2")]}, EX.THREAD)
+        fresh = list(saver.list({"configurable": {"thread_id": "crash-demo"}}))
+    with TurnstoneSaver(d) as saver:
+        copy = list(saver.list({"configurable": {"thread_id": "copy"}}))
+        assert [t.checkpoint["id"] for t in copy] == [t[1]["id"] for t in src]
+        assert [t.checkpoint for t in copy] == [t[1] for t in src]
+        again = list(saver.list({"configurable": {"thread_id": "crash-demo"}}))
+        assert [t.checkpoint["id"] for t in again] == [t.checkpoint["id"] for t in fresh]
+        assert not set(t.checkpoint["id"] for t in again) & set(t[1]["id"] for t in src)
+        names = sorted(s["id"] for s in saver.store.sessions())
+    assert names == ["langgraph:copy", "langgraph~1:crash-demo"]
