@@ -281,3 +281,55 @@ def test_a_copy_outlives_its_deleted_source_and_a_deleted_thread_starts_empty(tm
         assert not set(t.checkpoint["id"] for t in again) & set(t[1]["id"] for t in src)
         names = sorted(s["id"] for s in saver.store.sessions())
     assert names == ["langgraph:copy", "langgraph~1:crash-demo"]
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_list_answers_like_in_memory_saver_on_random_queries(tmp_path, seed):
+    """list() with filters (from the metadata index, or tested one by one
+    for None and non-scalar values), before, limit and namespaces gives
+    LangGraph's InMemorySaver's answers; after a reload too."""
+    import random
+
+    rng = random.Random(seed)
+    ref = InMemorySaver()
+    d = tmp_path / "s"
+    saver = TurnstoneSaver(d)
+    heads: dict = {}
+    n = 0
+    for _ in range(120):
+        tid, ns = rng.choice(["a", "b"]), rng.choice(["", "child:1"])
+        n += 1
+        md = {"source": rng.choice(["input", "loop", "update"]), "step": rng.randint(0, 3),
+              "run_id": rng.choice(["r1", "r2", None]), "score": rng.choice([1, 2.5, True, "x"]),
+              "tags": rng.choice([["t"], {"k": 1}, []])}
+        if rng.random() < 0.3:
+            del md["run_id"]
+        cfg = {"configurable": {"thread_id": tid, "checkpoint_ns": ns}}
+        if (tid, ns) in heads:
+            cfg["configurable"]["checkpoint_id"] = heads[(tid, ns)]
+        cp = {"v": 1, "id": f"1ef{n:06d}", "ts": "t", "channel_values": {}, "channel_versions": {},
+              "versions_seen": {}, "updated_channels": None}
+        ref.put(cfg, cp, md, {})
+        heads[(tid, ns)] = saver.put(cfg, cp, md, {})["configurable"]["checkpoint_id"]
+
+    def queries():
+        r = random.Random(seed + 100)
+        for _ in range(150):
+            keys = r.sample(["source", "step", "run_id", "score", "tags"], r.randint(0, 2))
+            values = {"source": ["input", "loop", "nope"], "step": [0, 1, 3], "run_id": ["r1", None],
+                      "score": [1, 2.5, True, "x"], "tags": [["t"], {"k": 1}]}
+            flt = {k: r.choice(values[k]) for k in keys} or None
+            cfg = {"configurable": {"thread_id": r.choice(["a", "b"]), "checkpoint_ns": r.choice(["", "child:1"])}}
+            before = {"configurable": {"checkpoint_id": f"1ef{r.randint(1, n + 1):06d}"}} if r.random() < 0.4 else None
+            yield cfg, flt, before, r.choice([None, 1, 3, 10])
+
+    def ids(sv, q):
+        cfg, flt, before, limit = q
+        return [t.checkpoint["id"] for t in sv.list(cfg, filter=flt, before=before, limit=limit)]
+
+    want = [ids(ref, q) for q in queries()]
+    assert sum(1 for w in want if w) > 50, "most queries match something"
+    assert [ids(saver, q) for q in queries()] == want
+    saver.close()
+    with TurnstoneSaver(d) as again:
+        assert [ids(again, q) for q in queries()] == want

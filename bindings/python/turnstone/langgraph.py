@@ -56,6 +56,7 @@ from . import TurnstoneError, _frameworks, error_kind
 __all__ = ["TurnstoneSaver"]
 
 _PREFIX = "langgraph"
+_SCALARS = (str, int, float, bool, type(None))
 
 
 def _names(thread_id: str):
@@ -102,6 +103,37 @@ class _Thread:
         self.order: dict[str, list[str]] = {}
         self.blobs: dict[tuple, list] = {}
         self.writes: dict[tuple, dict[tuple, tuple]] = {}
+        #: (metadata key, scalar value) -> {(namespace, checkpoint id)}:
+        #: what ``list(filter=...)`` intersects instead of testing each
+        #: checkpoint
+        self.by_meta: dict[tuple, set] = {}
+
+    def _index_meta(self, ns: str, cid: str, metadata: dict, add: bool) -> None:
+        for k, v in metadata.items():
+            if isinstance(v, _SCALARS):
+                key = (k, v)
+                if add:
+                    self.by_meta.setdefault(key, set()).add((ns, cid))
+                else:
+                    ids = self.by_meta.get(key)
+                    if ids is not None:
+                        ids.discard((ns, cid))
+                        if not ids:
+                            del self.by_meta[key]
+
+    def matching(self, filter: dict) -> Optional[set]:
+        """The (namespace, id) pairs whose metadata has every pair of
+        ``filter``, from the index; None when a filter value is not a
+        scalar or is None (the caller then tests each checkpoint)."""
+        if not all(isinstance(v, _SCALARS) and v is not None for v in filter.values()):
+            return None  # (a None matches a missing key too, as in LangGraph's savers)
+        out: Optional[set] = None
+        for k, v in filter.items():
+            ids = self.by_meta.get((k, v), set())
+            out = set(ids) if out is None else out & ids
+            if not out:
+                return set()
+        return out
 
     def apply(self, kind: str, data: dict, metadata: Optional[dict] = None) -> None:
         if kind == "langgraph/checkpoint":
@@ -113,7 +145,10 @@ class _Thread:
             cps = self.cps.setdefault(ns, {})
             if cid not in cps:
                 bisect.insort(self.order.setdefault(ns, []), cid)
+            else:
+                self._index_meta(ns, cid, cps[cid].metadata, add=False)
             cps[cid] = _Cp(data["checkpoint"], metadata, data.get("parent"))
+            self._index_meta(ns, cid, metadata, add=True)
         elif kind == "langgraph/writes":
             stored = self.writes.setdefault((data["ns"], data["checkpoint_id"]), {})
             task_id, task_path = data["task_id"], data.get("task_path", "")
@@ -133,7 +168,7 @@ class _Thread:
         for ns, cps in self.cps.items():
             gone = [cid for cid, cp in cps.items() if doomed(ns, cid, cp)]
             for cid in gone:
-                del cps[cid]
+                self._index_meta(ns, cid, cps.pop(cid).metadata, add=False)
                 self.writes.pop((ns, cid), None)
             if gone:
                 self.order[ns] = [cid for cid in self.order[ns] if cid in cps]
@@ -312,18 +347,24 @@ class TurnstoneSaver(BaseCheckpointSaver):
                     continue
                 want_ns = conf.get("checkpoint_ns")
                 want_id = conf.get("checkpoint_id")
+                indexed = t.matching(filter) if filter else None
                 cands = []
                 for ns, ids in t.order.items():
                     if want_ns is not None and ns != want_ns:
                         continue
                     end = bisect.bisect_left(ids, before_id) if before_id else len(ids)
-                    cands.extend((cid, ns) for cid in ids[:end])
+                    if indexed is not None:
+                        cands.extend((cid, ns) for n, cid in indexed
+                                     if n == ns and (before_id is None or cid < before_id))
+                    else:
+                        cands.extend((cid, ns) for cid in ids[:end])
                 cands.sort(reverse=True)
                 for cid, ns in cands:
                     if want_id and cid != want_id:
                         continue
                     cp = t.cps[ns][cid]
-                    if filter and not all(cp.metadata.get(k) == v for k, v in filter.items()):
+                    if filter and indexed is None and not all(
+                            cp.metadata.get(k) == v for k, v in filter.items()):
                         continue
                     out.append(self._tuple(t, tid, ns, cid, cp))
                     if limit is not None and len(out) >= limit:
