@@ -7,6 +7,11 @@ venv="$here/target/venv"
 command -v python3 >/dev/null || { echo "python3 is not installed" >&2; exit 2; }
 [ -x "$venv/bin/python" ] || python3 -m venv "$venv"
 "$venv/bin/pip" install --quiet --disable-pip-version-check "pytest>=8,<9"
+# The framework backends' dependencies, pinned, with the baselines they are
+# compared against (SQLite savers/sessions) and LangGraph's conformance suite.
+"$venv/bin/pip" install --quiet --disable-pip-version-check \
+  "langgraph==1.2.22" "langgraph-checkpoint==4.3.2" "langgraph-checkpoint-sqlite==3.1.2" \
+  "langgraph-checkpoint-conformance==0.0.2" "aiosqlite==0.22.1" "openai-agents==0.24.0"
 # Builds the extension with maturin (PEP 517), as `pip install ./bindings/python` does.
 "$venv/bin/pip" install --quiet --disable-pip-version-check --force-reinstall --no-deps "$here"
 # The Rust CLI, for the cross-language tests (already built by `cargo test`).
@@ -14,6 +19,8 @@ root="$(cd "$here/../.." && pwd)"
 ( cd "$root" && cargo build -q -p turnstone-cli )
 export TURNSTONE_BIN="$root/target/debug/turnstone"
 cd "$here"
+# LangGraph's checkpointer conformance suite against TurnstoneSaver: its report.
+"$venv/bin/python" tests/langgraph_conformance.py
 # `pytest`, not `python -m pytest`: the source folder must not shadow the
 # installed package (which has the native module).
 exec "$venv/bin/pytest" -q -p no:cacheprovider tests "$@"

@@ -371,6 +371,35 @@ impl NativeSession {
         })
     }
 
+    /// Append several core events as one atomic group (after a crash all
+    /// or none exist): a list of (kind, data, surface op as JSON text or
+    /// None); surface kinds may only append. Returns their seqs.
+    fn append_group(
+        &self,
+        py: Python<'_>,
+        events: Vec<(String, Bound<'_, PyAny>, Option<String>)>,
+    ) -> PyResult<Vec<u64>> {
+        let mut values = Vec::with_capacity(events.len());
+        for (kind, data, surface) in &events {
+            values.push((kind.clone(), to_value(data, 0)?, surface.clone()));
+        }
+        let s = self.s.clone();
+        py.detach(move || {
+            let mut group = Vec::with_capacity(values.len());
+            for (kind, data, surface) in values {
+                let op: Option<SurfaceOp> = match surface {
+                    None => None,
+                    Some(t) => Some(
+                        serde_json::from_str(&t)
+                            .map_err(|e| usage(format!("surface op is not valid: {e}")))?,
+                    ),
+                };
+                group.push((kind, data, op));
+            }
+            s.lock().append_json_group(group).map_err(err)
+        })
+    }
+
     /// Record the tool calls of one assistant message as one atomic group
     /// (JSON array of {call_id, name, input}); returns their seqs.
     fn record_tool_calls(&self, py: Python<'_>, calls: &str) -> PyResult<Vec<u64>> {
@@ -489,11 +518,41 @@ impl NativeSubscription {
     }
 }
 
+/// Wait until everything each of `sessions` appended is durable: one
+/// wait per store (for the furthest position), with the GIL released
+/// once for the whole list. What a waiter that serves many asyncio tasks
+/// calls, instead of one `flush` per session (each of which would have to
+/// take the GIL back from a busy event loop).
+#[pyfunction]
+fn flush_all(py: Python<'_>, sessions: Vec<PyRef<'_, NativeSession>>) -> PyResult<()> {
+    let handles: Vec<SharedSession> = sessions.iter().map(|s| s.s.clone()).collect();
+    drop(sessions);
+    py.detach(move || {
+        let mut targets: Vec<(Arc<Store>, turnstone::LogPos)> = Vec::new();
+        for h in handles {
+            let (store, end) = {
+                let g = h.lock();
+                (g.store().clone(), g.last_end())
+            };
+            match targets.iter_mut().find(|(s, _)| Arc::ptr_eq(s, &store)) {
+                Some((_, e)) => *e = (*e).max(end),
+                None => targets.push((store, end)),
+            }
+        }
+        for (store, end) in targets {
+            store.wait_durable(end)?;
+        }
+        Ok::<_, Error>(())
+    })
+    .map_err(err)
+}
+
 #[pymodule]
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<NativeStore>()?;
     m.add_class::<NativeSession>()?;
     m.add_class::<NativeSubscription>()?;
+    m.add_function(wrap_pyfunction!(flush_all, m)?)?;
     m.add("TurnstoneError", m.py().get_type::<TurnstoneError>())?;
     Ok(())
 }

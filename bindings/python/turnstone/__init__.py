@@ -303,6 +303,13 @@ class Session:
         Returns the event's seq. Nothing is written if it raises."""
         return self._native.append(kind, data, _surface(surface))
 
+    def append_group(self, events: list) -> list:
+        """Append several core events as one atomic group: after a crash
+        either all of them exist or none. ``events``: ``(kind, data,
+        surface)`` tuples as for ``append``; a surface kind may only
+        ``"append"``. Returns their seqs; nothing is written if it raises."""
+        return self._native.append_group([(k, d, _surface(op)) for k, d, op in events])
+
     def user(self, content: Union[str, list]) -> int:
         """Append a user message (text, or content blocks)."""
         blocks = [{"type": "text", "text": content}] if isinstance(content, str) else content

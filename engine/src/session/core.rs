@@ -554,6 +554,29 @@ impl Session {
         Ok(seqs[0])
     }
 
+    /// Append core events given as JSON values as one atomic group (one
+    /// commit batch: after a crash all of them exist or none). Each is
+    /// checked as [`Session::append_core_value`] checks one; a surface op
+    /// in a group must be `Append` (a replace would be checked against a
+    /// surface the group itself changes), which the caller ensures.
+    pub(crate) fn append_core_values(
+        &mut self,
+        events: Vec<(CoreKind, Value, Option<SurfaceOp>)>,
+    ) -> Result<Vec<u64>> {
+        let mut items = Vec::with_capacity(events.len());
+        let mut decoded = Vec::with_capacity(events.len());
+        for (i, (kind, value, op)) in events.into_iter().enumerate() {
+            debug_assert!(matches!(op, None | Some(SurfaceOp::Append)));
+            self.check_live(kind, &value, op)?;
+            let (payload, mut ev) = event::encode_core_value(kind, value, op, self.len + i as u64);
+            let flags = event::core_flags(kind);
+            ev.ignorable = flags & crate::frame::FLAG_IGNORABLE != 0;
+            items.push((kind.code(), flags, payload));
+            decoded.push(ev);
+        }
+        self.append_decoded(items, decoded)
+    }
+
     /// The session's metadata (title, tags, fields): the fold of its
     /// `session/meta` events, a fork child's starting from its parent's at
     /// the fork point. Like every view it is in the log, so it survives a

@@ -124,6 +124,60 @@ impl Session {
     }
 }
 
+impl Session {
+    /// Append several events given by kind name and JSON data as one
+    /// atomic group: one commit batch, so after a crash either all of them
+    /// exist or none (what a harness needs for the items of one model
+    /// response, say a function call and its reasoning). Core kinds only;
+    /// each follows the rules of [`Session::append_json`], and a surface
+    /// kind may only `append` (a replace inside a group would be checked
+    /// against a surface the group itself changes). Nothing is written
+    /// when any event is refused. Returns the seqs.
+    pub fn append_json_group(
+        &mut self,
+        events: Vec<(String, Value, Option<SurfaceOp>)>,
+    ) -> Result<Vec<u64>> {
+        let mut checked = Vec::with_capacity(events.len());
+        for (kind, data, surface) in events {
+            let core = CoreKind::from_name(&kind).ok_or_else(|| {
+                Error::InvalidArgument(format!(
+                    "{kind:?} in a group: only core kinds are appended in groups"
+                ))
+            })?;
+            if matches!(core, CoreKind::SessionMeta | CoreKind::SessionDelete) {
+                return Err(Error::InvalidArgument(format!(
+                    "{kind} is not appended in groups"
+                )));
+            }
+            let surface_kind = matches!(
+                core,
+                CoreKind::UserMessage | CoreKind::AssistantMessage | CoreKind::ToolResult
+            );
+            let op = if surface_kind {
+                let op = op(&kind, surface)?;
+                if op != SurfaceOp::Append {
+                    return Err(Error::InvalidArgument(format!(
+                        "{kind} in a group: only the append surface op is allowed"
+                    )));
+                }
+                Some(op)
+            } else {
+                no_op(&kind, surface)?;
+                None
+            };
+            ev::validate_core(core, &data).map_err(|e| {
+                let detail = match e {
+                    ev::DecodeError::Malformed(d) => d,
+                    other => format!("{other:?}"),
+                };
+                Error::InvalidArgument(format!("{kind}: the data does not fit the kind: {detail}"))
+            })?;
+            checked.push((core, data, op));
+        }
+        self.append_core_values(checked)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use std::sync::Arc;
@@ -227,5 +281,69 @@ mod tests {
             assert!(matches!(e, Error::InvalidArgument(_)), "{text}: {e}");
         }
         assert_eq!(s.len(), 0);
+    }
+
+    #[test]
+    fn a_json_group_is_appended_whole_or_not_at_all() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Arc::new(Store::open(dir.path()).unwrap());
+        let mut s = Session::create(store.clone(), "g", Arc::new(Registry::new())).unwrap();
+        let item = json!({"role": "user", "content": "hi", "unknown_field": [1]});
+        let call =
+            json!({"type": "function_call", "call_id": "c1", "name": "f", "arguments": "{}"});
+        let app = Some(SurfaceOp::Append);
+        let seqs = s
+            .append_json_group(vec![
+                (
+                    "user/message".into(),
+                    json!({"content": [item.clone()]}),
+                    app,
+                ),
+                (
+                    "assistant/message".into(),
+                    json!({"content": [call.clone()]}),
+                    app,
+                ),
+            ])
+            .unwrap();
+        assert_eq!(seqs, vec![0, 1]);
+        let back = s.events(0..2).unwrap();
+        assert_eq!(back[0].data["content"][0], item);
+        assert_eq!(back[1].data["content"][0], call);
+        assert_eq!(s.derive_messages().len(), 2);
+        // One bad event refuses the whole group: nothing is written.
+        for bad in [
+            vec![
+                (
+                    "user/message".into(),
+                    json!({"content": [item.clone()]}),
+                    app,
+                ),
+                ("user/message".into(), json!({"content": 3}), app),
+            ],
+            vec![
+                (
+                    "user/message".into(),
+                    json!({"content": [item.clone()]}),
+                    app,
+                ),
+                (
+                    "user/message".into(),
+                    json!({"content": [item.clone()]}),
+                    Some(SurfaceOp::Replace { start: 0, end: 1 }),
+                ),
+            ],
+            vec![("no/such-kind".into(), json!({}), None)],
+            vec![("turn/start".into(), json!({"turn_id": "t"}), app)],
+        ] {
+            let e = s.append_json_group(bad).unwrap_err();
+            assert!(matches!(e, Error::InvalidArgument(_)), "{e}");
+            assert_eq!(s.len(), 2);
+        }
+        s.flush().unwrap();
+        drop(s);
+        // Reopened: the group folds to the same surface.
+        let s = Session::open_read_only(store, "g", Arc::new(Registry::new())).unwrap();
+        assert_eq!(s.len(), 2);
     }
 }
