@@ -54,8 +54,29 @@ function surfaceJson(surface) {
 }
 
 function json(data) {
-  if (data === undefined) throw new TypeError('event data must be a JSON value')
-  return JSON.stringify(data)
+  const text = data === undefined ? undefined : JSON.stringify(data)
+  if (text === undefined) throw new TypeError('event data must be a JSON value')
+  return text
+}
+
+// Event data go to the addon as UTF-8 in one reused Buffer (writing a string
+// into it costs less than converting the string across N-API). Up to 3 bytes
+// per UTF-16 unit, so text of n units always fits in 3n bytes; text too large
+// for the reused Buffer gets a Buffer of its own.
+const SCRATCH_MAX = 1 << 20
+let scratch = Buffer.allocUnsafe(1 << 16)
+function utf8(text) {
+  const need = text.length * 3
+  if (need > scratch.length) {
+    if (need > SCRATCH_MAX) {
+      const own = Buffer.from(text, 'utf8')
+      return [own, own.length]
+    }
+    let size = scratch.length
+    while (size < need) size *= 2
+    scratch = Buffer.allocUnsafe(size)
+  }
+  return [scratch, scratch.write(text, 0, 'utf8')]
 }
 
 class Store {
@@ -138,7 +159,8 @@ class Session {
   }
   /** Append one event; surface kinds need `{surface: "append"}`. Returns its seq. */
   append(kind, data, { surface } = {}) {
-    return call(() => this._n.append(kind, json(data), surfaceJson(surface)))
+    const [buf, len] = utf8(json(data))
+    return call(() => this._n.appendUtf8(kind, buf, len, surfaceJson(surface)))
   }
   user(content) {
     const blocks = typeof content === 'string' ? [{ type: 'text', text: content }] : content

@@ -323,6 +323,18 @@ impl NativeSession {
     }
 }
 
+/// A surface op given as JSON (`None`: none).
+fn surface_op(text: Option<&str>) -> napi::Result<Option<SurfaceOp>> {
+    Ok(match text {
+        None => None,
+        // The common op without a parse.
+        Some(r#"{"op":"append"}"#) => Some(SurfaceOp::Append),
+        Some(t) => Some(
+            serde_json::from_str(t).map_err(|e| usage(format!("surface op is not valid: {e}")))?,
+        ),
+    })
+}
+
 fn closed() -> napi::Error {
     usage("this session handle is closed")
 }
@@ -360,18 +372,34 @@ impl NativeSession {
     /// the three surface kinds); returns its seq.
     #[napi(catch_unwind)]
     pub fn append(&self, kind: String, data: String, surface: Option<String>) -> napi::Result<i64> {
-        let surface: Option<SurfaceOp> = match surface.as_deref() {
-            None => None,
-            // The common op without a parse.
-            Some(r#"{"op":"append"}"#) => Some(SurfaceOp::Append),
-            Some(t) => Some(
-                serde_json::from_str(t)
-                    .map_err(|e| usage(format!("surface op is not valid: {e}")))?,
-            ),
-        };
+        let surface = surface_op(surface.as_deref())?;
         // The JSON text is parsed once and written as given.
         self.with(|s| {
             s.append_json_text(&kind, &data, surface)
+                .map(|s| s as i64)
+                .map_err(err)
+        })
+    }
+
+    /// `append` with the data as UTF-8 JSON in the first `len` bytes of a
+    /// Buffer (the package writes into one reused Buffer: cheaper than
+    /// converting a string across N-API).
+    #[napi(catch_unwind)]
+    pub fn append_utf8(
+        &self,
+        kind: String,
+        data: BufferSlice,
+        len: u32,
+        surface: Option<String>,
+    ) -> napi::Result<i64> {
+        let bytes = data
+            .get(..len as usize)
+            .ok_or_else(|| usage(format!("{len} bytes asked of a {}-byte buffer", data.len())))?;
+        let text = std::str::from_utf8(bytes)
+            .map_err(|e| usage(format!("event data is not UTF-8: {e}")))?;
+        let surface = surface_op(surface.as_deref())?;
+        self.with(|s| {
+            s.append_json_text(&kind, text, surface)
                 .map(|s| s as i64)
                 .map_err(err)
         })

@@ -4,7 +4,9 @@ installed (bash bindings/python/run.sh installs it into target/venv):
     target/venv/bin/python benches/bench.py [--turnstone-bin PATH] [--seconds 5]
 
 1. append of a 1 KiB user/message from Python: median time per call over
-   batches of 100 calls (20,000 calls, then flush);
+   batches of 100 calls, 20,000 calls into sessions of 1,000 events (the
+   steady cost), then 20,000 into one session (which also grows the
+   session's in-memory message cache by ~20 MB);
 2. the fleet turn shape (turn/start, user/message, step/start, 20
    assistant/chunk, assistant/message with a tool_use, tool/call, a
    durability wait, tool/result, step/end, turn/end, a durability wait)
@@ -26,17 +28,29 @@ import turnstone
 
 
 def bench_append(d):
+    """Median µs per append: (sessions of 1,000 appends, one session of
+    20,000). A session keeps its model-visible messages in memory, so the
+    second also pays for ~20 MB of fresh memory (first-touch page faults,
+    which cost much on this VM); the first is the steady cost."""
+    data = {"content": [{"type": "text", "text": "x" * 1000}]}
     with turnstone.Store(d) as st:
-        s = st.create_session("append")
-        data = {"content": [{"type": "text", "text": "x" * 1000}]}
-        per_call = []
-        for _ in range(200):
-            t0 = time.perf_counter_ns()
-            for _ in range(100):
-                s.append("user/message", data, surface="append")
-            per_call.append((time.perf_counter_ns() - t0) / 100 / 1000)
-        s.flush()
-        return statistics.median(per_call)
+        out = []
+        for per_session in (10, 200):
+            per_call = []
+            s = None
+            for b in range(200):
+                if b % per_session == 0:
+                    if s is not None:
+                        s.flush()
+                    s = st.create_session(f"append-{per_session}-{b}")
+                t0 = time.perf_counter_ns()
+                for _ in range(100):
+                    s.append("user/message", data, surface="append")
+                per_call.append((time.perf_counter_ns() - t0) / 100 / 1000)
+            s.flush()
+            s = None
+            out.append(statistics.median(per_call))
+        return out
 
 
 def turn(s, t, chunk):
@@ -104,7 +118,7 @@ def main():
     rows = []
     for r in range(a.runs):
         with tempfile.TemporaryDirectory() as d:
-            per_call = bench_append(os.path.join(d, "a"))
+            per_call, one_session = bench_append(os.path.join(d, "a"))
             py = bench_fleet(os.path.join(d, "f"), 256, 8, a.seconds)
             rs = None
             if a.turnstone_bin:
@@ -114,13 +128,15 @@ def main():
                     capture_output=True, text=True, check=True).stdout
                 rs = json.loads(out.splitlines()[0])["events_per_s"]
         load = os.getloadavg()[0]
-        rows.append((per_call, py, rs))
+        rows.append((per_call, py, rs, one_session))
         print(json.dumps({"run": r, "append_1k_us_median": round(per_call, 2),
+                          "append_1k_one_session_us_median": round(one_session, 2),
                           "python_fleet_events_per_s": round(py),
                           "rust_fleet_events_per_s": rs and round(rs),
                           "ratio": rs and round(py / rs, 2), "loadavg_1m": load}))
     med = lambda i: statistics.median(x[i] for x in rows)
-    print(f"medians of {a.runs}: append 1 KiB {med(0):.2f} us/call; fleet python {med(1):.0f} ev/s"
+    print(f"medians of {a.runs}: append 1 KiB {med(0):.2f} us/call "
+          f"({med(3):.2f} into one 20,000-event session); fleet python {med(1):.0f} ev/s"
           + (f", rust {med(2):.0f} ev/s, ratio {med(1) / med(2):.2f}" if a.turnstone_bin else ""))
 
 

@@ -73,8 +73,39 @@ impl Session {
         text: &str,
         surface: Option<SurfaceOp>,
     ) -> Result<u64> {
-        let data: Value = serde_json::from_str(text)
-            .map_err(|e| Error::InvalidArgument(format!("{kind} data is not JSON: {e}")))?;
+        let not_json = |e| Error::InvalidArgument(format!("{kind} data is not JSON: {e}"));
+        // A surface kind appended to the surface (nearly every message): the
+        // text is parsed straight into the typed data the fold takes, with
+        // no JSON value in between (the fold and the log need none; a
+        // replace goes the general way, its tool-pair check reads values).
+        if let (Some(core), Some(SurfaceOp::Append)) = (CoreKind::from_name(kind), surface) {
+            if let Some(parsed) = ev::parse_surface(core, text) {
+                let parsed = parsed.map_err(|e| {
+                    if e.is_data() {
+                        Error::InvalidArgument(format!(
+                            "the data does not fit the kind: {kind} data: {e}"
+                        ))
+                    } else {
+                        not_json(e)
+                    }
+                })?;
+                // The decoded event's value is only compared with the
+                // logged bytes, in debug builds (`append_decoded`).
+                let data = if cfg!(debug_assertions) {
+                    serde_json::from_str(text).map_err(not_json)?
+                } else {
+                    Value::Null
+                };
+                return self.append_core_raw(
+                    core,
+                    data,
+                    Some(text),
+                    Some(SurfaceOp::Append),
+                    Some(parsed),
+                );
+            }
+        }
+        let data: Value = serde_json::from_str(text).map_err(not_json)?;
         self.append_json_inner(kind, data, Some(text), surface)
     }
 

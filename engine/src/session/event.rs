@@ -997,6 +997,16 @@ pub(crate) enum Parsed {
     ToolResult(ToolResult),
 }
 
+/// A surface kind's data parsed from JSON text (`None`: not a surface kind).
+pub(crate) fn parse_surface(k: CoreKind, text: &str) -> Option<Result<Parsed, serde_json::Error>> {
+    Some(match k {
+        CoreKind::UserMessage => serde_json::from_str(text).map(Parsed::User),
+        CoreKind::AssistantMessage => serde_json::from_str(text).map(Parsed::Assistant),
+        CoreKind::ToolResult => serde_json::from_str(text).map(Parsed::ToolResult),
+        _ => return None,
+    })
+}
+
 /// [`validate_core`], keeping the parsed data of the surface kinds.
 pub(crate) fn validate_core_parsed(
     k: CoreKind,
