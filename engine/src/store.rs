@@ -448,8 +448,8 @@ impl Store {
     /// Follow `session` from `from_seq` on: every event of it as it becomes
     /// durable, in seq order, exactly once, blocking ([`Iterator`]) or as a
     /// future per event ([`Subscription::next_async`]). Woken by the flusher
-    /// after the fdatasync of a batch holding a frame of this session (a
-    /// blocked thread: after every fdatasync): a subscriber never polls and
+    /// after the fdatasync of a batch holding a frame of this session (tasks
+    /// and blocked threads alike): a subscriber never polls and
     /// never causes an fdatasync of its own. It resumes from any seq, including the prefix
     /// a fork inherits; it ends (`None`) when the store closes. On a
     /// read-only store it follows what another process writes

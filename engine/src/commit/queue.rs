@@ -61,6 +61,9 @@ pub(crate) struct State {
     /// Tasks following one session: woken when a batch holding a frame of
     /// that session is durable (and when the store stops or a write fails).
     pub session_wakers: HashMap<SessionId, Vec<Waker>>,
+    /// Threads following one session wait on its condition variable,
+    /// notified like `session_wakers` (and dropped from here when it is).
+    pub session_cvs: HashMap<SessionId, std::sync::Arc<Condvar>>,
 }
 
 impl State {
@@ -172,6 +175,7 @@ impl CommitQueue {
                 wakers: [Vec::new(), Vec::new()],
                 follower_wakers: Vec::new(),
                 session_wakers: HashMap::new(),
+                session_cvs: HashMap::new(),
                 inflight: None,
             }),
             work_cv: Condvar::new(),
@@ -331,6 +335,23 @@ impl CommitQueue {
         }
     }
 
+    /// [`CommitQueue::wait_durable_change`] for a thread following one
+    /// session: after the first change, only a batch holding a frame of
+    /// `session` (or the store stopping) wakes it.
+    pub fn wait_session_change(&self, session: SessionId, seen: LogPos) -> Option<LogPos> {
+        let mut st = self.state.lock();
+        loop {
+            if st.poisoned.is_some() || st.flusher_done {
+                return None;
+            }
+            if st.durable != seen {
+                return Some(st.durable);
+            }
+            let cv = st.session_cvs.entry(session).or_default().clone();
+            cv.wait(&mut st);
+        }
+    }
+
     /// The asynchronous [`CommitQueue::wait_durable_change`].
     pub fn poll_durable_change(&self, seen: LogPos, cx: &mut Context<'_>) -> Poll<Option<LogPos>> {
         let mut st = self.state.lock();
@@ -377,6 +398,9 @@ impl CommitQueue {
         for (_, wakers) in st.session_wakers.drain() {
             wakers.into_iter().for_each(Waker::wake);
         }
+        for (_, cv) in st.session_cvs.drain() {
+            cv.notify_all();
+        }
     }
 
     /// Batch `batch_seq`, holding frames of `sessions`, is durable: wake the
@@ -386,10 +410,13 @@ impl CommitQueue {
     pub fn notify_batch_durable(&self, st: &mut State, batch_seq: u64, sessions: &[SessionId]) {
         self.wake_parity(st, (batch_seq % 2) as usize);
         self.notify_followers(st);
-        if !st.session_wakers.is_empty() {
+        if !st.session_wakers.is_empty() || !st.session_cvs.is_empty() {
             for sid in sessions {
                 if let Some(wakers) = st.session_wakers.remove(sid) {
                     wakers.into_iter().for_each(Waker::wake);
+                }
+                if let Some(cv) = st.session_cvs.remove(sid) {
+                    cv.notify_all();
                 }
             }
         }

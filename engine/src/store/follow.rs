@@ -1,11 +1,11 @@
 //! Waiting without a thread, and following a session as it becomes durable.
 //!
-//! Both hang off the commit queue's wake-up: after every fdatasync (and when
-//! a write fails or the store stops) the flusher wakes the threads parked on
-//! its condition variable and the tasks that left a waker
-//! ([`crate::commit::CommitQueue::notify_durable`]). A subscriber only waits
-//! for that wake-up; it never raises the flush target, so following a
-//! session costs the writer no fdatasync.
+//! Both hang off the commit queue's wake-up: after each fdatasync (and when
+//! a write fails or the store stops) the flusher wakes the threads and tasks
+//! waiting for that batch, and the subscribers of the sessions with frames
+//! in it ([`crate::commit::CommitQueue::notify_batch_durable`]). A
+//! subscriber only waits for that wake-up; it never raises the flush
+//! target, so following a session costs the writer no fdatasync.
 
 use std::collections::VecDeque;
 use std::future::Future;
@@ -167,6 +167,14 @@ impl Subscription {
         ReadyWait { sub: self }
     }
 
+    /// [`Subscription::poll_wait`] for a blocked thread.
+    fn wait(&self, seen: LogPos) -> Option<LogPos> {
+        match self.sid {
+            Some(sid) => self.shared.commit.wait_session_change(sid, seen),
+            None => self.shared.commit.wait_durable_change(seen),
+        }
+    }
+
     /// Wait for the durable position to leave `seen`: for this session's
     /// batches once its id is known, for any batch before.
     fn poll_wait(&self, seen: LogPos, cx: &mut Context<'_>) -> Poll<Option<LogPos>> {
@@ -267,7 +275,7 @@ impl Iterator for Subscription {
     fn next(&mut self) -> Option<Result<Event>> {
         loop {
             let step = match self.step() {
-                Step::Wait(seen) => match self.shared.commit.wait_durable_change(seen) {
+                Step::Wait(seen) => match self.wait(seen) {
                     Some(_) => continue,
                     None => self.stopped(),
                 },
