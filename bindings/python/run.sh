@@ -23,4 +23,10 @@ cd "$here"
 "$venv/bin/python" tests/langgraph_conformance.py
 # `pytest`, not `python -m pytest`: the source folder must not shadow the
 # installed package (which has the native module).
-exec "$venv/bin/pytest" -q -p no:cacheprovider tests "$@"
+# Stores preallocate their first segment: the tests' temp dirs (~2 GB) are
+# removed after a passing run (kept for a look after a failing one).
+basetemp="$here/target/pytest-tmp"
+rc=0
+"$venv/bin/pytest" -q -p no:cacheprovider --basetemp="$basetemp" tests "$@" || rc=$?
+[ "$rc" -ne 0 ] || rm -rf "$basetemp"
+exit "$rc"

@@ -14,7 +14,16 @@ const { TurnstoneSaver } = require('../langgraph.js')
 const { Store } = require('../turnstone.js')
 const { approvalGraph, counterGraph, fanGraph, nestedGraph } = require('./langgraph/graphs.cjs')
 
-const tmp = () => fs.mkdtempSync(path.join(os.tmpdir(), 'turnstone-lg-'))
+const made = []
+const tmp = () => {
+  const d = fs.mkdtempSync(path.join(os.tmpdir(), 'turnstone-lg-'))
+  made.push(d)
+  return d
+}
+// Each store preallocates its first segment: remove them all at the end.
+test.after(() => {
+  for (const d of made) fs.rmSync(d, { recursive: true, force: true })
+})
 const cfg = (thread) => ({ configurable: { thread_id: thread } })
 
 async function history(graph, config) {

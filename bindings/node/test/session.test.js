@@ -9,7 +9,16 @@ const path = require('node:path')
 const { spawn, execFileSync } = require('node:child_process')
 const { Store, TurnstoneError, ToolRefused, ToolAborted } = require('../turnstone.js')
 
-const tmp = () => fs.mkdtempSync(path.join(os.tmpdir(), 'turnstone-node-'))
+const made = []
+const tmp = () => {
+  const d = fs.mkdtempSync(path.join(os.tmpdir(), 'turnstone-node-'))
+  made.push(d)
+  return d
+}
+// Each store preallocates its first segment: remove them all at the end.
+test.after(() => {
+  for (const d of made) fs.rmSync(d, { recursive: true, force: true })
+})
 const THINKING = { type: 'thinking', thinking: 'let me see', signature: 'EqQBCkYIAxgC' }
 const IMAGE = { type: 'image', source: { type: 'base64', media_type: 'image/png', data: 'iVBORw0KGgo=' } }
 const FUTURE = { type: 'block_from_the_future', payload: { nested: [1, 2.5, null, true] } }

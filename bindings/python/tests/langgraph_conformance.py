@@ -4,6 +4,7 @@ fresh store. `python tests/langgraph_conformance.py` prints the suite's
 report and exits non-zero unless every capability passed."""
 
 import asyncio
+import shutil
 import sys
 import tempfile
 
@@ -26,7 +27,11 @@ async def run(progress=None):
         finally:
             saver.close()
 
-    return await validate(turnstone_saver, progress=progress)
+    try:
+        return await validate(turnstone_saver, progress=progress)
+    finally:
+        # ~500 MB of stores (each preallocates its first segment).
+        shutil.rmtree(root, ignore_errors=True)
 
 
 def main() -> int:
