@@ -199,15 +199,16 @@ impl Shared<'_> {
     }
 }
 
-/// Random text for payloads: lowercase words and spaces.
-fn corpus(rng: &mut StdRng) -> Vec<u8> {
-    let mut out = Vec::with_capacity(CORPUS_BYTES + 16);
+/// Random text for payloads: lowercase words and spaces (ASCII, so any
+/// byte range of it is a string: `Gen::text` slices without a UTF-8 check).
+fn corpus(rng: &mut StdRng) -> String {
+    let mut out = String::with_capacity(CORPUS_BYTES + 16);
     while out.len() < CORPUS_BYTES {
         let n = rng.gen_range(1..10);
         for _ in 0..n {
-            out.push(b'a' + rng.gen_range(0..26u8));
+            out.push(char::from(b'a' + rng.gen_range(0..26u8)));
         }
-        out.push(b' ');
+        out.push(' ');
     }
     out.truncate(CORPUS_BYTES);
     out
@@ -215,7 +216,7 @@ fn corpus(rng: &mut StdRng) -> Vec<u8> {
 
 struct Gen {
     rng: StdRng,
-    corpus: Vec<u8>,
+    corpus: String,
     /// Longest text that still fits in one segment with its frame.
     max_text: usize,
 }
@@ -228,7 +229,8 @@ impl Gen {
             .min(self.corpus.len())
             .min(self.max_text);
         let start = self.rng.gen_range(0..=self.corpus.len() - n);
-        String::from_utf8_lossy(&self.corpus[start..start + n]).into_owned()
+        // ASCII: every index is a char boundary.
+        self.corpus.get(start..start + n).unwrap_or_default().to_owned()
     }
 }
 
@@ -846,7 +848,7 @@ mod tests {
         };
         let mut g = Gen {
             rng: StdRng::seed_from_u64(3),
-            corpus: Vec::new(),
+            corpus: String::new(),
             max_text: usize::MAX,
         };
         g.corpus = corpus(&mut g.rng);
