@@ -58,14 +58,22 @@ pub trait VfsFile: Send + Sync + fmt::Debug {
     /// [`VfsFile::read_stable`] (bytes that were made durable and are never
     /// written again: a sealed segment, durable frames of the active one),
     /// for a sparse read: one of many small reads scattered over a large
-    /// file. Returns the number read (less at
-    /// EOF). Unlike a mapped or plain read, a real file system fetches no
-    /// read-ahead window for it: what is cached is copied from the page
-    /// cache, and the rest is read with direct I/O, only the device blocks
-    /// that hold the bytes asked for (the page cache is left as it was). The
-    /// default is [`VfsFile::read_at`].
+    /// file. Returns the number read (less at EOF). Unlike a mapped or plain
+    /// read, a real file system fetches no read-ahead window for it: cached
+    /// bytes are copied from the page cache; bytes that fill most of the
+    /// pages that hold them are read through the page cache, those pages
+    /// only; a few bytes in a page are read with direct I/O, only the device
+    /// blocks that hold them (and are not cached afterwards). The default is
+    /// [`VfsFile::read_at`].
     fn read_sparse(&self, buf: &mut [u8], offset: u64) -> io::Result<usize> {
         self.read_at(buf, offset)
+    }
+    /// Whether the page cache holds every byte of `offset..offset + len`,
+    /// so that reading them costs no device I/O. The default (and the
+    /// answer when the file ends before, or the kernel does not say) is
+    /// `false`.
+    fn is_cached(&self, _offset: u64, _len: usize) -> bool {
+        false
     }
     /// Map the whole file read-only. The caller must only map files that
     /// nothing writes to while the map lives (sealed segments, or the active
@@ -130,8 +138,12 @@ struct OsFile {
     path: PathBuf,
     /// The same file opened with `O_DIRECT` for [`VfsFile::read_sparse`],
     /// once it is needed; `Err` when the file system refuses direct I/O
-    /// (then sparse reads are plain reads).
+    /// (then sparse reads go through the page cache, without read-ahead).
     direct: std::sync::OnceLock<Result<Direct, ()>>,
+    /// The same file opened again with `POSIX_FADV_RANDOM` (no read-ahead)
+    /// for sparse reads through the page cache, once it is needed; `None`
+    /// if it could not be opened (then `file` is used).
+    random: std::sync::OnceLock<Option<File>>,
     /// Read-only map for [`VfsFile::read_stable`], made on first use and
     /// remade when a read reaches past it (the file grew).
     live_map: parking_lot::RwLock<Option<memmap2::MmapRaw>>,
@@ -145,6 +157,22 @@ struct Direct {
     align: std::sync::atomic::AtomicUsize,
 }
 
+/// A sparse read goes through the page cache when the pages that hold the
+/// bytes asked for are at most this many times as long; beyond, it reads
+/// only the device blocks that hold them, with direct I/O.
+const SPARSE_PAGE_WASTE_MAX: u64 = 2;
+
+/// The size of a memory page.
+fn page_bytes() -> u64 {
+    // SAFETY: sysconf reads a constant of the system.
+    let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+    if page > 0 {
+        page as u64
+    } else {
+        4096
+    }
+}
+
 /// Alignments tried for direct reads, smallest first: the common logical
 /// block size, then the common page and file-system block size.
 const DIRECT_ALIGNS: [usize; 2] = [512, 4096];
@@ -155,6 +183,7 @@ impl OsFile {
             file,
             path: path.to_path_buf(),
             direct: std::sync::OnceLock::new(),
+            random: std::sync::OnceLock::new(),
             live_map: parking_lot::RwLock::new(None),
         }
     }
@@ -170,7 +199,7 @@ impl OsFile {
     /// Whether the page cache holds every page of `offset..offset + len`
     /// (`mincore` over the live map, which maps without reading). `false`
     /// when the file ends before, or the kernel does not say.
-    fn is_cached(&self, offset: u64, len: usize) -> bool {
+    fn cached(&self, offset: u64, len: usize) -> bool {
         let Some(end) = offset.checked_add(len as u64) else {
             return false;
         };
@@ -181,9 +210,7 @@ impl OsFile {
         let Some(map) = guard.as_ref() else {
             return false;
         };
-        // SAFETY: sysconf reads a constant of the system.
-        let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
-        let page = if page > 0 { page as u64 } else { 4096 };
+        let page = page_bytes();
         let first = offset / page * page;
         let span = (end - first) as usize;
         let mut vec = vec![0u8; span.div_ceil(page as usize)];
@@ -201,6 +228,33 @@ impl OsFile {
             )
         };
         rc == 0 && vec.iter().all(|v| v & 1 == 1)
+    }
+
+    /// Read through the page cache without read-ahead: only the pages that
+    /// hold `offset..offset + buf.len()` are fetched, and they stay cached.
+    fn read_random(&self, buf: &mut [u8], offset: u64) -> io::Result<usize> {
+        use std::os::unix::fs::FileExt;
+        let random = self.random.get_or_init(|| {
+            use std::os::fd::AsRawFd;
+            let f = File::open(&self.path).ok()?;
+            // SAFETY: the descriptor is open for the call; the advice only
+            // changes how the kernel reads ahead for this descriptor.
+            let rc = unsafe { libc::posix_fadvise(f.as_raw_fd(), 0, 0, libc::POSIX_FADV_RANDOM) };
+            (rc == 0).then_some(f)
+        });
+        let Some(f) = random else {
+            return self.read_at(buf, offset);
+        };
+        let mut done = 0;
+        while done < buf.len() {
+            match f.read_at(&mut buf[done..], offset + done as u64) {
+                Ok(0) => break,
+                Ok(n) => done += n,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(done)
     }
 
     /// The `O_DIRECT` descriptor, opened on first use.
@@ -363,15 +417,31 @@ impl VfsFile for OsFile {
         }
         Ok(done)
     }
+    fn is_cached(&self, offset: u64, len: usize) -> bool {
+        self.cached(offset, len)
+    }
     fn read_sparse(&self, buf: &mut [u8], offset: u64) -> io::Result<usize> {
         // Cached (a hot session, or one read a moment ago): a copy out of
-        // the page cache. Else only the blocks asked for, from the device.
-        if !self.is_cached(offset, buf.len()) {
-            if let Some(r) = self.read_direct(buf, offset) {
-                return r;
-            }
+        // the page cache.
+        if self.cached(offset, buf.len()) {
+            return self.read_at(buf, offset);
         }
-        self.read_at(buf, offset)
+        // Bytes that fill most of the pages holding them: those pages, and
+        // no more, through the page cache (so they are cached next time).
+        let page = page_bytes();
+        let len = buf.len() as u64;
+        let pages = offset
+            .checked_add(len)
+            .map(|end| end.next_multiple_of(page) - offset / page * page);
+        if pages.is_some_and(|p| p <= SPARSE_PAGE_WASTE_MAX * len) {
+            return self.read_random(buf, offset);
+        }
+        // A few bytes in a page of other sessions' frames: only the device
+        // blocks that hold them, with direct I/O (not cached afterwards).
+        match self.read_direct(buf, offset) {
+            Some(r) => r,
+            None => self.read_random(buf, offset),
+        }
     }
     fn write_all_at(&self, buf: &[u8], offset: u64) -> io::Result<()> {
         use std::os::unix::fs::FileExt;
@@ -579,6 +649,9 @@ mod tests {
                 Some(Err(())) => assert!(cold),
                 None => assert!(!cold, "cold bytes are read with direct I/O"),
             }
+            // (4095, 4097) fills the two pages that hold it: read through
+            // the page cache; hot bytes are copied from the cache.
+            assert_eq!(f.random.get().is_some(), cold);
             // Reads that reach the end of the file end short.
             for case in &cases[6..] {
                 check(&f, cold, *case);

@@ -3,13 +3,14 @@
 //! by what the segment is and how the run lies in it:
 //! - a sparse run (a session's frames scattered among everyone else's, the
 //!   common case in a fleet; [`is_sparse`]) of a sealed segment, or of the
-//!   active segment of a writable store, is fetched by reads that the
+//!   active segment of a writable store, that the page cache does not hold
+//!   whole ([`run_cached`]) is fetched by reads that the
 //!   index's positions order and coalesce, each fetching only its frames'
 //!   bytes ([`VfsFile::read_sparse`]: no read-ahead window per frame
 //!   touched) into one buffer reused for the walk;
-//! - a dense run of a sealed segment is read from the segment's map, mapped
-//!   once;
-//! - a dense run of the active segment of a writable store is lent as one
+//! - any other run of a sealed segment is read from the segment's map,
+//!   mapped once;
+//! - any other run of the active segment of a writable store is lent as one
 //!   span out of its live map (those frames are durable and never written
 //!   again);
 //! - a read-only store (whose writer may be another process) copies each
@@ -111,6 +112,18 @@ fn sparse_read_end(positions: &[u64], k: usize) -> usize {
     j
 }
 
+/// Whether the page cache holds the whole span of a run (a session written
+/// or read a moment ago): then the map serves it without a copy, and without
+/// device I/O.
+fn run_cached(file: &dyn VfsFile, positions: &[u64]) -> bool {
+    let (Some(first), Some(last)) = (positions.first(), positions.last()) else {
+        return false;
+    };
+    let (first, last) = (offset_of(*first), offset_of(*last));
+    last.checked_sub(first)
+        .is_some_and(|span| file.is_cached(first, (span + SPARSE_TAIL_BYTES) as usize))
+}
+
 /// Whether a run of a sealed segment is read sparsely: unless the reads it
 /// would make fetch at least half of the span of the run and that span is
 /// longer than one sparse read (then the map serves it better).
@@ -207,9 +220,11 @@ impl SegmentReader {
         let sealed = run.seg < SegmentId(self.active_segment.load(Ordering::SeqCst));
         let sparse = self.sparse_enabled.load(Ordering::Relaxed) && is_sparse(run.positions);
         if sealed && sparse {
-            self.counts.sparse_runs.fetch_add(1, Ordering::Relaxed);
             let file = self.sealed_file(run.seg)?;
-            return self.visit_sparse(&file, run, &salt, &path, visit, visited);
+            if !run_cached(file.as_ref(), run.positions) {
+                self.counts.sparse_runs.fetch_add(1, Ordering::Relaxed);
+                return self.visit_sparse(&file, run, &salt, &path, visit, visited);
+            }
         }
         if let Some(map) = self.sealed_bytes(run.seg)? {
             self.counts.mapped_runs.fetch_add(1, Ordering::Relaxed);
@@ -217,7 +232,7 @@ impl SegmentReader {
         }
         let file = self.active_file(run.seg)?;
         let io = |e| Error::io("read frame", &path, e);
-        if !self.read_only && sparse {
+        if !self.read_only && sparse && !run_cached(file.as_ref(), run.positions) {
             // The run's frames are durable (the caller waited) and durable
             // bytes are never written again: fetch only them.
             self.counts.sparse_runs.fetch_add(1, Ordering::Relaxed);
