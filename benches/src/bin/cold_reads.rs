@@ -17,7 +17,11 @@
 //! `SELECT … WHERE session = ? ORDER BY seq`). Reports, as medians of the
 //! runs, the wall time and the bytes the process read from the device
 //! (`read_bytes` of `/proc/self/io`, cross-checked against the device's
-//! sectors read), and their ratio to the session's own frame bytes.
+//! sectors read), and their ratio to the session's own frame bytes; and the
+//! time of the same load again at once through the same handle (warm: what
+//! the first load left in the page cache and in the process), and through
+//! a new handle once every file of both stores is in the page cache (hot: a
+//! store just written).
 //!
 //! The page cache is dropped with `echo 3 > /proc/sys/vm/drop_caches` after
 //! `sync` where that is allowed (root), else with
@@ -91,6 +95,12 @@ struct Load {
     device_bytes: Option<u64>,
     events: u64,
     payload_bytes: u64,
+    /// The same load again right after, through the same handle (warm:
+    /// what the first load left in the page cache and the process).
+    warm_ms: f64,
+    /// The same load through a new handle once every file of both stores
+    /// is in the page cache (hot, as for a store just written).
+    hot_ms: f64,
 }
 
 fn main() {
@@ -143,10 +153,12 @@ fn run(a: &Args) -> Result<()> {
         let s = load_sqlite(&ts_dir, &sql_path, &name, device.as_ref())?;
         for (store, l) in [("turnstone", &t), ("sqlite", &s)] {
             println!(
-                "run {}: {store:9} {:8.1} ms, read {:>11} B (device {:>11} B) for {} events, \
-                 {} payload bytes",
+                "run {}: {store:9} {:8.1} ms (warm {:6.1} ms, hot {:6.1} ms), read {:>11} B \
+                 (device {:>11} B) for {} events, {} payload bytes",
                 r + 1,
                 l.ms,
+                l.warm_ms,
+                l.hot_ms,
                 l.process_bytes,
                 l.device_bytes.map_or("?".into(), |b| b.to_string()),
                 l.events,
@@ -169,12 +181,15 @@ fn run(a: &Args) -> Result<()> {
         a.runs,
         drop_method()
     );
-    println!("| store | cold load ms | read bytes | read / session frame bytes | device bytes |");
-    println!("|---|---:|---:|---:|---:|");
+    println!(
+        "| store | cold load ms | read bytes | read / session frame bytes | device bytes | \
+         warm load ms | hot load ms |"
+    );
+    println!("|---|---:|---:|---:|---:|---:|---:|");
     for (store, v) in [("turnstone", &ts), ("sqlite", &sql)] {
         let bytes = med(v, |l| l.process_bytes as f64);
         println!(
-            "| {store} | {:.1} | {:.0} | {:.2} | {} |",
+            "| {store} | {:.1} | {:.0} | {:.2} | {} | {:.1} | {:.1} |",
             med(v, |l| l.ms),
             bytes,
             bytes / frame_bytes as f64,
@@ -183,6 +198,8 @@ fn run(a: &Args) -> Result<()> {
             } else {
                 "?".into()
             },
+            med(v, |l| l.warm_ms),
+            med(v, |l| l.hot_ms),
         );
     }
     let ratio = med(&ts, |l| l.ms) / med(&sql, |l| l.ms);
@@ -271,11 +288,7 @@ fn drop_cache(ts_dir: &Path, sql_path: &Path) -> Result<()> {
     if can_drop_caches() && std::fs::write("/proc/sys/vm/drop_caches", "3").is_ok() {
         return Ok(());
     }
-    let mut files: Vec<PathBuf> = std::fs::read_dir(ts_dir)?
-        .map(|e| e.map(|e| e.path()))
-        .collect::<std::io::Result<_>>()?;
-    files.push(sql_path.to_path_buf());
-    for f in files {
+    for f in store_files(ts_dir, sql_path)? {
         let Ok(file) = std::fs::File::open(&f) else {
             continue;
         };
@@ -291,12 +304,29 @@ fn drop_cache(ts_dir: &Path, sql_path: &Path) -> Result<()> {
     Ok(())
 }
 
-/// Run `load` with the cache cold, measuring it.
+/// Every file of both stores.
+fn store_files(ts_dir: &Path, sql_path: &Path) -> Result<Vec<PathBuf>> {
+    let mut files: Vec<PathBuf> = std::fs::read_dir(ts_dir)?
+        .map(|e| e.map(|e| e.path()))
+        .collect::<std::io::Result<_>>()?;
+    files.push(sql_path.to_path_buf());
+    Ok(files)
+}
+
+/// Read every file of both stores, so that the page cache holds them.
+fn cache_files(ts_dir: &Path, sql_path: &Path) -> Result<()> {
+    for f in store_files(ts_dir, sql_path)? {
+        std::hint::black_box(std::fs::read(f)?);
+    }
+    Ok(())
+}
+
+/// Run `load` with the cache cold, measuring it; then again (warm).
 fn measure(
     ts_dir: &Path,
     sql_path: &Path,
     device: Option<&Device>,
-    load: impl FnOnce() -> Result<(u64, u64)>,
+    mut load: impl FnMut() -> Result<(u64, u64)>,
 ) -> Result<Load> {
     drop_cache(ts_dir, sql_path)?;
     let p0 = sys::process_read_bytes().ok_or("no /proc/self/io")?;
@@ -306,12 +336,17 @@ fn measure(
     let ms = t0.elapsed().as_secs_f64() * 1e3;
     let p1 = sys::process_read_bytes().ok_or("no /proc/self/io")?;
     let d1 = device.and_then(Device::bytes_read);
+    let t1 = Instant::now();
+    load()?;
+    let warm_ms = t1.elapsed().as_secs_f64() * 1e3;
     Ok(Load {
         ms,
         process_bytes: p1 - p0,
         device_bytes: d0.zip(d1).map(|(a, b)| b - a),
         events,
         payload_bytes,
+        warm_ms,
+        hot_ms: 0.0,
     })
 }
 
@@ -321,10 +356,7 @@ fn load_turnstone(
     name: &str,
     dev: Option<&Device>,
 ) -> Result<Load> {
-    // Open first (the index checkpoint is read here): the load measured is
-    // the session's read; its segments are mapped or opened only by it.
-    let store = Store::open(ts_dir)?;
-    let l = measure(ts_dir, sql_path, dev, || {
+    let visit = |store: &Store| -> Result<(u64, u64)> {
         let mut sum = 0u64;
         let mut payload = 0u64;
         let n = store.visit_range(name, 0..u64::MAX, |e| {
@@ -335,14 +367,24 @@ fn load_turnstone(
         })?;
         std::hint::black_box(sum);
         Ok((n, payload))
-    })?;
+    };
+    // Open first (the index checkpoint is read here): the load measured is
+    // the session's read; its segments are mapped or opened only by it.
+    let store = Store::open(ts_dir)?;
+    let mut l = measure(ts_dir, sql_path, dev, || visit(&store))?;
+    store.close()?;
+    // Hot: a new handle on a store whose files are all cached.
+    let store = Store::open(ts_dir)?;
+    cache_files(ts_dir, sql_path)?;
+    let t = Instant::now();
+    visit(&store)?;
+    l.hot_ms = t.elapsed().as_secs_f64() * 1e3;
     store.close()?;
     Ok(l)
 }
 
 fn load_sqlite(ts_dir: &Path, sql_path: &Path, name: &str, dev: Option<&Device>) -> Result<Load> {
-    let conn = sqlite_connect(sql_path)?;
-    let l = measure(ts_dir, sql_path, dev, || {
+    let load = |conn: &rusqlite::Connection| -> Result<(u64, u64)> {
         let mut stmt = conn
             .prepare_cached("SELECT kind, payload FROM events WHERE session = ?1 ORDER BY seq")?;
         let mut rows = stmt.query([name])?;
@@ -356,7 +398,15 @@ fn load_sqlite(ts_dir: &Path, sql_path: &Path, name: &str, dev: Option<&Device>)
         }
         std::hint::black_box(sum);
         Ok((n, payload))
-    })?;
+    };
+    let conn = sqlite_connect(sql_path)?;
+    let mut l = measure(ts_dir, sql_path, dev, || load(&conn))?;
+    drop(conn);
+    let conn = sqlite_connect(sql_path)?;
+    cache_files(ts_dir, sql_path)?;
+    let t = Instant::now();
+    load(&conn)?;
+    l.hot_ms = t.elapsed().as_secs_f64() * 1e3;
     drop(conn);
     Ok(l)
 }
