@@ -56,8 +56,9 @@ pub(crate) struct SegmentReader {
     active_segment: AtomicU32,
     files: RwLock<HashMap<SegmentId, Arc<dyn VfsFile>>>,
     maps: RwLock<HashMap<SegmentId, MappedBytes>>,
-    /// Sealed segments opened for sparse reads.
-    sealed_files: RwLock<HashMap<SegmentId, Arc<dyn VfsFile>>>,
+    /// Sealed segments opened for sparse reads (at most
+    /// [`SEALED_FILES_OPEN_MAX`]).
+    pub(crate) sealed_files: RwLock<HashMap<SegmentId, Arc<dyn VfsFile>>>,
     /// Runs walked by each strategy, for tests and diagnostics.
     pub(crate) counts: ReadCounts,
     /// Whether sparse runs are fetched sparsely (tests turn it off to read
@@ -89,6 +90,9 @@ const SPARSE_TAIL_BYTES: u64 = 512;
 /// read of a longer frame's rest starts on the sector where it ended instead
 /// of fetching that sector again.
 const SPARSE_ALIGN_BYTES: u64 = 512;
+
+/// Sealed segments kept open for sparse reads at most.
+pub(crate) const SEALED_FILES_OPEN_MAX: usize = 32;
 
 /// Offset of a packed position in its segment.
 fn offset_of(p: u64) -> u64 {
@@ -376,7 +380,10 @@ impl SegmentReader {
         Ok(ControlFlow::Continue(()))
     }
 
-    /// A sealed segment's file, opened once for sparse reads.
+    /// A sealed segment's file for sparse reads, kept open for the next
+    /// walk; at most [`SEALED_FILES_OPEN_MAX`] are kept (each holds a few
+    /// descriptors, and a large store has thousands of segments), a walk
+    /// still reading an evicted one keeps it open until it ends.
     fn sealed_file(&self, seg: SegmentId) -> Result<Arc<dyn VfsFile>> {
         if let Some(f) = self.sealed_files.read().get(&seg) {
             return Ok(f.clone());
@@ -386,7 +393,15 @@ impl SegmentReader {
             .vfs
             .open(&path, false)
             .map_err(|e| Error::io("open segment", &path, e))?;
-        self.sealed_files.write().insert(seg, f.clone());
+        let mut files = self.sealed_files.write();
+        while files.len() >= SEALED_FILES_OPEN_MAX {
+            // The lowest segment: the oldest events, the least likely read.
+            let Some(old) = files.keys().min().copied() else {
+                break;
+            };
+            files.remove(&old);
+        }
+        files.insert(seg, f.clone());
         Ok(f)
     }
 

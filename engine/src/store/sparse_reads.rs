@@ -218,3 +218,40 @@ fn a_damaged_frame_gives_the_same_error_sparse_or_mapped() {
         std::fs::write(&path, &bytes).unwrap();
     }
 }
+
+#[test]
+fn sparse_reads_keep_a_bounded_number_of_segments_open() {
+    use crate::log::SEALED_FILES_OPEN_MAX;
+    let dir = tempfile::tempdir().unwrap();
+    let opts = || Options {
+        segment_bytes: 64 << 10,
+        ..Options::default()
+    };
+    let store = Store::open_with(dir.path(), opts()).unwrap();
+    // Two sessions in turn, far more segments than are kept open (about
+    // 20 pairs of events fill a segment).
+    let big = vec![7u8; 3000];
+    let n = 1000u64;
+    for i in 0..n {
+        store.append("a", 1, 0, &i.to_le_bytes()).unwrap();
+        store.append("b", 1, 0, &big).unwrap();
+    }
+    store.sync().unwrap();
+    let segments = crate::log::list_segments(store.vfs().as_ref(), dir.path()).unwrap();
+    assert!(
+        segments.len() > SEALED_FILES_OPEN_MAX + 8,
+        "{}",
+        segments.len()
+    );
+    store.close().unwrap();
+    let store = Store::open_with(dir.path(), opts()).unwrap();
+    evict(&store);
+    let events = store.read_range("a", 0..n).unwrap();
+    assert_eq!(events.len() as u64, n);
+    for (i, e) in events.iter().enumerate() {
+        assert_eq!(e.payload, (i as u64).to_le_bytes());
+    }
+    let reader = &store.shared.reader;
+    assert!(reader.counts.sparse_runs.load(Ordering::Relaxed) > SEALED_FILES_OPEN_MAX as u64);
+    assert!(reader.sealed_files.read().len() <= SEALED_FILES_OPEN_MAX);
+}
