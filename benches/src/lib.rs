@@ -6,6 +6,9 @@
 //! - `cargo run --release -p turnstone-benches --bin compare -- [--quick]`:
 //!   the fleet workload against turnstone, the peers and the disk's limits in
 //!   one run (`src/bin/compare.rs`).
+//! - `cargo run --release -p turnstone-benches --bin cold_reads`: one
+//!   session of a fleet store loaded with the page cache dropped, against
+//!   SQLite (issue 21, `src/bin/cold_reads.rs`).
 
 pub mod fleet;
 pub mod stores;

@@ -36,6 +36,17 @@ pub fn process_write_bytes() -> Option<u64> {
         .and_then(|v| v.trim().parse().ok())
 }
 
+/// Bytes this process caused to be read from storage (`read_bytes` of
+/// `/proc/self/io`: counted when a read bio is submitted, so it covers
+/// page faults of memory maps, read-ahead and plain reads alike, and not
+/// what the page cache served).
+pub fn process_read_bytes() -> Option<u64> {
+    let s = std::fs::read_to_string("/proc/self/io").ok()?;
+    s.lines()
+        .find_map(|l| l.strip_prefix("read_bytes:"))
+        .and_then(|v| v.trim().parse().ok())
+}
+
 /// The block device that holds `dir`, as its `/sys/dev/block/M:m/stat` file.
 #[derive(Debug, Clone)]
 pub struct Device {
@@ -66,6 +77,20 @@ impl Device {
         let s = std::fs::read_to_string(&self.stat).ok()?;
         let sectors: u64 = s.split_whitespace().nth(6)?.parse().ok()?;
         Some(sectors * 512)
+    }
+
+    /// Bytes read by the device since boot (sectors read × 512; every
+    /// process's reads, so only a cross-check on a quiet machine).
+    pub fn bytes_read(&self) -> Option<u64> {
+        let s = std::fs::read_to_string(&self.stat).ok()?;
+        let sectors: u64 = s.split_whitespace().nth(2)?.parse().ok()?;
+        Some(sectors * 512)
+    }
+
+    /// `read_ahead_kb` of the device's queue, if sysfs shows it.
+    pub fn read_ahead_kb(&self) -> Option<u64> {
+        let q = self.stat.parent()?.join("queue/read_ahead_kb");
+        std::fs::read_to_string(q).ok()?.trim().parse().ok()
     }
 
     /// Flush requests completed (field 15, kernels >= 5.5), if present.

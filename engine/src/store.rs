@@ -32,6 +32,8 @@ use crate::vfs::{LockGuard, Vfs};
 mod follow;
 mod open;
 mod options;
+#[cfg(test)]
+mod sparse_reads;
 
 pub use follow::{DurableWait, NextEvent, ReadyWait, Subscription, FOLLOW_POLL};
 

@@ -54,6 +54,27 @@ pub trait VfsFile: Send + Sync + fmt::Debug {
         f(&buf);
         Ok(true)
     }
+    /// Read up to `buf.len()` bytes at `offset`, under the contract of
+    /// [`VfsFile::read_stable`] (bytes that were made durable and are never
+    /// written again: a sealed segment, durable frames of the active one),
+    /// for a sparse read: one of many small reads scattered over a large
+    /// file. Returns the number read (less at EOF). Unlike a mapped or plain
+    /// read, a real file system fetches no read-ahead window for it: cached
+    /// bytes are copied from the page cache; bytes that fill most of the
+    /// pages that hold them are read through the page cache, those pages
+    /// only; a few bytes in a page are read with direct I/O, only the device
+    /// blocks that hold them (and are not cached afterwards). The default is
+    /// [`VfsFile::read_at`].
+    fn read_sparse(&self, buf: &mut [u8], offset: u64) -> io::Result<usize> {
+        self.read_at(buf, offset)
+    }
+    /// Whether the page cache holds every byte of `offset..offset + len`,
+    /// so that reading them costs no device I/O. The default (and the
+    /// answer when the file ends before, or the kernel does not say) is
+    /// `false`.
+    fn is_cached(&self, _offset: u64, _len: usize) -> bool {
+        false
+    }
     /// Map the whole file read-only. The caller must only map files that
     /// nothing writes to while the map lives (sealed segments, or the active
     /// one during recovery under the store lock).
@@ -113,15 +134,56 @@ pub struct OsVfs;
 
 struct OsFile {
     file: File,
+    /// Where the file was opened, to open it again for direct I/O.
+    path: PathBuf,
+    /// The same file opened with `O_DIRECT` for [`VfsFile::read_sparse`],
+    /// once it is needed; `Err` when the file system refuses direct I/O
+    /// (then sparse reads go through the page cache, without read-ahead).
+    direct: std::sync::OnceLock<Result<Direct, ()>>,
+    /// The same file opened again with `POSIX_FADV_RANDOM` (no read-ahead)
+    /// for sparse reads through the page cache, once it is needed; `None`
+    /// if it could not be opened (then `file` is used).
+    random: std::sync::OnceLock<Option<File>>,
     /// Read-only map for [`VfsFile::read_stable`], made on first use and
     /// remade when a read reaches past it (the file grew).
     live_map: parking_lot::RwLock<Option<memmap2::MmapRaw>>,
 }
 
+/// A file descriptor opened with `O_DIRECT`, and the alignment its reads
+/// need (offset, length and memory address).
+#[derive(Debug)]
+struct Direct {
+    file: File,
+    align: std::sync::atomic::AtomicUsize,
+}
+
+/// A sparse read goes through the page cache when the pages that hold the
+/// bytes asked for are at most this many times as long; beyond, it reads
+/// only the device blocks that hold them, with direct I/O.
+const SPARSE_PAGE_WASTE_MAX: u64 = 2;
+
+/// The size of a memory page.
+fn page_bytes() -> u64 {
+    // SAFETY: sysconf reads a constant of the system.
+    let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+    if page > 0 {
+        page as u64
+    } else {
+        4096
+    }
+}
+
+/// Alignments tried for direct reads, smallest first: the common logical
+/// block size, then the common page and file-system block size.
+const DIRECT_ALIGNS: [usize; 2] = [512, 4096];
+
 impl OsFile {
-    fn new(file: File) -> OsFile {
+    fn new(file: File, path: &Path) -> OsFile {
         OsFile {
             file,
+            path: path.to_path_buf(),
+            direct: std::sync::OnceLock::new(),
+            random: std::sync::OnceLock::new(),
             live_map: parking_lot::RwLock::new(None),
         }
     }
@@ -134,6 +196,150 @@ impl fmt::Debug for OsFile {
 }
 
 impl OsFile {
+    /// Whether the page cache holds every page of `offset..offset + len`
+    /// (`mincore` over the live map, which maps without reading). `false`
+    /// when the file ends before, or the kernel does not say.
+    fn cached(&self, offset: u64, len: usize) -> bool {
+        let Some(end) = offset.checked_add(len as u64) else {
+            return false;
+        };
+        if len == 0 || !self.map_to(end).unwrap_or(false) {
+            return false;
+        }
+        let guard = self.live_map.read();
+        let Some(map) = guard.as_ref() else {
+            return false;
+        };
+        let page = page_bytes();
+        let first = offset / page * page;
+        let span = (end - first) as usize;
+        let mut vec = vec![0u8; span.div_ceil(page as usize)];
+        // SAFETY: `first..end` lies inside the live mapping (`map_to` made
+        // it cover `..end`, and the read guard keeps it mapped for the
+        // call); `first` is page aligned because the mapping starts at a
+        // page; `vec` has one byte per page of the span, which is what
+        // mincore writes. mincore only reads the mapping's page tables (the
+        // mutable pointer is its signature's, nothing is written through it).
+        let rc = unsafe {
+            libc::mincore(
+                map.as_mut_ptr().add(first as usize).cast(),
+                span,
+                vec.as_mut_ptr(),
+            )
+        };
+        rc == 0 && vec.iter().all(|v| v & 1 == 1)
+    }
+
+    /// Read through the page cache without read-ahead: only the pages that
+    /// hold `offset..offset + buf.len()` are fetched, and they stay cached.
+    fn read_random(&self, buf: &mut [u8], offset: u64) -> io::Result<usize> {
+        use std::os::unix::fs::FileExt;
+        let random = self.random.get_or_init(|| {
+            use std::os::fd::AsRawFd;
+            let f = File::open(&self.path).ok()?;
+            // SAFETY: the descriptor is open for the call; the advice only
+            // changes how the kernel reads ahead for this descriptor.
+            let rc = unsafe { libc::posix_fadvise(f.as_raw_fd(), 0, 0, libc::POSIX_FADV_RANDOM) };
+            (rc == 0).then_some(f)
+        });
+        let Some(f) = random else {
+            return self.read_at(buf, offset);
+        };
+        let mut done = 0;
+        while done < buf.len() {
+            match f.read_at(&mut buf[done..], offset + done as u64) {
+                Ok(0) => break,
+                Ok(n) => done += n,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(done)
+    }
+
+    /// The `O_DIRECT` descriptor, opened on first use.
+    fn direct(&self) -> Option<&Direct> {
+        self.direct
+            .get_or_init(|| {
+                use std::os::unix::fs::OpenOptionsExt;
+                OpenOptions::new()
+                    .read(true)
+                    .custom_flags(libc::O_DIRECT)
+                    .open(&self.path)
+                    .map(|file| Direct {
+                        file,
+                        align: std::sync::atomic::AtomicUsize::new(DIRECT_ALIGNS[0]),
+                    })
+                    .map_err(|_| ())
+            })
+            .as_ref()
+            .ok()
+    }
+
+    /// Read `offset..offset + buf.len()` with direct I/O: the aligned
+    /// blocks around it go into an aligned scratch buffer, and the bytes
+    /// asked for are copied out. `None` if the file system refuses direct
+    /// reads at every alignment tried.
+    fn read_direct(&self, buf: &mut [u8], offset: u64) -> Option<io::Result<usize>> {
+        use std::os::unix::fs::FileExt;
+        use std::sync::atomic::Ordering;
+        // (An offset pread would refuse with EINVAL must not be taken for
+        // an alignment the device refuses.)
+        offset
+            .checked_add(buf.len() as u64)
+            .filter(|end| *end <= i64::MAX as u64 / 2)?;
+        let d = self.direct()?;
+        loop {
+            let align = d.align.load(Ordering::Relaxed);
+            if align == 0 {
+                return None;
+            }
+            let start = offset & !(align as u64 - 1);
+            let end = (offset + buf.len() as u64).next_multiple_of(align as u64);
+            let len = (end - start) as usize;
+            let mut scratch = vec![0u8; len + align];
+            let skew = scratch.as_ptr().align_offset(align);
+            let aligned = &mut scratch[skew..skew + len];
+            let mut got = 0;
+            let res = loop {
+                if got == len {
+                    break Ok(());
+                }
+                match d.file.read_at(&mut aligned[got..], start + got as u64) {
+                    Ok(0) => break Ok(()),
+                    // A short read ends at EOF (an unaligned length): the
+                    // next read returns 0.
+                    Ok(n) if n % align != 0 => {
+                        got += n;
+                        break Ok(());
+                    }
+                    Ok(n) => got += n,
+                    Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                    Err(e) => break Err(e),
+                }
+            };
+            match res {
+                Ok(()) => {
+                    let skip = (offset - start) as usize;
+                    let n = got.saturating_sub(skip).min(buf.len());
+                    buf[..n].copy_from_slice(&aligned[skip..skip + n]);
+                    return Some(Ok(n));
+                }
+                Err(e) if e.raw_os_error() == Some(libc::EINVAL) => {
+                    // The device wants a larger alignment: try the next one,
+                    // or give direct I/O up for this file.
+                    let next = DIRECT_ALIGNS
+                        .iter()
+                        .copied()
+                        .find(|a| *a > align)
+                        .unwrap_or(0);
+                    d.align.store(next, Ordering::Relaxed);
+                }
+                Err(e) => return Some(Err(e)),
+            }
+        }
+    }
+
     /// Make sure the live map covers `..end` (remapping if the file grew).
     /// `false`: the file ends before `end`.
     fn map_to(&self, end: u64) -> io::Result<bool> {
@@ -211,6 +417,32 @@ impl VfsFile for OsFile {
         }
         Ok(done)
     }
+    fn is_cached(&self, offset: u64, len: usize) -> bool {
+        self.cached(offset, len)
+    }
+    fn read_sparse(&self, buf: &mut [u8], offset: u64) -> io::Result<usize> {
+        // Cached (a hot session, or one read a moment ago): a copy out of
+        // the page cache.
+        if self.cached(offset, buf.len()) {
+            return self.read_at(buf, offset);
+        }
+        // Bytes that fill most of the pages holding them: those pages, and
+        // no more, through the page cache (so they are cached next time).
+        let page = page_bytes();
+        let len = buf.len() as u64;
+        let pages = offset
+            .checked_add(len)
+            .map(|end| end.next_multiple_of(page) - offset / page * page);
+        if pages.is_some_and(|p| p <= SPARSE_PAGE_WASTE_MAX * len) {
+            return self.read_random(buf, offset);
+        }
+        // A few bytes in a page of other sessions' frames: only the device
+        // blocks that hold them, with direct I/O (not cached afterwards).
+        match self.read_direct(buf, offset) {
+            Some(r) => r,
+            None => self.read_random(buf, offset),
+        }
+    }
     fn write_all_at(&self, buf: &[u8], offset: u64) -> io::Result<()> {
         use std::os::unix::fs::FileExt;
         self.file.write_all_at(buf, offset)
@@ -263,7 +495,7 @@ static LOCKED_PATHS: parking_lot::Mutex<Vec<PathBuf>> = parking_lot::Mutex::new(
 impl Vfs for OsVfs {
     fn open(&self, path: &Path, write: bool) -> io::Result<Arc<dyn VfsFile>> {
         let file = OpenOptions::new().read(true).write(write).open(path)?;
-        Ok(Arc::new(OsFile::new(file)))
+        Ok(Arc::new(OsFile::new(file, path)))
     }
     fn create_new(&self, path: &Path) -> io::Result<Arc<dyn VfsFile>> {
         let file = OpenOptions::new()
@@ -271,7 +503,7 @@ impl Vfs for OsVfs {
             .write(true)
             .create_new(true)
             .open(path)?;
-        Ok(Arc::new(OsFile::new(file)))
+        Ok(Arc::new(OsFile::new(file, path)))
     }
     fn create_truncate(&self, path: &Path) -> io::Result<Arc<dyn VfsFile>> {
         let file = OpenOptions::new()
@@ -280,7 +512,7 @@ impl Vfs for OsVfs {
             .create(true)
             .truncate(true)
             .open(path)?;
-        Ok(Arc::new(OsFile::new(file)))
+        Ok(Arc::new(OsFile::new(file, path)))
     }
     fn exists(&self, path: &Path) -> bool {
         path.exists()
@@ -354,9 +586,85 @@ impl Vfs for OsVfs {
     }
 }
 
+/// Drop the clean cached pages of a file (`posix_fadvise(DONTNEED)`), so
+/// that tests can read it cold.
+#[cfg(test)]
+pub(crate) fn evict_cached(path: &Path) -> io::Result<()> {
+    use std::os::fd::AsRawFd;
+    let f = File::open(path)?;
+    f.sync_all()?;
+    // SAFETY: the descriptor is open for the call; fadvise only drops clean
+    // cached pages of the file, which later reads fetch again.
+    let rc = unsafe { libc::posix_fadvise(f.as_raw_fd(), 0, 0, libc::POSIX_FADV_DONTNEED) };
+    if rc != 0 {
+        return Err(io::Error::from_raw_os_error(rc));
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn read_sparse_reads_the_same_bytes_cold_and_hot() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("f");
+        // Not a multiple of any block size: direct reads end short at EOF.
+        let data: Vec<u8> = (0..100_003u32).map(|i| (i * 7 + i / 251) as u8).collect();
+        std::fs::write(&path, &data).unwrap();
+        let cases = [
+            (0u64, 1usize),
+            (1, 511),
+            (511, 2),
+            (4095, 4097),
+            (12_345, 600),
+            (65_536, 512),
+            (99_000, 5000),
+            (100_003, 10),
+            (200_000, 10),
+        ];
+        let check = |f: &OsFile, cold: bool, (off, len): (u64, usize)| {
+            let mut buf = vec![0xEEu8; len];
+            let n = f.read_sparse(&mut buf, off).unwrap();
+            let from = (off as usize).min(data.len());
+            let want = &data[from..(from + len).min(data.len())];
+            assert_eq!(&buf[..n], want, "cold {cold} at {off} len {len}");
+        };
+        for cold in [true, false] {
+            let f = OsFile::new(File::open(&path).unwrap(), &path);
+            if cold {
+                evict_cached(&path).unwrap();
+            } else {
+                std::fs::read(&path).unwrap();
+            }
+            for case in &cases[..6] {
+                check(&f, cold, *case);
+            }
+            match f.direct.get() {
+                // The file system took direct reads at some alignment.
+                Some(Ok(d)) => {
+                    assert!(cold && d.align.load(std::sync::atomic::Ordering::Relaxed) > 0)
+                }
+                Some(Err(())) => assert!(cold),
+                None => assert!(!cold, "cold bytes are read with direct I/O"),
+            }
+            // (4095, 4097) fills the two pages that hold it: read through
+            // the page cache; hot bytes are copied from the cache.
+            assert_eq!(f.random.get().is_some(), cold);
+            // Reads that reach the end of the file end short.
+            for case in &cases[6..] {
+                check(&f, cold, *case);
+            }
+        }
+        // Offsets pread refuses are refused, and direct reads stay usable.
+        let f = OsFile::new(File::open(&path).unwrap(), &path);
+        let mut buf = [0u8; 4];
+        assert!(f.read_sparse(&mut buf, u64::MAX - 2).is_err());
+        evict_cached(&path).unwrap();
+        assert_eq!(f.read_sparse(&mut buf, 8).unwrap(), 4);
+        assert_eq!(&buf, &data[8..12]);
+    }
 
     #[test]
     fn read_stable_follows_a_growing_file_and_reports_eof() {

@@ -10,6 +10,8 @@
 mod reader;
 mod segment;
 
+#[cfg(test)]
+pub(crate) use reader::SEALED_FILES_OPEN_MAX;
 pub(crate) use reader::{Run, SegmentReader};
 pub(crate) use segment::{create_segment, segment_path, zero_range, CreateError, SegmentSpec};
 pub use segment::{list_segments, read_segment};

@@ -1,16 +1,28 @@
 //! The one segment reader of the engine's read path: it walks a run of
 //! indexed frames of one segment and lends each payload, choosing a strategy
-//! by what the segment is: a sealed segment is mapped once and read from the
-//! map; the active segment of a writable store lends the run's span out of
-//! its live map (those frames are durable and never written again); a
-//! read-only store (whose writer may be another process) copies each frame
-//! with plain reads. Every frame is checked the same way whatever the
-//! strategy ([`check_frame`]): checksum, seq, owner, kind (FORMAT.md §4).
+//! by what the segment is and how the run lies in it:
+//! - a sparse run (a session's frames scattered among everyone else's, the
+//!   common case in a fleet; [`is_sparse`]) of a sealed segment, or of the
+//!   active segment of a writable store, that the page cache does not hold
+//!   whole ([`run_cached`]) is fetched by reads that the
+//!   index's positions order and coalesce, each fetching only its frames'
+//!   bytes ([`VfsFile::read_sparse`]: no read-ahead window per frame
+//!   touched) into one buffer reused for the walk;
+//! - any other run of a sealed segment is read from the segment's map,
+//!   mapped once;
+//! - any other run of the active segment of a writable store is lent as one
+//!   span out of its live map (those frames are durable and never written
+//!   again);
+//! - a read-only store (whose writer may be another process) copies each
+//!   frame of the active segment with plain reads.
+//!
+//! Every frame is checked the same way whatever the strategy
+//! ([`check_frame`]): checksum, seq, owner, kind (FORMAT.md §4).
 
 use std::collections::HashMap;
 use std::ops::ControlFlow;
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::Arc;
 
 use parking_lot::RwLock;
@@ -44,6 +56,101 @@ pub(crate) struct SegmentReader {
     active_segment: AtomicU32,
     files: RwLock<HashMap<SegmentId, Arc<dyn VfsFile>>>,
     maps: RwLock<HashMap<SegmentId, MappedBytes>>,
+    /// Sealed segments opened for sparse reads (at most
+    /// [`SEALED_FILES_OPEN_MAX`]).
+    pub(crate) sealed_files: RwLock<HashMap<SegmentId, Arc<dyn VfsFile>>>,
+    /// Runs walked by each strategy, for tests and diagnostics.
+    pub(crate) counts: ReadCounts,
+    /// Whether sparse runs are fetched sparsely (tests turn it off to read
+    /// the same runs through the maps).
+    pub(crate) sparse_enabled: AtomicBool,
+}
+
+/// How many runs each strategy walked, and the reads the sparse one made.
+#[derive(Debug, Default)]
+pub(crate) struct ReadCounts {
+    pub mapped_runs: AtomicU64,
+    pub sparse_runs: AtomicU64,
+    pub sparse_reads: AtomicU64,
+}
+
+/// A sparse walk fetches frames whose starts lie at most this far apart
+/// with one read (the bytes of other sessions between them cost less than
+/// another device round trip).
+const SPARSE_MERGE_BYTES: u64 = 8 << 10;
+/// The longest read of a sparse walk; also the span past which a dense run
+/// is read from the map instead (there the kernel's read-ahead fetches what
+/// the walk needs, in large reads, and the payloads are lent without a copy).
+const SPARSE_READ_BYTES_MAX: u64 = 1 << 20;
+/// Bytes a sparse read fetches at least from the start of its last frame,
+/// whose length is not known before its header is read (a longer frame costs
+/// one more read for its rest). Most events of a session are shorter.
+const SPARSE_TAIL_BYTES: u64 = 512;
+/// A sparse read ends on a multiple of this (a device sector), so that the
+/// read of a longer frame's rest starts on the sector where it ended instead
+/// of fetching that sector again.
+const SPARSE_ALIGN_BYTES: u64 = 512;
+
+/// Sealed segments kept open for sparse reads at most.
+pub(crate) const SEALED_FILES_OPEN_MAX: usize = 32;
+
+/// Offset of a packed position in its segment.
+fn offset_of(p: u64) -> u64 {
+    LogPos(p).offset() as u64
+}
+
+/// Frames `k..=j` of `positions` that one sparse read fetches: the next
+/// frames that start within [`SPARSE_MERGE_BYTES`] of the one before, in log
+/// order, within [`SPARSE_READ_BYTES_MAX`] of frame `k`.
+fn sparse_read_end(positions: &[u64], k: usize) -> usize {
+    let first = offset_of(positions[k]);
+    let mut j = k;
+    while let Some(next) = positions.get(j + 1).map(|p| offset_of(*p)) {
+        let prev = offset_of(positions[j]);
+        if next <= prev || next - prev > SPARSE_MERGE_BYTES || next - first > SPARSE_READ_BYTES_MAX
+        {
+            break;
+        }
+        j += 1;
+    }
+    j
+}
+
+/// Whether the page cache holds the whole span of a run (a session written
+/// or read a moment ago): then the map serves it without a copy, and without
+/// device I/O.
+fn run_cached(file: &dyn VfsFile, positions: &[u64]) -> bool {
+    let (Some(first), Some(last)) = (positions.first(), positions.last()) else {
+        return false;
+    };
+    let (first, last) = (offset_of(*first), offset_of(*last));
+    last.checked_sub(first)
+        .is_some_and(|span| file.is_cached(first, (span + SPARSE_TAIL_BYTES) as usize))
+}
+
+/// Whether a run of a sealed segment is read sparsely: unless the reads it
+/// would make fetch at least half of the span of the run and that span is
+/// longer than one sparse read (then the map serves it better).
+fn is_sparse(positions: &[u64]) -> bool {
+    let (Some(first), Some(last)) = (positions.first(), positions.last()) else {
+        return false;
+    };
+    let Some(span) = offset_of(*last).checked_sub(offset_of(*first)) else {
+        // Out of log order (a damaged index): the map path reports it.
+        return false;
+    };
+    let span = span + SPARSE_TAIL_BYTES;
+    if span <= SPARSE_READ_BYTES_MAX {
+        return true;
+    }
+    let mut fetched = 0u64;
+    let mut k = 0;
+    while k < positions.len() {
+        let j = sparse_read_end(positions, k);
+        fetched += offset_of(positions[j]) - offset_of(positions[k]) + SPARSE_TAIL_BYTES;
+        k = j + 1;
+    }
+    fetched * 2 < span
 }
 
 impl SegmentReader {
@@ -56,6 +163,9 @@ impl SegmentReader {
             active_segment: AtomicU32::new(0),
             files: RwLock::new(HashMap::new()),
             maps: RwLock::new(HashMap::new()),
+            sealed_files: RwLock::new(HashMap::new()),
+            counts: ReadCounts::default(),
+            sparse_enabled: AtomicBool::new(true),
         }
     }
 
@@ -111,11 +221,27 @@ impl SegmentReader {
             }
             Ok(ControlFlow::Continue(()))
         };
+        let sealed = run.seg < SegmentId(self.active_segment.load(Ordering::SeqCst));
+        let sparse = self.sparse_enabled.load(Ordering::Relaxed) && is_sparse(run.positions);
+        if sealed && sparse {
+            let file = self.sealed_file(run.seg)?;
+            if !run_cached(file.as_ref(), run.positions) {
+                self.counts.sparse_runs.fetch_add(1, Ordering::Relaxed);
+                return self.visit_sparse(&file, run, &salt, &path, visit, visited);
+            }
+        }
         if let Some(map) = self.sealed_bytes(run.seg)? {
+            self.counts.mapped_runs.fetch_add(1, Ordering::Relaxed);
             return walk(&map, 0, visited);
         }
         let file = self.active_file(run.seg)?;
         let io = |e| Error::io("read frame", &path, e);
+        if !self.read_only && sparse && !run_cached(file.as_ref(), run.positions) {
+            // The run's frames are durable (the caller waited) and durable
+            // bytes are never written again: fetch only them.
+            self.counts.sparse_runs.fetch_add(1, Ordering::Relaxed);
+            return self.visit_sparse(&file, run, &salt, &path, visit, visited);
+        }
         if !self.read_only {
             // The run's frames are durable (the caller waited) and durable
             // bytes are never written again: lend the span from its first
@@ -179,6 +305,104 @@ impl SegmentReader {
             }
         }
         Ok(ControlFlow::Continue(()))
+    }
+
+    /// Walk a sparse run of a sealed segment: the frames are fetched in log
+    /// order by reads that each cover one group of nearby frames
+    /// ([`sparse_read_end`]), into one buffer reused for the walk. Each frame
+    /// is checked on the same bytes the map would show from its offset on
+    /// (up to its stated length, or the end of the file), so a damaged frame
+    /// gives the same error as on the mapped path.
+    fn visit_sparse(
+        &self,
+        file: &Arc<dyn VfsFile>,
+        run: &Run<'_>,
+        salt: &Salt,
+        path: &std::path::Path,
+        visit: &mut dyn FnMut(EventRef<'_>) -> ControlFlow<()>,
+        visited: &mut u64,
+    ) -> Result<ControlFlow<()>> {
+        let io = |e| Error::io("read frame", path, e);
+        let file_len = file.len().map_err(|e| Error::io("stat segment", path, e))?;
+        // `buf` holds the file's bytes `base..base + buf.len()`.
+        let mut buf: Vec<u8> = Vec::new();
+        let mut base = 0u64;
+        let fetch = |buf: &mut Vec<u8>, from: u64, to: u64| -> Result<()> {
+            let keep = buf.len();
+            buf.resize(keep + (to - from) as usize, 0);
+            let n = file.read_sparse(&mut buf[keep..], from).map_err(io)?;
+            buf.truncate(keep + n);
+            self.counts.sparse_reads.fetch_add(1, Ordering::Relaxed);
+            Ok(())
+        };
+        for (k, p) in run.positions.iter().enumerate() {
+            let seq = run.first_seq + k as u64;
+            let off = offset_of(*p);
+            if off > file_len {
+                return Err(Error::corrupt(
+                    path,
+                    off,
+                    "indexed frame lies past the end of the segment",
+                ));
+            }
+            let header_end = off + FRAME_HEADER_BYTES as u64;
+            if off < base || header_end > base + buf.len() as u64 {
+                let j = sparse_read_end(run.positions, k);
+                let end = (offset_of(run.positions[j]) + SPARSE_TAIL_BYTES)
+                    .next_multiple_of(SPARSE_ALIGN_BYTES)
+                    .max(header_end)
+                    .min(file_len);
+                buf.clear();
+                base = off;
+                fetch(&mut buf, off, end)?;
+            }
+            let rel = (off - base) as usize;
+            // A frame longer than what was fetched: fetch its rest (up to the
+            // end of the file) before checking it.
+            if let Some(head) = buf.get(rel..rel + FRAME_HEADER_BYTES) {
+                let head: &[u8; FRAME_HEADER_BYTES] = head.try_into().expect("header bytes");
+                if let Ok(len) = frame_len(head) {
+                    let want = (off + len as u64).min(file_len);
+                    let have = base + buf.len() as u64;
+                    if want > have {
+                        fetch(&mut buf, have, want)?;
+                    }
+                }
+            }
+            let (h, payload) = check_frame(&buf[rel..], salt, seq, run.owners)
+                .map_err(|d| Error::corrupt(path, off, d))?;
+            *visited += 1;
+            let flow = visit(event_ref(&h, payload, seq, *p));
+            if flow.is_break() {
+                return Ok(flow);
+            }
+        }
+        Ok(ControlFlow::Continue(()))
+    }
+
+    /// A sealed segment's file for sparse reads, kept open for the next
+    /// walk; at most [`SEALED_FILES_OPEN_MAX`] are kept (each holds a few
+    /// descriptors, and a large store has thousands of segments), a walk
+    /// still reading an evicted one keeps it open until it ends.
+    fn sealed_file(&self, seg: SegmentId) -> Result<Arc<dyn VfsFile>> {
+        if let Some(f) = self.sealed_files.read().get(&seg) {
+            return Ok(f.clone());
+        }
+        let path = segment_path(&self.dir, seg);
+        let f = self
+            .vfs
+            .open(&path, false)
+            .map_err(|e| Error::io("open segment", &path, e))?;
+        let mut files = self.sealed_files.write();
+        while files.len() >= SEALED_FILES_OPEN_MAX {
+            // The lowest segment: the oldest events, the least likely read.
+            let Some(old) = files.keys().min().copied() else {
+                break;
+            };
+            files.remove(&old);
+        }
+        files.insert(seg, f.clone());
+        Ok(f)
     }
 
     /// The map of a sealed segment (made once), or `None` for the active one.
