@@ -230,7 +230,10 @@ impl Gen {
             .min(self.max_text);
         let start = self.rng.gen_range(0..=self.corpus.len() - n);
         // ASCII: every index is a char boundary.
-        self.corpus.get(start..start + n).unwrap_or_default().to_owned()
+        self.corpus
+            .get(start..start + n)
+            .unwrap_or_default()
+            .to_owned()
     }
 }
 
