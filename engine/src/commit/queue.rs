@@ -323,22 +323,17 @@ impl CommitQueue {
     /// then, or `None` if the store is closed or poisoned. Followers use it:
     /// they see what others make durable and never cause an fdatasync.
     pub fn wait_durable_change(&self, seen: LogPos) -> Option<LogPos> {
-        let mut st = self.state.lock();
-        loop {
-            if st.poisoned.is_some() || st.flusher_done {
-                return None;
-            }
-            if st.durable != seen {
-                return Some(st.durable);
-            }
-            self.change_cv.wait(&mut st);
-        }
+        self.wait_change(None, seen)
     }
 
     /// [`CommitQueue::wait_durable_change`] for a thread following one
     /// session: after the first change, only a batch holding a frame of
     /// `session` (or the store stopping) wakes it.
     pub fn wait_session_change(&self, session: SessionId, seen: LogPos) -> Option<LogPos> {
+        self.wait_change(Some(session), seen)
+    }
+
+    fn wait_change(&self, session: Option<SessionId>, seen: LogPos) -> Option<LogPos> {
         let mut st = self.state.lock();
         loop {
             if st.poisoned.is_some() || st.flusher_done {
@@ -347,8 +342,13 @@ impl CommitQueue {
             if st.durable != seen {
                 return Some(st.durable);
             }
-            let cv = st.session_cvs.entry(session).or_default().clone();
-            cv.wait(&mut st);
+            match session {
+                Some(sid) => {
+                    let cv = st.session_cvs.entry(sid).or_default().clone();
+                    cv.wait(&mut st);
+                }
+                None => self.change_cv.wait(&mut st),
+            }
         }
     }
 

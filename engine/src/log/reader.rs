@@ -388,11 +388,7 @@ impl SegmentReader {
         if let Some(f) = self.sealed_files.read().get(&seg) {
             return Ok(f.clone());
         }
-        let path = segment_path(&self.dir, seg);
-        let f = self
-            .vfs
-            .open(&path, false)
-            .map_err(|e| Error::io("open segment", &path, e))?;
+        let f = self.open_segment(seg)?;
         let mut files = self.sealed_files.write();
         while files.len() >= SEALED_FILES_OPEN_MAX {
             // The lowest segment: the oldest events, the least likely read.
@@ -428,13 +424,17 @@ impl SegmentReader {
         if let Some(f) = self.files.read().get(&seg) {
             return Ok(f.clone());
         }
-        let path = segment_path(&self.dir, seg);
-        let f = self
-            .vfs
-            .open(&path, false)
-            .map_err(|e| Error::io("open segment", &path, e))?;
+        let f = self.open_segment(seg)?;
         self.files.write().insert(seg, f.clone());
         Ok(f)
+    }
+
+    /// Open segment `seg` for reading.
+    fn open_segment(&self, seg: SegmentId) -> Result<Arc<dyn VfsFile>> {
+        let path = segment_path(&self.dir, seg);
+        self.vfs
+            .open(&path, false)
+            .map_err(|e| Error::io("open segment", &path, e))
     }
 }
 
