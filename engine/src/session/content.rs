@@ -534,8 +534,12 @@ impl ContentBlock {
         }
     }
 
-    /// Text for search and token estimates: the block's own text, nested
-    /// text, tool inputs; opaque blocks contribute their string leaves.
+    /// Text for search, token estimates and [`ToolResultContent::text`]:
+    /// the block's own text (text, refusal, thinking, a string tool or
+    /// function-call output, reasoning summaries) and nested blocks' text.
+    /// Tool inputs, function-call arguments and opaque blocks
+    /// ([`ContentBlock::Other`]) contribute nothing: search does not find
+    /// words that appear only there.
     pub fn visit_text(&self, f: &mut dyn FnMut(&str)) {
         match self {
             ContentBlock::Text { text, .. }
