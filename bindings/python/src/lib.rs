@@ -188,7 +188,7 @@ impl NativeStore {
     fn create_session(&self, py: Python<'_>, id: String) -> PyResult<NativeSession> {
         let host = self.host()?;
         let s = py.detach(|| host.create(&id)).map_err(err)?;
-        Ok(NativeSession { s })
+        Ok(NativeSession::new(s))
     }
 
     /// Load a session for writing, repairing it if a crash left it open.
@@ -205,7 +205,7 @@ impl NativeStore {
             })
             .map_err(err)?;
         let report = serde_json::to_string(&report).unwrap_or_else(|_| "null".into());
-        Ok((NativeSession { s }, report))
+        Ok((NativeSession::new(s), report))
     }
 
     /// A read-only view of a session (live or not).
@@ -214,9 +214,7 @@ impl NativeStore {
         let s = py
             .detach(|| ts::Session::open_read_only(store, &id, registry))
             .map_err(err)?;
-        Ok(NativeSession {
-            s: Arc::new(Mutex::new(s)),
-        })
+        Ok(NativeSession::new(Arc::new(Mutex::new(s))))
     }
 
     /// Every session as JSON: id, events, created/updated ms, open turn, parent.
@@ -331,18 +329,43 @@ impl NativeStore {
 /// One session handle.
 #[pyclass(frozen, module = "turnstone._native")]
 struct NativeSession {
-    s: SharedSession,
+    /// `None` once closed (`close()`): the claim on the session is released.
+    s: Mutex<Option<SharedSession>>,
+}
+
+impl NativeSession {
+    fn new(s: SharedSession) -> NativeSession {
+        NativeSession {
+            s: Mutex::new(Some(s)),
+        }
+    }
+
+    /// The shared session, unless this handle is closed.
+    fn shared(&self) -> PyResult<SharedSession> {
+        self.s
+            .lock()
+            .clone()
+            .ok_or_else(|| usage("this session handle is closed"))
+    }
 }
 
 #[pymethods]
 impl NativeSession {
     #[getter]
-    fn id(&self) -> String {
-        self.s.lock().id().to_string()
+    fn id(&self) -> PyResult<String> {
+        Ok(self.shared()?.lock().id().to_string())
     }
 
-    fn __len__(&self) -> usize {
-        self.s.lock().len() as usize
+    fn __len__(&self) -> PyResult<usize> {
+        Ok(self.shared()?.lock().len() as usize)
+    }
+
+    /// Release this handle: the session is no longer held for writing here
+    /// (another handle may open it, `delete` may delete it). What it
+    /// appended stays appended; flush first to wait for durability. Later
+    /// calls on this handle raise; closing twice does nothing.
+    fn close(&self) {
+        self.s.lock().take();
     }
 
     /// Append one event: kind name, data as JSON text, surface op as JSON
@@ -356,7 +379,7 @@ impl NativeSession {
         surface: Option<&str>,
     ) -> PyResult<u64> {
         let data = to_value(data, 0)?;
-        let s = self.s.clone();
+        let s = self.shared()?;
         // Parsing, checking and encoding run without the GIL: other Python
         // threads go on meanwhile.
         py.detach(move || {
@@ -383,7 +406,7 @@ impl NativeSession {
         for (kind, data, surface) in &events {
             values.push((kind.clone(), to_value(data, 0)?, surface.clone()));
         }
-        let s = self.s.clone();
+        let s = self.shared()?;
         py.detach(move || {
             let mut group = Vec::with_capacity(values.len());
             for (kind, data, surface) in values {
@@ -408,7 +431,7 @@ impl NativeSession {
                 "tool calls must be [{{call_id, name, input}}]: {e}"
             ))
         })?;
-        let s = self.s.clone();
+        let s = self.shared()?;
         py.detach(move || {
             let mut g = s.lock();
             let first = g.len();
@@ -419,13 +442,13 @@ impl NativeSession {
     }
 
     /// The session's metadata (title, tags, fields) as JSON.
-    fn metadata(&self) -> String {
-        serde_json::to_string(self.s.lock().metadata()).unwrap_or_else(|_| "{}".into())
+    fn metadata(&self) -> PyResult<String> {
+        Ok(serde_json::to_string(self.shared()?.lock().metadata()).unwrap_or_else(|_| "{}".into()))
     }
 
     /// Wait until everything this handle appended is durable (GIL released).
     fn flush(&self, py: Python<'_>) -> PyResult<()> {
-        let s = self.s.clone();
+        let s = self.shared()?;
         py.detach(move || {
             // Take the durable target under the lock, wait without it.
             let (store, end) = {
@@ -442,7 +465,7 @@ impl NativeSession {
     #[pyo3(signature = (format = None))]
     fn messages(&self, py: Python<'_>, format: Option<&str>) -> PyResult<String> {
         let provider = format.map(provider).transpose()?;
-        let s = self.s.clone();
+        let s = self.shared()?;
         Ok(py.detach(move || {
             let mut g = s.lock();
             match provider {
@@ -460,7 +483,7 @@ impl NativeSession {
     /// ones included), as a JSON array.
     #[pyo3(signature = (start = 0, end = None))]
     fn events(&self, py: Python<'_>, start: u64, end: Option<u64>) -> PyResult<String> {
-        let s = self.s.clone();
+        let s = self.shared()?;
         let events = py
             .detach(move || {
                 let g = s.lock();
@@ -525,7 +548,10 @@ impl NativeSubscription {
 /// take the GIL back from a busy event loop).
 #[pyfunction]
 fn flush_all(py: Python<'_>, sessions: Vec<PyRef<'_, NativeSession>>) -> PyResult<()> {
-    let handles: Vec<SharedSession> = sessions.iter().map(|s| s.s.clone()).collect();
+    let handles = sessions
+        .iter()
+        .map(|s| s.shared())
+        .collect::<PyResult<Vec<SharedSession>>>()?;
     drop(sessions);
     py.detach(move || {
         let mut targets: Vec<(Arc<Store>, turnstone::LogPos)> = Vec::new();

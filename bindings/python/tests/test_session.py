@@ -234,10 +234,24 @@ def test_metadata_and_delete(store):
     with pytest.raises(TurnstoneError) as e:
         store.delete("m")
     assert error_kind(e.value) == "session_live"
-    del s
-    gc.collect()
+    # close() releases the handle while a reference to it remains; the
+    # closed handle refuses every call.
+    keep = s
+    s.close()
+    s.close()
+    for call in (lambda: keep.user("again"), lambda: len(keep), keep.flush, keep.events):
+        with pytest.raises(TurnstoneError) as e:
+            call()
+        assert error_kind(e.value) == "invalid_argument"
     store.delete("m")
     assert "m" not in [x["id"] for x in store.sessions()]
+    # A session used as a context manager is released at the end of the block.
+    with store.create_session("m2") as s2:
+        s2.user("hi")
+        s2.flush()
+    store.delete("m2")
+    del s, keep, s2
+    gc.collect()
     with pytest.raises(TurnstoneError) as e:
         store.open_session("m")
     assert error_kind(e.value) == "session_deleted"

@@ -295,6 +295,20 @@ class Session:
     def __len__(self) -> int:
         return len(self._native)
 
+    def close(self) -> None:
+        """Release this handle at once (rather than when the last reference
+        to it goes): the session is no longer held for writing here, so
+        another handle may open it and ``Store.delete`` may delete it. What
+        it appended stays appended (``flush()`` first for durability); later
+        calls on it raise ``TurnstoneError`` (``invalid_argument``)."""
+        self._native.close()
+
+    def __enter__(self) -> "Session":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
     def append(self, kind: str, data: dict, *, surface: Surface = None) -> int:
         """Append one event of ``kind`` (``"user/message"``, ``"tool/call"``,
         ... or a registered plugin kind). The three surface kinds

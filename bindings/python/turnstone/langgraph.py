@@ -453,7 +453,7 @@ class TurnstoneSaver(BaseCheckpointSaver):
             name = self._names().pop(tid, None)
             if t is not None:
                 t.session.flush()
-                del t  # the handle must be gone before the delete
+                t.session.close()  # the handle must be released before the delete
             if name is not None:
                 _delete_when_released(self.store, name)
 
