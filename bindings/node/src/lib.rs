@@ -368,22 +368,11 @@ impl NativeSession {
         self.report.clone()
     }
 
-    /// Append one event (kind name, data as JSON, surface op as JSON for
-    /// the three surface kinds); returns its seq.
-    #[napi(catch_unwind)]
-    pub fn append(&self, kind: String, data: String, surface: Option<String>) -> napi::Result<i64> {
-        let surface = surface_op(surface.as_deref())?;
-        // The JSON text is parsed once and written as given.
-        self.with(|s| {
-            s.append_json_text(&kind, &data, surface)
-                .map(|s| s as i64)
-                .map_err(err)
-        })
-    }
-
-    /// `append` with the data as UTF-8 JSON in the first `len` bytes of a
-    /// Buffer (the package writes into one reused Buffer: cheaper than
-    /// converting a string across N-API).
+    /// Append one event: kind name, data as UTF-8 JSON in the first `len`
+    /// bytes of a Buffer (the package writes into one reused Buffer: cheaper
+    /// than converting a string across N-API), surface op as JSON for the
+    /// three surface kinds. The JSON text is parsed once and written as
+    /// given. Returns the event's seq.
     #[napi(catch_unwind)]
     pub fn append_utf8(
         &self,

@@ -23,6 +23,7 @@ from agents.memory import SQLiteSession  # noqa: E402
 
 import turnstone  # noqa: E402
 from turnstone.agents import TurnstoneSession  # noqa: E402
+from acks import wait_for_acks  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
 
@@ -258,7 +259,7 @@ def test_acknowledged_items_survive_sigkill_and_batches_stay_whole(tmp_path):
     open(acks, "w").close()
     for round_ in range(3):
         child = subprocess.Popen([sys.executable, "-c", ACKING_CHILD, store, acks], cwd=str(tmp_path))
-        _wait_for_acks(acks, child)
+        wait_for_acks(acks, child)
         time.sleep(0.05 + 0.1 * round_)  # then kill in the middle of the stream
         child.send_signal(signal.SIGKILL)
         assert child.wait() == -signal.SIGKILL
@@ -282,14 +283,3 @@ def test_acknowledged_items_survive_sigkill_and_batches_stay_whole(tmp_path):
         run(check())
 
 
-def _wait_for_acks(acks, child, n=1, timeout=60):
-    """Until the child has acknowledged something more (it takes a while
-    to import the framework), so the kill lands while it is writing."""
-    import time
-
-    start = len(open(acks).read().splitlines())
-    deadline = time.time() + timeout
-    while time.time() < deadline and child.poll() is None:
-        if len(open(acks).read().splitlines()) >= start + n:
-            return
-        time.sleep(0.01)

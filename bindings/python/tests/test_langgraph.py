@@ -25,6 +25,7 @@ from turnstone.langgraph import TurnstoneSaver  # noqa: E402
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 from langgraph_conformance import run as run_conformance  # noqa: E402
+from acks import wait_for_acks  # noqa: E402
 
 
 def _example():
@@ -229,7 +230,7 @@ def test_every_acknowledged_checkpoint_survives_sigkill(tmp_path, mode):
     open(acks, "w").close()
     for round_ in range(3):
         child = subprocess.Popen([sys.executable, "-c", ACKING_CHILD, store, acks, mode], cwd=str(tmp_path))
-        _wait_for_acks(acks, child)
+        wait_for_acks(acks, child)
         time.sleep(0.05 + 0.1 * round_)  # then kill in the middle of the stream
         child.send_signal(signal.SIGKILL)
         assert child.wait() == -signal.SIGKILL
@@ -247,19 +248,6 @@ def test_every_acknowledged_checkpoint_survives_sigkill(tmp_path, mode):
                     t = listed[cid]
                     assert t.checkpoint["channel_values"] == {"x": "v" * 300}
                     assert [w[1:] for w in t.pending_writes] == [("x", t.metadata["step"])]
-
-
-def _wait_for_acks(acks, child, n=1, timeout=60):
-    """Until the child has acknowledged something more (it takes a while
-    to import the framework), so the kill lands while it is writing."""
-    import time
-
-    start = len(open(acks).read().splitlines())
-    deadline = time.time() + timeout
-    while time.time() < deadline and child.poll() is None:
-        if len(open(acks).read().splitlines()) >= start + n:
-            return
-        time.sleep(0.01)
 
 
 def test_a_copy_outlives_its_deleted_source_and_a_deleted_thread_starts_empty(tmp_path):
