@@ -23,12 +23,15 @@ export declare class TurnstoneSaver extends BaseCheckpointSaver {
   constructor(store: string | Store, serde?: SerializerProtocol)
   readonly store: Store
   static readonly plugins: typeof PLUGINS
-  /** The session id that holds a thread. */
+  /** The session id of a thread's first generation (before any deleteThread). */
   static sessionId(threadId: string): string
+  /** The session id holding a thread now (`langgraph~N:<id>` after N deletes), or null. */
+  sessionName(threadId: string): Promise<string | null>
   getTuple(config: RunnableConfig): Promise<CheckpointTuple | undefined>
   list(config: RunnableConfig, options?: CheckpointListOptions): AsyncGenerator<CheckpointTuple>
   put(config: RunnableConfig, checkpoint: Checkpoint, metadata: CheckpointMetadata, newVersions: ChannelVersions): Promise<RunnableConfig>
   putWrites(config: RunnableConfig, writes: PendingWrite[], taskId: string, taskPath?: string): Promise<void>
+  /** Deletes the thread's session (a durable tombstone; forks of it keep their history). */
   deleteThread(threadId: string): Promise<void>
   /** Make everything durable; close the store if the saver opened it. */
   close(): Promise<void>

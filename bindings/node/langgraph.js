@@ -2,14 +2,18 @@
 // turnstone/langgraph: a LangGraph.js checkpointer (BaseCheckpointSaver) that
 // keeps each thread in one turnstone session.
 //
-// One session per thread (`langgraph:<thread_id>`), written only through
-// plugin events registered as ignorable:
+// One session per thread (`langgraph:<thread_id>`; after a deleteThread the
+// thread's next session is `langgraph~1:<thread_id>`, then `~2`, ...: a
+// deleted session keeps its name), written only through plugin events
+// registered as ignorable:
 //   langgraph/checkpoint  {thread_id, ns, id, parent, checkpoint, metadata, values}
 //                         the checkpoint without its channel values, its
 //                         metadata, and the values of the channels named in
 //                         newVersions ([channel, version, blob | null]).
 //   langgraph/writes      {ns, checkpoint_id, task_id, task_path, writes: [[idx, channel, blob]]}
-//   langgraph/delete      {} : deleteThread; the thread starts empty again after it.
+//   langgraph/delete      {} : written by versions before 0.1 instead of deleting
+//                         the session; still honoured when read (the thread
+//                         starts empty again after it).
 // A blob is the serializer's [type, bytes]: {t, s} when the bytes are UTF-8
 // text (JSON, readable in dumps and found by search), else {t, b} (base64).
 //
@@ -39,6 +43,20 @@ const KIND_DELETE = 'langgraph/delete'
 /** The plugin kinds the saver writes: pass them to a Store you open yourself. */
 const PLUGINS = { [KIND_CHECKPOINT]: true, [KIND_WRITES]: true, [KIND_DELETE]: true }
 const PREFIX = 'langgraph:'
+const GENERATION = /^langgraph~([1-9][0-9]*):/
+
+// The thread id a session name belongs to (null: not a thread's session).
+function threadOfName(name) {
+  if (name.startsWith(PREFIX)) return name.slice(PREFIX.length)
+  const m = GENERATION.exec(name)
+  return m ? name.slice(m[0].length) : null
+}
+
+// Session names for a thread, in generation order.
+function* namesOf(threadId) {
+  yield PREFIX + threadId
+  for (let n = 1; ; n++) yield `langgraph~${n}:${threadId}`
+}
 
 const utf8 = new TextDecoder('utf-8', { fatal: true })
 
@@ -157,7 +175,8 @@ class TurnstoneSaver extends BaseCheckpointSaver {
       this.store = new Store(String(store), { plugins: PLUGINS })
       this._owned = true
     }
-    this._threads = new Map() // thread_id -> Promise<{session, index}>
+    this._threads = new Map() // thread_id -> Promise<{threadId, name, session, index} | null>
+    this._catalog = null // Promise<Map thread_id -> session name> (the live generation)
     this._cache = new Map() // `${thread}\0${seq}` -> Promise of event data (a few recent ones)
   }
 
@@ -165,9 +184,33 @@ class TurnstoneSaver extends BaseCheckpointSaver {
     return { ...PLUGINS }
   }
 
-  /** The store's session id of a thread. */
+  /** The store's session id of a thread's first generation (before any deleteThread). */
   static sessionId(threadId) {
     return PREFIX + threadId
+  }
+
+  /** The store's session id holding a thread now (null: the thread has none). */
+  async sessionName(threadId) {
+    return (await this._names()).get(String(threadId)) ?? null
+  }
+
+  // thread id -> session name, from the store's live sessions (the newest
+  // generation of each thread), read once and kept up to date.
+  _names() {
+    if (!this._catalog) {
+      this._catalog = this.store.sessions().then((all) => {
+        const newest = new Map()
+        for (const s of all) {
+          const tid = threadOfName(s.id)
+          if (tid === null) continue
+          const prev = newest.get(tid)
+          if (!prev || (s.createdMs ?? 0) >= (prev.createdMs ?? 0)) newest.set(tid, s)
+        }
+        return new Map([...newest].map(([tid, s]) => [tid, s.id]))
+      })
+      this._catalog.catch(() => (this._catalog = null))
+    }
+    return this._catalog
   }
 
   // The thread's session and index; `create`: create the session if missing.
@@ -190,18 +233,32 @@ class TurnstoneSaver extends BaseCheckpointSaver {
   }
 
   async _load(threadId, create) {
-    const id = TurnstoneSaver.sessionId(threadId)
+    const names = await this._names()
+    // Not known to this saver: a first generation made since (a store.fork
+    // into `langgraph:<id>`, another process) is found by its name.
+    let name = names.get(threadId) ?? TurnstoneSaver.sessionId(threadId)
     let session
     try {
-      session = await this.store.openSession(id)
+      session = await this.store.openSession(name)
+      names.set(threadId, name)
     } catch (e) {
-      if (!(e instanceof TurnstoneError) || e.kind !== 'unknown_session') throw e
+      if (!(e instanceof TurnstoneError) || !GONE.has(e.kind)) throw e
+      names.delete(threadId) // never made, or deleted through another handle
     }
     if (!session) {
       if (!create) return null
-      session = this.store.createSession(id)
+      for (const candidate of namesOf(threadId)) {
+        try {
+          session = this.store.createSession(candidate)
+          name = candidate
+          break
+        } catch (e) {
+          if (!(e instanceof TurnstoneError) || !TAKEN.has(e.kind)) throw e
+        }
+      }
+      names.set(threadId, name)
       session.setMeta('langgraph.thread_id', threadId)
-      return { threadId, session, index: new ThreadIndex() }
+      return { threadId, name, session, index: new ThreadIndex() }
     }
     const index = new ThreadIndex()
     for (const ev of await session.events()) {
@@ -215,12 +272,12 @@ class TurnstoneSaver extends BaseCheckpointSaver {
       } else if (ev.kind === KIND_WRITES) index.addWrites(ev.seq, ev.data)
       else if (ev.kind === KIND_DELETE) index.reset()
     }
-    return { threadId, session, index }
+    return { threadId, name, session, index }
   }
 
   // The data of event `seq` of a thread's session (one read for concurrent askers).
   _event(t, seq) {
-    const key = `${t.threadId}\0${seq}`
+    const key = `${t.name}\0${seq}`
     let p = this._cache.get(key)
     if (!p) {
       p = t.session.events(seq, seq + 1).then(([ev]) => ev.data)
@@ -317,10 +374,7 @@ class TurnstoneSaver extends BaseCheckpointSaver {
     let threadIds
     if (threadId !== undefined && threadId !== null && threadId !== '') threadIds = [String(threadId)]
     else {
-      threadIds = (await this.store.sessions())
-        .map((s) => s.id)
-        .filter((id) => id.startsWith(PREFIX))
-        .map((id) => id.slice(PREFIX.length))
+      threadIds = [...(await this._names()).keys()]
     }
     const found = []
     for (const tid of threadIds) {
@@ -373,7 +427,7 @@ class TurnstoneSaver extends BaseCheckpointSaver {
     }
     const t = await this._thread(threadId, true)
     const seq = t.session.append(KIND_CHECKPOINT, data)
-    this._remember(`${threadId}\0${seq}`, Promise.resolve(data))
+    this._remember(`${t.name}\0${seq}`, Promise.resolve(data))
     // The index holds metadata as it reads back from the log.
     t.index.addCheckpoint(seq, data, await this.serde.loadsTyped(...decodeBlob(data.metadata)), prepared.channel_versions ?? {})
     await t.session.flush()
@@ -399,19 +453,28 @@ class TurnstoneSaver extends BaseCheckpointSaver {
     if (fresh.length > 0) {
       const data = { ns, checkpoint_id: checkpointId, task_id: taskId, task_path: taskPath ?? '', writes: fresh }
       const seq = t.session.append(KIND_WRITES, data)
-      this._remember(`${threadId}\0${seq}`, Promise.resolve(data))
+      this._remember(`${t.name}\0${seq}`, Promise.resolve(data))
       t.index.addWrites(seq, data)
     }
     // Resolves once durable, and not before earlier writes of the thread.
     await t.session.flush()
   }
 
+  /** `store.delete` of the thread's session: a durable tombstone, after
+   * which the thread is empty and its events are no longer read (forks made
+   * from it keep theirs). Used again, the thread gets a new session. */
   async deleteThread(threadId) {
-    const t = await this._thread(String(threadId), false)
-    if (!t) return
-    t.session.append(KIND_DELETE, {})
-    t.index.reset()
-    await t.session.flush()
+    const tid = String(threadId)
+    const t = await this._thread(tid, false)
+    const names = await this._names()
+    const name = names.get(tid)
+    if (this._threads.has(tid)) this._threads.delete(tid)
+    names.delete(tid)
+    if (t) {
+      await t.session.flush()
+      t.session.close() // a session is deleted only once no handle holds it
+    }
+    if (name !== undefined) await deleteWhenReleased(this.store, name)
   }
 
   /** Make everything durable and close the store, if the saver opened it. */
@@ -419,6 +482,25 @@ class TurnstoneSaver extends BaseCheckpointSaver {
     await Promise.all([...this._threads.values()].map(async (p) => (await p.catch(() => null))?.session.flush()))
     this._threads.clear()
     if (this._owned) await this.store.close()
+  }
+}
+
+// Error kinds: a session name that cannot be opened any more, or created again.
+const GONE = new Set(['unknown_session', 'session_deleted'])
+const TAKEN = new Set(['session_exists', 'session_deleted'])
+
+// store.delete, which is refused while a handle is alive: the durability
+// waiter may still hold the closed handle for the instant it takes to
+// finish a round, so wait for that (briefly) instead of failing.
+async function deleteWhenReleased(store, name) {
+  for (let i = 0; ; i++) {
+    try {
+      await store.delete(name)
+      return
+    } catch (e) {
+      if (i >= 200 || !(e instanceof TurnstoneError) || e.kind !== 'session_live') throw e
+      await new Promise((r) => setTimeout(r, 5))
+    }
   }
 }
 

@@ -219,6 +219,43 @@ test('deleteThread empties one thread, durably; the thread id can be reused', as
   await saver.close()
 })
 
+test('deleteThread deletes the thread\'s session from the store (a tombstone); the id comes back under a new generation; forks of it keep working', async () => {
+  const dir = tmp()
+  let saver = new TurnstoneSaver(dir)
+  const graph = () => fanGraph().compile({ checkpointer: saver })
+  await graph().invoke({ log: ['a'] }, cfg('gone'))
+  const first = await saver.sessionName('gone')
+  assert.equal(first, TurnstoneSaver.sessionId('gone'))
+  // A fork taken before the delete keeps its whole history.
+  const at = (await saver.store.replay(first)).length
+  await saver.store.fork(first, { at, child: TurnstoneSaver.sessionId('kid') })
+  await saver.deleteThread('gone')
+  assert.equal(await saver.sessionName('gone'), null)
+  const live = (await saver.store.sessions()).map((s) => s.id)
+  assert.ok(!live.includes(first), `the deleted session is still listed: ${live}`)
+  await assert.rejects(saver.store.replay(first))
+  assert.deepEqual((await graph().getState(cfg('kid'))).values.log, ['a', 'left', 'right', 'join 3'])
+  // Used again: a new session, and only the new history.
+  await graph().invoke({ log: ['b'] }, cfg('gone'))
+  const second = await saver.sessionName('gone')
+  assert.equal(second, 'langgraph~1:gone')
+  await saver.close()
+  saver = new TurnstoneSaver(dir)
+  assert.equal(await saver.sessionName('gone'), second)
+  const hist = []
+  for await (const t of saver.list(cfg('gone'))) hist.push(t.checkpoint.channel_values.log)
+  assert.ok(hist.length > 0)
+  assert.deepEqual(hist, [['b', 'left', 'right', 'join 3'], ['b', 'left', 'right'], ['b'], []])
+  // Deleted twice: the third generation.
+  await saver.deleteThread('gone')
+  await graph().invoke({ log: ['c'] }, cfg('gone'))
+  assert.equal(await saver.sessionName('gone'), 'langgraph~2:gone')
+  const threads = new Set()
+  for await (const t of saver.list({})) threads.add(t.config.configurable.thread_id)
+  assert.deepEqual([...threads].sort(), ['gone', 'kid'])
+  await saver.close()
+})
+
 test('a thread forked with store.fork is a new thread with the same checkpoints', async () => {
   const dir = tmp()
   let saver = new TurnstoneSaver(dir)

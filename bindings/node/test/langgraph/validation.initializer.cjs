@@ -12,16 +12,25 @@ const { TurnstoneSaver } = require('../../langgraph.js')
 const rebuild = process.env.TURNSTONE_LG_REBUILD === '1'
 
 class RebuildingSaver extends TurnstoneSaver {
-  _forget() {
+  // Drop every thread's index and release its handle (a handle left open
+  // would keep its session from being deleted).
+  async _forget() {
+    const held = await Promise.all([...this._threads.values()].map((p) => p.catch(() => null)))
     this._threads.clear()
     this._cache.clear()
+    this._catalog = null
+    for (const t of held) {
+      if (!t) continue
+      await t.session.flush()
+      t.session.close()
+    }
   }
   async getTuple(config) {
-    this._forget()
+    await this._forget()
     return super.getTuple(config)
   }
   async *list(config, options) {
-    this._forget()
+    await this._forget()
     yield* super.list(config, options)
   }
 }
