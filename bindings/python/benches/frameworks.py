@@ -8,6 +8,9 @@
    executions of the step node in one thread: the step's checkpoint and
    writes included). LangGraph's InMemorySaver (no I/O, not durable) is
    run too, as the ceiling LangGraph's own CPU cost sets for any saver.
+   With ``--pg URL`` LangGraph's AsyncPostgresSaver runs too, on a pool of
+   connections to that server (a fresh database per run; start a private
+   server with ``eval "$(bash .ci/postgres.sh start)"`` and pass ``--pg $PGURL``).
 2. Agents SDK: 64 sessions at once, each ``add_items`` 50 times (2 items a
    call: a function call and its output), TurnstoneSession vs the SDK's
    SQLiteSession on a file: items/s and p99 ``add_items`` latency.
@@ -15,9 +18,10 @@
 Every store and database is on the same file system (a temporary
 directory under --dir). Both sides are durable per call: turnstone waits
 for its group commit; SQLite runs in WAL mode with synchronous=FULL (its
-default here; printed), so every commit is fsynced.
+default here; printed), so every commit is fsynced; PostgreSQL runs with
+fsync and synchronous_commit on (printed).
 
-    python benches/frameworks.py [--runs 3] [--threads 64] [--dir /tmp]
+    python benches/frameworks.py [--runs 3] [--threads 64] [--dir /tmp] [--pg URL]
 
 Prints each run, then the medians and the ratio of the medians.
 """
@@ -132,6 +136,38 @@ async def langgraph_sqlite(d: str, threads: int) -> dict:
         return out
 
 
+PG_URL = None
+PG_POOL = 16
+
+
+async def langgraph_postgres(d: str, threads: int) -> dict:
+    """LangGraph's AsyncPostgresSaver on a connection pool (the setup its
+    docs give for concurrent use), in a database made for this run."""
+    import psycopg
+    from psycopg.rows import dict_row
+    from psycopg_pool import AsyncConnectionPool
+    from langgraph.checkpoint.postgres.aio import AsyncPostgresSaver
+
+    db = "tsbench_" + os.path.basename(d).replace("-", "_").lower()
+    with psycopg.connect(PG_URL, autocommit=True) as admin:
+        admin.execute(f'CREATE DATABASE "{db}"')
+        settings = "fsync={} synchronous_commit={}".format(
+            admin.execute("SHOW fsync").fetchone()[0], admin.execute("SHOW synchronous_commit").fetchone()[0])
+    url = PG_URL.rsplit("/", 1)[0] + "/" + db
+    try:
+        async with AsyncConnectionPool(url, min_size=PG_POOL, max_size=PG_POOL, open=False,
+                                       kwargs={"autocommit": True, "prepare_threshold": 0,
+                                               "row_factory": dict_row}) as pool:
+            saver = AsyncPostgresSaver(pool)
+            await saver.setup()
+            out = await run_graph(saver, threads)
+        out["postgres"] = f"{settings} pool={PG_POOL}"
+        return out
+    finally:
+        with psycopg.connect(PG_URL, autocommit=True) as admin:
+            admin.execute(f'DROP DATABASE "{db}" WITH (FORCE)')
+
+
 # ---- Agents SDK
 
 CALLS = 50
@@ -191,15 +227,20 @@ def main() -> None:
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--threads", type=int, default=64)
     ap.add_argument("--dir", default=None)
+    ap.add_argument("--pg", default=None, help="a PostgreSQL URL: run AsyncPostgresSaver too")
     args = ap.parse_args()
+    global PG_URL
+    PG_URL = args.pg
     print("loadavg at start:", open("/proc/loadavg").read().strip())
     cases = [("langgraph", "turnstone", langgraph_turnstone), ("langgraph", "sqlite", langgraph_sqlite),
              ("agents", "turnstone", agents_turnstone), ("agents", "sqlite", agents_sqlite),
              ("langgraph", "memory", langgraph_memory)]
+    if PG_URL:
+        cases.append(("langgraph", "postgres", langgraph_postgres))
     results: dict = {(a, b): [] for a, b, _ in cases}
     for r in range(args.runs):
         # Alternate the order so neither side always runs on a warmer cache.
-        order = cases if r % 2 == 0 else [cases[1], cases[0], cases[3], cases[2], cases[4]]
+        order = cases if r % 2 == 0 else [cases[1], cases[0], cases[3], cases[2]] + cases[4:]
         for area, backend, fn in order:
             d = tempfile.mkdtemp(prefix="tsbench-", dir=args.dir)
             try:
@@ -222,6 +263,12 @@ def main() -> None:
           "  (no I/O: the ceiling)")
     print(f"    ratio: {lg_t['checkpoints_per_s'] / lg_s['checkpoints_per_s']:.2f}x checkpoints/s, "
           f"p99 step {lg_s['p99_step_ms'] / lg_t['p99_step_ms']:.2f}x lower")
+    if PG_URL:
+        lg_p = med[("langgraph", "postgres")]
+        print(f"  LangGraph  AsyncPostgresSaver {lg_p['checkpoints_per_s']:7.0f} checkpoints/s  p99 step {lg_p['p99_step_ms']:7.2f} ms"
+              f"  ({results[('langgraph', 'postgres')][0]['postgres']})")
+        print(f"    ratio: {lg_t['checkpoints_per_s'] / lg_p['checkpoints_per_s']:.2f}x checkpoints/s, "
+              f"p99 step {lg_p['p99_step_ms'] / lg_t['p99_step_ms']:.2f}x lower")
     print(f"  Agents     TurnstoneSession {ag_t['items_per_s']:9.0f} items/s  p99 add_items {ag_t['p99_add_items_ms']:7.2f} ms")
     print(f"  Agents     SQLiteSession    {ag_s['items_per_s']:9.0f} items/s  p99 add_items {ag_s['p99_add_items_ms']:7.2f} ms")
     print(f"    ratio: {ag_t['items_per_s'] / ag_s['items_per_s']:.2f}x items/s, "
