@@ -5,6 +5,8 @@
 #
 #   eval "$(bash .ci/postgres.sh start)"   # exports PGURL, PGDIR_TURNSTONE
 #   bash .ci/postgres.sh stop "$PGDIR_TURNSTONE"
+#   bash .ci/postgres.sh crash DIR      # pg_ctl stop -m immediate (a crash: no checkpoint)
+#   bash .ci/postgres.sh restart DIR    # start it again, same port and data
 #
 # Needs initdb, pg_ctl and postgres on PATH (Debian: the postgresql package;
 # its binaries live in /usr/lib/postgresql/<v>/bin, which is searched too).
@@ -28,8 +30,8 @@ start)
   port="$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')"
   "${run[@]}" "$initdb" -D "$dir/data" -U postgres -A trust --no-sync -E UTF8 >"$dir/initdb.log" 2>&1 \
     || { cat "$dir/initdb.log" >&2; exit 1; }
-  "${run[@]}" "$pg_ctl" -D "$dir/data" -l "$dir/server.log" -w -t 60 \
-    -o "-c listen_addresses=127.0.0.1 -c port=$port -c unix_socket_directories=$dir -c max_connections=200 -c shared_buffers=256MB" \
+  echo "-c listen_addresses=127.0.0.1 -c port=$port -c unix_socket_directories=$dir -c max_connections=200 -c shared_buffers=256MB" >"$dir/options"
+  "${run[@]}" "$pg_ctl" -D "$dir/data" -l "$dir/server.log" -w -t 60 -o "$(cat "$dir/options")" \
     start >/dev/null || { cat "$dir/server.log" >&2; exit 1; }
   echo "export PGURL=postgresql://postgres@127.0.0.1:$port/postgres PGDIR_TURNSTONE=$dir"
   ;;
@@ -41,7 +43,19 @@ stop)
   "${run[@]}" "$pg_ctl" -D "$dir/data" -m fast -w stop >/dev/null 2>&1 || true
   rm -rf "$dir"
   ;;
+crash|restart)
+  dir="${2:?usage: postgres.sh $cmd DIR}"
+  pg_ctl="$(find_bin pg_ctl)"
+  run=()
+  if [ "$(id -u)" = 0 ]; then run=(runuser -u nobody --); fi
+  if [ "$cmd" = crash ]; then
+    "${run[@]}" "$pg_ctl" -D "$dir/data" -m immediate -w stop >/dev/null
+  else
+    "${run[@]}" "$pg_ctl" -D "$dir/data" -l "$dir/server.log" -w -t 60 -o "$(cat "$dir/options")" \
+      start >/dev/null || { cat "$dir/server.log" >&2; exit 1; }
+  fi
+  ;;
 *)
-  echo "usage: postgres.sh start | stop DIR" >&2; exit 2
+  echo "usage: postgres.sh start | stop DIR | crash DIR | restart DIR" >&2; exit 2
   ;;
 esac

@@ -1,0 +1,882 @@
+//! turnstone's event log on PostgreSQL (issue 18, first part).
+//!
+//! The same log the embedded store keeps in segment files, in three tables
+//! (see [`schema`]): every session has dense seqs from 0, events are
+//! appended in groups that commit atomically, a session can be forked by
+//! reference (the child reads its parent's events below the fork seq), and
+//! deletion is a flag that also fences the session's writer. What this
+//! backend adds is what one machine cannot give:
+//!
+//! - **Leases with fencing epochs.** A writer holds a session through a
+//!   lease ([`PgLog::acquire`]); every acquisition increments the session's
+//!   epoch, and every commit checks the writer's epoch in the same statement
+//!   that writes its events. A writer whose lease was taken over (paused,
+//!   partitioned, presumed dead) gets [`PgError::Fenced`] and writes
+//!   nothing: two writers can never both append to one session.
+//! - **Group commit.** Appends are buffered in this process; one committer
+//!   thread writes every session's pending events in one statement (one
+//!   transaction, one round trip, one WAL flush for all of them), like the
+//!   embedded store's commit batch. `synchronous_commit` is left on: a
+//!   commit returns once PostgreSQL has flushed its WAL.
+//! - **Live follow by LISTEN/NOTIFY**: each commit notifies channel
+//!   `turnstone_events` with `"<session> <len>"`; [`Subscription`] listens
+//!   before it reads, so no commit is missed.
+//!
+//! Not built yet (said in the README): the storage trait that puts the
+//! session layer on this log, full-text search, `serve` and the CLI on a
+//! connection URL, `turnstone copy`.
+
+mod error;
+mod schema;
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use parking_lot::{Condvar, Mutex};
+use postgres::fallible_iterator::FallibleIterator;
+use postgres::{Client, NoTls};
+
+pub use error::{PgError, Result};
+pub use schema::SCHEMA_VERSION;
+
+use error::db;
+
+/// One event read back.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Event {
+    pub seq: u64,
+    pub kind: u16,
+    pub flags: u16,
+    pub payload: Vec<u8>,
+}
+
+/// One session, as listed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SessionInfo {
+    pub id: String,
+    /// Committed events, inherited ones included (the next seq).
+    pub len: u64,
+    /// `(parent, fork seq)` of a fork.
+    pub parent: Option<(String, u64)>,
+    pub created_ms: i64,
+}
+
+/// Options of [`PgLog::connect`].
+#[derive(Debug, Clone)]
+pub struct PgOptions {
+    /// How long a lease lasts after it is acquired or after the writer's
+    /// last commit (each commit renews it).
+    pub lease_ttl: Duration,
+    /// Idle read connections kept for reuse.
+    pub read_pool: usize,
+}
+
+impl Default for PgOptions {
+    fn default() -> Self {
+        PgOptions {
+            lease_ttl: Duration::from_secs(30),
+            read_pool: 4,
+        }
+    }
+}
+
+/// Counters of the committer.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct PgStats {
+    /// Statements that committed events (one transaction each).
+    pub commits: u64,
+    /// Events committed.
+    pub events: u64,
+}
+
+/// What a writer's state says when it can no longer write.
+#[derive(Debug, Clone)]
+enum Broken {
+    Fenced { held: i64, current: i64 },
+    Deleted,
+    Failed(String),
+    Closed,
+}
+
+struct WriterState {
+    session: String,
+    epoch: i64,
+    /// Events the database holds for this writer's session (durable).
+    committed: u64,
+    /// The next seq this writer hands out.
+    next: u64,
+    broken: Option<Broken>,
+}
+
+struct Pending {
+    writer: u64,
+    seq: u64,
+    kind: u16,
+    flags: u16,
+    payload: Vec<u8>,
+}
+
+#[derive(Default)]
+struct Queue {
+    pending: Vec<Pending>,
+    writers: HashMap<u64, WriterState>,
+    next_writer: u64,
+    closed: bool,
+    stats: PgStats,
+}
+
+struct Inner {
+    url: String,
+    opts: PgOptions,
+    idle: Mutex<Vec<Client>>,
+    queue: Mutex<Queue>,
+    /// The committer waits here for work.
+    work: Condvar,
+    /// Writers wait here for their commits.
+    done: Condvar,
+}
+
+/// A connection to turnstone's tables in one PostgreSQL database. Cheap to
+/// clone; [`PgLog::close`] stops the committer once its queue is written.
+#[derive(Clone)]
+pub struct PgLog {
+    inner: Arc<Inner>,
+    committer: Arc<Mutex<Option<JoinHandle<()>>>>,
+}
+
+impl PgLog {
+    /// Connect, create or migrate the schema, start the committer.
+    pub fn connect(url: &str, opts: PgOptions) -> Result<PgLog> {
+        let mut client = Client::connect(url, NoTls).map_err(db("connect"))?;
+        schema::migrate(&mut client)?;
+        let inner = Arc::new(Inner {
+            url: url.to_string(),
+            opts,
+            idle: Mutex::new(vec![client]),
+            queue: Mutex::new(Queue::default()),
+            work: Condvar::new(),
+            done: Condvar::new(),
+        });
+        let worker = inner.clone();
+        let handle = std::thread::Builder::new()
+            .name("turnstone-pg-commit".into())
+            .spawn(move || committer(worker))
+            .expect("spawn the committer thread");
+        Ok(PgLog {
+            inner,
+            committer: Arc::new(Mutex::new(Some(handle))),
+        })
+    }
+
+    /// Write what is queued, then stop the committer. Writers left get
+    /// [`PgError::Closed`].
+    pub fn close(&self) {
+        self.inner.queue.lock().closed = true;
+        self.inner.work.notify_all();
+        if let Some(h) = self.committer.lock().take() {
+            let _ = h.join();
+        }
+    }
+
+    /// The committer's counters.
+    pub fn stats(&self) -> PgStats {
+        self.inner.queue.lock().stats
+    }
+
+    fn with_client<T>(&self, f: impl FnOnce(&mut Client) -> Result<T>) -> Result<T> {
+        let popped = self.inner.idle.lock().pop();
+        let mut client = match popped {
+            Some(c) if !c.is_closed() => c,
+            _ => Client::connect(&self.inner.url, NoTls).map_err(db("connect"))?,
+        };
+        let out = f(&mut client);
+        // A connection whose statement failed at the protocol level is
+        // closed; anything else goes back for reuse.
+        if !client.is_closed() {
+            let mut idle = self.inner.idle.lock();
+            if idle.len() < self.inner.opts.read_pool {
+                idle.push(client);
+            }
+        }
+        out
+    }
+
+    /// Create an empty session; [`PgError::SessionExists`] if it exists
+    /// (deleted or not: a deleted session keeps its name, as in the
+    /// embedded store).
+    pub fn create_session(&self, session: &str) -> Result<()> {
+        self.with_client(|c| {
+            let n = c
+                .execute(
+                    "INSERT INTO turnstone_sessions (id) VALUES ($1) ON CONFLICT (id) DO NOTHING",
+                    &[&session],
+                )
+                .map_err(db("create session"))?;
+            if n == 0 {
+                return Err(PgError::SessionExists(session.to_string()));
+            }
+            Ok(())
+        })
+    }
+
+    /// Take the lease of `session` for `owner` (creating the session when
+    /// `create`), and a writer that appends at its end. Succeeds when the
+    /// session has no lease, its lease expired, or `owner` holds it; every
+    /// success increments the epoch, so a writer from an earlier
+    /// acquisition (by anyone, `owner` included) is fenced from now on.
+    pub fn acquire(&self, session: &str, owner: &str, create: bool) -> Result<Acquired> {
+        let ttl_ms = self.inner.opts.lease_ttl.as_millis() as i64;
+        let (epoch, len, previous) = self.with_client(|c| {
+            let mut tx = c.transaction().map_err(db("begin acquire"))?;
+            if create {
+                tx.execute(
+                    "INSERT INTO turnstone_sessions (id) VALUES ($1) ON CONFLICT (id) DO NOTHING",
+                    &[&session],
+                )
+                .map_err(db("create session"))?;
+            }
+            let before = tx
+                .query_opt(
+                    "SELECT lease_owner, deleted,
+                            (extract(epoch FROM (lease_expires - now())) * 1000)::bigint
+                       FROM turnstone_sessions WHERE id = $1 FOR UPDATE",
+                    &[&session],
+                )
+                .map_err(db("read lease"))?;
+            let Some(before) = before else {
+                return Err(PgError::UnknownSession(session.to_string()));
+            };
+            let (prev_owner, deleted, remaining): (Option<String>, bool, Option<i64>) =
+                (before.get(0), before.get(1), before.get(2));
+            if deleted {
+                return Err(PgError::SessionDeleted(session.to_string()));
+            }
+            if let (Some(o), Some(r)) = (&prev_owner, remaining) {
+                if o != owner && r > 0 {
+                    return Err(PgError::LeaseHeld {
+                        session: session.to_string(),
+                        owner: o.clone(),
+                        remaining_ms: r,
+                    });
+                }
+            }
+            let row = tx
+                .query_one(
+                    "UPDATE turnstone_sessions
+                        SET lease_owner = $2, lease_epoch = lease_epoch + 1,
+                            lease_expires = now() + $3::bigint * interval '1 millisecond'
+                      WHERE id = $1 RETURNING lease_epoch, len",
+                    &[&session, &owner, &ttl_ms],
+                )
+                .map_err(db("take lease"))?;
+            tx.commit().map_err(db("commit acquire"))?;
+            let (epoch, len): (i64, i64) = (row.get(0), row.get(1));
+            Ok((epoch, len as u64, prev_owner))
+        })?;
+        let mut q = self.inner.queue.lock();
+        let id = q.next_writer;
+        q.next_writer += 1;
+        q.writers.insert(
+            id,
+            WriterState {
+                session: session.to_string(),
+                epoch,
+                committed: len,
+                next: len,
+                broken: None,
+            },
+        );
+        drop(q);
+        Ok(Acquired {
+            writer: Writer {
+                log: self.clone(),
+                id,
+                session: session.to_string(),
+                epoch,
+            },
+            previous_owner: previous,
+        })
+    }
+
+    /// Create `child` as a fork of `parent` holding its events `0..upto`
+    /// by reference (nothing is copied).
+    pub fn fork(&self, parent: &str, upto: u64, child: &str) -> Result<()> {
+        self.with_client(|c| {
+            let mut tx = c.transaction().map_err(db("begin fork"))?;
+            let p = tx
+                .query_opt(
+                    "SELECT len, deleted FROM turnstone_sessions WHERE id = $1 FOR SHARE",
+                    &[&parent],
+                )
+                .map_err(db("read fork parent"))?
+                .ok_or_else(|| PgError::UnknownSession(parent.to_string()))?;
+            let (len, deleted): (i64, bool) = (p.get(0), p.get(1));
+            if deleted {
+                return Err(PgError::SessionDeleted(parent.to_string()));
+            }
+            if upto > len as u64 {
+                return Err(PgError::SeqOutOfRange {
+                    session: parent.to_string(),
+                    seq: upto,
+                    len: len as u64,
+                });
+            }
+            let n = tx
+                .execute(
+                    "INSERT INTO turnstone_sessions (id, parent, fork_seq, len)
+                     VALUES ($1, $2, $3, $3) ON CONFLICT (id) DO NOTHING",
+                    &[&child, &parent, &(upto as i64)],
+                )
+                .map_err(db("create fork"))?;
+            if n == 0 {
+                return Err(PgError::SessionExists(child.to_string()));
+            }
+            tx.commit().map_err(db("commit fork"))
+        })
+    }
+
+    /// Delete a session: it is no longer listed or read, and its writer is
+    /// fenced. Its events stay for the forks that reference them.
+    pub fn delete(&self, session: &str) -> Result<()> {
+        self.with_client(|c| {
+            let n = c
+                .execute(
+                    "UPDATE turnstone_sessions
+                        SET deleted = true, lease_epoch = lease_epoch + 1,
+                            lease_owner = NULL, lease_expires = NULL
+                      WHERE id = $1 AND NOT deleted",
+                    &[&session],
+                )
+                .map_err(db("delete session"))?;
+            if n == 0 {
+                return Err(self.missing(c, session));
+            }
+            Ok(())
+        })
+    }
+
+    fn missing(&self, c: &mut Client, session: &str) -> PgError {
+        match c.query_opt(
+            "SELECT deleted FROM turnstone_sessions WHERE id = $1",
+            &[&session],
+        ) {
+            Ok(Some(_)) => PgError::SessionDeleted(session.to_string()),
+            Ok(None) => PgError::UnknownSession(session.to_string()),
+            Err(e) => PgError::Database {
+                op: "read session",
+                source: e,
+            },
+        }
+    }
+
+    /// Live sessions, oldest first.
+    pub fn sessions(&self) -> Result<Vec<SessionInfo>> {
+        self.with_client(|c| {
+            let rows = c
+                .query(
+                    "SELECT id, len, parent, fork_seq,
+                            (extract(epoch FROM created_at) * 1000)::bigint
+                       FROM turnstone_sessions WHERE NOT deleted ORDER BY created_at, id",
+                    &[],
+                )
+                .map_err(db("list sessions"))?;
+            Ok(rows
+                .iter()
+                .map(|r| SessionInfo {
+                    id: r.get(0),
+                    len: r.get::<_, i64>(1) as u64,
+                    parent: r
+                        .get::<_, Option<String>>(2)
+                        .map(|p| (p, r.get::<_, i64>(3) as u64)),
+                    created_ms: r.get(4),
+                })
+                .collect())
+        })
+    }
+
+    /// Committed length of a session (inherited events included).
+    pub fn session_len(&self, session: &str) -> Result<u64> {
+        self.with_client(|c| Ok(session_row(c, session, true)?.len))
+    }
+
+    /// Committed events `range` of a session, inherited ones included.
+    pub fn read_range(&self, session: &str, range: std::ops::Range<u64>) -> Result<Vec<Event>> {
+        self.with_client(|c| {
+            let row = session_row(c, session, true)?;
+            if range.end > row.len {
+                return Err(PgError::SeqOutOfRange {
+                    session: session.to_string(),
+                    seq: range.end,
+                    len: row.len,
+                });
+            }
+            let mut out = Vec::new();
+            read_chain(c, session, row, range, &mut out)?;
+            Ok(out)
+        })
+    }
+
+    /// Store a snapshot (a projection cache) of a session at `upto`.
+    pub fn put_snapshot(&self, session: &str, name: &str, upto: u64, data: &[u8]) -> Result<()> {
+        self.with_client(|c| {
+            c.execute(
+                "INSERT INTO turnstone_snapshots (session, name, upto, data) VALUES ($1, $2, $3, $4)
+                 ON CONFLICT (session, name) DO UPDATE SET upto = excluded.upto, data = excluded.data",
+                &[&session, &name, &(upto as i64), &data],
+            )
+            .map_err(db("write snapshot"))?;
+            Ok(())
+        })
+    }
+
+    /// A snapshot: `(upto, data)`.
+    pub fn snapshot(&self, session: &str, name: &str) -> Result<Option<(u64, Vec<u8>)>> {
+        self.with_client(|c| {
+            let row = c
+                .query_opt(
+                    "SELECT upto, data FROM turnstone_snapshots WHERE session = $1 AND name = $2",
+                    &[&session, &name],
+                )
+                .map_err(db("read snapshot"))?;
+            Ok(row.map(|r| (r.get::<_, i64>(0) as u64, r.get(1))))
+        })
+    }
+
+    /// Follow a session from `from_seq`: committed events in order, woken
+    /// by the commits' notifications (no polling).
+    pub fn subscribe(&self, session: &str, from_seq: u64) -> Result<Subscription> {
+        let mut client = Client::connect(&self.inner.url, NoTls).map_err(db("connect"))?;
+        // Listen first: a commit after this point is notified; one before
+        // it is found by the first read.
+        client
+            .batch_execute("LISTEN turnstone_events")
+            .map_err(db("listen"))?;
+        session_row(&mut client, session, true)?;
+        Ok(Subscription {
+            client,
+            session: session.to_string(),
+            next: from_seq,
+            buffer: std::collections::VecDeque::new(),
+        })
+    }
+}
+
+/// The writer of a session and who held it before.
+pub struct Acquired {
+    pub writer: Writer,
+    /// The owner of the lease taken over (`None`: the session was free).
+    /// A takeover from another owner is where a session layer repairs.
+    pub previous_owner: Option<String>,
+}
+
+/// Appends to one session under one lease epoch.
+pub struct Writer {
+    log: PgLog,
+    id: u64,
+    session: String,
+    epoch: i64,
+}
+
+impl Writer {
+    pub fn session(&self) -> &str {
+        &self.session
+    }
+
+    pub fn epoch(&self) -> i64 {
+        self.epoch
+    }
+
+    /// The next seq (committed or queued events of this writer).
+    pub fn len(&self) -> u64 {
+        self.log.inner.queue.lock().writers[&self.id].next
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Queue one event; it is durable once [`Writer::sync`] returns.
+    pub fn append(&self, kind: u16, flags: u16, payload: &[u8]) -> Result<u64> {
+        self.append_group(&[(kind, flags, payload)])
+    }
+
+    /// Queue several events that commit together or not at all. Returns
+    /// the first one's seq.
+    pub fn append_group(&self, events: &[(u16, u16, &[u8])]) -> Result<u64> {
+        let inner = &self.log.inner;
+        let mut q = inner.queue.lock();
+        if q.closed {
+            return Err(PgError::Closed);
+        }
+        let st = q.writers.get_mut(&self.id).expect("writer state");
+        if let Some(b) = &st.broken {
+            return Err(broken_error(&self.session, b));
+        }
+        let first = st.next;
+        st.next += events.len() as u64;
+        for (i, (kind, flags, payload)) in events.iter().enumerate() {
+            q.pending.push(Pending {
+                writer: self.id,
+                seq: first + i as u64,
+                kind: *kind,
+                flags: *flags,
+                payload: payload.to_vec(),
+            });
+        }
+        drop(q);
+        inner.work.notify_one();
+        Ok(first)
+    }
+
+    /// Wait until everything this writer queued is committed.
+    pub fn sync(&self) -> Result<()> {
+        let inner = &self.log.inner;
+        let mut q = inner.queue.lock();
+        let target = q.writers[&self.id].next;
+        loop {
+            let st = &q.writers[&self.id];
+            if let Some(b) = &st.broken {
+                return Err(broken_error(&self.session, b));
+            }
+            if st.committed >= target {
+                return Ok(());
+            }
+            inner.done.wait(&mut q);
+        }
+    }
+
+    /// Commit what is queued and give the lease up (only if this writer
+    /// still holds it).
+    pub fn release(self) -> Result<()> {
+        self.sync()?;
+        let (session, epoch) = (self.session.clone(), self.epoch);
+        self.log.with_client(|c| {
+            c.execute(
+                "UPDATE turnstone_sessions SET lease_owner = NULL, lease_expires = NULL
+                  WHERE id = $1 AND lease_epoch = $2",
+                &[&session, &epoch],
+            )
+            .map_err(db("release lease"))?;
+            Ok(())
+        })
+    }
+}
+
+impl Drop for Writer {
+    fn drop(&mut self) {
+        self.log.inner.queue.lock().writers.remove(&self.id);
+    }
+}
+
+fn broken_error(session: &str, b: &Broken) -> PgError {
+    match b {
+        Broken::Fenced { held, current } => PgError::Fenced {
+            session: session.to_string(),
+            held: *held,
+            current: *current,
+        },
+        Broken::Deleted => PgError::SessionDeleted(session.to_string()),
+        Broken::Failed(detail) => PgError::WriterBroken {
+            session: session.to_string(),
+            detail: detail.clone(),
+        },
+        Broken::Closed => PgError::Closed,
+    }
+}
+
+struct Row {
+    len: u64,
+    parent: Option<String>,
+    fork_seq: u64,
+}
+
+fn session_row(c: &mut Client, session: &str, live: bool) -> Result<Row> {
+    let r = c
+        .query_opt(
+            "SELECT len, parent, fork_seq, deleted FROM turnstone_sessions WHERE id = $1",
+            &[&session],
+        )
+        .map_err(db("read session"))?
+        .ok_or_else(|| PgError::UnknownSession(session.to_string()))?;
+    if live && r.get::<_, bool>(3) {
+        return Err(PgError::SessionDeleted(session.to_string()));
+    }
+    Ok(Row {
+        len: r.get::<_, i64>(0) as u64,
+        parent: r.get(1),
+        fork_seq: r.get::<_, i64>(2) as u64,
+    })
+}
+
+/// Events `range` of `session`: those below its fork seq from its parent
+/// chain (deleted ancestors included: a fork keeps what it references).
+fn read_chain(
+    c: &mut Client,
+    session: &str,
+    row: Row,
+    range: std::ops::Range<u64>,
+    out: &mut Vec<Event>,
+) -> Result<()> {
+    let own_from = if row.parent.is_some() {
+        row.fork_seq
+    } else {
+        0
+    };
+    if let Some(parent) = &row.parent {
+        if range.start < own_from {
+            let prow = session_row(c, parent, false)?;
+            read_chain(c, parent, prow, range.start..range.end.min(own_from), out)?;
+        }
+    }
+    let lo = range.start.max(own_from);
+    if lo < range.end {
+        let rows = c
+            .query(
+                "SELECT seq, kind, flags, payload FROM turnstone_events
+                  WHERE session = $1 AND seq >= $2 AND seq < $3 ORDER BY seq",
+                &[&session, &(lo as i64), &(range.end as i64)],
+            )
+            .map_err(db("read events"))?;
+        out.extend(rows.iter().map(|r| Event {
+            seq: r.get::<_, i64>(0) as u64,
+            kind: r.get::<_, i32>(1) as u16,
+            flags: r.get::<_, i32>(2) as u16,
+            payload: r.get(3),
+        }));
+    }
+    Ok(())
+}
+
+/// A live follower of one session ([`PgLog::subscribe`]).
+pub struct Subscription {
+    client: Client,
+    session: String,
+    next: u64,
+    buffer: std::collections::VecDeque<Event>,
+}
+
+impl Subscription {
+    /// The next committed event, waiting up to `timeout` for one
+    /// (`None`: none came).
+    pub fn next_timeout(&mut self, timeout: Duration) -> Result<Option<Event>> {
+        let deadline = std::time::Instant::now() + timeout;
+        loop {
+            if let Some(e) = self.buffer.pop_front() {
+                self.next = e.seq + 1;
+                return Ok(Some(e));
+            }
+            let row = session_row(&mut self.client, &self.session, false)?;
+            if row.len > self.next {
+                let mut out = Vec::new();
+                let end = row.len;
+                read_chain(
+                    &mut self.client,
+                    &self.session,
+                    row,
+                    self.next..end,
+                    &mut out,
+                )?;
+                self.buffer.extend(out);
+                continue;
+            }
+            let now = std::time::Instant::now();
+            if now >= deadline {
+                return Ok(None);
+            }
+            // Wait for a notification about this session (others are
+            // dropped), then read again.
+            let mut notes = self.client.notifications();
+            let mut it = notes.timeout_iter(deadline - now);
+            while let Some(n) = it.next().map_err(db("wait for notification"))? {
+                if n.payload().rsplit_once(' ').map(|(s, _)| s) == Some(self.session.as_str()) {
+                    break;
+                }
+            }
+        }
+    }
+}
+
+/// The committer: takes everything queued, writes it in one statement,
+/// wakes the writers; repeats. While a statement runs, new appends queue
+/// up for the next one (group commit).
+fn committer(inner: Arc<Inner>) {
+    let mut client: Option<Client> = None;
+    loop {
+        let (batch, heads) = {
+            let mut q = inner.queue.lock();
+            while q.pending.is_empty() && !q.closed {
+                inner.work.wait(&mut q);
+            }
+            if q.pending.is_empty() {
+                for st in q.writers.values_mut() {
+                    st.broken.get_or_insert(Broken::Closed);
+                }
+                drop(q);
+                inner.done.notify_all();
+                return;
+            }
+            let batch = std::mem::take(&mut q.pending);
+            // Per writer in the batch: session, epoch, first seq, count.
+            let mut heads: Vec<(u64, String, i64, u64, u64)> = Vec::new();
+            for p in &batch {
+                match heads.iter_mut().find(|h| h.0 == p.writer) {
+                    Some(h) => h.4 += 1,
+                    None => {
+                        let st = &q.writers[&p.writer];
+                        heads.push((p.writer, st.session.clone(), st.epoch, p.seq, 1));
+                    }
+                }
+            }
+            (batch, heads)
+        };
+        let outcome = commit_batch(&inner, &mut client, &batch, &heads);
+        let mut q = inner.queue.lock();
+        match outcome {
+            Ok(results) => {
+                for (w, r) in results {
+                    if let Some(st) = q.writers.get_mut(&w) {
+                        match r {
+                            Ok(n) => st.committed += n,
+                            Err(b) => {
+                                st.broken.get_or_insert(b);
+                            }
+                        }
+                    }
+                }
+                q.stats.commits += 1;
+                q.stats.events += batch.len() as u64;
+            }
+            Err(detail) => {
+                client = None;
+                for (w, ..) in &heads {
+                    if let Some(st) = q.writers.get_mut(w) {
+                        st.broken.get_or_insert(Broken::Failed(detail.clone()));
+                    }
+                }
+            }
+        }
+        drop(q);
+        inner.done.notify_all();
+    }
+}
+
+type Outcome = Vec<(u64, std::result::Result<u64, Broken>)>;
+
+/// One statement: check every writer's epoch and expected length, renew
+/// their leases, insert the events of those that passed, notify. Writers
+/// that did not pass are told why.
+fn commit_batch(
+    inner: &Inner,
+    client: &mut Option<Client>,
+    batch: &[Pending],
+    heads: &[(u64, String, i64, u64, u64)],
+) -> std::result::Result<Outcome, String> {
+    if client.is_none() {
+        *client = Some(Client::connect(&inner.url, NoTls).map_err(|e| e.to_string())?);
+    }
+    let c = client.as_mut().expect("connected");
+    // Two writers of one session in one batch: only the newest epoch can
+    // pass; the others are fenced here, before the statement.
+    let mut newest: HashMap<&str, i64> = HashMap::new();
+    for h in heads {
+        let e = newest.entry(h.1.as_str()).or_insert(h.2);
+        *e = (*e).max(h.2);
+    }
+    let mut out: Outcome = Vec::new();
+    let (mut ids, mut epochs, mut bases, mut counts) = (vec![], vec![], vec![], vec![]);
+    for h in heads {
+        let top = newest[h.1.as_str()];
+        if h.2 < top {
+            out.push((
+                h.0,
+                Err(Broken::Fenced {
+                    held: h.2,
+                    current: top,
+                }),
+            ));
+            continue;
+        }
+        ids.push(h.1.clone());
+        epochs.push(h.2);
+        bases.push(h.3 as i64);
+        counts.push(h.4 as i64);
+    }
+    let skip: Vec<u64> = out.iter().map(|o| o.0).collect();
+    let (mut es, mut eq, mut ek, mut ef, mut ep, mut ee) =
+        (vec![], vec![], vec![], vec![], vec![], vec![]);
+    for p in batch.iter().filter(|p| !skip.contains(&p.writer)) {
+        let h = heads.iter().find(|h| h.0 == p.writer).expect("head");
+        es.push(h.1.as_str());
+        eq.push(p.seq as i64);
+        ek.push(p.kind as i32);
+        ef.push(p.flags as i32);
+        ep.push(p.payload.as_slice());
+        ee.push(h.2);
+    }
+    let ttl_ms = inner.opts.lease_ttl.as_millis() as i64;
+    let rows = c
+        .query(
+            "WITH v AS (
+                 SELECT * FROM unnest($1::text[], $2::bigint[], $3::bigint[], $4::bigint[])
+                          AS v(id, epoch, base, n)),
+             ok AS (
+                 UPDATE turnstone_sessions s
+                    SET len = s.len + v.n,
+                        lease_expires = now() + $11::bigint * interval '1 millisecond'
+                   FROM v
+                  WHERE s.id = v.id AND s.lease_epoch = v.epoch AND s.len = v.base
+                    AND NOT s.deleted
+                 RETURNING s.id, s.len),
+             ins AS (
+                 INSERT INTO turnstone_events (session, seq, kind, flags, payload, epoch)
+                 SELECT e.session, e.seq, e.kind, e.flags, e.payload, e.epoch
+                   FROM unnest($5::text[], $6::bigint[], $7::integer[], $8::integer[],
+                               $9::bytea[], $10::bigint[])
+                        AS e(session, seq, kind, flags, payload, epoch)
+                  WHERE e.session IN (SELECT id FROM ok)
+                 RETURNING 1)
+             SELECT ok.id, (SELECT count(*) FROM ins)
+               FROM ok CROSS JOIN LATERAL
+                    (SELECT pg_notify('turnstone_events', ok.id || ' ' || ok.len::text)) AS n",
+            &[
+                &ids, &epochs, &bases, &counts, &es, &eq, &ek, &ef, &ep, &ee, &ttl_ms,
+            ],
+        )
+        .map_err(|e| e.to_string())?;
+    let passed: Vec<String> = rows.iter().map(|r| r.get(0)).collect();
+    let failed: Vec<&String> = ids.iter().filter(|id| !passed.contains(id)).collect();
+    let mut why: HashMap<String, (i64, bool, i64)> = HashMap::new();
+    if !failed.is_empty() {
+        for r in c
+            .query(
+                "SELECT id, lease_epoch, deleted, len FROM turnstone_sessions WHERE id = ANY($1)",
+                &[&failed],
+            )
+            .map_err(|e| e.to_string())?
+        {
+            why.insert(r.get(0), (r.get(1), r.get(2), r.get(3)));
+        }
+    }
+    for h in heads.iter().filter(|h| !skip.contains(&h.0)) {
+        if passed.contains(&h.1) {
+            out.push((h.0, Ok(h.4)));
+            continue;
+        }
+        let b = match why.get(&h.1) {
+            Some((_, true, _)) => Broken::Deleted,
+            Some((epoch, false, _)) if *epoch != h.2 => Broken::Fenced {
+                held: h.2,
+                current: *epoch,
+            },
+            Some((_, false, len)) => Broken::Failed(format!(
+                "the database holds {len} events where this writer expected {}",
+                h.3
+            )),
+            None => Broken::Failed("the session row is gone".into()),
+        };
+        out.push((h.0, Err(b)));
+    }
+    Ok(out)
+}

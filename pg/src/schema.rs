@@ -1,0 +1,78 @@
+//! The schema, created and migrated in place by [`migrate`]: a version
+//! table and one step per version, applied in order under an advisory lock
+//! so that concurrent connects do not race.
+
+use crate::error::{db, PgError, Result};
+
+/// The steps; index `i` brings the schema from version `i` to `i + 1`.
+const STEPS: &[&str] = &[
+    // 1: sessions, events, snapshots.
+    "CREATE TABLE turnstone_sessions (
+        id            text PRIMARY KEY,
+        parent        text REFERENCES turnstone_sessions(id),
+        fork_seq      bigint NOT NULL DEFAULT 0,
+        len           bigint NOT NULL DEFAULT 0,
+        meta          jsonb NOT NULL DEFAULT '{}',
+        lease_owner   text,
+        lease_epoch   bigint NOT NULL DEFAULT 0,
+        lease_expires timestamptz,
+        deleted       boolean NOT NULL DEFAULT false,
+        created_at    timestamptz NOT NULL DEFAULT now()
+    );
+    CREATE TABLE turnstone_events (
+        session      text NOT NULL REFERENCES turnstone_sessions(id),
+        seq          bigint NOT NULL,
+        kind         integer NOT NULL,
+        flags        integer NOT NULL,
+        payload      bytea NOT NULL,
+        epoch        bigint NOT NULL,
+        committed_at timestamptz NOT NULL DEFAULT now(),
+        PRIMARY KEY (session, seq)
+    );
+    CREATE TABLE turnstone_snapshots (
+        session text NOT NULL REFERENCES turnstone_sessions(id),
+        name    text NOT NULL,
+        upto    bigint NOT NULL,
+        data    bytea NOT NULL,
+        PRIMARY KEY (session, name)
+    );",
+];
+
+/// The version this build writes.
+pub const SCHEMA_VERSION: i32 = STEPS.len() as i32;
+
+/// Bring the database to [`SCHEMA_VERSION`]; refuse a newer one.
+pub(crate) fn migrate(client: &mut postgres::Client) -> Result<()> {
+    let mut tx = client.transaction().map_err(db("begin migration"))?;
+    // One migrator at a time (the key is "tstn" in ASCII).
+    tx.execute("SELECT pg_advisory_xact_lock(1953723502)", &[])
+        .map_err(db("lock for migration"))?;
+    tx.batch_execute("CREATE TABLE IF NOT EXISTS turnstone_schema (version integer NOT NULL)")
+        .map_err(db("create schema table"))?;
+    let found: i32 = match tx
+        .query_opt("SELECT version FROM turnstone_schema", &[])
+        .map_err(db("read schema version"))?
+    {
+        Some(row) => row.get(0),
+        None => {
+            tx.execute("INSERT INTO turnstone_schema VALUES (0)", &[])
+                .map_err(db("write schema version"))?;
+            0
+        }
+    };
+    if found > SCHEMA_VERSION {
+        return Err(PgError::SchemaTooNew {
+            found,
+            known: SCHEMA_VERSION,
+        });
+    }
+    for step in &STEPS[found as usize..] {
+        tx.batch_execute(step).map_err(db("migrate"))?;
+    }
+    tx.execute(
+        "UPDATE turnstone_schema SET version = $1",
+        &[&SCHEMA_VERSION],
+    )
+    .map_err(db("write schema version"))?;
+    tx.commit().map_err(db("commit migration"))
+}

@@ -1,0 +1,546 @@
+//! The PostgreSQL log against a real server (no mocks). With
+//! `TURNSTONE_PG_URL` set the tests use that server; otherwise the harness
+//! starts a private one with `.ci/postgres.sh` (initdb into a temp dir, a
+//! loopback port) and stops it at the end. Each test gets its own database.
+//! Tests that crash the server run only on a private one.
+//!
+//! `harness = false`: this main runs the tests (a name filter as the first
+//! argument is honoured, as with libtest).
+
+use std::process::Command;
+use std::sync::Arc;
+use std::time::Duration;
+
+use turnstone_pg::{PgError, PgLog, PgOptions, SCHEMA_VERSION};
+
+struct Server {
+    url: String,
+    /// The private server's directory (None: an outside server).
+    dir: Option<String>,
+}
+
+fn script() -> String {
+    format!("{}/../.ci/postgres.sh", env!("CARGO_MANIFEST_DIR"))
+}
+
+impl Server {
+    fn start() -> Server {
+        if let Ok(url) = std::env::var("TURNSTONE_PG_URL") {
+            return Server { url, dir: None };
+        }
+        let out = Command::new("bash")
+            .arg(script())
+            .arg("start")
+            .output()
+            .expect("run .ci/postgres.sh");
+        assert!(
+            out.status.success(),
+            "could not start a private PostgreSQL (install Debian's postgresql, or set \
+             TURNSTONE_PG_URL): {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let line = String::from_utf8(out.stdout).unwrap();
+        let mut url = None;
+        let mut dir = None;
+        for word in line.split_whitespace() {
+            if let Some(v) = word.strip_prefix("PGURL=") {
+                url = Some(v.to_string());
+            }
+            if let Some(v) = word.strip_prefix("PGDIR_TURNSTONE=") {
+                dir = Some(v.to_string());
+            }
+        }
+        Server {
+            url: url.expect("PGURL"),
+            dir,
+        }
+    }
+
+    fn control(&self, what: &str) {
+        let dir = self.dir.as_ref().expect("a private server");
+        let st = Command::new("bash")
+            .arg(script())
+            .arg(what)
+            .arg(dir)
+            .status()
+            .unwrap();
+        assert!(st.success(), "postgres.sh {what}");
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        if let Some(dir) = &self.dir {
+            let _ = Command::new("bash")
+                .arg(script())
+                .arg("stop")
+                .arg(dir)
+                .status();
+        }
+    }
+}
+
+struct Ctx {
+    server: Arc<Server>,
+    /// This test's database.
+    url: String,
+}
+
+impl Ctx {
+    fn log(&self) -> PgLog {
+        PgLog::connect(&self.url, PgOptions::default()).unwrap()
+    }
+    fn log_with(&self, opts: PgOptions) -> PgLog {
+        PgLog::connect(&self.url, opts).unwrap()
+    }
+    fn sql(&self) -> postgres::Client {
+        postgres::Client::connect(&self.url, postgres::NoTls).unwrap()
+    }
+}
+
+fn payload(i: u64) -> Vec<u8> {
+    format!("event {i} {}", "x".repeat((i % 7) as usize * 50)).into_bytes()
+}
+
+// ---- the tests
+
+fn schema_is_created_once_and_a_newer_one_is_refused(cx: &Ctx) {
+    let a = cx.log();
+    a.close();
+    // A second connect migrates nothing and keeps data.
+    let b = cx.log();
+    b.create_session("s").unwrap();
+    b.close();
+    let c = cx.log();
+    assert_eq!(c.sessions().unwrap().len(), 1);
+    c.close();
+    let mut sql = cx.sql();
+    let v: i32 = sql
+        .query_one("SELECT version FROM turnstone_schema", &[])
+        .unwrap()
+        .get(0);
+    assert_eq!(v, SCHEMA_VERSION);
+    sql.execute("UPDATE turnstone_schema SET version = 99", &[])
+        .unwrap();
+    match PgLog::connect(&cx.url, PgOptions::default()) {
+        Err(PgError::SchemaTooNew { found: 99, known }) => assert_eq!(known, SCHEMA_VERSION),
+        Err(e) => panic!("wrong error: {e}"),
+        Ok(_) => panic!("a newer schema was accepted"),
+    }
+}
+
+fn appends_are_dense_durable_and_read_back(cx: &Ctx) {
+    let log = cx.log();
+    let w = log.acquire("s", "worker-1", true).unwrap().writer;
+    for i in 0..10 {
+        assert_eq!(w.append(7, (i % 2) as u16, &payload(i)).unwrap(), i);
+    }
+    // Queued, not yet acknowledged: another connection may or may not see
+    // them; after sync it must.
+    w.sync().unwrap();
+    let first = w
+        .append_group(&[(8, 0, b"g0"), (8, 0, b"g1"), (8, 1, b"g2")])
+        .unwrap();
+    assert_eq!(first, 10);
+    w.sync().unwrap();
+    log.close();
+    let log = cx.log();
+    assert_eq!(log.session_len("s").unwrap(), 13);
+    let evs = log.read_range("s", 0..13).unwrap();
+    for (i, e) in evs.iter().enumerate().take(10) {
+        assert_eq!((e.seq, e.kind, e.flags), (i as u64, 7, (i % 2) as u16));
+        assert_eq!(e.payload, payload(i as u64));
+    }
+    assert_eq!(evs[12].payload, b"g2");
+    assert_eq!(evs[12].flags, 1);
+    assert!(matches!(
+        log.read_range("s", 0..14),
+        Err(PgError::SeqOutOfRange { len: 13, .. })
+    ));
+    assert!(matches!(
+        log.read_range("nope", 0..0),
+        Err(PgError::UnknownSession(_))
+    ));
+    // A writer acquired again continues at the end.
+    let w = log.acquire("s", "worker-1", false).unwrap().writer;
+    assert_eq!(w.append(1, 0, b"more").unwrap(), 13);
+    w.sync().unwrap();
+    assert_eq!(log.session_len("s").unwrap(), 14);
+}
+
+fn concurrent_writers_share_commits(cx: &Ctx) {
+    let log = cx.log();
+    let threads = 32;
+    let per = 20u64;
+    std::thread::scope(|s| {
+        for t in 0..threads {
+            let log = log.clone();
+            s.spawn(move || {
+                let w = log
+                    .acquire(&format!("s{t}"), "worker", true)
+                    .unwrap()
+                    .writer;
+                for i in 0..per {
+                    w.append(1, 0, &payload(i)).unwrap();
+                    w.sync().unwrap();
+                }
+            });
+        }
+    });
+    let stats = log.stats();
+    assert_eq!(stats.events, threads * per);
+    // 640 acknowledged syncs; group commit makes far fewer statements.
+    assert!(
+        stats.commits < threads * per,
+        "no commit was shared: {stats:?}"
+    );
+    for t in 0..threads {
+        let evs = log.read_range(&format!("s{t}"), 0..per).unwrap();
+        assert_eq!(evs.len() as u64, per);
+        assert!(evs
+            .iter()
+            .enumerate()
+            .all(|(i, e)| e.payload == payload(i as u64)));
+    }
+    eprintln!("    {} syncs in {} commits", threads * per, stats.commits);
+}
+
+fn a_writer_whose_lease_was_taken_over_is_fenced_and_writes_nothing(cx: &Ctx) {
+    let opts = PgOptions {
+        lease_ttl: Duration::from_millis(300),
+        ..PgOptions::default()
+    };
+    let a_log = cx.log_with(opts.clone());
+    let b_log = cx.log_with(opts);
+    let a = a_log.acquire("s", "a", true).unwrap();
+    assert_eq!(a.previous_owner, None);
+    let a = a.writer;
+    a.append(1, 0, b"a0").unwrap();
+    a.sync().unwrap();
+    // Held: b is refused while a's lease lives (each commit renews it).
+    match b_log.acquire("s", "b", false) {
+        Err(PgError::LeaseHeld { owner, .. }) => assert_eq!(owner, "a"),
+        Err(e) => panic!("wrong error: {e}"),
+        Ok(_) => panic!("two writers hold one session"),
+    }
+    // a pauses past its lease; b takes over.
+    std::thread::sleep(Duration::from_millis(450));
+    let b = b_log.acquire("s", "b", false).unwrap();
+    assert_eq!(b.previous_owner.as_deref(), Some("a"));
+    let b = b.writer;
+    assert!(b.epoch() > a.epoch());
+    assert_eq!(b.len(), 1);
+    // a wakes up and writes: fenced, nothing of it lands.
+    a.append(1, 0, b"a1 (must not land)").unwrap();
+    match a.sync() {
+        Err(PgError::Fenced { held, current, .. }) => {
+            assert_eq!(held, a.epoch());
+            assert_eq!(current, b.epoch());
+        }
+        other => panic!("a stale writer was not fenced: {other:?}"),
+    }
+    assert!(matches!(a.append(1, 0, b"a2"), Err(PgError::Fenced { .. })));
+    b.append(1, 0, b"b1").unwrap();
+    b.sync().unwrap();
+    let evs: Vec<Vec<u8>> = b_log
+        .read_range("s", 0..2)
+        .unwrap()
+        .into_iter()
+        .map(|e| e.payload)
+        .collect();
+    assert_eq!(evs, vec![b"a0".to_vec(), b"b1".to_vec()]);
+    // Released, the session is free at once.
+    b.release().unwrap();
+    let again = a_log.acquire("s", "a", false).unwrap();
+    assert_eq!(again.previous_owner, None);
+    assert_eq!(again.writer.len(), 2);
+}
+
+fn stale_and_fresh_writers_in_one_batch(cx: &Ctx) {
+    // Two writers of one session in one process (the second acquisition
+    // fences the first): their queued events can meet in one batch; only
+    // the newest epoch's land.
+    let log = cx.log();
+    let old = log.acquire("s", "w", true).unwrap().writer;
+    let new = log.acquire("s", "w", false).unwrap().writer;
+    old.append(1, 0, b"old").unwrap();
+    new.append(1, 0, b"new").unwrap();
+    assert!(matches!(old.sync(), Err(PgError::Fenced { .. })));
+    new.sync().unwrap();
+    let evs = log.read_range("s", 0..1).unwrap();
+    assert_eq!(evs[0].payload, b"new");
+    assert_eq!(log.session_len("s").unwrap(), 1);
+}
+
+fn forks_read_their_parents_events_even_after_the_parent_is_deleted(cx: &Ctx) {
+    let log = cx.log();
+    let w = log.acquire("p", "w", true).unwrap().writer;
+    for i in 0..5 {
+        w.append(1, 0, &payload(i)).unwrap();
+    }
+    w.sync().unwrap();
+    log.fork("p", 3, "c").unwrap();
+    assert!(matches!(
+        log.fork("p", 6, "c2"),
+        Err(PgError::SeqOutOfRange { len: 5, .. })
+    ));
+    assert!(matches!(
+        log.fork("p", 1, "c"),
+        Err(PgError::SessionExists(_))
+    ));
+    let c = log.acquire("c", "w", false).unwrap().writer;
+    assert_eq!(c.len(), 3);
+    c.append(2, 0, b"own 3").unwrap();
+    c.append(2, 0, b"own 4").unwrap();
+    c.sync().unwrap();
+    // A fork of the fork.
+    log.fork("c", 4, "g").unwrap();
+    log.delete("p").unwrap();
+    // The deleted parent's writer is fenced; the parent is gone from reads
+    // and lists, its events still back its forks.
+    w.append(1, 0, b"late").unwrap();
+    assert!(matches!(w.sync(), Err(PgError::SessionDeleted(_))));
+    assert!(matches!(
+        log.read_range("p", 0..1),
+        Err(PgError::SessionDeleted(_))
+    ));
+    let ids: Vec<String> = log.sessions().unwrap().into_iter().map(|s| s.id).collect();
+    assert_eq!(ids, vec!["c".to_string(), "g".to_string()]);
+    let c_evs = log.read_range("c", 0..5).unwrap();
+    let want: Vec<Vec<u8>> = (0..3)
+        .map(payload)
+        .chain([b"own 3".to_vec(), b"own 4".to_vec()])
+        .collect();
+    assert_eq!(
+        c_evs.iter().map(|e| e.payload.clone()).collect::<Vec<_>>(),
+        want
+    );
+    assert_eq!(
+        c_evs.iter().map(|e| e.seq).collect::<Vec<_>>(),
+        vec![0, 1, 2, 3, 4]
+    );
+    let g_evs = log.read_range("g", 1..4).unwrap();
+    assert_eq!(
+        g_evs.iter().map(|e| e.payload.clone()).collect::<Vec<_>>(),
+        want[1..4].to_vec()
+    );
+    assert!(matches!(
+        log.acquire("p", "w", false),
+        Err(PgError::SessionDeleted(_))
+    ));
+    assert!(matches!(
+        log.create_session("p"),
+        Err(PgError::SessionExists(_))
+    ));
+}
+
+fn a_subscriber_is_woken_by_commits(cx: &Ctx) {
+    let log = cx.log();
+    log.create_session("s").unwrap();
+    let mut sub = log.subscribe("s", 0).unwrap();
+    assert_eq!(sub.next_timeout(Duration::from_millis(50)).unwrap(), None);
+    let writer_log = log.clone();
+    let t = std::thread::spawn(move || {
+        let w = writer_log.acquire("s", "w", false).unwrap().writer;
+        for i in 0..20 {
+            w.append(1, 0, &payload(i)).unwrap();
+            w.sync().unwrap();
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    });
+    for i in 0..20u64 {
+        let e = sub
+            .next_timeout(Duration::from_secs(10))
+            .unwrap()
+            .unwrap_or_else(|| panic!("event {i} never came"));
+        assert_eq!((e.seq, e.payload), (i, payload(i)));
+    }
+    t.join().unwrap();
+    assert_eq!(sub.next_timeout(Duration::from_millis(50)).unwrap(), None);
+}
+
+fn snapshots_round_trip(cx: &Ctx) {
+    let log = cx.log();
+    log.create_session("s").unwrap();
+    assert_eq!(log.snapshot("s", "proj").unwrap(), None);
+    log.put_snapshot("s", "proj", 3, b"abc").unwrap();
+    log.put_snapshot("s", "proj", 5, b"abcde").unwrap();
+    assert_eq!(
+        log.snapshot("s", "proj").unwrap(),
+        Some((5, b"abcde".to_vec()))
+    );
+}
+
+/// `pg_ctl stop -m immediate` under load, then a restart: every acknowledged
+/// event is there, nothing unacknowledged is half there, a writer that saw
+/// a failure must acquire again and then continues at the database's end.
+fn a_database_crash_under_load_loses_nothing_acknowledged(cx: &Ctx) {
+    let log = cx.log();
+    let sessions = 8;
+    let acked: Vec<Arc<parking_lot::Mutex<u64>>> = (0..sessions)
+        .map(|_| Arc::new(parking_lot::Mutex::new(0)))
+        .collect();
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let handles: Vec<_> = (0..sessions)
+        .map(|t| {
+            let (log, acked, stop) = (log.clone(), acked[t].clone(), stop.clone());
+            std::thread::spawn(move || {
+                let w = log.acquire(&format!("s{t}"), "w", true).unwrap().writer;
+                let mut i = 0u64;
+                let mut failures = 0;
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    if w.append_group(&[(1, 0, &payload(i)), (1, 0, &payload(i + 1))])
+                        .is_err()
+                    {
+                        failures += 1;
+                        break;
+                    }
+                    match w.sync() {
+                        Ok(()) => {
+                            i += 2;
+                            *acked.lock() = i;
+                        }
+                        Err(PgError::WriterBroken { .. }) | Err(PgError::Database { .. }) => {
+                            failures += 1;
+                            break;
+                        }
+                        Err(e) => panic!("unexpected error: {e}"),
+                    }
+                }
+                failures
+            })
+        })
+        .collect();
+    std::thread::sleep(Duration::from_millis(700));
+    cx.server.control("crash");
+    let failures: u32 = handles.into_iter().map(|h| h.join().unwrap()).sum();
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    assert!(failures > 0, "the crash went unnoticed by every writer");
+    cx.server.control("restart");
+    let log2 = cx.log();
+    for (t, acked) in acked.iter().enumerate() {
+        let acked = *acked.lock();
+        let name = format!("s{t}");
+        let len = log2.session_len(&name).unwrap();
+        assert!(len >= acked, "{name}: acknowledged {acked}, found {len}");
+        assert_eq!(len % 2, 0, "{name}: half a group survived ({len} events)");
+        let evs = log2.read_range(&name, 0..len).unwrap();
+        assert!(evs
+            .iter()
+            .enumerate()
+            .all(|(i, e)| e.payload == payload(i as u64)));
+        // The old writer is broken; a new acquisition continues at the end.
+        let w = log2.acquire(&name, "w", false).unwrap().writer;
+        assert_eq!(w.len(), len);
+        w.append(1, 0, b"after").unwrap();
+        w.sync().unwrap();
+    }
+    log.close();
+}
+
+type TestFn = fn(&Ctx);
+
+fn main() {
+    let tests: &[(&str, TestFn, bool)] = &[
+        (
+            "schema_is_created_once_and_a_newer_one_is_refused",
+            schema_is_created_once_and_a_newer_one_is_refused,
+            false,
+        ),
+        (
+            "appends_are_dense_durable_and_read_back",
+            appends_are_dense_durable_and_read_back,
+            false,
+        ),
+        (
+            "concurrent_writers_share_commits",
+            concurrent_writers_share_commits,
+            false,
+        ),
+        (
+            "a_writer_whose_lease_was_taken_over_is_fenced_and_writes_nothing",
+            a_writer_whose_lease_was_taken_over_is_fenced_and_writes_nothing,
+            false,
+        ),
+        (
+            "stale_and_fresh_writers_in_one_batch",
+            stale_and_fresh_writers_in_one_batch,
+            false,
+        ),
+        (
+            "forks_read_their_parents_events_even_after_the_parent_is_deleted",
+            forks_read_their_parents_events_even_after_the_parent_is_deleted,
+            false,
+        ),
+        (
+            "a_subscriber_is_woken_by_commits",
+            a_subscriber_is_woken_by_commits,
+            false,
+        ),
+        ("snapshots_round_trip", snapshots_round_trip, false),
+        (
+            "a_database_crash_under_load_loses_nothing_acknowledged",
+            a_database_crash_under_load_loses_nothing_acknowledged,
+            true,
+        ),
+    ];
+    let filter = std::env::args()
+        .skip(1)
+        .find(|a| !a.starts_with('-'))
+        .unwrap_or_default();
+    let listing = std::env::args().any(|a| a == "--list");
+    if listing {
+        for (name, ..) in tests {
+            println!("{name}: test");
+        }
+        return;
+    }
+    let server = Arc::new(Server::start());
+    let mut admin = postgres::Client::connect(&server.url, postgres::NoTls)
+        .expect("connect to the test server");
+    let (mut passed, mut failed, mut skipped) = (0, Vec::new(), 0);
+    for (i, (name, f, needs_private)) in tests.iter().enumerate() {
+        if !name.contains(&filter) {
+            continue;
+        }
+        if *needs_private && server.dir.is_none() {
+            println!("test {name} ... skipped (crashes the server: needs the private one)");
+            skipped += 1;
+            continue;
+        }
+        let db = format!("turnstone_test_{}_{i}", std::process::id());
+        admin
+            .batch_execute(&format!("CREATE DATABASE {db}"))
+            .expect("create a test database");
+        let url = format!("{}/{db}", server.url.rsplit_once('/').unwrap().0);
+        let cx = Ctx {
+            server: server.clone(),
+            url,
+        };
+        let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| f(&cx)));
+        if admin.is_closed() {
+            admin = postgres::Client::connect(&server.url, postgres::NoTls).unwrap();
+        }
+        let _ = admin.batch_execute(&format!("DROP DATABASE IF EXISTS {db} WITH (FORCE)"));
+        match r {
+            Ok(()) => {
+                println!("test {name} ... ok");
+                passed += 1;
+            }
+            Err(_) => {
+                println!("test {name} ... FAILED");
+                failed.push(*name);
+            }
+        }
+    }
+    drop(admin);
+    println!(
+        "\ntest result: {}. {passed} passed; {} failed; {skipped} skipped",
+        if failed.is_empty() { "ok" } else { "FAILED" },
+        failed.len()
+    );
+    drop(server);
+    if !failed.is_empty() {
+        std::process::exit(1);
+    }
+}
