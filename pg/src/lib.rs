@@ -108,6 +108,16 @@ struct WriterState {
     /// The next seq this writer hands out.
     next: u64,
     broken: Option<Broken>,
+    /// The Writer was dropped with events still queued: they are committed
+    /// (appended means written, as in the embedded store) and the state is
+    /// removed once they are.
+    dropped: bool,
+}
+
+impl WriterState {
+    fn settled(&self) -> bool {
+        self.broken.is_some() || self.committed >= self.next
+    }
 }
 
 struct Pending {
@@ -286,6 +296,7 @@ impl PgLog {
                 committed: len,
                 next: len,
                 broken: None,
+                dropped: false,
             },
         );
         drop(q);
@@ -566,7 +577,13 @@ impl Writer {
 
 impl Drop for Writer {
     fn drop(&mut self) {
-        self.log.inner.queue.lock().writers.remove(&self.id);
+        let mut q = self.log.inner.queue.lock();
+        let settled = q.writers.get(&self.id).is_none_or(|st| st.settled());
+        if settled {
+            q.writers.remove(&self.id);
+        } else if let Some(st) = q.writers.get_mut(&self.id) {
+            st.dropped = true;
+        }
     }
 }
 
@@ -702,6 +719,24 @@ impl Subscription {
 /// wakes the writers; repeats. While a statement runs, new appends queue
 /// up for the next one (group commit).
 fn committer(inner: Arc<Inner>) {
+    // A panic here must not leave writers waiting forever: the guard
+    // breaks every writer and closes the log.
+    struct Poison(Arc<Inner>);
+    impl Drop for Poison {
+        fn drop(&mut self) {
+            if std::thread::panicking() {
+                let mut q = self.0.queue.lock();
+                q.closed = true;
+                for st in q.writers.values_mut() {
+                    st.broken
+                        .get_or_insert(Broken::Failed("the committer thread panicked".into()));
+                }
+                drop(q);
+                self.0.done.notify_all();
+            }
+        }
+    }
+    let _poison = Poison(inner.clone());
     let mut client: Option<Client> = None;
     loop {
         let (batch, heads) = {
@@ -717,7 +752,14 @@ fn committer(inner: Arc<Inner>) {
                 inner.done.notify_all();
                 return;
             }
-            let batch = std::mem::take(&mut q.pending);
+            let mut batch = std::mem::take(&mut q.pending);
+            // Events of writers broken since they were queued are not
+            // written (their writers have been told).
+            batch.retain(|p| {
+                q.writers
+                    .get(&p.writer)
+                    .is_some_and(|st| st.broken.is_none())
+            });
             // Per writer in the batch: session, epoch, first seq, count.
             let mut heads: Vec<(u64, String, i64, u64, u64)> = Vec::new();
             for p in &batch {
@@ -729,9 +771,25 @@ fn committer(inner: Arc<Inner>) {
                     }
                 }
             }
+            // Rows are updated in session order, so that two processes'
+            // statements lock them in the same order.
+            heads.sort_by(|a, b| a.1.cmp(&b.1).then(a.2.cmp(&b.2)));
             (batch, heads)
         };
-        let outcome = commit_batch(&inner, &mut client, &batch, &heads);
+        if batch.is_empty() {
+            continue;
+        }
+        // A deadlock (two processes' statements, one of them a fenced
+        // writer's) rolls the whole statement back: nothing was written,
+        // so it is tried again.
+        let mut tries = 0;
+        let outcome = loop {
+            match commit_batch(&inner, &mut client, &batch, &heads) {
+                Err(CommitError::Retry(_)) if tries < 5 => tries += 1,
+                Err(CommitError::Retry(d) | CommitError::Failed(d)) => break Err(d),
+                Ok(o) => break Ok(o),
+            }
+        };
         let mut q = inner.queue.lock();
         match outcome {
             Ok(results) => {
@@ -757,12 +815,28 @@ fn committer(inner: Arc<Inner>) {
                 }
             }
         }
+        q.writers.retain(|_, st| !(st.dropped && st.settled()));
         drop(q);
         inner.done.notify_all();
     }
 }
 
 type Outcome = Vec<(u64, std::result::Result<u64, Broken>)>;
+
+enum CommitError {
+    /// Rolled back as a whole (deadlock): try again.
+    Retry(String),
+    /// Failed, or its outcome is unknown (the connection broke).
+    Failed(String),
+}
+
+fn commit_error(e: postgres::Error) -> CommitError {
+    if e.code() == Some(&postgres::error::SqlState::T_R_DEADLOCK_DETECTED) {
+        CommitError::Retry(e.to_string())
+    } else {
+        CommitError::Failed(e.to_string())
+    }
+}
 
 /// One statement: check every writer's epoch and expected length, renew
 /// their leases, insert the events of those that passed, notify. Writers
@@ -772,9 +846,9 @@ fn commit_batch(
     client: &mut Option<Client>,
     batch: &[Pending],
     heads: &[(u64, String, i64, u64, u64)],
-) -> std::result::Result<Outcome, String> {
+) -> std::result::Result<Outcome, CommitError> {
     if client.is_none() {
-        *client = Some(Client::connect(&inner.url, NoTls).map_err(|e| e.to_string())?);
+        *client = Some(Client::connect(&inner.url, NoTls).map_err(commit_error)?);
     }
     let c = client.as_mut().expect("connected");
     // Two writers of one session in one batch: only the newest epoch can
@@ -844,7 +918,7 @@ fn commit_batch(
                 &ids, &epochs, &bases, &counts, &es, &eq, &ek, &ef, &ep, &ee, &ttl_ms,
             ],
         )
-        .map_err(|e| e.to_string())?;
+        .map_err(commit_error)?;
     let passed: Vec<String> = rows.iter().map(|r| r.get(0)).collect();
     let failed: Vec<&String> = ids.iter().filter(|id| !passed.contains(id)).collect();
     let mut why: HashMap<String, (i64, bool, i64)> = HashMap::new();
@@ -854,7 +928,7 @@ fn commit_batch(
                 "SELECT id, lease_epoch, deleted, len FROM turnstone_sessions WHERE id = ANY($1)",
                 &[&failed],
             )
-            .map_err(|e| e.to_string())?
+            .map_err(commit_error)?
         {
             why.insert(r.get(0), (r.get(1), r.get(2), r.get(3)));
         }
