@@ -501,7 +501,7 @@ fn worker(spec: &str) {
                 }
             }
         }
-        if n % 3 == 0 {
+        if n.is_multiple_of(3) {
             let _ = w.release();
         }
     }
