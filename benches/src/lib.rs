@@ -11,6 +11,7 @@
 //!   SQLite (issue 21, `src/bin/cold_reads.rs`).
 
 pub mod fleet;
+pub mod pg_stores;
 pub mod stores;
 pub mod sys;
 pub mod typed;

@@ -57,6 +57,10 @@ pub enum StoreKind {
     Okaywal,
     RawPrealloc,
     RawAppend,
+    /// turnstone-pg on the server of `TURNSTONE_BENCH_PG_URL` (not in `ALL`).
+    Postgres,
+    /// One INSERT per event, autocommit, on that server (not in `ALL`).
+    PgNaive,
 }
 
 impl StoreKind {
@@ -76,10 +80,17 @@ impl StoreKind {
             StoreKind::Okaywal => "okaywal",
             StoreKind::RawPrealloc => "raw-prealloc",
             StoreKind::RawAppend => "raw-append",
+            StoreKind::Postgres => "postgres",
+            StoreKind::PgNaive => "pg-naive",
         }
     }
+    /// Stores that need a PostgreSQL server, run only when named.
+    pub const POSTGRES: [StoreKind; 2] = [StoreKind::Postgres, StoreKind::PgNaive];
     pub fn from_name(n: &str) -> Option<StoreKind> {
-        Self::ALL.into_iter().find(|k| k.name() == n)
+        Self::ALL
+            .into_iter()
+            .chain(Self::POSTGRES)
+            .find(|k| k.name() == n)
     }
 }
 
@@ -109,6 +120,8 @@ pub fn create(kind: StoreKind, ctx: &Ctx) -> Result<Box<dyn FleetStore>> {
             Box::new(RawStore::open(&p.path, ctx, false)?)
         }
         StoreKind::RawAppend => Box::new(RawStore::open(&ctx.dir.join("raw.log"), ctx, true)?),
+        StoreKind::Postgres => Box::new(crate::pg_stores::PgStore::create(ctx)?),
+        StoreKind::PgNaive => Box::new(crate::pg_stores::PgNaive::create(ctx)?),
     })
 }
 
@@ -144,6 +157,8 @@ pub fn reopen_and_check(kind: StoreKind, ctx: &Ctx, expected: &[u64]) -> Result<
             RawStore::check(&p.path, ctx, &mut ck)?
         }
         StoreKind::RawAppend => RawStore::check(&ctx.dir.join("raw.log"), ctx, &mut ck)?,
+        StoreKind::Postgres => crate::pg_stores::PgStore::check(ctx, &mut ck)?,
+        StoreKind::PgNaive => crate::pg_stores::PgNaive::check(ctx, &mut ck)?,
     };
     Ok(ck.finish(reopen, read))
 }

@@ -13,10 +13,14 @@
 //!   that writes its events. A writer whose lease was taken over (paused,
 //!   partitioned, presumed dead) gets [`PgError::Fenced`] and writes
 //!   nothing: two writers can never both append to one session.
-//! - **Group commit.** Appends are buffered in this process; one committer
-//!   thread writes every session's pending events in one statement (one
-//!   transaction, one round trip, one WAL flush for all of them), like the
-//!   embedded store's commit batch. `synchronous_commit` is left on: a
+//! - **Group commit.** Appends are buffered in this process; a committer
+//!   thread writes every pending event of its sessions in one transaction
+//!   (an `UPDATE` that checks and advances every session, a binary `COPY`
+//!   of the events, the notifications, `COMMIT`: one WAL flush for all of
+//!   them), like the embedded store's commit batch. Sessions are spread
+//!   over a few such commit lanes ([`PgOptions::lanes`]), each with its own
+//!   connection, so commits overlap; a session always uses the same lane,
+//!   so its events commit in order. `synchronous_commit` is left on: a
 //!   commit returns once PostgreSQL has flushed its WAL.
 //! - **Live follow by LISTEN/NOTIFY**: each commit notifies channel
 //!   `turnstone_events` with `"<session> <len>"`; [`Subscription`] listens
@@ -35,7 +39,9 @@ use std::thread::JoinHandle;
 use std::time::Duration;
 
 use parking_lot::{Condvar, Mutex};
+use postgres::binary_copy::BinaryCopyInWriter;
 use postgres::fallible_iterator::FallibleIterator;
+use postgres::types::Type;
 use postgres::{Client, NoTls};
 
 pub use error::{PgError, Result};
@@ -71,6 +77,9 @@ pub struct PgOptions {
     pub lease_ttl: Duration,
     /// Idle read connections kept for reuse.
     pub read_pool: usize,
+    /// Commit lanes: committer threads, each with its connection, writing
+    /// side by side (a session always uses the same one).
+    pub lanes: usize,
 }
 
 impl Default for PgOptions {
@@ -78,6 +87,7 @@ impl Default for PgOptions {
         PgOptions {
             lease_ttl: Duration::from_secs(30),
             read_pool: 4,
+            lanes: 2,
         }
     }
 }
@@ -141,6 +151,13 @@ struct Inner {
     url: String,
     opts: PgOptions,
     idle: Mutex<Vec<Client>>,
+    lanes: Vec<Lane>,
+}
+
+/// One commit lane: a queue, its committer thread and connection. A
+/// session always commits through the same lane (by a hash of its id), so
+/// its batches commit in order while lanes commit side by side.
+struct Lane {
     queue: Mutex<Queue>,
     /// The committer waits here for work.
     work: Condvar,
@@ -148,12 +165,21 @@ struct Inner {
     done: Condvar,
 }
 
+impl Inner {
+    fn lane_of(&self, session: &str) -> usize {
+        use std::hash::{Hash, Hasher};
+        let mut h = std::collections::hash_map::DefaultHasher::new();
+        session.hash(&mut h);
+        (h.finish() % self.lanes.len() as u64) as usize
+    }
+}
+
 /// A connection to turnstone's tables in one PostgreSQL database. Cheap to
 /// clone; [`PgLog::close`] stops the committer once its queue is written.
 #[derive(Clone)]
 pub struct PgLog {
     inner: Arc<Inner>,
-    committer: Arc<Mutex<Option<JoinHandle<()>>>>,
+    committers: Arc<Mutex<Vec<JoinHandle<()>>>>,
 }
 
 impl PgLog {
@@ -161,38 +187,55 @@ impl PgLog {
     pub fn connect(url: &str, opts: PgOptions) -> Result<PgLog> {
         let mut client = Client::connect(url, NoTls).map_err(db("connect"))?;
         schema::migrate(&mut client)?;
+        let opts_lanes = opts.lanes.max(1);
         let inner = Arc::new(Inner {
             url: url.to_string(),
             opts,
             idle: Mutex::new(vec![client]),
-            queue: Mutex::new(Queue::default()),
-            work: Condvar::new(),
-            done: Condvar::new(),
+            lanes: (0..opts_lanes)
+                .map(|_| Lane {
+                    queue: Mutex::new(Queue::default()),
+                    work: Condvar::new(),
+                    done: Condvar::new(),
+                })
+                .collect(),
         });
-        let worker = inner.clone();
-        let handle = std::thread::Builder::new()
-            .name("turnstone-pg-commit".into())
-            .spawn(move || committer(worker))
-            .expect("spawn the committer thread");
+        let handles = (0..opts_lanes)
+            .map(|lane| {
+                let worker = inner.clone();
+                std::thread::Builder::new()
+                    .name(format!("turnstone-pg-commit-{lane}"))
+                    .spawn(move || committer(worker, lane))
+                    .expect("spawn a committer thread")
+            })
+            .collect();
         Ok(PgLog {
             inner,
-            committer: Arc::new(Mutex::new(Some(handle))),
+            committers: Arc::new(Mutex::new(handles)),
         })
     }
 
     /// Write what is queued, then stop the committer. Writers left get
     /// [`PgError::Closed`].
     pub fn close(&self) {
-        self.inner.queue.lock().closed = true;
-        self.inner.work.notify_all();
-        if let Some(h) = self.committer.lock().take() {
+        for l in &self.inner.lanes {
+            l.queue.lock().closed = true;
+            l.work.notify_all();
+        }
+        for h in std::mem::take(&mut *self.committers.lock()) {
             let _ = h.join();
         }
     }
 
     /// The committer's counters.
     pub fn stats(&self) -> PgStats {
-        self.inner.queue.lock().stats
+        let mut total = PgStats::default();
+        for l in &self.inner.lanes {
+            let st = l.queue.lock().stats;
+            total.commits += st.commits;
+            total.events += st.events;
+        }
+        total
     }
 
     fn with_client<T>(&self, f: impl FnOnce(&mut Client) -> Result<T>) -> Result<T> {
@@ -285,7 +328,8 @@ impl PgLog {
             let (epoch, len): (i64, i64) = (row.get(0), row.get(1));
             Ok((epoch, len as u64, prev_owner))
         })?;
-        let mut q = self.inner.queue.lock();
+        let lane = self.inner.lane_of(session);
+        let mut q = self.inner.lanes[lane].queue.lock();
         let id = q.next_writer;
         q.next_writer += 1;
         q.writers.insert(
@@ -303,6 +347,7 @@ impl PgLog {
         Ok(Acquired {
             writer: Writer {
                 log: self.clone(),
+                lane,
                 id,
                 session: session.to_string(),
                 epoch,
@@ -485,6 +530,7 @@ pub struct Acquired {
 /// Appends to one session under one lease epoch.
 pub struct Writer {
     log: PgLog,
+    lane: usize,
     id: u64,
     session: String,
     epoch: i64,
@@ -501,7 +547,7 @@ impl Writer {
 
     /// The next seq (committed or queued events of this writer).
     pub fn len(&self) -> u64 {
-        self.log.inner.queue.lock().writers[&self.id].next
+        self.log.inner.lanes[self.lane].queue.lock().writers[&self.id].next
     }
 
     pub fn is_empty(&self) -> bool {
@@ -516,7 +562,7 @@ impl Writer {
     /// Queue several events that commit together or not at all. Returns
     /// the first one's seq.
     pub fn append_group(&self, events: &[(u16, u16, &[u8])]) -> Result<u64> {
-        let inner = &self.log.inner;
+        let inner = &self.log.inner.lanes[self.lane];
         let mut q = inner.queue.lock();
         if q.closed {
             return Err(PgError::Closed);
@@ -543,7 +589,7 @@ impl Writer {
 
     /// Wait until everything this writer queued is committed.
     pub fn sync(&self) -> Result<()> {
-        let inner = &self.log.inner;
+        let inner = &self.log.inner.lanes[self.lane];
         let mut q = inner.queue.lock();
         let target = q.writers[&self.id].next;
         loop {
@@ -577,7 +623,7 @@ impl Writer {
 
 impl Drop for Writer {
     fn drop(&mut self) {
-        let mut q = self.log.inner.queue.lock();
+        let mut q = self.log.inner.lanes[self.lane].queue.lock();
         let settled = q.writers.get(&self.id).is_none_or(|st| st.settled());
         if settled {
             q.writers.remove(&self.id);
@@ -715,41 +761,43 @@ impl Subscription {
     }
 }
 
-/// The committer: takes everything queued, writes it in one statement,
-/// wakes the writers; repeats. While a statement runs, new appends queue
+/// The committer: takes everything queued, writes it in one transaction,
+/// wakes the writers; repeats. While a commit runs, new appends queue
 /// up for the next one (group commit).
-fn committer(inner: Arc<Inner>) {
+fn committer(inner: Arc<Inner>, lane: usize) {
     // A panic here must not leave writers waiting forever: the guard
     // breaks every writer and closes the log.
-    struct Poison(Arc<Inner>);
+    struct Poison(Arc<Inner>, usize);
     impl Drop for Poison {
         fn drop(&mut self) {
             if std::thread::panicking() {
-                let mut q = self.0.queue.lock();
+                let l = &self.0.lanes[self.1];
+                let mut q = l.queue.lock();
                 q.closed = true;
                 for st in q.writers.values_mut() {
                     st.broken
                         .get_or_insert(Broken::Failed("the committer thread panicked".into()));
                 }
                 drop(q);
-                self.0.done.notify_all();
+                l.done.notify_all();
             }
         }
     }
-    let _poison = Poison(inner.clone());
+    let _poison = Poison(inner.clone(), lane);
+    let l = &inner.lanes[lane];
     let mut client: Option<Client> = None;
     loop {
         let (batch, heads) = {
-            let mut q = inner.queue.lock();
+            let mut q = l.queue.lock();
             while q.pending.is_empty() && !q.closed {
-                inner.work.wait(&mut q);
+                l.work.wait(&mut q);
             }
             if q.pending.is_empty() {
                 for st in q.writers.values_mut() {
                     st.broken.get_or_insert(Broken::Closed);
                 }
                 drop(q);
-                inner.done.notify_all();
+                l.done.notify_all();
                 return;
             }
             let mut batch = std::mem::take(&mut q.pending);
@@ -779,8 +827,8 @@ fn committer(inner: Arc<Inner>) {
         if batch.is_empty() {
             continue;
         }
-        // A deadlock (two processes' statements, one of them a fenced
-        // writer's) rolls the whole statement back: nothing was written,
+        // A deadlock (two processes' transactions, one of them a fenced
+        // writer's) rolls the whole transaction back: nothing was written,
         // so it is tried again.
         let mut tries = 0;
         let outcome = loop {
@@ -790,7 +838,7 @@ fn committer(inner: Arc<Inner>) {
                 Ok(o) => break Ok(o),
             }
         };
-        let mut q = inner.queue.lock();
+        let mut q = l.queue.lock();
         match outcome {
             Ok(results) => {
                 for (w, r) in results {
@@ -817,7 +865,7 @@ fn committer(inner: Arc<Inner>) {
         }
         q.writers.retain(|_, st| !(st.dropped && st.settled()));
         drop(q);
-        inner.done.notify_all();
+        l.done.notify_all();
     }
 }
 
@@ -838,7 +886,7 @@ fn commit_error(e: postgres::Error) -> CommitError {
     }
 }
 
-/// One statement: check every writer's epoch and expected length, renew
+/// One transaction: check every writer's epoch and expected length, renew
 /// their leases, insert the events of those that passed, notify. Writers
 /// that did not pass are told why.
 fn commit_batch(
@@ -890,35 +938,66 @@ fn commit_batch(
         ee.push(h.2);
     }
     let ttl_ms = inner.opts.lease_ttl.as_millis() as i64;
-    let rows = c
+    // One transaction: check and advance every session (the fence), copy
+    // in the events of those that passed, notify, commit (one WAL flush).
+    let mut tx = c.transaction().map_err(commit_error)?;
+    let rows = tx
         .query(
             "WITH v AS (
                  SELECT * FROM unnest($1::text[], $2::bigint[], $3::bigint[], $4::bigint[])
-                          AS v(id, epoch, base, n)),
-             ok AS (
-                 UPDATE turnstone_sessions s
-                    SET len = s.len + v.n,
-                        lease_expires = now() + $11::bigint * interval '1 millisecond'
-                   FROM v
-                  WHERE s.id = v.id AND s.lease_epoch = v.epoch AND s.len = v.base
-                    AND NOT s.deleted
-                 RETURNING s.id, s.len),
-             ins AS (
-                 INSERT INTO turnstone_events (session, seq, kind, flags, payload, epoch)
-                 SELECT e.session, e.seq, e.kind, e.flags, e.payload, e.epoch
-                   FROM unnest($5::text[], $6::bigint[], $7::integer[], $8::integer[],
-                               $9::bytea[], $10::bigint[])
-                        AS e(session, seq, kind, flags, payload, epoch)
-                  WHERE e.session IN (SELECT id FROM ok)
-                 RETURNING 1)
-             SELECT ok.id, (SELECT count(*) FROM ins)
-               FROM ok CROSS JOIN LATERAL
-                    (SELECT pg_notify('turnstone_events', ok.id || ' ' || ok.len::text)) AS n",
-            &[
-                &ids, &epochs, &bases, &counts, &es, &eq, &ek, &ef, &ep, &ee, &ttl_ms,
-            ],
+                          AS v(id, epoch, base, n))
+             UPDATE turnstone_sessions s
+                SET len = s.len + v.n,
+                    lease_expires = now() + $5::bigint * interval '1 millisecond'
+               FROM v
+              WHERE s.id = v.id AND s.lease_epoch = v.epoch AND s.len = v.base
+                AND NOT s.deleted
+             RETURNING s.id, s.len",
+            &[&ids, &epochs, &bases, &counts, &ttl_ms],
         )
         .map_err(commit_error)?;
+    if !rows.is_empty() {
+        let ok: std::collections::HashSet<&str> =
+            rows.iter().map(|r| r.get::<_, &str>(0)).collect();
+        let sink = tx
+            .copy_in(
+                "COPY turnstone_events (session, seq, kind, flags, payload, epoch) FROM STDIN BINARY",
+            )
+            .map_err(commit_error)?;
+        let mut w = BinaryCopyInWriter::new(
+            sink,
+            &[
+                Type::TEXT,
+                Type::INT8,
+                Type::INT4,
+                Type::INT4,
+                Type::BYTEA,
+                Type::INT8,
+            ],
+        );
+        for (((session, seq), (kind, flags)), (payload, epoch)) in es
+            .iter()
+            .zip(&eq)
+            .zip(ek.iter().zip(&ef))
+            .zip(ep.iter().zip(&ee))
+        {
+            if ok.contains(session) {
+                w.write(&[session, seq, kind, flags, payload, epoch])
+                    .map_err(commit_error)?;
+            }
+        }
+        w.finish().map_err(commit_error)?;
+        let notes: Vec<String> = rows
+            .iter()
+            .map(|r| format!("{} {}", r.get::<_, &str>(0), r.get::<_, i64>(1)))
+            .collect();
+        tx.execute(
+            "SELECT pg_notify('turnstone_events', x) FROM unnest($1::text[]) AS x",
+            &[&notes],
+        )
+        .map_err(commit_error)?;
+    }
+    tx.commit().map_err(commit_error)?;
     let passed: Vec<String> = rows.iter().map(|r| r.get(0)).collect();
     let failed: Vec<&String> = ids.iter().filter(|id| !passed.contains(id)).collect();
     let mut why: HashMap<String, (i64, bool, i64)> = HashMap::new();
