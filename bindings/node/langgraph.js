@@ -374,6 +374,7 @@ class TurnstoneSaver extends BaseCheckpointSaver {
     let threadIds
     if (threadId !== undefined && threadId !== null && threadId !== '') threadIds = [String(threadId)]
     else {
+      this._catalog = null // every thread: read the store's list again
       threadIds = [...(await this._names()).keys()]
     }
     const found = []

@@ -235,6 +235,11 @@ test('deleteThread deletes the thread\'s session from the store (a tombstone); t
   assert.ok(!live.includes(first), `the deleted session is still listed: ${live}`)
   await assert.rejects(saver.store.replay(first))
   assert.deepEqual((await graph().getState(cfg('kid'))).values.log, ['a', 'left', 'right', 'join 3'])
+  // A fork made after the saver listed its threads is in the next list of every thread.
+  await saver.store.fork(TurnstoneSaver.sessionId('kid'), { child: TurnstoneSaver.sessionId('kid2') })
+  const seen = new Set()
+  for await (const t of saver.list({})) seen.add(t.config.configurable.thread_id)
+  assert.deepEqual([...seen].sort(), ['kid', 'kid2'])
   // Used again: a new session, and only the new history.
   await graph().invoke({ log: ['b'] }, cfg('gone'))
   const second = await saver.sessionName('gone')
@@ -252,7 +257,7 @@ test('deleteThread deletes the thread\'s session from the store (a tombstone); t
   assert.equal(await saver.sessionName('gone'), 'langgraph~2:gone')
   const threads = new Set()
   for await (const t of saver.list({})) threads.add(t.config.configurable.thread_id)
-  assert.deepEqual([...threads].sort(), ['gone', 'kid'])
+  assert.deepEqual([...threads].sort(), ['gone', 'kid', 'kid2'])
   await saver.close()
 })
 

@@ -321,3 +321,19 @@ def test_list_answers_like_in_memory_saver_on_random_queries(tmp_path, seed):
     saver.close()
     with TurnstoneSaver(d) as again:
         assert [ids(again, q) for q in queries()] == want
+
+
+def test_a_thread_forked_through_the_store_is_seen_by_a_saver_already_in_use(tmp_path):
+    # The saver lists its threads once; a session made afterwards under a
+    # thread's first-generation name (store.fork, another tool) is found.
+    with TurnstoneSaver(tmp_path / "s") as saver:
+        EX.build(saver).invoke({"messages": [HumanMessage("go", id="h")]}, EX.THREAD)
+        src = list(saver.list({"configurable": {"thread_id": "crash-demo"}}))
+        at = len(saver.store.replay("langgraph:crash-demo"))
+        saver.store.fork("langgraph:crash-demo", at=at, child="langgraph:side")
+        assert {t.config["configurable"]["thread_id"] for t in saver.list(None)} == {"crash-demo", "side"}
+        side = list(saver.list({"configurable": {"thread_id": "side"}}))
+        assert [t.checkpoint["id"] for t in side] == [t.checkpoint["id"] for t in src]
+        saver.store.fork("langgraph:crash-demo", at=at, child="langgraph:other")
+        other = list(saver.list({"configurable": {"thread_id": "other"}}))
+        assert [t.checkpoint["id"] for t in other] == [t.checkpoint["id"] for t in src]

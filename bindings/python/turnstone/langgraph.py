@@ -264,9 +264,19 @@ class TurnstoneSaver(BaseCheckpointSaver):
         t = self._threads.get(tid)
         if t is not None:
             return t
-        name = self._names().get(tid)
-        if name is not None:
+        names = self._names()
+        # Not known to this saver: a first generation made since (a
+        # store.fork into ``langgraph:<id>``, another tool) is found by name.
+        name = names.get(tid) or f"{_PREFIX}:{tid}"
+        session = None
+        try:
             session = self.store.open_session(name)
+        except TurnstoneError as e:
+            if error_kind(e) not in ("unknown_session", "session_deleted"):
+                raise
+            names.pop(tid, None)
+        if session is not None:
+            names[tid] = name
             t = _Thread(name, session, self.serde.loads_typed)
             for e in session.events():
                 t.apply(e["kind"], e["data"])
@@ -340,6 +350,7 @@ class TurnstoneSaver(BaseCheckpointSaver):
             if config is not None and "thread_id" in conf:
                 tids = [str(conf["thread_id"])]
             else:
+                self._catalog = None  # every thread: read the store's list again
                 tids = sorted(self._names())
             for tid in tids:
                 t = self._thread(tid)
