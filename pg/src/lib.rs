@@ -58,6 +58,15 @@ pub struct Event {
     pub payload: Vec<u8>,
 }
 
+/// One search hit: the session it is reported under, the event's seq, the
+/// matching text with the match in brackets.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Hit {
+    pub session: String,
+    pub seq: u64,
+    pub snippet: String,
+}
+
 /// One session, as listed.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SessionInfo {
@@ -136,6 +145,8 @@ struct Pending {
     kind: u16,
     flags: u16,
     payload: Vec<u8>,
+    /// Searchable text, indexed for [`PgLog::search`].
+    text: Option<String>,
 }
 
 #[derive(Default)]
@@ -500,6 +511,73 @@ impl PgLog {
         })
     }
 
+    /// Full-text search over the searchable text of every live session's
+    /// committed events (PostgreSQL text search, `simple` configuration;
+    /// the query in web-search syntax: words, `"a phrase"`, `or`, `-word`).
+    /// Best matches first, the match in brackets in the snippet, as the
+    /// embedded store's search reports it.
+    pub fn search(&self, query: &str, limit: usize) -> Result<Vec<Hit>> {
+        self.with_client(|c| {
+            let rows = c
+                .query(
+                    "SELECT e.session, e.seq, ts_headline('simple', e.text, q, 'StartSel=[, StopSel=], MaxFragments=1, MaxWords=24, MinWords=8')
+                       FROM turnstone_events e
+                       JOIN turnstone_sessions s ON s.id = e.session AND NOT s.deleted,
+                            websearch_to_tsquery('simple', $1) AS q
+                      WHERE e.text IS NOT NULL AND to_tsvector('simple', e.text) @@ q
+                      ORDER BY ts_rank(to_tsvector('simple', e.text), q) DESC, e.session, e.seq
+                      LIMIT $2",
+                    &[&query, &(limit.min(i64::MAX as usize) as i64)],
+                )
+                .map_err(db("search"))?;
+            Ok(rows
+                .iter()
+                .map(|r| Hit {
+                    session: r.get(0),
+                    seq: r.get::<_, i64>(1) as u64,
+                    snippet: r.get(2),
+                })
+                .collect())
+        })
+    }
+
+    /// Search one session, the events it inherits from its fork ancestors
+    /// included; every hit is reported under `session`.
+    pub fn search_session(&self, session: &str, query: &str, limit: usize) -> Result<Vec<Hit>> {
+        self.with_client(|c| {
+            // (session, seq bound) of each link of the chain.
+            let mut chain = vec![(session.to_string(), i64::MAX)];
+            let mut row = session_row(c, session, true)?;
+            let mut bound = i64::MAX;
+            while let Some(p) = row.parent.take() {
+                bound = bound.min(row.fork_seq as i64);
+                row = session_row(c, &p, false)?;
+                chain.push((p, bound));
+            }
+            let (names, bounds): (Vec<String>, Vec<i64>) = chain.into_iter().unzip();
+            let rows = c
+                .query(
+                    "SELECT e.seq, ts_headline('simple', e.text, q, 'StartSel=[, StopSel=], MaxFragments=1, MaxWords=24, MinWords=8')
+                       FROM unnest($3::text[], $4::bigint[]) AS l(session, bound)
+                       JOIN turnstone_events e ON e.session = l.session AND e.seq < l.bound,
+                            websearch_to_tsquery('simple', $1) AS q
+                      WHERE e.text IS NOT NULL AND to_tsvector('simple', e.text) @@ q
+                      ORDER BY ts_rank(to_tsvector('simple', e.text), q) DESC, e.seq
+                      LIMIT $2",
+                    &[&query, &(limit.min(i64::MAX as usize) as i64), &names, &bounds],
+                )
+                .map_err(db("search"))?;
+            Ok(rows
+                .iter()
+                .map(|r| Hit {
+                    session: session.to_string(),
+                    seq: r.get::<_, i64>(0) as u64,
+                    snippet: r.get(1),
+                })
+                .collect())
+        })
+    }
+
     /// Follow a session from `from_seq`: committed events in order, woken
     /// by the commits' notifications (no polling).
     pub fn subscribe(&self, session: &str, from_seq: u64) -> Result<Subscription> {
@@ -562,6 +640,17 @@ impl Writer {
     /// Queue several events that commit together or not at all. Returns
     /// the first one's seq.
     pub fn append_group(&self, events: &[(u16, u16, &[u8])]) -> Result<u64> {
+        let with_text: Vec<(u16, u16, &[u8], Option<&str>)> =
+            events.iter().map(|&(k, f, p)| (k, f, p, None)).collect();
+        self.append_group_with_text(&with_text)
+    }
+
+    /// [`Writer::append_group`] with each event's searchable text (the
+    /// session layer's `searchable_text`), indexed for [`PgLog::search`].
+    pub fn append_group_with_text(
+        &self,
+        events: &[(u16, u16, &[u8], Option<&str>)],
+    ) -> Result<u64> {
         let inner = &self.log.inner.lanes[self.lane];
         let mut q = inner.queue.lock();
         if q.closed {
@@ -573,13 +662,14 @@ impl Writer {
         }
         let first = st.next;
         st.next += events.len() as u64;
-        for (i, (kind, flags, payload)) in events.iter().enumerate() {
+        for (i, (kind, flags, payload, text)) in events.iter().enumerate() {
             q.pending.push(Pending {
                 writer: self.id,
                 seq: first + i as u64,
                 kind: *kind,
                 flags: *flags,
                 payload: payload.to_vec(),
+                text: text.map(str::to_string),
             });
         }
         drop(q);
@@ -926,8 +1016,8 @@ fn commit_batch(
         counts.push(h.4 as i64);
     }
     let skip: Vec<u64> = out.iter().map(|o| o.0).collect();
-    let (mut es, mut eq, mut ek, mut ef, mut ep, mut ee) =
-        (vec![], vec![], vec![], vec![], vec![], vec![]);
+    let (mut es, mut eq, mut ek, mut ef, mut ep, mut ee, mut et) =
+        (vec![], vec![], vec![], vec![], vec![], vec![], vec![]);
     for p in batch.iter().filter(|p| !skip.contains(&p.writer)) {
         let h = heads.iter().find(|h| h.0 == p.writer).expect("head");
         es.push(h.1.as_str());
@@ -936,6 +1026,7 @@ fn commit_batch(
         ef.push(p.flags as i32);
         ep.push(p.payload.as_slice());
         ee.push(h.2);
+        et.push(p.text.as_deref());
     }
     let ttl_ms = inner.opts.lease_ttl.as_millis() as i64;
     // One transaction: check and advance every session (the fence), copy
@@ -961,7 +1052,8 @@ fn commit_batch(
             rows.iter().map(|r| r.get::<_, &str>(0)).collect();
         let sink = tx
             .copy_in(
-                "COPY turnstone_events (session, seq, kind, flags, payload, epoch) FROM STDIN BINARY",
+                "COPY turnstone_events (session, seq, kind, flags, payload, epoch, text)
+                 FROM STDIN BINARY",
             )
             .map_err(commit_error)?;
         let mut w = BinaryCopyInWriter::new(
@@ -973,16 +1065,12 @@ fn commit_batch(
                 Type::INT4,
                 Type::BYTEA,
                 Type::INT8,
+                Type::TEXT,
             ],
         );
-        for (((session, seq), (kind, flags)), (payload, epoch)) in es
-            .iter()
-            .zip(&eq)
-            .zip(ek.iter().zip(&ef))
-            .zip(ep.iter().zip(&ee))
-        {
+        for (i, session) in es.iter().enumerate() {
             if ok.contains(session) {
-                w.write(&[session, seq, kind, flags, payload, epoch])
+                w.write(&[session, &eq[i], &ek[i], &ef[i], &ep[i], &ee[i], &et[i]])
                     .map_err(commit_error)?;
             }
         }

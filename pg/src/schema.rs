@@ -5,7 +5,8 @@
 use crate::error::{db, PgError, Result};
 
 /// The steps; index `i` brings the schema from version `i` to `i + 1`.
-const STEPS: &[&str] = &[
+/// A step is never edited once released: a change is a new step.
+pub(crate) const STEPS: &[&str] = &[
     // 1: sessions, events, snapshots.
     "CREATE TABLE turnstone_sessions (
         id            text PRIMARY KEY,
@@ -36,6 +37,12 @@ const STEPS: &[&str] = &[
         data    bytea NOT NULL,
         PRIMARY KEY (session, name)
     );",
+    // 2: full-text search over each event's searchable text (what the
+    // session layer's `searchable_text` gives: message text, tool results,
+    // summaries), with PostgreSQL's own text search.
+    "ALTER TABLE turnstone_events ADD COLUMN text text;
+     CREATE INDEX turnstone_events_text ON turnstone_events
+         USING gin (to_tsvector('simple', text)) WHERE text IS NOT NULL;",
 ];
 
 /// The version this build writes.

@@ -611,6 +611,107 @@ fn two_worker_processes_never_interleave_and_lose_nothing_acknowledged(cx: &Ctx)
     );
 }
 
+fn search_finds_text_across_sessions_and_along_a_fork_chain(cx: &Ctx) {
+    let log = cx.log();
+    let a = log.acquire("a", "w", true).unwrap().writer;
+    a.append_group_with_text(&[
+        (1, 0, b"{}", Some("the disk is full on host seven")),
+        (1, 0, b"{}", None),
+        (1, 0, b"{}", Some("retrying the upload")),
+    ])
+    .unwrap();
+    a.sync().unwrap();
+    log.fork("a", 2, "b").unwrap();
+    let b = log.acquire("b", "w", false).unwrap().writer;
+    b.append_group_with_text(&[(1, 0, b"{}", Some("disk cleaned, upload done"))])
+        .unwrap();
+    b.sync().unwrap();
+    let hits = log.search("disk", 10).unwrap();
+    let mut at: Vec<(String, u64)> = hits.iter().map(|h| (h.session.clone(), h.seq)).collect();
+    at.sort();
+    assert_eq!(at, vec![("a".into(), 0), ("b".into(), 2)]);
+    let h = hits.iter().find(|h| h.session == "a").unwrap();
+    assert!(h.snippet.contains("[disk]"), "{}", h.snippet);
+    // A phrase, and negation.
+    let hits = log.search("\"upload done\"", 10).unwrap();
+    assert_eq!(hits.iter().map(|h| h.seq).collect::<Vec<_>>(), vec![2]);
+    assert!(log
+        .search("upload -retrying", 10)
+        .unwrap()
+        .iter()
+        .all(|h| h.session == "b"));
+    // Session b sees its own events and what it inherits below the fork
+    // point (a's seq 0), not a's seq 2 (past the fork).
+    let mut in_b: Vec<u64> = log
+        .search_session("b", "disk or upload", 10)
+        .unwrap()
+        .iter()
+        .map(|h| h.seq)
+        .collect();
+    in_b.sort();
+    assert_eq!(in_b, vec![0, 2]);
+    assert!(log
+        .search_session("b", "disk", 10)
+        .unwrap()
+        .iter()
+        .all(|h| h.session == "b"));
+    // A deleted session's events are not found (its fork still finds
+    // what it inherits).
+    log.delete("a").unwrap();
+    assert!(log.search("retrying", 10).unwrap().is_empty());
+    assert_eq!(log.search_session("b", "seven", 10).unwrap().len(), 1);
+    assert_eq!(log.search("disk", 1).unwrap().len(), 1);
+}
+
+/// A database written by schema version 1 (the tables as first released,
+/// copied here) is upgraded in place: its events are kept and read, and
+/// new ones are searchable.
+fn a_version_1_database_is_migrated_in_place(cx: &Ctx) {
+    let mut sql = cx.sql();
+    sql.batch_execute(
+        "CREATE TABLE turnstone_schema (version integer NOT NULL);
+         INSERT INTO turnstone_schema VALUES (1);
+         CREATE TABLE turnstone_sessions (
+             id text PRIMARY KEY, parent text REFERENCES turnstone_sessions(id),
+             fork_seq bigint NOT NULL DEFAULT 0, len bigint NOT NULL DEFAULT 0,
+             meta jsonb NOT NULL DEFAULT '{}', lease_owner text,
+             lease_epoch bigint NOT NULL DEFAULT 0, lease_expires timestamptz,
+             deleted boolean NOT NULL DEFAULT false,
+             created_at timestamptz NOT NULL DEFAULT now());
+         CREATE TABLE turnstone_events (
+             session text NOT NULL REFERENCES turnstone_sessions(id), seq bigint NOT NULL,
+             kind integer NOT NULL, flags integer NOT NULL, payload bytea NOT NULL,
+             epoch bigint NOT NULL, committed_at timestamptz NOT NULL DEFAULT now(),
+             PRIMARY KEY (session, seq));
+         CREATE TABLE turnstone_snapshots (
+             session text NOT NULL REFERENCES turnstone_sessions(id), name text NOT NULL,
+             upto bigint NOT NULL, data bytea NOT NULL, PRIMARY KEY (session, name));
+         INSERT INTO turnstone_sessions (id, len) VALUES ('old', 2);
+         INSERT INTO turnstone_events (session, seq, kind, flags, payload, epoch)
+             VALUES ('old', 0, 5, 0, 'zero', 1), ('old', 1, 5, 1, 'one', 1);",
+    )
+    .unwrap();
+    let log = cx.log();
+    let v: i32 = sql
+        .query_one("SELECT version FROM turnstone_schema", &[])
+        .unwrap()
+        .get(0);
+    assert_eq!(v, SCHEMA_VERSION);
+    let evs = log.read_range("old", 0..2).unwrap();
+    assert_eq!(
+        evs.iter()
+            .map(|e| (e.seq, e.kind, e.flags, e.payload.clone()))
+            .collect::<Vec<_>>(),
+        vec![(0, 5, 0, b"zero".to_vec()), (1, 5, 1, b"one".to_vec())]
+    );
+    let w = log.acquire("old", "w", false).unwrap().writer;
+    w.append_group_with_text(&[(5, 0, b"two", Some("migrated and searchable"))])
+        .unwrap();
+    w.sync().unwrap();
+    let hits = log.search("searchable", 10).unwrap();
+    assert_eq!((hits[0].session.as_str(), hits[0].seq), ("old", 2));
+}
+
 type TestFn = fn(&Ctx);
 
 fn main() {
@@ -655,6 +756,16 @@ fn main() {
             false,
         ),
         ("snapshots_round_trip", snapshots_round_trip, false),
+        (
+            "search_finds_text_across_sessions_and_along_a_fork_chain",
+            search_finds_text_across_sessions_and_along_a_fork_chain,
+            false,
+        ),
+        (
+            "a_version_1_database_is_migrated_in_place",
+            a_version_1_database_is_migrated_in_place,
+            false,
+        ),
         (
             "two_worker_processes_never_interleave_and_lose_nothing_acknowledged",
             two_worker_processes_never_interleave_and_lose_nothing_acknowledged,
