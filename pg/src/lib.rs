@@ -249,13 +249,24 @@ impl PgLog {
         total
     }
 
-    fn with_client<T>(&self, f: impl FnOnce(&mut Client) -> Result<T>) -> Result<T> {
+    fn with_client<T>(&self, mut f: impl FnMut(&mut Client) -> Result<T>) -> Result<T> {
         let popped = self.inner.idle.lock().pop();
+        let pooled = popped.is_some();
         let mut client = match popped {
             Some(c) if !c.is_closed() => c,
             _ => Client::connect(&self.inner.url, NoTls).map_err(db("connect"))?,
         };
-        let out = f(&mut client);
+        let mut out = f(&mut client);
+        // A pooled connection that turns out dead (the server restarted
+        // since it was last used) failed at its first write, before any
+        // server saw the request: drop the whole pool and try once more on
+        // a new connection.
+        let dead = |r: &Result<T>| matches!(r, Err(PgError::Database { source, .. }) if source.is_closed());
+        if pooled && (dead(&out) || client.is_closed()) && out.is_err() {
+            self.inner.idle.lock().clear();
+            client = Client::connect(&self.inner.url, NoTls).map_err(db("connect"))?;
+            out = f(&mut client);
+        }
         // A connection whose statement failed at the protocol level is
         // closed; anything else goes back for reuse.
         if !client.is_closed() {
@@ -480,7 +491,7 @@ impl PgLog {
                 });
             }
             let mut out = Vec::new();
-            read_chain(c, session, row, range, &mut out)?;
+            read_chain(c, session, row, range.clone(), &mut out)?;
             Ok(out)
         })
     }

@@ -416,7 +416,19 @@ fn a_database_crash_under_load_loses_nothing_acknowledged(cx: &Ctx) {
     let failures: u32 = handles.into_iter().map(|h| h.join().unwrap()).sum();
     stop.store(true, std::sync::atomic::Ordering::Relaxed);
     assert!(failures > 0, "the crash went unnoticed by every writer");
+    // While the database is down: typed errors at once, no hang.
+    match log.sessions() {
+        Err(PgError::Database { .. }) => {}
+        other => panic!("a read with the database down: {other:?}"),
+    }
+    match PgLog::connect(&cx.url, PgOptions::default()) {
+        Err(PgError::Database { op: "connect", .. }) => {}
+        Err(e) => panic!("wrong error: {e}"),
+        Ok(_) => panic!("connected to a stopped server"),
+    }
     cx.server.control("restart");
+    // The same log object works again once it is back (new connections).
+    assert_eq!(log.sessions().unwrap().len(), sessions);
     let log2 = cx.log();
     for (t, acked) in acked.iter().enumerate() {
         let acked = *acked.lock();
