@@ -127,6 +127,20 @@ pub enum Error {
     /// A request differs from the one rebuildable from the log.
     #[error(transparent)]
     RequestMismatch(#[from] crate::session::header::Difference),
+
+    /// Another writer took the session over (a backend with leases, such
+    /// as PostgreSQL): this writer's pending events were not written.
+    #[error("session {session:?}: fenced: {detail}")]
+    Fenced { session: String, detail: String },
+
+    /// A backend other than the embedded store failed (its database is
+    /// down, refused a statement, ...): the operation is not acknowledged.
+    #[error("{backend} backend, {op}: {detail}")]
+    Backend {
+        backend: &'static str,
+        op: String,
+        detail: String,
+    },
 }
 
 impl Error {
@@ -160,6 +174,8 @@ impl Error {
             Error::SessionLive { .. } => "session_live",
             Error::Search { .. } => "search",
             Error::RequestMismatch(_) => "request_mismatch",
+            Error::Fenced { .. } => "fenced",
+            Error::Backend { .. } => "backend",
         }
     }
 

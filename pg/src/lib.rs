@@ -31,6 +31,7 @@
 //! connection URL, `turnstone copy`.
 
 mod error;
+mod event_log;
 mod schema;
 
 use std::collections::HashMap;
@@ -45,6 +46,7 @@ use postgres::types::Type;
 use postgres::{Client, NoTls};
 
 pub use error::{PgError, Result};
+pub use event_log::{engine_error, PgEventLog};
 pub use schema::SCHEMA_VERSION;
 
 use error::db;
@@ -471,6 +473,15 @@ impl PgLog {
                     created_ms: r.get(4),
                 })
                 .collect())
+        })
+    }
+
+    /// `(parent, fork seq)` of a fork (deleted sessions included: a fork
+    /// keeps its parent).
+    pub fn parent(&self, session: &str) -> Result<Option<(String, u64)>> {
+        self.with_client(|c| {
+            let row = session_row(c, session, false)?;
+            Ok(row.parent.map(|p| (p, row.fork_seq)))
         })
     }
 

@@ -11,6 +11,7 @@ use std::process::Command;
 use std::sync::Arc;
 use std::time::Duration;
 
+use turnstone::backend::EventLog;
 use turnstone_pg::{PgError, PgLog, PgOptions, SCHEMA_VERSION};
 
 struct Server {
@@ -724,6 +725,113 @@ fn a_version_1_database_is_migrated_in_place(cx: &Ctx) {
     assert_eq!((hits[0].session.as_str(), hits[0].seq), ("old", 2));
 }
 
+// ---- one test body, both backends (turnstone::backend::EventLog)
+
+fn log_conformance(log: &dyn EventLog) {
+    use turnstone::Error;
+    let name = log.backend();
+    assert_eq!(log.durable_len("a").unwrap(), None, "{name}");
+    // Dense seqs, groups, durability.
+    assert_eq!(log.append_group("a", &[(3, 0, b"a0")]).unwrap(), 0);
+    assert_eq!(
+        log.append_group("a", &[(3, 0, b"a1"), (4, 1, b"a2"), (3, 0, b"a3")])
+            .unwrap(),
+        1
+    );
+    log.sync_session("a").unwrap();
+    assert_eq!(log.durable_len("a").unwrap(), Some(4), "{name}");
+    let evs = log.read_range("a", 0..4).unwrap();
+    assert_eq!(
+        evs.iter()
+            .map(|e| (e.seq, e.kind, e.flags, e.payload.clone()))
+            .collect::<Vec<_>>(),
+        vec![
+            (0, 3, 0, b"a0".to_vec()),
+            (1, 3, 0, b"a1".to_vec()),
+            (2, 4, 1, b"a2".to_vec()),
+            (3, 3, 0, b"a3".to_vec())
+        ],
+        "{name}"
+    );
+    assert_eq!(log.read_range("a", 1..3).unwrap().len(), 2);
+    // Errors, of the same kinds.
+    assert!(
+        matches!(
+            log.read_range("a", 0..5),
+            Err(Error::SeqOutOfRange { len: 4, .. })
+        ),
+        "{name}"
+    );
+    assert!(
+        matches!(log.read_range("zz", 0..0), Err(Error::UnknownSession(_))),
+        "{name}"
+    );
+    log.create_session("b").unwrap();
+    assert!(
+        matches!(log.create_session("b"), Err(Error::SessionExists(_))),
+        "{name}"
+    );
+    assert_eq!(log.durable_len("b").unwrap(), Some(0));
+    // Forks by reference, and a fork of a fork.
+    assert!(
+        matches!(log.fork("a", 5, "f"), Err(Error::SeqOutOfRange { .. })),
+        "{name}"
+    );
+    log.fork("a", 2, "f").unwrap();
+    assert_eq!(log.parent("f").unwrap(), Some(("a".to_string(), 2)));
+    assert_eq!(log.parent("a").unwrap(), None);
+    assert_eq!(log.append_group("f", &[(5, 0, b"f2")]).unwrap(), 2);
+    log.sync_session("f").unwrap();
+    log.fork("f", 3, "g").unwrap();
+    assert_eq!(log.append_group("g", &[(5, 0, b"g3")]).unwrap(), 3);
+    log.sync_session("g").unwrap();
+    let g: Vec<Vec<u8>> = log
+        .read_range("g", 0..4)
+        .unwrap()
+        .into_iter()
+        .map(|e| e.payload)
+        .collect();
+    assert_eq!(
+        g,
+        vec![
+            b"a0".to_vec(),
+            b"a1".to_vec(),
+            b"f2".to_vec(),
+            b"g3".to_vec()
+        ],
+        "{name}"
+    );
+    // a goes on; its forks do not see it.
+    log.append_group("a", &[(3, 0, b"a4")]).unwrap();
+    log.sync_session("a").unwrap();
+    assert_eq!(log.durable_len("f").unwrap(), Some(3));
+    assert_eq!(
+        log.sessions().unwrap(),
+        vec!["a".to_string(), "b".into(), "f".into(), "g".into()],
+        "{name}"
+    );
+}
+
+fn event_log_conformance_embedded(_cx: &Ctx) {
+    let dir = tempfile::tempdir().unwrap();
+    let store = turnstone::Store::open(dir.path()).unwrap();
+    log_conformance(&store);
+    store.close().unwrap();
+}
+
+fn event_log_conformance_postgres(cx: &Ctx) {
+    let log = turnstone_pg::PgEventLog::new(cx.log(), "test");
+    log_conformance(&log);
+    // A second owner cannot write a leased session: a typed error, and
+    // nothing of it lands.
+    let other = turnstone_pg::PgEventLog::new(cx.log(), "other");
+    match other.append_group("a", &[(1, 0, b"x")]) {
+        Err(turnstone::Error::Fenced { .. }) => {}
+        r => panic!("a second owner wrote a leased session: {r:?}"),
+    }
+    assert_eq!(log.durable_len("a").unwrap(), Some(5));
+}
+
 type TestFn = fn(&Ctx);
 
 fn main() {
@@ -768,6 +876,16 @@ fn main() {
             false,
         ),
         ("snapshots_round_trip", snapshots_round_trip, false),
+        (
+            "event_log_conformance_embedded",
+            event_log_conformance_embedded,
+            false,
+        ),
+        (
+            "event_log_conformance_postgres",
+            event_log_conformance_postgres,
+            false,
+        ),
         (
             "search_finds_text_across_sessions_and_along_a_fork_chain",
             search_finds_text_across_sessions_and_along_a_fork_chain,

@@ -1,0 +1,137 @@
+//! The event log as an interface (issue 18, docs/BACKENDS.md): what the
+//! session layer needs from wherever a session's events live, implemented
+//! here by the embedded [`Store`] and by `turnstone_pg::PgEventLog` on
+//! PostgreSQL. Both pass one conformance test body (`pg/tests/pg.rs`).
+//!
+//! This is the seam, not yet the session layer's foundation: the session
+//! layer still calls [`Store`] directly (moving it onto this trait is the
+//! next step of issue 18), so the trait holds the log-level operations
+//! only: sessions, atomic groups, per-session durability, forks by
+//! reference, durable reads.
+
+use std::ops::Range;
+
+use crate::error::{Error, Result};
+use crate::store::Store;
+
+/// One durable event, as every backend returns it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LogEvent {
+    pub seq: u64,
+    pub kind: u16,
+    pub flags: u16,
+    pub payload: Vec<u8>,
+}
+
+/// A log of sessions: dense seqs from 0, atomic groups, per-session
+/// durability, forks by reference, reads of durable events.
+pub trait EventLog: Send + Sync {
+    /// `"embedded"`, `"postgres"`: for messages.
+    fn backend(&self) -> &'static str;
+
+    /// Create an empty session; [`Error::SessionExists`] if the name is
+    /// taken (a deleted session keeps its name).
+    fn create_session(&self, session: &str) -> Result<()>;
+
+    /// Create `child` holding `parent`'s events `0..upto` by reference;
+    /// the child's own events start at `upto`. `upto` may not pass the
+    /// parent's durable end ([`Error::SeqOutOfRange`]).
+    fn fork(&self, parent: &str, upto: u64, child: &str) -> Result<()>;
+
+    /// Append events to `session` (created on first use) as one group:
+    /// after a crash all or none of them exist. Returns the first one's
+    /// seq; durable after [`EventLog::sync_session`].
+    fn append_group(&self, session: &str, events: &[(u16, u16, &[u8])]) -> Result<u64>;
+
+    /// Return once everything appended to `session` is durable.
+    fn sync_session(&self, session: &str) -> Result<()>;
+
+    /// Events `0..n` of `session` are durable (inherited ones included);
+    /// `None`: no such session.
+    fn durable_len(&self, session: &str) -> Result<Option<u64>>;
+
+    /// `(parent, fork seq)` of a fork.
+    fn parent(&self, session: &str) -> Result<Option<(String, u64)>>;
+
+    /// The names of the sessions, oldest first.
+    fn sessions(&self) -> Result<Vec<String>>;
+
+    /// Durable events `range` of `session`, inherited ones included.
+    /// [`Error::SeqOutOfRange`] past the durable end,
+    /// [`Error::UnknownSession`] for a name the log does not have.
+    fn read_range(&self, session: &str, range: Range<u64>) -> Result<Vec<LogEvent>>;
+}
+
+impl EventLog for Store {
+    fn backend(&self) -> &'static str {
+        "embedded"
+    }
+
+    fn create_session(&self, session: &str) -> Result<()> {
+        Store::create_session(self, session).map(|_| ())
+    }
+
+    fn fork(&self, parent: &str, upto: u64, child: &str) -> Result<()> {
+        let durable = self
+            .session_meta(parent)
+            .ok_or_else(|| Error::UnknownSession(parent.to_string()))?
+            .durable_len;
+        if upto > durable {
+            return Err(Error::SeqOutOfRange {
+                session: parent.to_string(),
+                seq: upto,
+                len: durable,
+            });
+        }
+        Store::fork(self, parent, upto, child).map(|_| ())
+    }
+
+    fn append_group(&self, session: &str, events: &[(u16, u16, &[u8])]) -> Result<u64> {
+        let mut first = None;
+        Store::append_group(self, session, events, |a| {
+            first.get_or_insert(a.seq.0);
+        })?;
+        first.ok_or_else(|| Error::InvalidArgument("an empty group".into()))
+    }
+
+    fn sync_session(&self, session: &str) -> Result<()> {
+        Store::sync_session(self, session)
+    }
+
+    fn durable_len(&self, session: &str) -> Result<Option<u64>> {
+        Ok(self.session_meta(session).map(|m| m.durable_len))
+    }
+
+    fn parent(&self, session: &str) -> Result<Option<(String, u64)>> {
+        self.session_meta(session)
+            .map(|m| m.parent)
+            .ok_or_else(|| Error::UnknownSession(session.to_string()))
+    }
+
+    fn sessions(&self) -> Result<Vec<String>> {
+        Ok(Store::sessions(self).into_iter().map(|s| s.name).collect())
+    }
+
+    fn read_range(&self, session: &str, range: Range<u64>) -> Result<Vec<LogEvent>> {
+        let durable = self
+            .session_meta(session)
+            .ok_or_else(|| Error::UnknownSession(session.to_string()))?
+            .durable_len;
+        if range.end > durable {
+            return Err(Error::SeqOutOfRange {
+                session: session.to_string(),
+                seq: range.end,
+                len: durable,
+            });
+        }
+        Ok(Store::read_range(self, session, range)?
+            .into_iter()
+            .map(|e| LogEvent {
+                seq: e.seq.0,
+                kind: e.kind,
+                flags: e.flags,
+                payload: e.payload,
+            })
+            .collect())
+    }
+}

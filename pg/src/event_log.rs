@@ -1,0 +1,146 @@
+//! [`turnstone::backend::EventLog`] on PostgreSQL: a [`PgLog`] and the
+//! writers (leases) this process holds, one per session it appends to.
+
+use std::collections::HashMap;
+use std::ops::Range;
+
+use parking_lot::Mutex;
+use turnstone::backend::{EventLog, LogEvent};
+use turnstone::{Error, Result};
+
+use crate::{PgError, PgLog, Writer};
+
+/// The PostgreSQL log behind the engine's log interface. A session is
+/// leased on its first append (as `owner`) and kept until this value is
+/// dropped or the lease is lost ([`Error::Fenced`]).
+pub struct PgEventLog {
+    log: PgLog,
+    owner: String,
+    writers: Mutex<HashMap<String, std::sync::Arc<Writer>>>,
+}
+
+impl PgEventLog {
+    pub fn new(log: PgLog, owner: &str) -> PgEventLog {
+        PgEventLog {
+            log,
+            owner: owner.to_string(),
+            writers: Mutex::new(HashMap::new()),
+        }
+    }
+
+    pub fn log(&self) -> &PgLog {
+        &self.log
+    }
+
+    fn writer(&self, session: &str) -> Result<std::sync::Arc<Writer>> {
+        if let Some(w) = self.writers.lock().get(session) {
+            return Ok(w.clone());
+        }
+        let w = std::sync::Arc::new(
+            self.log
+                .acquire(session, &self.owner, true)
+                .map_err(engine_error)?
+                .writer,
+        );
+        self.writers.lock().insert(session.to_string(), w.clone());
+        Ok(w)
+    }
+}
+
+/// The engine's error for a PostgreSQL one (same kinds where the embedded
+/// store has them).
+pub fn engine_error(e: PgError) -> Error {
+    match e {
+        PgError::UnknownSession(s) => Error::UnknownSession(s),
+        PgError::SessionDeleted(s) => Error::SessionDeleted { session: s, seq: 0 },
+        PgError::SessionExists(s) => Error::SessionExists(s),
+        PgError::SeqOutOfRange { session, seq, len } => Error::SeqOutOfRange { session, seq, len },
+        PgError::Fenced { ref session, .. } | PgError::LeaseHeld { ref session, .. } => {
+            Error::Fenced {
+                session: session.clone(),
+                detail: e.to_string(),
+            }
+        }
+        other => Error::Backend {
+            backend: "postgres",
+            op: match &other {
+                PgError::Database { op, .. } => op.to_string(),
+                _ => "write".into(),
+            },
+            detail: other.to_string(),
+        },
+    }
+}
+
+impl EventLog for PgEventLog {
+    fn backend(&self) -> &'static str {
+        "postgres"
+    }
+
+    fn create_session(&self, session: &str) -> Result<()> {
+        self.log.create_session(session).map_err(engine_error)
+    }
+
+    fn fork(&self, parent: &str, upto: u64, child: &str) -> Result<()> {
+        self.log.fork(parent, upto, child).map_err(engine_error)
+    }
+
+    fn append_group(&self, session: &str, events: &[(u16, u16, &[u8])]) -> Result<u64> {
+        if events.is_empty() {
+            return Err(Error::InvalidArgument("an empty group".into()));
+        }
+        self.writer(session)?
+            .append_group(events)
+            .map_err(engine_error)
+    }
+
+    fn sync_session(&self, session: &str) -> Result<()> {
+        let w = self.writers.lock().get(session).cloned();
+        match w {
+            Some(w) => w.sync().map_err(engine_error),
+            // Nothing appended here: what the database holds is durable.
+            None => self
+                .log
+                .session_len(session)
+                .map(|_| ())
+                .map_err(engine_error),
+        }
+    }
+
+    fn durable_len(&self, session: &str) -> Result<Option<u64>> {
+        match self.log.session_len(session) {
+            Ok(n) => Ok(Some(n)),
+            Err(PgError::UnknownSession(_)) => Ok(None),
+            Err(e) => Err(engine_error(e)),
+        }
+    }
+
+    fn parent(&self, session: &str) -> Result<Option<(String, u64)>> {
+        self.log.parent(session).map_err(engine_error)
+    }
+
+    fn sessions(&self) -> Result<Vec<String>> {
+        Ok(self
+            .log
+            .sessions()
+            .map_err(engine_error)?
+            .into_iter()
+            .map(|s| s.id)
+            .collect())
+    }
+
+    fn read_range(&self, session: &str, range: Range<u64>) -> Result<Vec<LogEvent>> {
+        Ok(self
+            .log
+            .read_range(session, range)
+            .map_err(engine_error)?
+            .into_iter()
+            .map(|e| LogEvent {
+                seq: e.seq,
+                kind: e.kind,
+                flags: e.flags,
+                payload: e.payload,
+            })
+            .collect())
+    }
+}
