@@ -91,6 +91,12 @@ pub struct PgOptions {
     /// Commit lanes: committer threads, each with its connection, writing
     /// side by side (a session always uses the same one).
     pub lanes: usize,
+    /// Renew the leases of this process's writers every third of
+    /// `lease_ttl` (a thread), so a session waiting longer than the TTL
+    /// between appends (a slow model call) keeps its writer. A process
+    /// that stops (crash, SIGSTOP, a long pause) stops renewing, and its
+    /// sessions can be taken over once their leases run out.
+    pub renew_leases: bool,
 }
 
 impl Default for PgOptions {
@@ -99,6 +105,7 @@ impl Default for PgOptions {
             lease_ttl: Duration::from_secs(30),
             read_pool: 4,
             lanes: 2,
+            renew_leases: true,
         }
     }
 }
@@ -165,6 +172,9 @@ struct Inner {
     opts: PgOptions,
     idle: Mutex<Vec<Client>>,
     lanes: Vec<Lane>,
+    /// Set by close: the lease renewer stops.
+    stopped: Mutex<bool>,
+    stop: Condvar,
 }
 
 /// One commit lane: a queue, its committer thread and connection. A
@@ -212,8 +222,10 @@ impl PgLog {
                     done: Condvar::new(),
                 })
                 .collect(),
+            stopped: Mutex::new(false),
+            stop: Condvar::new(),
         });
-        let handles = (0..opts_lanes)
+        let mut handles: Vec<JoinHandle<()>> = (0..opts_lanes)
             .map(|lane| {
                 let worker = inner.clone();
                 std::thread::Builder::new()
@@ -222,6 +234,15 @@ impl PgLog {
                     .expect("spawn a committer thread")
             })
             .collect();
+        if inner.opts.renew_leases {
+            let worker = inner.clone();
+            handles.push(
+                std::thread::Builder::new()
+                    .name("turnstone-pg-leases".into())
+                    .spawn(move || renewer(worker))
+                    .expect("spawn the lease renewer"),
+            );
+        }
         Ok(PgLog {
             inner,
             committers: Arc::new(Mutex::new(handles)),
@@ -231,6 +252,8 @@ impl PgLog {
     /// Write what is queued, then stop the committer. Writers left get
     /// [`PgError::Closed`].
     pub fn close(&self) {
+        *self.inner.stopped.lock() = true;
+        self.inner.stop.notify_all();
         for l in &self.inner.lanes {
             l.queue.lock().closed = true;
             l.work.notify_all();
@@ -868,6 +891,54 @@ impl Subscription {
                 if n.payload().rsplit_once(' ').map(|(s, _)| s) == Some(self.session.as_str()) {
                     break;
                 }
+            }
+        }
+    }
+}
+
+/// Renews the leases of this process's live writers every third of the
+/// lease TTL, in one statement (only where the epoch is still the
+/// writer's). Errors are ignored: a lease that lapses is fenced at the next
+/// commit, which is what keeps writers apart, not this thread.
+fn renewer(inner: Arc<Inner>) {
+    let period = (inner.opts.lease_ttl / 3).max(Duration::from_millis(10));
+    let ttl_ms = inner.opts.lease_ttl.as_millis() as i64;
+    let mut client: Option<Client> = None;
+    loop {
+        {
+            let mut stopped = inner.stopped.lock();
+            if !*stopped {
+                inner.stop.wait_for(&mut stopped, period);
+            }
+            if *stopped {
+                return;
+            }
+        }
+        let (mut ids, mut epochs) = (Vec::<String>::new(), Vec::<i64>::new());
+        for l in &inner.lanes {
+            for st in l.queue.lock().writers.values() {
+                if st.broken.is_none() && !st.dropped {
+                    ids.push(st.session.clone());
+                    epochs.push(st.epoch);
+                }
+            }
+        }
+        if ids.is_empty() {
+            continue;
+        }
+        if client.as_ref().is_none_or(|c| c.is_closed()) {
+            client = Client::connect(&inner.url, NoTls).ok();
+        }
+        if let Some(c) = client.as_mut() {
+            let r = c.execute(
+                "UPDATE turnstone_sessions s
+                    SET lease_expires = now() + $3::bigint * interval '1 millisecond'
+                   FROM unnest($1::text[], $2::bigint[]) AS v(id, epoch)
+                  WHERE s.id = v.id AND s.lease_epoch = v.epoch AND NOT s.deleted",
+                &[&ids, &epochs, &ttl_ms],
+            );
+            if r.is_err() {
+                client = None;
             }
         }
     }

@@ -207,8 +207,10 @@ fn concurrent_writers_share_commits(cx: &Ctx) {
 }
 
 fn a_writer_whose_lease_was_taken_over_is_fenced_and_writes_nothing(cx: &Ctx) {
+    // a's process "pauses" (it renews nothing: a stopped process cannot).
     let opts = PgOptions {
         lease_ttl: Duration::from_millis(300),
+        renew_leases: false,
         ..PgOptions::default()
     };
     let a_log = cx.log_with(opts.clone());
@@ -832,6 +834,33 @@ fn event_log_conformance_postgres(cx: &Ctx) {
     assert_eq!(log.durable_len("a").unwrap(), Some(5));
 }
 
+/// An idle writer keeps its session while its process lives (the renewer),
+/// and loses it once the process stops renewing.
+fn a_live_idle_writer_keeps_its_lease(cx: &Ctx) {
+    let short = PgOptions {
+        lease_ttl: Duration::from_millis(200),
+        ..PgOptions::default()
+    };
+    let a_log = cx.log_with(short.clone());
+    let b_log = cx.log_with(short);
+    let a = a_log.acquire("s", "a", true).unwrap().writer;
+    a.append(1, 0, b"a0").unwrap();
+    a.sync().unwrap();
+    std::thread::sleep(Duration::from_millis(700)); // 3.5 TTLs, idle
+    assert!(matches!(
+        b_log.acquire("s", "b", false),
+        Err(PgError::LeaseHeld { .. })
+    ));
+    a.append(1, 0, b"a1").unwrap();
+    a.sync().unwrap();
+    // a's log closes (its renewer stops): b gets the session after a TTL.
+    a_log.close();
+    std::thread::sleep(Duration::from_millis(300));
+    let b = b_log.acquire("s", "b", false).unwrap();
+    assert_eq!(b.previous_owner.as_deref(), Some("a"));
+    assert_eq!(b.writer.len(), 2);
+}
+
 type TestFn = fn(&Ctx);
 
 fn main() {
@@ -858,6 +887,11 @@ fn main() {
         (
             "a_writer_whose_lease_was_taken_over_is_fenced_and_writes_nothing",
             a_writer_whose_lease_was_taken_over_is_fenced_and_writes_nothing,
+            false,
+        ),
+        (
+            "a_live_idle_writer_keeps_its_lease",
+            a_live_idle_writer_keeps_its_lease,
             false,
         ),
         (
