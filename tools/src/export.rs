@@ -39,7 +39,7 @@ pub struct Line {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ignorable: Option<bool>,
     /// Append time, ms since the Unix epoch (informational; an import
-    /// stamps its own time).
+    /// keeps it, and stamps its own time only on a line without one).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ts: Option<u64>,
     /// `"base64"` when `data` holds an undecodable payload as is.

@@ -105,8 +105,9 @@ plugin events also carry \"ignorable\"."
 Every line is checked before anything is written: JSON shape, kind, event data,\n\
 surface ops (replayed against a scratch surface) and dense seqs 0, 1, 2, ...\n\
 On the first bad line the import is refused with its line number and the store\n\
-is not touched. The events are written in one atomic batch followed by\n\
-session/end-seed (they are the new session's seed history)."
+is not touched. The events are written in one atomic batch, each with the\n\
+ts of its line, followed by session/end-seed (they are the new session's seed\n\
+history) unless the file holds one already (an export of an imported session)."
     )]
     Import(import::ImportArgs),
     /// Stream one session's events in order (chunks and inherited fork events included), read-only.

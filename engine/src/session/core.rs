@@ -100,6 +100,9 @@ pub struct HistoryEvent {
     pub data: Value,
     /// Required for the three surface kinds, absent for all others.
     pub surface: Option<SurfaceOp>,
+    /// When the event happened, ms since the Unix epoch (an import keeps
+    /// the exported `ts`); `None` stamps the time of the append.
+    pub ts: Option<u64>,
 }
 
 /// Old name of [`HistoryEvent`].
@@ -1234,9 +1237,17 @@ impl Session {
 
     /// Append prior history and then the `session/end-seed` marker,
     /// atomically. Events before the marker are [`Session::is_history`].
+    /// History that already holds a marker (an export of an imported
+    /// session, imported again) is written as it is, with no second
+    /// marker. Each event keeps its `ts` when it has one. Returns the seq
+    /// of the last event written.
     pub fn append_history(&mut self, seed: &[HistoryEvent]) -> Result<u64> {
         let mut items = Vec::with_capacity(seed.len() + 1);
+        let has_marker = seed
+            .iter()
+            .any(|e| e.kind == EventKind::Core(CoreKind::SessionEndSeed));
         for e in seed {
+            let ts = Some(e.ts.unwrap_or_else(event::now_ms));
             let (code, flags, payload) = match &e.kind {
                 EventKind::Core(CoreKind::SessionDelete) => {
                     return Err(Error::InvalidArgument(
@@ -1250,7 +1261,7 @@ impl Session {
                         v: event::SESSION_FORMAT_VERSION,
                         kind: None,
                         surface: e.surface,
-                        ts: Some(event::now_ms()),
+                        ts,
                         data: e.data.clone(),
                     })
                     .expect("envelope serializes"),
@@ -1262,17 +1273,22 @@ impl Session {
                     (
                         event::KIND_CODE_PLUGIN,
                         event::plugin_flags(ignorable),
-                        event::encode_plugin(name, &e.data),
+                        event::encode_plugin_at(name, &e.data, ts),
                     )
                 }
             };
             items.push((code, flags, payload));
         }
-        items.push((
-            CoreKind::SessionEndSeed.code(),
-            0,
-            event::encode_core(&event::SessionEndSeed {}, None),
-        ));
-        Ok(*self.append_encoded(items)?.last().expect("marker appended"))
+        if !has_marker {
+            items.push((
+                CoreKind::SessionEndSeed.code(),
+                0,
+                event::encode_core(&event::SessionEndSeed {}, None),
+            ));
+        }
+        Ok(*self
+            .append_encoded(items)?
+            .last()
+            .expect("at least one event"))
     }
 }
