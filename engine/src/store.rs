@@ -29,6 +29,8 @@ use crate::recovery::RecoveryReport;
 use crate::types::{Appended, Event, EventRef, LogPos, Seq, SessionId};
 use crate::vfs::{LockGuard, Vfs};
 
+pub mod archive;
+pub mod blobs;
 mod follow;
 mod open;
 mod options;
