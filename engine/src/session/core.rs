@@ -198,13 +198,18 @@ impl Session {
         while at < len {
             let mut failed: Option<Error> = None;
             store.visit_range(id, at..(at + CHUNK).min(len), |e| {
-                let step = if view {
-                    event::decode_view(e.seq.0, e.kind, e.flags, e.payload, &s.registry)
-                        .map_err(|err| crate::session::replay::decode_error(&s.id, e.seq.0, err))
-                } else {
-                    s.decode(e.seq.0, e.kind, e.flags, e.payload)
-                }
-                .and_then(|ev| s.apply(&ev));
+                let step = crate::session::blob_refs::resolve(store.blobs(), e.payload)
+                    .and_then(|payload| {
+                        if view {
+                            event::decode_view(e.seq.0, e.kind, e.flags, &payload, &s.registry)
+                                .map_err(|err| {
+                                    crate::session::replay::decode_error(&s.id, e.seq.0, err)
+                                })
+                        } else {
+                            s.decode(e.seq.0, e.kind, e.flags, &payload)
+                        }
+                    })
+                    .and_then(|ev| s.apply(&ev));
                 match step {
                     Ok(()) => std::ops::ControlFlow::Continue(()),
                     Err(err) => {
@@ -766,9 +771,16 @@ impl Session {
                 self.id
             )));
         }
+        // Large content blocks out of line (FORMAT.md §15): each blob is
+        // durable before its event is appended.
+        let mut outlined = Vec::with_capacity(items.len());
+        for (_, _, p) in &items {
+            outlined.push(crate::session::blob_refs::outline(self.store.blobs(), p)?);
+        }
         let group: Vec<(u16, u16, &[u8])> = items
             .iter()
-            .map(|(c, f, p)| (*c, *f, p.as_slice()))
+            .zip(&outlined)
+            .map(|((c, f, p), o)| (*c, *f, o.as_deref().unwrap_or(p.as_slice())))
             .collect();
         let mut seqs = Vec::with_capacity(items.len());
         let mut last_end = self.last_end;
@@ -963,12 +975,18 @@ impl Session {
             Vec::with_capacity((range.end.saturating_sub(range.start)).min(1 << 16) as usize);
         let mut failed = None;
         self.store.visit_range(&self.id, range, |e| {
-            let ev = if self.is_read_only() {
-                event::decode_view(e.seq.0, e.kind, e.flags, e.payload, &self.registry)
-                    .map_err(|err| crate::session::replay::decode_error(&self.id, e.seq.0, err))
-            } else {
-                self.decode(e.seq.0, e.kind, e.flags, e.payload)
-            };
+            let ev = crate::session::blob_refs::resolve(self.store.blobs(), e.payload).and_then(
+                |payload| {
+                    if self.is_read_only() {
+                        event::decode_view(e.seq.0, e.kind, e.flags, &payload, &self.registry)
+                            .map_err(|err| {
+                                crate::session::replay::decode_error(&self.id, e.seq.0, err)
+                            })
+                    } else {
+                        self.decode(e.seq.0, e.kind, e.flags, &payload)
+                    }
+                },
+            );
             match ev {
                 Ok(ev) => {
                     out.push(ev);

@@ -21,6 +21,7 @@
 use std::collections::HashSet;
 use std::io::Write;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 use parking_lot::Mutex;
 use sha2::{Digest, Sha256};
@@ -37,6 +38,9 @@ pub const BLOB_VERSION: u32 = 1;
 pub const BLOB_HEADER_BYTES: usize = 56;
 /// File name extension of a blob file.
 pub const BLOB_EXT: &str = "tblob";
+/// Default size above which the session layer stores a content block out
+/// of line (256 KiB).
+pub const BLOB_THRESHOLD_DEFAULT: usize = 256 << 10;
 
 /// The sha256 of `bytes`.
 pub fn sha256(bytes: &[u8]) -> [u8; 32] {
@@ -76,6 +80,7 @@ pub struct BlobDir {
     dir: PathBuf,
     /// Blobs this handle knows to be durable under their name.
     durable: Mutex<HashSet<[u8; 32]>>,
+    threshold: AtomicUsize,
 }
 
 impl BlobDir {
@@ -85,7 +90,20 @@ impl BlobDir {
         BlobDir {
             dir: store_dir.join(BLOB_DIR),
             durable: Mutex::new(HashSet::new()),
+            threshold: AtomicUsize::new(BLOB_THRESHOLD_DEFAULT),
         }
+    }
+
+    /// Size in bytes above which the session layer stores a content block
+    /// as a blob (default [`BLOB_THRESHOLD_DEFAULT`]).
+    pub fn threshold(&self) -> usize {
+        self.threshold.load(Ordering::Relaxed)
+    }
+
+    /// Change the threshold (for this handle; it is not stored).
+    /// `usize::MAX` turns blobs off for new events.
+    pub fn set_threshold(&self, bytes: usize) {
+        self.threshold.store(bytes, Ordering::Relaxed);
     }
 
     /// The directory.
