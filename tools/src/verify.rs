@@ -13,7 +13,7 @@ use crate::Failure;
 
 #[derive(Debug, Args)]
 pub struct VerifyArgs {
-    /// Store directory (or a single segment file).
+    /// Store directory (or a single segment file, or an archive file).
     pub dir: PathBuf,
     /// Print one JSON object instead of text.
     #[arg(long)]
@@ -200,6 +200,9 @@ fn status_of(torn: u64, corrupt: u64) -> &'static str {
 
 pub fn run(args: &VerifyArgs) -> Result<ExitCode, Failure> {
     let dir: &Path = &args.dir;
+    if turnstone::archive::is_archive(dir) {
+        return crate::archive::verify(dir, args.json);
+    }
     let total = crate::progress::segment_bytes(dir);
     let bar = crate::progress::bar(
         total,
