@@ -229,7 +229,35 @@ fn blob_backed_sessions_through_import_export_dump_and_archive() {
         .unwrap()
         .path();
     let hash = blob.file_stem().unwrap().to_str().unwrap().to_string();
+    let v = json_one(&turnstone(&["verify", p(&other), "--json"]));
+    assert_eq!(
+        (v["ok"].clone(), v["blobs"].clone()),
+        (json!(true), json!(1)),
+        "{v}"
+    );
+    // verify checks every blob: a damaged one, then a missing one.
+    let good = std::fs::read(&blob).unwrap();
+    let mut bad = good.clone();
+    let n = bad.len();
+    bad[n / 2] ^= 1;
+    std::fs::write(&blob, &bad).unwrap();
+    let out = turnstone(&["verify", p(&other), "--json"]);
+    assert_eq!(code(&out), 1);
+    let v = json_one(&out);
+    assert_eq!(v["blob_problems"][0]["blob"], hash.as_str(), "{v}");
     std::fs::remove_file(&blob).unwrap();
+    let out = turnstone(&["verify", p(&other), "--json"]);
+    assert_eq!(code(&out), 1);
+    let v = json_one(&out);
+    assert_eq!(v["blobs"], 0);
+    assert_eq!(v["blob_problems"][0]["blob"], hash.as_str(), "{v}");
+    assert!(
+        v["blob_problems"][0]["detail"]
+            .as_str()
+            .unwrap()
+            .contains("missing"),
+        "{v}"
+    );
     let out = turnstone(&["messages", p(&other), "--session", "shots"]);
     assert_eq!(code(&out), 1);
     assert!(stderr(&out).contains(&hash), "{}", stderr(&out));

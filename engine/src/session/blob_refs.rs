@@ -250,6 +250,58 @@ fn collect(blobs: &BlobDir, v: &Value, out: &mut BTreeSet<[u8; 32]>) -> Result<(
     Ok(())
 }
 
+fn refs_in(v: &Value, out: &mut Vec<[u8; 32]>) {
+    match v {
+        Value::Array(items) => {
+            for it in items {
+                if ref_of(it).is_some() {
+                    if let Some(h) = it.get("sha256").and_then(Value::as_str).and_then(parse_hex) {
+                        out.push(h);
+                    }
+                } else {
+                    refs_in(it, out);
+                }
+            }
+        }
+        Value::Object(m) => {
+            for x in m.values() {
+                refs_in(x, out);
+            }
+        }
+        _ => {}
+    }
+}
+
+/// The hashes a payload's references name directly, without reading any
+/// blob (a reference whose hash is malformed is left out; [`resolve`]
+/// reports it).
+pub fn direct_refs(payload: &[u8]) -> Vec<[u8; 32]> {
+    let mut out = Vec::new();
+    if has_refs(payload) {
+        if let Ok(env) = serde_json::from_slice::<Envelope>(payload) {
+            refs_in(&env.data, &mut out);
+        }
+    }
+    out
+}
+
+/// The hashes the references inside a blob's block name (an outer block
+/// that went out of line after an inner one did), without reading them.
+pub fn refs_in_blob(bytes: &[u8]) -> Vec<[u8; 32]> {
+    let mut out = Vec::new();
+    if bytes
+        .windows(BLOB_REF_TYPE.len())
+        .any(|w| w == BLOB_REF_TYPE.as_bytes())
+    {
+        if let Ok(Value::Object(m)) = serde_json::from_slice::<Value>(bytes) {
+            for x in m.values() {
+                refs_in(x, &mut out);
+            }
+        }
+    }
+    out
+}
+
 /// The blobs one payload references (directly, and through the blocks of
 /// its blobs), each read and checked: a missing or damaged one is
 /// [`Error::Corrupt`] naming its hash.
