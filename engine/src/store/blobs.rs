@@ -3,7 +3,7 @@
 //!
 //! A blob file `blobs/<64 hex digits>.tblob` is a 56-byte header (magic,
 //! version, length, sha256) and the bytes. It is written once: to
-//! `<name>.tmp`, fsynced, renamed to its name, and the directory fsynced,
+//! `<name>.<pid>-<n>.tmp` (a name per writer), fsynced, renamed to its name, and the directory fsynced,
 //! all before [`BlobDir::put`] returns, so before any event that
 //! references it is appended (let alone acknowledged). A blob already
 //! present is not written again; the first time a handle relies on a blob
@@ -157,7 +157,15 @@ impl BlobDir {
                     .map_err(|e| Error::io("fsync store directory", parent, e))?;
             }
         }
-        let tmp = self.dir.join(format!("{}.{BLOB_EXT}.tmp", hex(h)));
+        // A name of its own per writer: two writers of the same blob never
+        // write one file (the later rename replaces equal bytes).
+        static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+        let n = NEXT.fetch_add(1, Ordering::Relaxed);
+        let tmp = self.dir.join(format!(
+            "{}.{BLOB_EXT}.{}-{n}.tmp",
+            hex(h),
+            std::process::id()
+        ));
         let mut f = std::fs::File::create(&tmp).map_err(|e| Error::io("create blob", &tmp, e))?;
         f.write_all(&encode_header(h, bytes.len() as u64))
             .and_then(|()| f.write_all(bytes))
@@ -316,5 +324,25 @@ mod tests {
         );
         assert_eq!(parse_hex(&hex(&h)), Some(h));
         assert_eq!(parse_hex("zz"), None);
+    }
+
+    #[test]
+    fn writers_of_one_blob_at_once_leave_one_whole_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let bytes: Vec<u8> = (0..2_000_000u32).map(|i| (i % 251) as u8).collect();
+        std::thread::scope(|sc| {
+            for _ in 0..4 {
+                sc.spawn(|| {
+                    let b = BlobDir::new(dir.path());
+                    let h = b.put(&bytes).unwrap();
+                    assert_eq!(b.get(&h).unwrap(), bytes);
+                });
+            }
+        });
+        let b = BlobDir::new(dir.path());
+        assert_eq!(b.list().unwrap().len(), 1);
+        let names: Vec<_> = std::fs::read_dir(b.dir()).unwrap().collect();
+        assert_eq!(names.len(), 1, "no .tmp file is left");
+        assert_eq!(b.get(&sha256(&bytes)).unwrap(), bytes);
     }
 }
