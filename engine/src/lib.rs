@@ -47,6 +47,7 @@ pub mod vfs;
 pub use commit::Stats;
 pub use error::{Error, Result};
 pub use recovery::{Problem, ProblemKind, RecoveryMode, RecoveryReport, Row};
+pub use store::{archive, blobs};
 pub use store::{
     DurableWait, NextEvent, Options, ReadyWait, SessionInfo, SessionMeta, Store, Subscription,
     FIRST_SEGMENT, FOLLOW_POLL, LOCK_FILE,

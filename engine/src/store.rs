@@ -29,6 +29,8 @@ use crate::recovery::RecoveryReport;
 use crate::types::{Appended, Event, EventRef, LogPos, Seq, SessionId};
 use crate::vfs::{LockGuard, Vfs};
 
+pub mod archive;
+pub mod blobs;
 mod follow;
 mod open;
 mod options;
@@ -64,6 +66,8 @@ pub struct Store {
     flusher: Mutex<Option<JoinHandle<()>>>,
     report: RecoveryReport,
     live: crate::live::LiveSet,
+    /// The store's blob files (FORMAT.md §15).
+    blobs: blobs::BlobDir,
 }
 
 impl std::fmt::Debug for Store {
@@ -83,6 +87,12 @@ impl Store {
     /// What the recovery pass found and did when this store was opened.
     pub fn recovery_report(&self) -> &RecoveryReport {
         &self.report
+    }
+
+    /// The store's blob directory (FORMAT.md §15): large payload parts the
+    /// session layer stores out of line.
+    pub fn blobs(&self) -> &blobs::BlobDir {
+        &self.blobs
     }
 
     /// The store directory.

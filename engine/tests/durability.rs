@@ -673,11 +673,13 @@ fn seed_history_is_marked_and_survives_reopen() {
             kind: EventKind::Core(CoreKind::UserMessage),
             data: json!({"content": [{"type": "text", "text": "old"}]}),
             surface: Some(SurfaceOp::Append),
+            ts: Some(1_000),
         },
         HistoryEvent {
             kind: EventKind::Core(CoreKind::TurnStart),
             data: json!({"turn_id": "old"}),
             surface: None,
+            ts: None,
         },
     ];
     let shared = host.create_with_history("s", &seed).unwrap();
@@ -696,6 +698,7 @@ fn seed_history_is_marked_and_survives_reopen() {
         kind: EventKind::Core(CoreKind::UserMessage),
         data: json!({"content": []}),
         surface: None,
+        ts: None,
     }];
     let r = host.create_with_history("t", &bad);
     assert!(r.is_err());
@@ -704,6 +707,38 @@ fn seed_history_is_marked_and_survives_reopen() {
         None,
         "a refused seed creates nothing"
     );
+    // History that holds its marker already (an export of an import) gets
+    // no second one; the marker is where the history says.
+    let mut marked = seed.clone();
+    marked.push(HistoryEvent {
+        kind: EventKind::Core(CoreKind::SessionEndSeed),
+        data: json!({}),
+        surface: None,
+        ts: Some(2_000),
+    });
+    marked.push(HistoryEvent {
+        kind: EventKind::Core(CoreKind::TurnStart),
+        data: json!({"turn_id": "after"}),
+        surface: None,
+        ts: Some(3_000),
+    });
+    let shared = host.create_with_history("u", &marked).unwrap();
+    assert_eq!(shared.lock().history_end(), Some(2));
+    assert_eq!(store.session_len("u"), Some(4));
+    // Each event keeps its ts; one without gets the time of the append.
+    let ts: Vec<Option<u64>> = store
+        .read_range("u", 0..4)
+        .unwrap()
+        .iter()
+        .map(|e| {
+            serde_json::from_slice::<turnstone::session::event::Envelope>(&e.payload)
+                .unwrap()
+                .ts
+        })
+        .collect();
+    assert_eq!(ts[0], Some(1_000));
+    assert!(ts[1].unwrap() > 1_600_000_000_000, "{ts:?}");
+    assert_eq!(&ts[2..], &[Some(2_000), Some(3_000)]);
 }
 
 /// The old names (`checkpoint`, `create_seeded`, `SeedEvent`, `seed_end`,
@@ -719,6 +754,7 @@ fn deprecated_names_still_work() {
         kind: EventKind::Core(CoreKind::UserMessage),
         data: json!({"content": [{"type": "text", "text": "old"}]}),
         surface: Some(SurfaceOp::Append),
+        ts: None,
     }];
     let host = Host::new(store.clone(), reg());
     let shared = host.create_seeded("h", &seed).unwrap();

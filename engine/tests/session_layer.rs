@@ -345,18 +345,19 @@ fn unknown_kinds_refuse_restore_unless_ignorable() {
         Session::open(store.clone(), "raw2", reg()).unwrap().len(),
         1
     );
-    // Another session format version refuses with a clear error.
+    // Another session format version refuses with a clear error (v 1 is
+    // an event holding blob references, FORMAT.md §10).
     store
         .append(
-            "v1",
+            "v2",
             5,
             0,
-            br#"{"v":1,"surface":{"op":"append"},"data":{"content":[]}}"#,
+            br#"{"v":2,"surface":{"op":"append"},"data":{"content":[]}}"#,
         )
         .unwrap();
     assert!(matches!(
-        Session::open(store, "v1", reg()),
-        Err(Error::SessionFormat { found: 1, .. })
+        Session::open(store, "v2", reg()),
+        Err(Error::SessionFormat { found: 2, .. })
     ));
 }
 

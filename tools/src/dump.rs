@@ -23,7 +23,7 @@ use crate::Failure;
 
 #[derive(Debug, Args)]
 pub struct DumpArgs {
-    /// Store directory, or one segment file (also a lone copy outside its store).
+    /// Store directory, or one segment file (also a lone copy outside its store), or an archive file.
     pub path: PathBuf,
     /// Only frames of this session id.
     #[arg(long)]
@@ -49,6 +49,9 @@ pub struct DumpArgs {
     /// How often --follow looks for new frames, in milliseconds.
     #[arg(long, default_value_t = 200, value_name = "MS")]
     pub interval_ms: u64,
+    /// Resolve blob references (FORMAT.md §15): show the blocks' bytes in place of the references.
+    #[arg(long)]
+    pub blobs: bool,
     /// Colours in the text output.
     #[arg(long, value_enum, default_value_t = ColorChoice::Auto)]
     pub color: ColorChoice,
@@ -303,6 +306,8 @@ struct Printer<'a> {
     held: Vec<InspectProblem>,
     corrupt: u64,
     error: Option<io::Error>,
+    /// With --blobs: the store's blob directory.
+    blobs: Option<turnstone::blobs::BlobDir>,
 }
 
 impl Printer<'_> {
@@ -433,7 +438,25 @@ impl Printer<'_> {
                 if let Some(d) = f.define.filter(|_| f.trusted) {
                     self.names.insert(f.session.0, d.name.clone());
                 }
-                let (name, env) = kinds::decode(f.kind, f.payload);
+                let resolved = match &self.blobs {
+                    Some(b) if turnstone::session::blob_refs::has_refs(f.payload) => {
+                        match turnstone::session::blob_refs::resolve(b, f.payload) {
+                            Ok(p) => Some(p.into_owned()),
+                            Err(e) => {
+                                eprintln!(
+                                    "turnstone: seq {} of the frame at {} offset {}: {e}",
+                                    f.seq,
+                                    f.segment.display(),
+                                    f.offset
+                                );
+                                self.corrupt += 1;
+                                None
+                            }
+                        }
+                    }
+                    _ => None,
+                };
+                let (name, env) = kinds::decode(f.kind, resolved.as_deref().unwrap_or(f.payload));
                 if !self.filter.accepts(&f, &name, self.args.json) {
                     None
                 } else if self.args.json {
@@ -478,6 +501,9 @@ impl Printer<'_> {
 }
 
 pub fn run(args: &DumpArgs) -> Result<ExitCode, Failure> {
+    if turnstone::archive::is_archive(&args.path) {
+        return crate::archive::dump(&args.path, args.json, args.blobs);
+    }
     let kinds = match &args.kind {
         Some(k) => Some(KindFilter::parse(k).map_err(Failure::usage)?),
         None => None,
@@ -517,6 +543,16 @@ pub fn run(args: &DumpArgs) -> Result<ExitCode, Failure> {
         held: Vec::new(),
         corrupt: 0,
         error: None,
+        blobs: args.blobs.then(|| {
+            let store_dir = if args.path.is_dir() {
+                args.path.clone()
+            } else {
+                args.path
+                    .parent()
+                    .map_or_else(|| PathBuf::from("."), |p| p.to_path_buf())
+            };
+            turnstone::blobs::BlobDir::new(&store_dir)
+        }),
     };
     let mut done = 0u64;
     let mut seg_size = 0u64;

@@ -39,7 +39,7 @@ pub struct Line {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ignorable: Option<bool>,
     /// Append time, ms since the Unix epoch (informational; an import
-    /// stamps its own time).
+    /// keeps it, and stamps its own time only on a line without one).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ts: Option<u64>,
     /// `"base64"` when `data` holds an undecodable payload as is.
@@ -119,8 +119,11 @@ pub fn run(args: &ExportArgs) -> Result<ExitCode, Failure> {
         let events = store
             .read_range(&args.session, at..(at + CHUNK).min(len))
             .map_err(Failure::from)?;
-        for e in &events {
-            let line = line_of(&args.session, e)?;
+        for e in events {
+            // Blob references resolved: the line holds the blocks.
+            let e = turnstone::session::blob_refs::resolve_event(store.blobs(), e)
+                .map_err(Failure::from)?;
+            let line = line_of(&args.session, &e)?;
             let text = serde_json::to_string(&line)
                 .map_err(|e| Failure::io(format!("cannot encode an event: {e}")))?;
             writeln!(out, "{text}")

@@ -161,6 +161,7 @@ fn validate(file: &std::path::Path, bar: &indicatif::ProgressBar) -> Result<Vali
             kind,
             data: line.data,
             surface: line.surface,
+            ts: line.ts,
         });
     }
     Ok((seed, plugins, bytes))
@@ -214,6 +215,9 @@ pub fn run(args: &ImportArgs) -> Result<ExitCode, Failure> {
         Failure::from(e).context(format!("importing {} as {id:?}", args.file.display()))
     })?;
     let end = session.lock().len();
+    let marked = seed
+        .iter()
+        .any(|e| e.kind == EventKind::Core(CoreKind::SessionEndSeed));
     session
         .lock()
         .flush()
@@ -221,13 +225,17 @@ pub fn run(args: &ImportArgs) -> Result<ExitCode, Failure> {
     drop(session);
     drop(host);
     crate::store_open::close(store, &args.dir)?;
+    let tail = if marked {
+        "its session/end-seed kept, none added".to_string()
+    } else {
+        format!("then session/end-seed at seq {}", end - 1)
+    };
     println!(
-        "imported {} events from {} into {} as session {id:?} (seqs 0..{}, then session/end-seed at seq {})",
+        "imported {} events from {} into {} as session {id:?} (seqs 0..{}, {tail})",
         seed.len(),
         args.file.display(),
         args.dir.display(),
         seed.len(),
-        end - 1
     );
     Ok(ExitCode::SUCCESS)
 }

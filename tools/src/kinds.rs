@@ -16,9 +16,13 @@ pub fn decode(code: u16, payload: &[u8]) -> (String, Option<Envelope>) {
     if code == KIND_SESSION_DEFINE {
         return (DEFINE.to_string(), None);
     }
+    // `v: 1` holds blob references (FORMAT.md §10): shown as they are.
     let env = serde_json::from_slice::<Envelope>(payload)
         .ok()
-        .filter(|e| e.v == SESSION_FORMAT_VERSION);
+        .filter(|e| {
+            e.v == SESSION_FORMAT_VERSION
+                || e.v == turnstone::session::blob_refs::ENVELOPE_VERSION_BLOBS
+        });
     let name = if code == KIND_CODE_PLUGIN {
         match env.as_ref().and_then(|e| e.kind.clone()) {
             Some(k) => k,

@@ -4,6 +4,7 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
+mod archive;
 mod dump;
 mod export;
 mod failure;
@@ -105,8 +106,9 @@ plugin events also carry \"ignorable\"."
 Every line is checked before anything is written: JSON shape, kind, event data,\n\
 surface ops (replayed against a scratch surface) and dense seqs 0, 1, 2, ...\n\
 On the first bad line the import is refused with its line number and the store\n\
-is not touched. The events are written in one atomic batch followed by\n\
-session/end-seed (they are the new session's seed history)."
+is not touched. The events are written in one atomic batch, each with the\n\
+ts of its line, followed by session/end-seed (they are the new session's seed\n\
+history) unless the file holds one already (an export of an imported session)."
     )]
     Import(import::ImportArgs),
     /// Stream one session's events in order (chunks and inherited fork events included), read-only.
@@ -158,6 +160,24 @@ one session with its inherited prefix. The index (DIR/search.sqlite, SQLite FTS5
 and can be deleted at any time. --json prints {\"session\",\"seq\",\"snippet\"} per hit."
     )]
     Search(views::SearchArgs),
+    /// Write one session (with its inherited history and its blobs) to one self-contained, checksummed file.
+    #[command(
+        after_help = "Examples:\n  turnstone archive ./demo-store --session sess-000003 --out sess-000003.tsarc\n  turnstone archive ./demo-store --session sess-000003 --out /cold/s3.tsarc --delete\n\n\
+The file (FORMAT.md §16) holds every event as stored (seqs, kinds, flags, payloads with their ts),\n\
+a fork's inherited events included, and every blob they reference. It is written to FILE.partial,\n\
+fsynced, renamed to FILE and its directory fsynced; an existing FILE is refused. With --delete the\n\
+session's tombstone is appended only after that (its bytes become reclaimable, not reclaimed).\n\
+`turnstone dump FILE` and `turnstone verify FILE` read an archive as a lone file."
+    )]
+    Archive(archive::ArchiveArgs),
+    /// Bring an archived session back into a store, with its original seqs and timestamps.
+    #[command(
+        after_help = "Examples:\n  turnstone restore ./demo-store sess-000003.tsarc\n  turnstone restore ./other-store sess-000003.tsarc --session s3-again\n\n\
+The whole file is checked first (a damaged archive is refused with its file and offset, and the\n\
+store is not touched); then its blobs are written and its events appended in one atomic batch.\n\
+A name the store already has, even a deleted one, is refused: restore under another id with --session."
+    )]
+    Restore(archive::RestoreArgs),
     /// Crash torture: kill a child fleet at random moments and power-cut a simulated store, checking every acknowledged event and every repair.
     Torture(torture::TortureArgs),
     /// Serve the store over HTTP with the Durable Streams protocol (create, append, read, live tail, fork).
@@ -186,6 +206,8 @@ fn run(cli: Cli) -> Result<ExitCode, Failure> {
         Cmd::Meta(a) => meta::run_meta(&a),
         Cmd::Delete(a) => meta::run_delete(&a),
         Cmd::Torture(a) => torture::run(&a),
+        Cmd::Archive(a) => archive::run_archive(&a),
+        Cmd::Restore(a) => archive::run_restore(&a),
         Cmd::Serve(a) => turnstone_server::cli::run(&a)
             .map(|()| ExitCode::SUCCESS)
             .map_err(Failure::io),

@@ -13,7 +13,7 @@ use crate::Failure;
 
 #[derive(Debug, Args)]
 pub struct VerifyArgs {
-    /// Store directory (or a single segment file).
+    /// Store directory (or a single segment file, or an archive file).
     pub dir: PathBuf,
     /// Print one JSON object instead of text.
     #[arg(long)]
@@ -186,6 +186,62 @@ struct VerifyJson {
     clean_close: bool,
     per_segment: Vec<SegmentReport>,
     problems: Vec<ProblemJson>,
+    /// Blob files present (FORMAT.md §15).
+    blobs: u64,
+    /// Damaged blob files, and blobs an event references that are missing.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    blob_problems: Vec<BlobProblem>,
+}
+
+/// One blob that fails its checks.
+#[derive(Debug, serde::Serialize)]
+struct BlobProblem {
+    blob: String,
+    file: String,
+    detail: String,
+}
+
+/// Check every blob file of the store at `dir` and that every blob the
+/// events reference (`refs`, and references inside blobs) is present.
+fn check_blobs(
+    dir: &Path,
+    mut refs: std::collections::BTreeSet<[u8; 32]>,
+) -> (u64, Vec<BlobProblem>) {
+    use turnstone::blobs::{hex, BlobDir};
+    let blobs = BlobDir::new(dir);
+    let mut problems = Vec::new();
+    let present = match blobs.list() {
+        Ok(l) => l,
+        Err(e) => {
+            problems.push(BlobProblem {
+                blob: String::new(),
+                file: blobs.dir().display().to_string(),
+                detail: e.to_string(),
+            });
+            Vec::new()
+        }
+    };
+    for h in &present {
+        match blobs.get(h) {
+            Ok(bytes) => refs.extend(turnstone::session::blob_refs::refs_in_blob(&bytes)),
+            Err(e) => problems.push(BlobProblem {
+                blob: hex(h),
+                file: blobs.path(h).display().to_string(),
+                detail: e.to_string(),
+            }),
+        }
+    }
+    let have: std::collections::BTreeSet<_> = present.iter().collect();
+    for h in &refs {
+        if !have.contains(h) {
+            problems.push(BlobProblem {
+                blob: hex(h),
+                file: blobs.path(h).display().to_string(),
+                detail: format!("blob {} is referenced but missing", hex(h)),
+            });
+        }
+    }
+    (present.len() as u64, problems)
 }
 
 fn status_of(torn: u64, corrupt: u64) -> &'static str {
@@ -200,6 +256,9 @@ fn status_of(torn: u64, corrupt: u64) -> &'static str {
 
 pub fn run(args: &VerifyArgs) -> Result<ExitCode, Failure> {
     let dir: &Path = &args.dir;
+    if turnstone::archive::is_archive(dir) {
+        return crate::archive::verify(dir, args.json);
+    }
     let total = crate::progress::segment_bytes(dir);
     let bar = crate::progress::bar(
         total,
@@ -210,6 +269,7 @@ pub fn run(args: &VerifyArgs) -> Result<ExitCode, Failure> {
     let mut problems = Vec::new();
     let mut segs: Vec<SegmentReport> = Vec::new();
     let mut done = 0u64;
+    let mut refs = std::collections::BTreeSet::new();
     let s = inspect::walk(dir, |item| {
         match item {
             Item::Segment(s) => {
@@ -233,6 +293,7 @@ pub fn run(args: &VerifyArgs) -> Result<ExitCode, Failure> {
             }
             Item::Frame(f) if !f.trusted => {}
             Item::Frame(f) => {
+                refs.extend(turnstone::session::blob_refs::direct_refs(f.payload));
                 if let Some(r) = segs.last_mut() {
                     r.frames += 1;
                     if !f.is_define() {
@@ -259,14 +320,20 @@ pub fn run(args: &VerifyArgs) -> Result<ExitCode, Failure> {
     for r in &mut segs {
         r.status = status_of(r.torn_tails, r.corruptions);
     }
-    let status = match status_of(s.torn_tails, s.corruptions) {
+    let (blob_count, blob_problems) = if dir.is_dir() {
+        check_blobs(dir, refs)
+    } else {
+        (0, Vec::new())
+    };
+    let corruptions = s.corruptions + blob_problems.len() as u64;
+    let status = match status_of(s.torn_tails, corruptions) {
         "ok" => "clean",
         other => other,
     };
     if args.json {
         let out = VerifyJson {
             path: dir.display().to_string(),
-            ok: s.corruptions == 0,
+            ok: corruptions == 0,
             status,
             segments: s.segments,
             batches: s.batches,
@@ -277,6 +344,8 @@ pub fn run(args: &VerifyArgs) -> Result<ExitCode, Failure> {
             clean_close: s.clean_close,
             per_segment: segs,
             problems: problems.iter().map(problem_json).collect(),
+            blobs: blob_count,
+            blob_problems,
         };
         let line = serde_json::to_string(&out)
             .map_err(|e| Failure::io(format!("cannot encode the report: {e}")))?;
@@ -308,22 +377,30 @@ pub fn run(args: &VerifyArgs) -> Result<ExitCode, Failure> {
         for p in &problems {
             println!("{}", problem_text(p));
         }
+        for b in &blob_problems {
+            println!("blob {}: CORRUPT: {}", b.blob, b.detail);
+        }
         let verdict = match status {
             "corrupt" => format!(
                 "CORRUPT ({} corruption problem{})",
-                s.corruptions,
-                if s.corruptions == 1 { "" } else { "s" }
+                corruptions,
+                if corruptions == 1 { "" } else { "s" }
             ),
             "torn-tail" => "ok except for a torn tail (no acknowledged event is lost)".to_string(),
             _ => "ok".to_string(),
         };
         println!(
-            "{}: {} segments, {} batches, {} events in {} sessions{}: {verdict}",
+            "{}: {} segments, {} batches, {} events in {} sessions{}{}: {verdict}",
             dir.display(),
             s.segments,
             s.batches,
             s.events,
             s.sessions,
+            if blob_count > 0 {
+                format!(", {blob_count} blobs")
+            } else {
+                String::new()
+            },
             if s.clean_close {
                 ", closed cleanly"
             } else {
@@ -331,7 +408,7 @@ pub fn run(args: &VerifyArgs) -> Result<ExitCode, Failure> {
             },
         );
     }
-    Ok(if s.corruptions > 0 {
+    Ok(if corruptions > 0 {
         ExitCode::from(1)
     } else {
         ExitCode::SUCCESS

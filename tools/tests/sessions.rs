@@ -647,3 +647,48 @@ fn fleet_stores_carry_provider_native_content_unchanged() {
     let out = turnstone(&["messages", p(&dir), "--session", &name, "--format", "bogus"]);
     assert_ne!(code(&out), 0);
 }
+
+/// Issue 17 §4: an import keeps each event's `ts` (it is when the event
+/// happened, not when it was imported), and importing an export of an
+/// import does not add a second `session/end-seed`.
+#[test]
+fn import_keeps_ts_and_a_reimport_gains_no_second_end_seed() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("store");
+    fleet(&dir, 600, &[]);
+    let (text, lines) = export(&dir, "sess-000001");
+    // Past timestamps, so that an import stamping its own time shows.
+    let old: Vec<Value> = lines
+        .iter()
+        .enumerate()
+        .map(|(i, l)| {
+            let mut l = l.clone();
+            l["ts"] = json!(1_000_000_000_000u64 + i as u64 * 7);
+            l
+        })
+        .collect();
+    assert!(!text.is_empty());
+    let file = tmp.path().join("old.jsonl");
+    let body: String = old.iter().map(|l| format!("{l}\n")).collect();
+    std::fs::write(&file, body).unwrap();
+    let out = turnstone(&["import", p(&dir), p(&file), "--session", "a"]);
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    let (text_a, a) = export(&dir, "a");
+    assert_eq!(a.len(), old.len() + 1);
+    assert_eq!(
+        &a[..old.len()],
+        &old[..],
+        "every line comes back, ts included"
+    );
+    assert_eq!(a.last().unwrap()["kind"], "session/end-seed");
+    // Import the export of the import: no second marker, the same lines.
+    let file_a = tmp.path().join("a.jsonl");
+    std::fs::write(&file_a, &text_a).unwrap();
+    let out = turnstone(&["import", p(&dir), p(&file_a), "--session", "b"]);
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    let (text_b, b) = export(&dir, "b");
+    let seeds = b.iter().filter(|l| l["kind"] == "session/end-seed").count();
+    assert_eq!(seeds, 1, "{text_b}");
+    assert_eq!(text_b, text_a);
+    assert_eq!(messages(&dir, "b"), messages(&dir, "sess-000001"));
+}

@@ -113,6 +113,7 @@ pub fn subscribe(
         inner: store.subscribe(id, from)?,
         registry,
         failed: false,
+        blobs: crate::blobs::BlobDir::new(store.dir()),
     })
 }
 
@@ -124,6 +125,8 @@ pub struct SessionSubscription {
     /// A decode error or the session's deletion was yielded: the
     /// subscription is over.
     failed: bool,
+    /// The store's blobs (events holding references are resolved).
+    blobs: crate::blobs::BlobDir,
 }
 
 impl SessionSubscription {
@@ -153,6 +156,9 @@ impl SessionSubscription {
     }
 
     fn decode(&mut self, e: crate::Event) -> Result<SessionEvent> {
+        let e = crate::session::blob_refs::resolve_event(&self.blobs, e).inspect_err(|_| {
+            self.failed = true;
+        })?;
         let ev = event::decode_view(e.seq.0, e.kind, e.flags, &e.payload, &self.registry).map_err(
             |err| {
                 self.failed = true;

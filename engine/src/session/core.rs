@@ -100,6 +100,9 @@ pub struct HistoryEvent {
     pub data: Value,
     /// Required for the three surface kinds, absent for all others.
     pub surface: Option<SurfaceOp>,
+    /// When the event happened, ms since the Unix epoch (an import keeps
+    /// the exported `ts`); `None` stamps the time of the append.
+    pub ts: Option<u64>,
 }
 
 /// Old name of [`HistoryEvent`].
@@ -195,13 +198,18 @@ impl Session {
         while at < len {
             let mut failed: Option<Error> = None;
             store.visit_range(id, at..(at + CHUNK).min(len), |e| {
-                let step = if view {
-                    event::decode_view(e.seq.0, e.kind, e.flags, e.payload, &s.registry)
-                        .map_err(|err| crate::session::replay::decode_error(&s.id, e.seq.0, err))
-                } else {
-                    s.decode(e.seq.0, e.kind, e.flags, e.payload)
-                }
-                .and_then(|ev| s.apply(&ev));
+                let step = crate::session::blob_refs::resolve(store.blobs(), e.payload)
+                    .and_then(|payload| {
+                        if view {
+                            event::decode_view(e.seq.0, e.kind, e.flags, &payload, &s.registry)
+                                .map_err(|err| {
+                                    crate::session::replay::decode_error(&s.id, e.seq.0, err)
+                                })
+                        } else {
+                            s.decode(e.seq.0, e.kind, e.flags, &payload)
+                        }
+                    })
+                    .and_then(|ev| s.apply(&ev));
                 match step {
                     Ok(()) => std::ops::ControlFlow::Continue(()),
                     Err(err) => {
@@ -763,9 +771,16 @@ impl Session {
                 self.id
             )));
         }
+        // Large content blocks out of line (FORMAT.md §15): each blob is
+        // durable before its event is appended.
+        let mut outlined = Vec::with_capacity(items.len());
+        for (_, _, p) in &items {
+            outlined.push(crate::session::blob_refs::outline(self.store.blobs(), p)?);
+        }
         let group: Vec<(u16, u16, &[u8])> = items
             .iter()
-            .map(|(c, f, p)| (*c, *f, p.as_slice()))
+            .zip(&outlined)
+            .map(|((c, f, p), o)| (*c, *f, o.as_deref().unwrap_or(p.as_slice())))
             .collect();
         let mut seqs = Vec::with_capacity(items.len());
         let mut last_end = self.last_end;
@@ -960,12 +975,18 @@ impl Session {
             Vec::with_capacity((range.end.saturating_sub(range.start)).min(1 << 16) as usize);
         let mut failed = None;
         self.store.visit_range(&self.id, range, |e| {
-            let ev = if self.is_read_only() {
-                event::decode_view(e.seq.0, e.kind, e.flags, e.payload, &self.registry)
-                    .map_err(|err| crate::session::replay::decode_error(&self.id, e.seq.0, err))
-            } else {
-                self.decode(e.seq.0, e.kind, e.flags, e.payload)
-            };
+            let ev = crate::session::blob_refs::resolve(self.store.blobs(), e.payload).and_then(
+                |payload| {
+                    if self.is_read_only() {
+                        event::decode_view(e.seq.0, e.kind, e.flags, &payload, &self.registry)
+                            .map_err(|err| {
+                                crate::session::replay::decode_error(&self.id, e.seq.0, err)
+                            })
+                    } else {
+                        self.decode(e.seq.0, e.kind, e.flags, &payload)
+                    }
+                },
+            );
             match ev {
                 Ok(ev) => {
                     out.push(ev);
@@ -1234,9 +1255,17 @@ impl Session {
 
     /// Append prior history and then the `session/end-seed` marker,
     /// atomically. Events before the marker are [`Session::is_history`].
+    /// History that already holds a marker (an export of an imported
+    /// session, imported again) is written as it is, with no second
+    /// marker. Each event keeps its `ts` when it has one. Returns the seq
+    /// of the last event written.
     pub fn append_history(&mut self, seed: &[HistoryEvent]) -> Result<u64> {
         let mut items = Vec::with_capacity(seed.len() + 1);
+        let has_marker = seed
+            .iter()
+            .any(|e| e.kind == EventKind::Core(CoreKind::SessionEndSeed));
         for e in seed {
+            let ts = Some(e.ts.unwrap_or_else(event::now_ms));
             let (code, flags, payload) = match &e.kind {
                 EventKind::Core(CoreKind::SessionDelete) => {
                     return Err(Error::InvalidArgument(
@@ -1250,7 +1279,7 @@ impl Session {
                         v: event::SESSION_FORMAT_VERSION,
                         kind: None,
                         surface: e.surface,
-                        ts: Some(event::now_ms()),
+                        ts,
                         data: e.data.clone(),
                     })
                     .expect("envelope serializes"),
@@ -1262,17 +1291,22 @@ impl Session {
                     (
                         event::KIND_CODE_PLUGIN,
                         event::plugin_flags(ignorable),
-                        event::encode_plugin(name, &e.data),
+                        event::encode_plugin_at(name, &e.data, ts),
                     )
                 }
             };
             items.push((code, flags, payload));
         }
-        items.push((
-            CoreKind::SessionEndSeed.code(),
-            0,
-            event::encode_core(&event::SessionEndSeed {}, None),
-        ));
-        Ok(*self.append_encoded(items)?.last().expect("marker appended"))
+        if !has_marker {
+            items.push((
+                CoreKind::SessionEndSeed.code(),
+                0,
+                event::encode_core(&event::SessionEndSeed {}, None),
+            ));
+        }
+        Ok(*self
+            .append_encoded(items)?
+            .last()
+            .expect("at least one event"))
     }
 }

@@ -739,11 +739,17 @@ struct EnvelopeRef<'a> {
 
 /// Encode a plugin event's payload.
 pub fn encode_plugin(kind: &str, data: &Value) -> Vec<u8> {
+    encode_plugin_at(kind, data, Some(now_ms()))
+}
+
+/// Encode a plugin event's payload with a given `ts` (history kept from
+/// elsewhere keeps when it happened).
+pub fn encode_plugin_at(kind: &str, data: &Value, ts: Option<u64>) -> Vec<u8> {
     let env = Envelope {
         v: SESSION_FORMAT_VERSION,
         kind: Some(kind.to_string()),
         surface: None,
-        ts: Some(now_ms()),
+        ts,
         data: data.clone(),
     };
     serde_json::to_vec(&env).expect("envelope serializes")

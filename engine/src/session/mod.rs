@@ -8,6 +8,7 @@
 
 pub mod adapter;
 pub mod asynchronous;
+pub mod blob_refs;
 pub mod catalog;
 pub mod content;
 pub mod coords;
@@ -32,6 +33,7 @@ pub use self::core::SeedEvent;
 pub use self::core::{HistoryEvent, OpenState, Session};
 pub use adapter::Provider;
 pub use asynchronous::{run_tool_async, subscribe, SessionSubscription};
+pub use blob_refs::referenced_blobs;
 pub use catalog::{Catalog, CatalogEntry, Cursor, ListPage, ListQuery};
 pub use content::{ChatFunction, ContentBlock, Extra, MediaSource, ToolResultContent, Usage};
 pub use coords::TurnInfo;

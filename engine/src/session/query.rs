@@ -40,13 +40,22 @@ pub struct SessionSummary {
     pub parent: Option<(String, u64)>,
 }
 
+/// An event's `ts`; one that holds blob references gives its envelope's
+/// without reading the blobs.
+fn event_ts(registry: &Registry, e: &crate::Event) -> Option<u64> {
+    if crate::session::blob_refs::has_refs(&e.payload) {
+        return serde_json::from_slice::<crate::session::event::Envelope>(&e.payload)
+            .ok()
+            .and_then(|env| env.ts);
+    }
+    crate::session::event::decode(e.seq.0, e.kind, e.flags, &e.payload, registry)
+        .ok()
+        .and_then(|ev| ev.ts)
+}
+
 fn ts_of(store: &Store, registry: &Registry, id: &str, seq: u64) -> Result<Option<u64>> {
     let e = store.read(id, seq)?;
-    Ok(
-        crate::session::event::decode(e.seq.0, e.kind, e.flags, &e.payload, registry)
-            .ok()
-            .and_then(|ev| ev.ts),
-    )
+    Ok(event_ts(registry, &e))
 }
 
 /// Every session of the store, in creation order, as its durable events
@@ -70,9 +79,7 @@ pub fn list_sessions(store: &Store, registry: &Registry) -> Result<Vec<SessionSu
             if e.kind == CoreKind::SessionDelete.code() {
                 continue; // deleted: not listed
             }
-            crate::session::event::decode(e.seq.0, e.kind, e.flags, &e.payload, registry)
-                .ok()
-                .and_then(|ev| ev.ts)
+            event_ts(registry, &e)
         };
         let first_own = info.parent.as_ref().map_or(0, |(_, n)| *n);
         let created_ms = if end > first_own {

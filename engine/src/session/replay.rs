@@ -109,10 +109,18 @@ impl Iterator for Replay<'_> {
             }
             let to = (self.next + REPLAY_CHUNK).min(self.end);
             let (id, registry, buf) = (&self.id, &self.registry, &mut self.buf);
+            let blobs = self.store.blobs();
             // Decode straight from the log's bytes (no payload copies). Events
             // before a bad one are still yielded, then its error.
             let walked = self.store.visit_range(id, self.next..to, |e| {
-                match event::decode_view(e.seq.0, e.kind, e.flags, e.payload, registry) {
+                let payload = match crate::session::blob_refs::resolve(blobs, e.payload) {
+                    Ok(p) => p,
+                    Err(err) => {
+                        buf.push_back(Err(err));
+                        return ControlFlow::Break(());
+                    }
+                };
+                match event::decode_view(e.seq.0, e.kind, e.flags, &payload, registry) {
                     Ok(ev) => {
                         buf.push_back(Ok(ev));
                         ControlFlow::Continue(())

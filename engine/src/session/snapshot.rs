@@ -250,7 +250,14 @@ pub fn read<P: Projection>(
         // Decoded straight from the log's bytes (payloads lent, not copied).
         let mut failed = None;
         store.visit_range(session, at..to, |e| {
-            match event::decode(e.seq.0, e.kind, e.flags, e.payload, registry) {
+            let payload = match crate::session::blob_refs::resolve(store.blobs(), e.payload) {
+                Ok(p) => p,
+                Err(err) => {
+                    failed = Some(err);
+                    return std::ops::ControlFlow::Break(());
+                }
+            };
+            match event::decode(e.seq.0, e.kind, e.flags, &payload, registry) {
                 Ok(ev) => {
                     if let Some(next) = p.fold(&state, &ev) {
                         state = next;

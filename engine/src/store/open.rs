@@ -97,6 +97,7 @@ impl Store {
             let shared = Self::make_shared(dir, opts, store_id, rec.index, end, seq, None, None);
             shared.reader.set_active(seg, None);
             return Ok(Store {
+                blobs: super::blobs::BlobDir::new(&shared.dir),
                 shared: Arc::new(shared),
                 flusher: Mutex::new(None),
                 report,
@@ -170,6 +171,7 @@ impl Store {
             })
             .map_err(|e| Error::io("spawn flusher thread", &shared.dir, e))?;
         Ok(Store {
+            blobs: super::blobs::BlobDir::new(&shared.dir),
             shared,
             flusher: Mutex::new(Some(handle)),
             report,

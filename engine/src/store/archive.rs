@@ -1,0 +1,526 @@
+//! Archive files (FORMAT.md §16): one session, with the history it
+//! inherits from its fork parents and the blobs its events reference, in
+//! one self-contained, checksummed file outside any store.
+//!
+//! Layout: a 32-byte header, the session name (padded to 8), records (each
+//! a 24-byte record header, a body, zero padding to 8), and a 32-byte
+//! trailer holding the record counts and a checksum of every byte before
+//! it. Blob records come before the events that reference them, so a
+//! reader restoring the file in one pass has every blob when it meets an
+//! event. A file is complete only with its trailer: a cut file, a flipped
+//! bit or a record out of order is a typed error naming the file and the
+//! offset.
+//!
+//! [`write_file`] writes `FILE.partial`, fsyncs it, renames it to `FILE`
+//! and fsyncs the directory: `FILE` exists only once it is whole and
+//! durable (crash argument in §16).
+
+use std::io::{self, Read, Write};
+use std::path::{Path, PathBuf};
+
+use crate::error::{Error, Result};
+use crate::frame::{align_up, PAYLOAD_BYTES_MAX, SESSION_NAME_BYTES_MAX};
+
+/// First 8 bytes of an archive file.
+pub const ARCHIVE_MAGIC: [u8; 8] = *b"TSTNARC\0";
+/// First 8 bytes of its trailer.
+pub const ARCHIVE_END_MAGIC: [u8; 8] = *b"TSTNEND\0";
+/// The archive format version this build writes and reads.
+pub const ARCHIVE_VERSION: u32 = 1;
+/// Bytes of the file header.
+pub const ARCHIVE_HEADER_BYTES: usize = 32;
+/// Bytes of a record header.
+pub const RECORD_HEADER_BYTES: usize = 24;
+/// Bytes of the trailer.
+pub const TRAILER_BYTES: usize = 32;
+/// Record type of an event.
+pub const RECORD_EVENT: u8 = 1;
+/// Record type of a blob.
+pub const RECORD_BLOB: u8 = 2;
+/// Largest blob an archive holds (a record body length is a u32).
+pub const BLOB_BYTES_MAX: usize = u32::MAX as usize - 32;
+
+/// One event as stored: its seq, kind code, flags and payload bytes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ArchivedEvent {
+    pub seq: u64,
+    pub kind: u16,
+    pub flags: u16,
+    pub payload: Vec<u8>,
+}
+
+/// One record of an archive, as [`visit`] hands it out.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Record {
+    /// A content-addressed blob: its sha256 and its bytes.
+    Blob { sha256: [u8; 32], bytes: Vec<u8> },
+    /// An event of the session.
+    Event(ArchivedEvent),
+}
+
+/// The file header's facts.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ArchiveHeader {
+    /// The archived session's id.
+    pub session: String,
+    /// When the archive was written, ms since the Unix epoch.
+    pub created_ms: u64,
+}
+
+/// What a whole archive holds.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Archive {
+    pub header: ArchiveHeader,
+    /// The blobs, in file order.
+    pub blobs: Vec<([u8; 32], Vec<u8>)>,
+    /// The events, seqs `0..n` in order.
+    pub events: Vec<ArchivedEvent>,
+}
+
+/// Whether `path` starts with the archive magic (false for a directory or
+/// an unreadable file).
+pub fn is_archive(path: &Path) -> bool {
+    let mut b = [0u8; 8];
+    std::fs::File::open(path)
+        .and_then(|mut f| f.read_exact(&mut b))
+        .is_ok()
+        && b == ARCHIVE_MAGIC
+}
+
+fn record_header(kind: u8, ekind: u16, flags: u16, seq: u64, body_len: usize) -> [u8; 24] {
+    let mut h = [0u8; RECORD_HEADER_BYTES];
+    h[0] = kind;
+    h[2..4].copy_from_slice(&ekind.to_le_bytes());
+    h[4..6].copy_from_slice(&flags.to_le_bytes());
+    h[8..16].copy_from_slice(&seq.to_le_bytes());
+    h[16..20].copy_from_slice(&(body_len as u32).to_le_bytes());
+    h
+}
+
+/// A writer that checksums every byte it passes on.
+struct Summed<W> {
+    inner: W,
+    all: crc32fast::Hasher,
+    at: u64,
+}
+
+impl<W: Write> Summed<W> {
+    fn put(&mut self, b: &[u8]) -> io::Result<()> {
+        self.all.update(b);
+        self.at += b.len() as u64;
+        self.inner.write_all(b)
+    }
+    fn pad(&mut self) -> io::Result<()> {
+        let n = align_up(self.at as usize) - self.at as usize;
+        self.put(&[0u8; 8][..n])
+    }
+    fn record(&mut self, mut header: [u8; 24], parts: &[&[u8]]) -> io::Result<()> {
+        let mut h = crc32fast::Hasher::new();
+        h.update(&header[..20]);
+        for p in parts {
+            h.update(p);
+        }
+        header[20..24].copy_from_slice(&h.finalize().to_le_bytes());
+        self.put(&header)?;
+        for p in parts {
+            self.put(p)?;
+        }
+        self.pad()
+    }
+}
+
+/// Write an archive of `session` to `out`: header, name, blobs, events,
+/// trailer. Events must be seqs `0..n` in order.
+pub fn write<W: Write>(
+    out: W,
+    session: &str,
+    created_ms: u64,
+    blobs: &[([u8; 32], &[u8])],
+    events: &[ArchivedEvent],
+) -> io::Result<u64> {
+    if session.is_empty() || session.len() > SESSION_NAME_BYTES_MAX {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            "session id must be 1 to 1024 bytes",
+        ));
+    }
+    let mut w = Summed {
+        inner: out,
+        all: crc32fast::Hasher::new(),
+        at: 0,
+    };
+    let mut h = [0u8; ARCHIVE_HEADER_BYTES];
+    h[0..8].copy_from_slice(&ARCHIVE_MAGIC);
+    h[8..12].copy_from_slice(&ARCHIVE_VERSION.to_le_bytes());
+    h[16..24].copy_from_slice(&created_ms.to_le_bytes());
+    h[24..26].copy_from_slice(&(session.len() as u16).to_le_bytes());
+    let crc = header_crc(&h, session.as_bytes());
+    h[28..32].copy_from_slice(&crc.to_le_bytes());
+    w.put(&h)?;
+    w.put(session.as_bytes())?;
+    w.pad()?;
+    for (sha, bytes) in blobs {
+        if bytes.len() > BLOB_BYTES_MAX {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "blob too large",
+            ));
+        }
+        w.record(
+            record_header(RECORD_BLOB, 0, 0, 0, 32 + bytes.len()),
+            &[sha, bytes],
+        )?;
+    }
+    for (i, e) in events.iter().enumerate() {
+        if e.seq != i as u64 {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!("event seq {} where {i} was expected", e.seq),
+            ));
+        }
+        w.record(
+            record_header(RECORD_EVENT, e.kind, e.flags, e.seq, e.payload.len()),
+            &[&e.payload],
+        )?;
+    }
+    let file_crc = w.all.clone().finalize();
+    let mut t = [0u8; TRAILER_BYTES];
+    t[0..8].copy_from_slice(&ARCHIVE_END_MAGIC);
+    t[8..16].copy_from_slice(&(events.len() as u64).to_le_bytes());
+    t[16..24].copy_from_slice(&(blobs.len() as u64).to_le_bytes());
+    t[24..28].copy_from_slice(&file_crc.to_le_bytes());
+    let crc = crc32fast::hash(&t[..28]);
+    t[28..32].copy_from_slice(&crc.to_le_bytes());
+    w.put(&t)?;
+    w.inner.flush()?;
+    Ok(w.at)
+}
+
+/// Write an archive to `path` durably: `path.partial` is written and
+/// fsynced, renamed to `path`, and the directory fsynced. An existing
+/// `path` is refused (nothing is overwritten). Returns the file's size.
+pub fn write_file(
+    path: &Path,
+    session: &str,
+    created_ms: u64,
+    blobs: &[([u8; 32], &[u8])],
+    events: &[ArchivedEvent],
+) -> Result<u64> {
+    if path.exists() {
+        return Err(Error::InvalidArgument(format!(
+            "{} exists; an archive never overwrites a file",
+            path.display()
+        )));
+    }
+    let mut tmp = path.as_os_str().to_owned();
+    tmp.push(".partial");
+    let tmp = PathBuf::from(tmp);
+    let f = std::fs::File::create(&tmp).map_err(|e| Error::io("create", &tmp, e))?;
+    let mut bw = io::BufWriter::with_capacity(1 << 20, f);
+    let n = write(&mut bw, session, created_ms, blobs, events)
+        .map_err(|e| Error::io("write", &tmp, e))?;
+    let f = bw
+        .into_inner()
+        .map_err(|e| Error::io("write", &tmp, e.into_error()))?;
+    f.sync_all().map_err(|e| Error::io("fsync", &tmp, e))?;
+    drop(f);
+    std::fs::rename(&tmp, path).map_err(|e| Error::io("rename", path, e))?;
+    let dir = match path.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d.to_path_buf(),
+        _ => PathBuf::from("."),
+    };
+    std::fs::File::open(&dir)
+        .and_then(|d| d.sync_all())
+        .map_err(|e| Error::io("fsync directory", &dir, e))?;
+    Ok(n)
+}
+
+/// The header's checksum: its first 28 bytes, then the session name.
+fn header_crc(h: &[u8], name: &[u8]) -> u32 {
+    let mut c = crc32fast::Hasher::new();
+    c.update(&h[..28]);
+    c.update(name);
+    c.finalize()
+}
+
+fn u16_at(b: &[u8], at: usize) -> u16 {
+    u16::from_le_bytes([b[at], b[at + 1]])
+}
+fn u32_at(b: &[u8], at: usize) -> u32 {
+    u32::from_le_bytes(b[at..at + 4].try_into().expect("4 bytes"))
+}
+fn u64_at(b: &[u8], at: usize) -> u64 {
+    u64::from_le_bytes(b[at..at + 8].try_into().expect("8 bytes"))
+}
+
+/// `Err(offset)` of the first nonzero byte in `b[from..to]`.
+fn check_zero(b: &[u8], from: usize, to: usize) -> std::result::Result<(), usize> {
+    match b[from..to].iter().position(|&x| x != 0) {
+        Some(i) => Err(from + i),
+        None => Ok(()),
+    }
+}
+
+/// Read the archive at `path` whole, handing each record to `visit` in
+/// file order once its checksum holds. Checks: magic, version, header and
+/// record checksums, record types, dense event seqs, blob hashes (sha256
+/// of the bytes), the trailer's counts and its checksum of the whole file.
+/// The first failure is the error: [`Error::Corrupt`] with the file and
+/// offset, [`Error::NotTurnstone`] for another kind of file,
+/// [`Error::UnsupportedVersion`] for a newer format. Records before it
+/// were handed out.
+pub fn visit(path: &Path, mut visit: impl FnMut(u64, &Record)) -> Result<ArchiveHeader> {
+    let bytes = std::fs::read(path).map_err(|e| Error::io("read", path, e))?;
+    let corrupt = |offset: usize, detail: String| Error::corrupt(path, offset as u64, detail);
+    if bytes.len() < 8 || bytes[..8] != ARCHIVE_MAGIC {
+        return Err(Error::NotTurnstone {
+            file: path.to_path_buf(),
+            what: "archive",
+            detail: "no archive magic at offset 0".into(),
+        });
+    }
+    if bytes.len() < ARCHIVE_HEADER_BYTES {
+        return Err(corrupt(
+            0,
+            format!("file of {} bytes is cut inside its header", bytes.len()),
+        ));
+    }
+    let h = &bytes[..ARCHIVE_HEADER_BYTES];
+    let name_len = (u16_at(h, 24) as usize).min(SESSION_NAME_BYTES_MAX);
+    let name_end = ARCHIVE_HEADER_BYTES + name_len;
+    if bytes.len() < align_up(name_end) {
+        return Err(corrupt(
+            24,
+            format!(
+                "session name of {} bytes runs past the end of the file (damaged header or cut file)",
+                u16_at(h, 24)
+            ),
+        ));
+    }
+    let (stored, computed) = (
+        u32_at(h, 28),
+        header_crc(h, &bytes[ARCHIVE_HEADER_BYTES..name_end]),
+    );
+    if stored != computed {
+        return Err(corrupt(
+            0,
+            format!("header checksum: stored {stored:08x}, computed {computed:08x}"),
+        ));
+    }
+    let version = u32_at(h, 8);
+    if version != ARCHIVE_VERSION {
+        return Err(Error::UnsupportedVersion {
+            file: path.to_path_buf(),
+            found: version,
+            supported: ARCHIVE_VERSION,
+        });
+    }
+    if name_len == 0 || u16_at(h, 24) as usize > SESSION_NAME_BYTES_MAX {
+        return Err(corrupt(
+            24,
+            format!("session name length {}", u16_at(h, 24)),
+        ));
+    }
+    check_zero(&bytes, name_end, align_up(name_end))
+        .map_err(|o| corrupt(o, "padding after the session name is not zero".into()))?;
+    let session = std::str::from_utf8(&bytes[ARCHIVE_HEADER_BYTES..name_end])
+        .map_err(|_| corrupt(ARCHIVE_HEADER_BYTES, "session name is not UTF-8".into()))?
+        .to_string();
+    let header = ArchiveHeader {
+        session,
+        created_ms: u64_at(h, 16),
+    };
+    let mut at = align_up(name_end);
+    let (mut events, mut blobs) = (0u64, 0u64);
+    loop {
+        if bytes.len() - at >= 8 && bytes[at..at + 8] == ARCHIVE_END_MAGIC {
+            break;
+        }
+        if bytes.len() - at < RECORD_HEADER_BYTES {
+            return Err(corrupt(
+                at,
+                format!(
+                    "file ends without its trailer ({} bytes after the last record; cut short?)",
+                    bytes.len() - at
+                ),
+            ));
+        }
+        let rh = &bytes[at..at + RECORD_HEADER_BYTES];
+        let len = u32_at(rh, 16) as usize;
+        let body_at = at + RECORD_HEADER_BYTES;
+        if bytes.len() - body_at < len {
+            return Err(corrupt(
+                at,
+                format!("record of {len} bytes runs past the end of the file (cut short?)"),
+            ));
+        }
+        let body = &bytes[body_at..body_at + len];
+        let mut c = crc32fast::Hasher::new();
+        c.update(&rh[..20]);
+        c.update(body);
+        let (stored, computed) = (u32_at(rh, 20), c.finalize());
+        if stored != computed {
+            return Err(corrupt(
+                at,
+                format!("record checksum: stored {stored:08x}, computed {computed:08x}"),
+            ));
+        }
+        let rec = match rh[0] {
+            RECORD_BLOB => {
+                if events > 0 {
+                    return Err(corrupt(at, "blob record after an event record".into()));
+                }
+                if len < 32 {
+                    return Err(corrupt(at, format!("blob record of {len} bytes")));
+                }
+                let sha: [u8; 32] = body[..32].try_into().expect("32 bytes");
+                let got = crate::store::blobs::sha256(&body[32..]);
+                if got != sha {
+                    return Err(corrupt(
+                        at,
+                        format!(
+                            "blob {} holds bytes whose sha256 is {}",
+                            crate::store::blobs::hex(&sha),
+                            crate::store::blobs::hex(&got)
+                        ),
+                    ));
+                }
+                blobs += 1;
+                Record::Blob {
+                    sha256: sha,
+                    bytes: body[32..].to_vec(),
+                }
+            }
+            RECORD_EVENT => {
+                let seq = u64_at(rh, 8);
+                if seq != events {
+                    return Err(corrupt(
+                        at,
+                        format!("event seq {seq} where {events} was expected"),
+                    ));
+                }
+                if len > PAYLOAD_BYTES_MAX {
+                    return Err(corrupt(at, format!("event payload of {len} bytes")));
+                }
+                events += 1;
+                Record::Event(ArchivedEvent {
+                    seq,
+                    kind: u16_at(rh, 2),
+                    flags: u16_at(rh, 4),
+                    payload: body.to_vec(),
+                })
+            }
+            t => return Err(corrupt(at, format!("unknown record type {t}"))),
+        };
+        let end = body_at + len;
+        at = align_up(end);
+        if at > bytes.len() {
+            return Err(corrupt(end, "file is cut inside a record's padding".into()));
+        }
+        check_zero(&bytes, end, at)
+            .map_err(|o| corrupt(o, "padding after a record is not zero".into()))?;
+        visit((end - len - RECORD_HEADER_BYTES) as u64, &rec);
+    }
+    if bytes.len() - at != TRAILER_BYTES {
+        return Err(corrupt(
+            at,
+            format!(
+                "trailer of {} bytes where {TRAILER_BYTES} were expected",
+                bytes.len() - at
+            ),
+        ));
+    }
+    let t = &bytes[at..];
+    let (stored, computed) = (u32_at(t, 28), crc32fast::hash(&t[..28]));
+    if stored != computed {
+        return Err(corrupt(
+            at,
+            format!("trailer checksum: stored {stored:08x}, computed {computed:08x}"),
+        ));
+    }
+    let (stored, computed) = (u32_at(t, 24), crc32fast::hash(&bytes[..at]));
+    if stored != computed {
+        return Err(corrupt(
+            at,
+            format!("file checksum: stored {stored:08x}, computed {computed:08x}"),
+        ));
+    }
+    if u64_at(t, 8) != events || u64_at(t, 16) != blobs {
+        return Err(corrupt(
+            at,
+            format!(
+                "trailer counts {} events and {} blobs, the file holds {events} and {blobs}",
+                u64_at(t, 8),
+                u64_at(t, 16)
+            ),
+        ));
+    }
+    Ok(header)
+}
+
+/// Read and check a whole archive (see [`visit`]).
+pub fn read_file(path: &Path) -> Result<Archive> {
+    let (mut blobs, mut events) = (Vec::new(), Vec::new());
+    let header = visit(path, |_, r| match r {
+        Record::Blob { sha256, bytes } => blobs.push((*sha256, bytes.clone())),
+        Record::Event(e) => events.push(e.clone()),
+    })?;
+    Ok(Archive {
+        header,
+        blobs,
+        events,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ev(seq: u64, p: &[u8]) -> ArchivedEvent {
+        ArchivedEvent {
+            seq,
+            kind: 3,
+            flags: (seq % 2) as u16,
+            payload: p.to_vec(),
+        }
+    }
+
+    #[test]
+    fn round_trip_and_every_flipped_byte_is_refused_with_its_offset() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("a.tsarc");
+        let blob = b"a blob of bytes".to_vec();
+        let sha = crate::store::blobs::sha256(&blob);
+        let events = vec![ev(0, b"{\"x\":1}"), ev(1, b""), ev(2, b"hello, world")];
+        let n = write_file(&path, "sess-1", 77, &[(sha, &blob)], &events).unwrap();
+        assert_eq!(n, std::fs::metadata(&path).unwrap().len());
+        assert!(is_archive(&path));
+        let a = read_file(&path).unwrap();
+        assert_eq!(a.header.session, "sess-1");
+        assert_eq!(a.header.created_ms, 77);
+        assert_eq!(a.events, events);
+        assert_eq!(a.blobs, vec![(sha, blob.clone())]);
+        // Never overwrites.
+        assert!(write_file(&path, "sess-1", 77, &[], &events).is_err());
+        let good = std::fs::read(&path).unwrap();
+        for i in 0..good.len() {
+            let mut bad = good.clone();
+            bad[i] ^= 0x40;
+            std::fs::write(&path, &bad).unwrap();
+            match read_file(&path) {
+                Err(Error::Corrupt { file, offset, .. }) => {
+                    assert_eq!(file, path);
+                    assert!(offset <= i as u64, "byte {i}: offset {offset}");
+                }
+                Err(Error::NotTurnstone { .. }) if i < 8 => {}
+                Err(Error::UnsupportedVersion { .. }) => panic!("byte {i}: header crc missed"),
+                other => panic!("byte {i}: {other:?}"),
+            }
+        }
+        // Every cut is refused too.
+        for cut in 0..good.len() {
+            std::fs::write(&path, &good[..cut]).unwrap();
+            assert!(read_file(&path).is_err(), "cut at {cut}");
+        }
+    }
+}

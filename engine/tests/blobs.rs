@@ -1,0 +1,276 @@
+//! Large content blocks out of line (issue 17 §3, FORMAT.md §15): stored
+//! once in content-addressed blob files, resolved on every read, and a
+//! missing or damaged blob is corruption named by its hash.
+
+use std::path::Path;
+use std::sync::Arc;
+
+use serde_json::{json, Value};
+use turnstone::blobs::{hex, BLOB_THRESHOLD_DEFAULT};
+use turnstone::session::blob_refs::{has_refs, referenced_blobs, session_blobs};
+use turnstone::session::{
+    AssistantMessage, ContentBlock, Provider, Registry, Session, SurfaceOp, UserMessage,
+};
+use turnstone::{Error, Store};
+
+fn reg() -> Arc<Registry> {
+    Arc::new(Registry::new())
+}
+
+fn dir_bytes(p: &Path) -> u64 {
+    let mut n = 0;
+    for e in std::fs::read_dir(p).unwrap() {
+        let e = e.unwrap();
+        let m = e.metadata().unwrap();
+        n += if m.is_dir() {
+            dir_bytes(&e.path())
+        } else {
+            m.len()
+        };
+    }
+    n
+}
+
+/// Base64-looking text of `n` bytes, different for each `seed`.
+fn b64(n: usize, seed: u8) -> String {
+    const A: &[u8] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    (0..n)
+        .map(|i| A[(i.wrapping_mul(31) + seed as usize * 7 + i / 97) % 64] as char)
+        .collect()
+}
+
+fn blocks_json(s: &mut Session) -> Vec<Vec<Value>> {
+    s.derive_messages()
+        .iter()
+        .map(|m| m.content.iter().map(|b| b.to_json()).collect())
+        .collect()
+}
+
+/// A session of `requests` requests, each re-sending one screenshot above
+/// the blob threshold (or with blobs off); returns the store's bytes on
+/// disk (segments unpreallocated, so a file's length is what it holds),
+/// the screenshot's size and the messages derived live.
+fn resend_one_screenshot(
+    dir: &Path,
+    requests: usize,
+    blobs_on: bool,
+) -> (Arc<Store>, u64, usize, Vec<Vec<Value>>, Value) {
+    let opts = turnstone::Options {
+        preallocate: false,
+        ..Default::default()
+    };
+    let store = Arc::new(Store::open_with(dir, opts).unwrap());
+    if !blobs_on {
+        store.blobs().set_threshold(usize::MAX);
+    }
+    let shot = b64(BLOB_THRESHOLD_DEFAULT + 40_000, 1);
+    let image = ContentBlock::image_base64("image/png", shot.clone());
+    let mut s = Session::create(store.clone(), "s", reg()).unwrap();
+    for i in 0..requests {
+        s.append(
+            UserMessage {
+                content: vec![ContentBlock::text(format!("step {i}")), image.clone()],
+            },
+            SurfaceOp::Append,
+        )
+        .unwrap();
+        s.append(
+            AssistantMessage {
+                content: vec![ContentBlock::text(format!("ok {i}"))],
+                usage: None,
+                stop_reason: None,
+                extra: Default::default(),
+            },
+            SurfaceOp::Append,
+        )
+        .unwrap();
+    }
+    s.flush().unwrap();
+    let msgs = blocks_json(&mut s);
+    drop(s);
+    (store, dir_bytes(dir), shot.len(), msgs, image.to_json())
+}
+
+#[test]
+fn a_screenshot_resent_in_every_request_is_stored_once() {
+    let tmp = tempfile::tempdir().unwrap();
+    let requests = 200;
+    let (store, total, shot, expect, image) =
+        resend_one_screenshot(&tmp.path().join("blobs"), requests, true);
+    assert_eq!(expect.len(), 2 * requests);
+    assert_eq!(expect[0][1], image);
+    // One blob, and the store is about one screenshot, not 200; the same
+    // session with blobs off, in the same run, holds every copy.
+    assert_eq!(store.blobs().list().unwrap().len(), 1);
+    let (inline_store, inline, _, inline_msgs, _) =
+        resend_one_screenshot(&tmp.path().join("inline"), requests, false);
+    assert!(inline_store.blobs().list().unwrap().is_empty());
+    assert_eq!(inline_msgs, expect);
+    drop(inline_store);
+    eprintln!("{requests} requests re-sending a {shot} byte screenshot: {total} bytes on disk with blobs, {inline} without");
+    assert!(inline > (requests * shot) as u64, "{inline}");
+    assert!(
+        total < 2 * shot as u64,
+        "store holds {total} bytes for a {shot} byte screenshot sent {requests} times ({inline} with blobs off)"
+    );
+    // Every read resolves: a reopened session derives the same messages.
+    let mut again = Session::open(store.clone(), "s", reg()).unwrap();
+    assert_eq!(blocks_json(&mut again), expect);
+    let body = again.request_body(Provider::Anthropic);
+    assert_eq!(body["messages"][0]["content"][1], image);
+    // The log holds references (v 1 envelopes), the raw read shows them.
+    let raw = store.read("s", 0).unwrap();
+    assert!(has_refs(&raw.payload));
+    assert!(raw.payload.len() < 1000, "{}", raw.payload.len());
+    let events = again.events(0..2).unwrap();
+    assert_eq!(events[0].data["content"][1], image);
+    let refs = session_blobs(&store, "s").unwrap();
+    assert_eq!(refs.len(), 1);
+    assert_eq!(referenced_blobs(&store).unwrap(), refs);
+    drop(again);
+    // A deleted session references nothing live.
+    turnstone::session::delete(&store, "s").unwrap();
+    assert!(referenced_blobs(&store).unwrap().is_empty());
+}
+
+#[test]
+fn provider_native_blocks_round_trip_through_blobs() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Arc::new(Store::open(dir.path()).unwrap());
+    let big = b64(BLOB_THRESHOLD_DEFAULT + 1, 2);
+    // An opaque block of a type nobody knows, with odd fields; a document;
+    // a block spelt like a reference (it must come back as content); a
+    // tool result holding a large image (the image goes out, the result
+    // stays); and a small block that stays inline.
+    let opaque = json!({"type": "hologram", "frames": [1, 2.5, null], "blob": big, "z": {"a": []}});
+    let doc = json!({"type": "document", "source": {"type": "base64", "media_type": "application/pdf", "data": big}, "title": "t", "cache_control": {"type": "ephemeral"}});
+    let fake = json!({"type": "turnstone/blob", "sha256": "00", "bytes": 3});
+    let small = json!({"type": "text", "text": "hi", "citations": null});
+    let blocks: Vec<Value> = vec![opaque.clone(), doc.clone(), fake.clone(), small.clone()];
+    let mut s = Session::create(store.clone(), "p", reg()).unwrap();
+    s.append(
+        UserMessage {
+            content: blocks
+                .iter()
+                .cloned()
+                .map(ContentBlock::from_json)
+                .collect(),
+        },
+        SurfaceOp::Append,
+    )
+    .unwrap();
+    let tool_result = json!({"type": "tool_result", "tool_use_id": "t1", "content": [
+        {"type": "text", "text": "screenshot:"},
+        {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": big}}
+    ]});
+    s.append(
+        AssistantMessage {
+            content: vec![ContentBlock::tool_use("t1", "shot", json!({}))],
+            usage: None,
+            stop_reason: None,
+            extra: Default::default(),
+        },
+        SurfaceOp::Append,
+    )
+    .unwrap();
+    s.append(
+        UserMessage {
+            content: vec![ContentBlock::from_json(tool_result.clone())],
+        },
+        SurfaceOp::Append,
+    )
+    .unwrap();
+    s.flush().unwrap();
+    let live = blocks_json(&mut s);
+    let live_body = s.request_body(Provider::Anthropic);
+    drop(s);
+    let mut back = Session::open(store.clone(), "p", reg()).unwrap();
+    let got = blocks_json(&mut back);
+    assert_eq!(got, live);
+    assert_eq!(got[0], blocks);
+    assert_eq!(got[2], vec![tool_result.clone()]);
+    assert_eq!(back.request_body(Provider::Anthropic), live_body);
+    for p in [Provider::OpenAiResponses, Provider::OpenAiChat] {
+        let _ = back.request_body(p); // resolves without error
+    }
+    // Out of line: the opaque block, the document, the escaped reference
+    // and the tool result's image (4 blobs); the small text stays inline.
+    assert_eq!(store.blobs().list().unwrap().len(), 4);
+    let raw: Value = serde_json::from_slice(&store.read("p", 0).unwrap().payload).unwrap();
+    assert_eq!(raw["v"], 1);
+    assert_eq!(raw["data"]["content"][3], small);
+    assert_eq!(raw["data"]["content"][0]["type"], "turnstone/blob");
+    let raw: Value = serde_json::from_slice(&store.read("p", 2).unwrap().payload).unwrap();
+    let inner = &raw["data"]["content"][0];
+    assert_eq!(inner["type"], "tool_result", "{raw}");
+    assert_eq!(inner["content"][1]["type"], "turnstone/blob");
+    assert_eq!(session_blobs(&store, "p").unwrap().len(), 4);
+}
+
+#[test]
+fn a_missing_or_damaged_blob_is_corruption_named_by_its_hash() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Arc::new(Store::open(dir.path()).unwrap());
+    let shot = b64(BLOB_THRESHOLD_DEFAULT * 2, 3);
+    let mut s = Session::create(store.clone(), "d", reg()).unwrap();
+    s.append(
+        UserMessage {
+            content: vec![ContentBlock::image_base64("image/png", shot)],
+        },
+        SurfaceOp::Append,
+    )
+    .unwrap();
+    s.flush().unwrap();
+    drop(s);
+    let h = store.blobs().list().unwrap()[0];
+    let path = store.blobs().path(&h);
+    let good = std::fs::read(&path).unwrap();
+    let check = |why: &str| {
+        let e = Session::open(store.clone(), "d", reg()).unwrap_err();
+        assert!(matches!(e, Error::Corrupt { .. }), "{why}: {e}");
+        assert!(e.to_string().contains(&hex(&h)), "{why}: {e}");
+        let e = referenced_blobs(&store).unwrap_err();
+        assert!(e.to_string().contains(&hex(&h)), "{why}: {e}");
+    };
+    let mut bad = good.clone();
+    let n = bad.len();
+    bad[n - 10] ^= 0x20;
+    std::fs::write(&path, &bad).unwrap();
+    check("damaged");
+    std::fs::write(&path, &good[..n - 1]).unwrap();
+    check("cut");
+    std::fs::remove_file(&path).unwrap();
+    check("missing");
+    std::fs::write(&path, &good).unwrap();
+    Session::open(store.clone(), "d", reg()).unwrap();
+}
+
+#[test]
+fn a_block_over_the_payload_limit_is_stored_as_a_blob() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Arc::new(Store::open(dir.path()).unwrap());
+    let huge = ContentBlock::text("x".repeat(17 << 20)); // over the 16 MiB payload limit
+    let mut s = Session::create(store.clone(), "h", reg()).unwrap();
+    s.append(
+        UserMessage {
+            content: vec![huge.clone()],
+        },
+        SurfaceOp::Append,
+    )
+    .unwrap();
+    s.flush().unwrap();
+    drop(s);
+    let mut s = Session::open(store.clone(), "h", reg()).unwrap();
+    assert_eq!(s.derive_messages()[0].content[0], huge);
+    // With blobs off the same event is refused as too large.
+    store.blobs().set_threshold(usize::MAX);
+    let e = s
+        .append(
+            UserMessage {
+                content: vec![huge],
+            },
+            SurfaceOp::Append,
+        )
+        .unwrap_err();
+    assert!(matches!(e, Error::TooLarge { .. }), "{e}");
+}
