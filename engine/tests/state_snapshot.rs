@@ -554,3 +554,41 @@ fn open_and_close_write_snapshots_of_long_tails() {
         Some(len + state_snapshot::STATE_SNAPSHOT_TAIL)
     );
 }
+
+#[test]
+fn a_restored_message_that_cannot_be_read_is_an_error_not_a_shorter_request() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Arc::new(Store::open_with(dir.path(), opts()).unwrap());
+    // Enough events to seal the first 256 KiB segment.
+    let mut s = long_session(&store, "s", 1500);
+    assert!(s.save_state_snapshot().unwrap());
+    let len = s.len();
+    s.close().unwrap();
+    let pos = store.read("s", 0).unwrap().pos;
+    assert!(store.read("s", len - 1).unwrap().pos.segment() != pos.segment());
+    drop(store);
+    // Damage the first user message's frame (a surface node the snapshot
+    // keeps only the key of).
+    let seg = dir
+        .path()
+        .join(turnstone::frame::segment_file_name(pos.segment()));
+    let mut bytes = std::fs::read(&seg).unwrap();
+    bytes[pos.offset() as usize + 30] ^= 0x01;
+    std::fs::write(&seg, &bytes).unwrap();
+    let store = Arc::new(Store::open_with(dir.path(), opts()).unwrap());
+    let mut r = Session::open(store, "s", registry()).unwrap();
+    assert_eq!(r.restored_from_snapshot(), Some(len));
+    assert!(r.try_derive_messages().is_err());
+    // The infallible call gives no messages rather than a list missing one,
+    // and the handle refuses to append on top of state it could not read.
+    assert!(r.derive_messages().is_empty());
+    let err = r
+        .append(
+            UserMessage {
+                content: vec![ContentBlock::text("more")],
+            },
+            SurfaceOp::Append,
+        )
+        .unwrap_err();
+    assert!(err.to_string().contains("could not be read"), "{err}");
+}
