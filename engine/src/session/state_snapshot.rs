@@ -242,6 +242,14 @@ pub(crate) fn decode_state(
         || s.no_message.windows(2).any(|w| w[0] >= w[1])
         || s.seed_end.as_ref().is_some_and(bad_seq)
         || s.deleted.as_ref().is_some_and(bad_seq)
+        || s.open_turn.as_ref().is_some_and(|t| bad_seq(&t.1))
+        || s.open_step.as_ref().is_some_and(|t| bad_seq(&t.2))
+        || s.open_calls.iter().any(|c| bad_seq(&c.1))
+        || s.open_requested.iter().any(|c| bad_seq(&c.1))
+        || s.open_origin.iter().any(|c| bad_seq(&c.1))
+        || s.turns
+            .iter()
+            .any(|t| bad_seq(&t.1) || t.2.as_ref().is_some_and(bad_seq))
     {
         return Err("session state names an event past the snapshot point".into());
     }
@@ -549,4 +557,79 @@ fn message_of(
             ))
         }
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn saved() -> SavedState {
+        SavedState {
+            len: 10,
+            surface_nodes: vec![1, 4, 9],
+            replace_generation: 0,
+            no_message: vec![4],
+            header_json: None,
+            context_json: None,
+            seed_end: None,
+            open_turn: Some(("t".into(), 2)),
+            open_step: None,
+            open_calls: vec![("c".into(), 8)],
+            open_requested: vec![],
+            open_origin: vec![("c".into(), 8, 0)],
+            open_unrequested: vec!["c".into()],
+            turns: vec![("t".into(), 2, None, 0, None)],
+            metadata_json: "{\"title\":null,\"tags\":[],\"fields\":{}}".into(),
+            deleted: None,
+            core_kinds: 1 << 5,
+            plugin_kinds: vec![],
+        }
+    }
+
+    fn enc(s: &SavedState) -> Vec<u8> {
+        bincode::serde::encode_to_vec(s, bincode::config::standard()).unwrap()
+    }
+
+    #[test]
+    fn a_state_decodes_only_if_it_fits_its_snapshot_point_and_this_process() {
+        let reg = Registry::new();
+        let r = decode_state(&enc(&saved()), 10, &reg).unwrap();
+        assert_eq!(r.surface.nodes, vec![1, 4, 9]);
+        assert_eq!(r.open.calls.get("c"), Some(&8));
+        // Covered must equal the state's length.
+        assert!(decode_state(&enc(&saved()), 11, &reg).is_err());
+        // A seq at or past the snapshot point, anywhere in the state.
+        let mut s = saved();
+        s.surface_nodes.push(10);
+        assert!(decode_state(&enc(&s), 10, &reg)
+            .err()
+            .unwrap()
+            .contains("past the snapshot point"));
+        let mut s = saved();
+        s.turns[0].2 = Some(12);
+        assert!(decode_state(&enc(&s), 10, &reg).is_err());
+        let mut s = saved();
+        s.open_calls[0].1 = 10;
+        assert!(decode_state(&enc(&s), 10, &reg).is_err());
+        // Kinds this process would refuse.
+        let mut s = saved();
+        s.plugin_kinds = vec!["x/y".into()];
+        assert!(decode_state(&enc(&s), 10, &reg)
+            .err()
+            .unwrap()
+            .contains("x/y"));
+        let mut s = saved();
+        s.core_kinds |= 1 << 63;
+        assert!(decode_state(&enc(&s), 10, &reg)
+            .err()
+            .unwrap()
+            .contains("63"));
+        // An undefined turn end reason; trailing bytes.
+        let mut s = saved();
+        s.turns[0].3 = 9;
+        assert!(decode_state(&enc(&s), 10, &reg).is_err());
+        let mut b = enc(&saved());
+        b.push(0);
+        assert!(decode_state(&b, 10, &reg).is_err());
+    }
 }
