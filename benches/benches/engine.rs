@@ -8,6 +8,11 @@
 //!   sealed (mapped) segment and in the active segment.
 //! - `derive_messages`: a 100k-event session; one call after one append vs a
 //!   full rebuild (`Session::open` + derive) vs the rebuild after a replace.
+//! - `session_open_100k`: `Session::open` of a 100k-event session with a
+//!   fresh state snapshot (FORMAT.md §17) vs the fold from seq 0 (a
+//!   read-only open with the snapshot moved aside, which writes none), and
+//!   the open from the snapshot plus the first derive (which reads the
+//!   surface's messages from the log).
 //! - `reopen`: open a large store (`TURNSTONE_BENCH_REOPEN_MB`, default 1024)
 //!   with and without its index checkpoint.
 //!
@@ -187,6 +192,10 @@ fn derive_messages(c: &mut Criterion) {
     let reg = Arc::new(Registry::new());
     let mut s = Session::open(store.clone(), &name, reg.clone()).expect("open session");
     s.derive_messages();
+    // The open wrote a state snapshot; the full rebuild below folds from
+    // seq 0 (`session_open_100k` measures the open from a snapshot).
+    let snap = turnstone::session::state_snapshot::state_snapshot_path(dir.path(), &name);
+    std::fs::remove_file(&snap).expect("remove the state snapshot");
     let mut g = c.benchmark_group("derive_messages_100k");
     g.warm_up_time(Duration::from_millis(500))
         .measurement_time(Duration::from_secs(2))
@@ -240,6 +249,62 @@ fn derive_messages(c: &mut Criterion) {
             let mut fresh =
                 Session::open_read_only(store.clone(), &name, reg.clone()).expect("open");
             black_box(fresh.derive_messages().len())
+        })
+    });
+    g.finish();
+}
+
+fn session_open(c: &mut Criterion) {
+    const EVENTS: u64 = 100_000;
+    let dir = tempdir("turnstone-bench-session-open-");
+    let store = Arc::new(Store::open(dir.path()).expect("open"));
+    let wl = Workload::new(1, 1);
+    let name = wl.name(0).to_string();
+    fill_session(&store, &name, &wl, 0, EVENTS).expect("fill");
+    let reg = Arc::new(Registry::new());
+    let mut s = Session::open(store.clone(), &name, reg.clone()).expect("open session");
+    // The open wrote a snapshot (its whole fold was past none); make sure.
+    s.save_state_snapshot().expect("snapshot");
+    let len = s.len();
+    drop(s);
+    let snap = turnstone::session::state_snapshot::state_snapshot_path(dir.path(), &name);
+    let aside = snap.with_extension("aside");
+    let mut g = c.benchmark_group("session_open_100k");
+    g.warm_up_time(Duration::from_millis(500))
+        .measurement_time(Duration::from_secs(4))
+        .sample_size(20)
+        .sampling_mode(SamplingMode::Flat);
+    g.bench_function("open_from_fresh_snapshot", |b| {
+        b.iter(|| {
+            let s = Session::open(store.clone(), &name, reg.clone()).expect("open");
+            assert_eq!(s.restored_from_snapshot(), Some(len));
+            black_box(s.len())
+        })
+    });
+    g.bench_function("read_only_open_from_fresh_snapshot", |b| {
+        b.iter(|| {
+            let s = Session::open_read_only(store.clone(), &name, reg.clone()).expect("open");
+            black_box(s.len())
+        })
+    });
+    g.bench_function("open_from_snapshot_then_derive", |b| {
+        b.iter(|| {
+            let mut s = Session::open(store.clone(), &name, reg.clone()).expect("open");
+            black_box(s.derive_messages().len())
+        })
+    });
+    std::fs::rename(&snap, &aside).expect("move snapshot aside");
+    g.bench_function("read_only_open_from_seq_0", |b| {
+        b.iter(|| {
+            let s = Session::open_read_only(store.clone(), &name, reg.clone()).expect("open");
+            assert_eq!(s.restored_from_snapshot(), None);
+            black_box(s.len())
+        })
+    });
+    g.bench_function("read_only_open_from_seq_0_then_derive", |b| {
+        b.iter(|| {
+            let mut s = Session::open_read_only(store.clone(), &name, reg.clone()).expect("open");
+            black_box(s.derive_messages().len())
         })
     });
     g.finish();
@@ -323,6 +388,7 @@ criterion_group!(
     group_commit,
     index_lookup,
     derive_messages,
+    session_open,
     reopen
 );
 criterion_main!(benches);

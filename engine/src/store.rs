@@ -95,6 +95,11 @@ impl Store {
         &self.blobs
     }
 
+    /// Whether the store was opened read-only.
+    pub fn is_read_only(&self) -> bool {
+        self.shared.opts.read_only
+    }
+
     /// The store directory.
     pub fn dir(&self) -> &Path {
         &self.shared.dir

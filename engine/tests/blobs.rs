@@ -274,3 +274,48 @@ fn a_block_over_the_payload_limit_is_stored_as_a_blob() {
         .unwrap_err();
     assert!(matches!(e, Error::TooLarge { .. }), "{e}");
 }
+
+/// A session whose messages hold blob-backed blocks, opened from a state
+/// snapshot (FORMAT.md §17): the messages the open reads back from the log
+/// resolve their references like every other read, so the request is the
+/// same as the one derived live and after a fold from seq 0.
+#[test]
+fn messages_restored_from_a_state_snapshot_resolve_their_blobs() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Arc::new(Store::open(dir.path()).unwrap());
+    let big = b64(BLOB_THRESHOLD_DEFAULT + 1000, 7);
+    let mut s = Session::create(store.clone(), "s", reg()).unwrap();
+    s.append(
+        UserMessage {
+            content: vec![
+                ContentBlock::from_json(json!({"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": big}}))
+                ,
+                ContentBlock::text("what is in it?"),
+            ],
+        },
+        SurfaceOp::Append,
+    )
+    .unwrap();
+    s.append(
+        AssistantMessage {
+            content: vec![ContentBlock::text("a cat")],
+            usage: None,
+            stop_reason: None,
+            extra: Default::default(),
+        },
+        SurfaceOp::Append,
+    )
+    .unwrap();
+    s.flush().unwrap();
+    assert!(
+        !referenced_blobs(&store).unwrap().is_empty(),
+        "the image went out of line"
+    );
+    let live = blocks_json(&mut s);
+    let live_req = s.request_body(Provider::Anthropic);
+    assert!(s.save_state_snapshot().unwrap());
+    drop(s);
+    let mut again = Session::open(store.clone(), "s", reg()).unwrap();
+    assert_eq!(blocks_json(&mut again), live);
+    assert_eq!(again.request_body(Provider::Anthropic), live_req);
+}

@@ -22,6 +22,14 @@
 //! cancelled (a graceful stop), so a clean run leaves nothing for repair; a
 //! killed run leaves every shape of open state, which the next run (or
 //! `turnstone recover`) repairs.
+//!
+//! On an existing store a session is loaded when its thread first acts on
+//! it, not up front: `Host::load` restores it (from its state snapshot,
+//! FORMAT.md §17, when one matches) and repairs what an earlier run left
+//! open before anything is appended to it. Sessions this run never reaches
+//! are neither read nor repaired (the next run to use them repairs them).
+//! A graceful stop closes every handle it used, which writes a fresh state
+//! snapshot for a session with a long tail.
 
 use std::fs::File;
 use std::io::Write;
@@ -119,7 +127,10 @@ impl Phase {
 }
 
 struct Agent {
-    session: SharedSession,
+    name: String,
+    /// Loaded (and repaired) when the agent first acts: a reopened store's
+    /// sessions are not all held in memory at once.
+    session: Option<SharedSession>,
     phase: Phase,
     /// Makes turn and call ids unique across runs: the session's length when
     /// this run took it over.
@@ -586,36 +597,13 @@ fn run_thread(
         max_text,
     };
     let mut res = ThreadResult::default();
-    let mut agents = Vec::with_capacity(names.len());
-    for name in names {
-        let exists = host.store().session_len(&name).is_some();
-        let loaded = if exists {
-            host.load(&name).map(|(s, report)| {
-                res.reopened += 1;
-                if let Some(r) = report.filter(|r| !r.is_noop()) {
-                    res.repairs.push(r);
-                }
-                s
-            })
-        } else {
-            host.create(&name)
-        };
-        let session = match loaded {
-            Ok(s) => s,
-            Err(e) => {
-                sh.fail(format!(
-                    "cannot {} session {name}: {}",
-                    if exists { "reopen" } else { "create" },
-                    crate::failure::describe(&e)
-                ));
-                return res;
-            }
-        };
-        let prefix = session.lock().len();
-        agents.push(Agent {
-            session,
+    let mut agents: Vec<Agent> = names
+        .into_iter()
+        .map(|name| Agent {
+            name,
+            session: None,
             phase: Phase::TurnStart,
-            prefix,
+            prefix: 0,
             turn: 0,
             step: 0,
             steps: 1,
@@ -623,8 +611,8 @@ fn run_thread(
             turn_mark: 0,
             prune: None,
             tool_use: None,
-        });
-    }
+        })
+        .collect();
     let mut pending_progress = 0u64;
     let mut graceful = false;
     'outer: loop {
@@ -637,7 +625,20 @@ fn run_thread(
                 graceful = true;
                 break 'outer;
             }
-            let session = a.session.clone();
+            let session = match &a.session {
+                Some(s) => s.clone(),
+                None => match load(host, &a.name, &mut res) {
+                    Ok(s) => {
+                        a.prefix = s.lock().len();
+                        a.session = Some(s.clone());
+                        s
+                    }
+                    Err(e) => {
+                        sh.fail(e);
+                        break 'outer;
+                    }
+                },
+            };
             let mut s = session.lock();
             let before = s.len();
             let r = a.act(&mut s, &mut g, sh);
@@ -660,8 +661,8 @@ fn run_thread(
         }
     }
     if graceful {
-        for a in &agents {
-            let mut s = a.session.lock();
+        for a in agents.iter().filter_map(|a| a.session.as_ref()) {
+            let mut s = a.lock();
             if let Err(e) = wind_down(&mut s) {
                 sh.fail(format!(
                     "closing session {} at the end of the run: {e}",
@@ -672,7 +673,47 @@ fn run_thread(
         }
     }
     sh.progress.inc(pending_progress);
+    if graceful {
+        // Close each handle this run used (the host keeps only weak
+        // references): a session with a long tail past its state snapshot
+        // gets a fresh one, so the next run's open folds little.
+        for a in agents {
+            let Some(shared) = a.session else { continue };
+            if let Ok(m) = Arc::try_unwrap(shared) {
+                let s = m.into_inner();
+                let id = s.id().to_string();
+                if let Err(e) = s.close() {
+                    sh.fail(format!("closing session {id}: {e}"));
+                    break;
+                }
+            }
+        }
+    }
     res
+}
+
+/// Take over session `name`: reopen it through the host (which repairs
+/// what an earlier run left open before anything is appended) or create it.
+fn load(host: &Host, name: &str, res: &mut ThreadResult) -> Result<SharedSession, String> {
+    let exists = host.store().session_len(name).is_some();
+    let loaded = if exists {
+        host.load(name).map(|(s, report)| {
+            res.reopened += 1;
+            if let Some(r) = report.filter(|r| !r.is_noop()) {
+                res.repairs.push(r);
+            }
+            s
+        })
+    } else {
+        host.create(name)
+    };
+    loaded.map_err(|e| {
+        format!(
+            "cannot {} session {name}: {}",
+            if exists { "reopen" } else { "create" },
+            crate::failure::describe(&e)
+        )
+    })
 }
 
 /// The one JSON line `fleet` prints (fields in this order).
@@ -857,7 +898,8 @@ mod tests {
         g.corpus = corpus(&mut g.rng);
         let session = host.create("s").unwrap();
         let mut a = Agent {
-            session: session.clone(),
+            name: "s".into(),
+            session: Some(session.clone()),
             phase: Phase::TurnStart,
             prefix: 0,
             turn: 0,
@@ -913,6 +955,78 @@ mod tests {
         validate_messages(s.derive_messages()).unwrap();
         wind_down(&mut s).unwrap();
         assert!(s.open_state().is_idle());
+    }
+
+    /// A reopened store: a session is loaded (and repaired) when its agent
+    /// first acts, the others are not read at all.
+    #[test]
+    fn a_reopened_store_loads_only_the_sessions_it_uses() {
+        let dir = tempfile::tempdir().unwrap();
+        run(&FleetArgs {
+            dir: dir.path().to_path_buf(),
+            sessions: 16,
+            threads: 1,
+            events: 3000,
+            segment_bytes: None,
+            seed: 5,
+            ack_ledger: None,
+        })
+        .unwrap();
+        let store = Arc::new(Store::open(dir.path()).unwrap());
+        let mut reg = Registry::new();
+        reg.register(PLUGIN_KIND, true).unwrap();
+        let reg = Arc::new(reg);
+        // A crash left the first session mid-turn.
+        {
+            let mut s = Session::open(store.clone(), "sess-000000", reg.clone()).unwrap();
+            s.append(
+                TurnStart {
+                    turn_id: "crashed".into(),
+                },
+                (),
+            )
+            .unwrap();
+            s.flush().unwrap();
+        }
+        let lens: Vec<u64> = (0..16)
+            .map(|i| store.session_len(&format!("sess-{i:06}")).unwrap())
+            .collect();
+        let host = Host::new(store.clone(), reg);
+        let progress = ProgressBar::hidden();
+        let sh = Shared {
+            claimed: AtomicU64::new(0),
+            budget: 12,
+            stop: AtomicBool::new(false),
+            error: Mutex::new(None),
+            ledger: None,
+            ledger_path: None,
+            progress: &progress,
+        };
+        let names: Vec<String> = (0..16).map(|i| format!("sess-{i:06}")).collect();
+        let res = run_thread(&host, &sh, names, 9, usize::MAX);
+        assert!(sh.error.lock().unwrap().is_none());
+        // A budget of 12 events reaches a few sessions, not all 16.
+        assert!(
+            res.reopened >= 1 && res.reopened < 16,
+            "loaded {}",
+            res.reopened
+        );
+        // The crashed session was repaired before its agent appended.
+        assert_eq!(res.repairs.len(), 1);
+        assert_eq!(res.repairs[0].turns_interrupted, 1);
+        let ev = host
+            .load("sess-000000")
+            .unwrap()
+            .0
+            .lock()
+            .events(lens[0]..lens[0] + 1)
+            .unwrap();
+        assert_eq!(ev[0].kind.name(), "turn/end");
+        // The sessions never reached were not appended to.
+        let untouched = (0..16)
+            .filter(|i| store.session_len(&format!("sess-{i:06}")).unwrap() == lens[*i])
+            .count() as u64;
+        assert_eq!(untouched, 16 - res.reopened);
     }
 
     #[test]

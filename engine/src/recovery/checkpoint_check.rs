@@ -10,7 +10,7 @@ use crate::frame::{
     self, BatchError, BatchHeader, Salt, SegmentHeader, BATCH_HEADER_BYTES, SEGMENT_HEADER_BYTES,
 };
 use crate::index::checkpoint::Checkpoint;
-use crate::log::{read_segment, segment_path};
+use crate::log::{read_segment, segment_path, SegmentBytes};
 use crate::types::SegmentId;
 use crate::vfs::Vfs;
 
@@ -18,13 +18,16 @@ use crate::vfs::Vfs;
 /// exists, and the batch it says it ends with is there, valid, at that place.
 /// On a mismatch, the flag says whether the checkpoint still proves that the
 /// log was durable up to its covered position (it belongs to this store).
+/// On a match: the index in `ids` of the checkpoint's segment and that
+/// segment's bytes, which the scan goes on from (read once: a read-only
+/// open copies the last segment whole).
 pub(super) fn validate_checkpoint(
     vfs: &dyn Vfs,
     dir: &Path,
     ids: &[SegmentId],
     ck: &Checkpoint,
     exclusive: bool,
-) -> std::result::Result<usize, (String, bool)> {
+) -> std::result::Result<(usize, SegmentBytes), (String, bool)> {
     // A missing or unreadable covered segment cannot come from a power cut
     // (a segment is durable, header included, before any batch goes into it,
     // and a checkpoint never leads the log): the checkpoint still proves
@@ -79,7 +82,7 @@ pub(super) fn validate_checkpoint(
         return Err(("checkpoint covers no batch".into(), false));
     }
     check_checkpoint_tail(&bytes, ck, seg, &header).map_err(|why| (why, true))?;
-    Ok(i)
+    Ok((i, bytes))
 }
 
 /// The 64-byte header of a segment a checkpoint covers decodes, names the

@@ -119,10 +119,13 @@ pub(crate) fn recover(
     // that the log was durable up to its covered position: damage before it
     // is corruption, never a torn tail (invariant 5: checkpoints never lead).
     let mut durable_floor: Option<LogPos> = None;
+    // The checkpoint's segment as its check read it: the scan starts there.
+    let mut start_bytes = None;
     if let Some(ck) = checkpoint {
         match validate_checkpoint(vfs, dir, &ids, &ck, exclusive) {
-            Ok(i) => {
+            Ok((i, bytes)) => {
                 start_seg = i;
+                start_bytes = Some(bytes);
                 start_off = ck.covered.offset();
                 next_batch_seq = Some(ck.next_batch_seq);
                 last_flags = Some(ck.last_batch_flags);
@@ -145,7 +148,10 @@ pub(crate) fn recover(
         let id = ids[i];
         let path = segment_path(dir, id);
         let is_last = i + 1 == ids.len();
-        let bytes = read_segment(vfs, &path, !is_last || exclusive)?;
+        let bytes = match start_bytes.take() {
+            Some(b) if i == start_seg => b,
+            _ => read_segment(vfs, &path, !is_last || exclusive)?,
+        };
         out.report.segments_scanned += 1;
         let header = match SegmentHeader::decode(&bytes) {
             Ok(h) => h,

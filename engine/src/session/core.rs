@@ -21,6 +21,7 @@ use crate::session::event::{
 };
 use crate::session::header::{first_difference, first_json_difference, Request, RequestSpec};
 use crate::session::messages::{self, Message, MessageCache};
+use crate::session::state_snapshot::{self, KindsSeen, Loaded};
 use crate::session::surface::{Surface, SurfaceOp};
 use crate::store::Store;
 use crate::types::LogPos;
@@ -55,16 +56,16 @@ impl OpenState {
 
 /// A session: append typed events, derive what the model sees.
 pub struct Session {
-    store: Arc<Store>,
-    id: Arc<str>,
-    registry: Arc<Registry>,
-    len: u64,
-    surface: Surface,
-    messages: MessageCache,
-    header: Option<EpochHeader>,
-    context: Option<RequestContext>,
-    seed_end: Option<u64>,
-    open: OpenState,
+    pub(super) store: Arc<Store>,
+    pub(super) id: Arc<str>,
+    pub(super) registry: Arc<Registry>,
+    pub(super) len: u64,
+    pub(super) surface: Surface,
+    pub(super) messages: MessageCache,
+    pub(super) header: Option<EpochHeader>,
+    pub(super) context: Option<RequestContext>,
+    pub(super) seed_end: Option<u64>,
+    pub(super) open: OpenState,
     /// This agent loop has written a header (else the next one is `resume`).
     loop_wrote_header: bool,
     /// End of this handle's last append (for durability waits).
@@ -75,9 +76,21 @@ pub struct Session {
     /// Every turn, in order (see [`Session::turns`]).
     pub(crate) turns: Vec<crate::session::coords::TurnInfo>,
     /// The fold of the `session/meta` events.
-    metadata: event::SessionMetadata,
+    pub(super) metadata: event::SessionMetadata,
     /// Seq of the `session/delete` tombstone, if any.
-    deleted: Option<u64>,
+    pub(super) deleted: Option<u64>,
+    /// Kinds the fold has applied (kept in state snapshots).
+    pub(super) kinds: KindsSeen,
+    /// Events covered by the state snapshot on disk, as far as this handle
+    /// knows (FORMAT.md §17).
+    pub(super) state_covered: u64,
+    /// The state snapshot this handle was restored from (events covered).
+    pub(super) restored_from: Option<u64>,
+    /// Why a state snapshot on disk was not used.
+    pub(super) snapshot_discarded: Option<String>,
+    /// Messages of restored surface nodes could not be read from the log:
+    /// [`Session::derive_messages`] returned nothing, appends are refused.
+    pub(super) messages_error: Option<String>,
 }
 
 impl Drop for Session {
@@ -133,9 +146,20 @@ impl Session {
     /// ([`Error::SessionLive`]) a session that another handle holds for
     /// writing: liveness is a property of the store, so a second host cannot
     /// "repair" a turn that is still running.
+    ///
+    /// The fold starts from the session's state snapshot when one matches
+    /// the log (FORMAT.md §17) and folds only the events after it; when that
+    /// tail is [`state_snapshot::STATE_SNAPSHOT_TAIL`] events or more and
+    /// all durable, a fresh snapshot is written (a failed write only leaves
+    /// the old one). Messages of a snapshot's surface are read from the log
+    /// when first derived.
     pub fn open(store: Arc<Store>, id: &str, registry: Arc<Registry>) -> Result<Session> {
         let mut s = Self::restore(store, id, registry, false)?;
         s.claim()?;
+        if s.len - s.state_covered >= state_snapshot::STATE_SNAPSHOT_TAIL {
+            // A cache: the open does not depend on it.
+            let _ = s.write_state_snapshot_if_durable();
+        }
         Ok(s)
     }
 
@@ -190,11 +214,17 @@ impl Session {
             .session_len(id)
             .ok_or_else(|| Error::UnknownSession(id.to_string()))?;
         let mut s = Self::empty(store.clone(), id, registry);
+        // Start from the state snapshot when one matches (FORMAT.md §17).
+        match state_snapshot::load(&store, id, &s.registry)? {
+            Loaded::Use(r) => s.install(*r),
+            Loaded::None => {}
+            Loaded::Discarded(why) => s.snapshot_discarded = Some(why),
+        }
         // Decode straight from the log's bytes (`visit_range` lends each
         // payload; nothing is copied), in chunks so that no walk holds the
         // active segment's map for long.
         const CHUNK: u64 = 4096;
-        let mut at = 0;
+        let mut at = s.len;
         while at < len {
             let mut failed: Option<Error> = None;
             store.visit_range(id, at..(at + CHUNK).min(len), |e| {
@@ -259,6 +289,11 @@ impl Session {
             turns: Vec::new(),
             metadata: event::SessionMetadata::default(),
             deleted: None,
+            kinds: KindsSeen::default(),
+            state_covered: 0,
+            restored_from: None,
+            snapshot_discarded: None,
+            messages_error: None,
         }
     }
 
@@ -306,9 +341,16 @@ impl Session {
             return Err(self.bad(ev.seq, format!("expected seq {}", self.len)));
         }
         self.len += 1;
-        let EventKind::Core(kind) = &ev.kind else {
-            return Ok(()); // plugin events are the plugins' business
+        let kind = match &ev.kind {
+            EventKind::Core(kind) => kind,
+            EventKind::Plugin(name) => {
+                if !ev.ignorable && !self.kinds.plugins.contains(name) {
+                    self.kinds.plugins.insert(name.clone());
+                }
+                return Ok(()); // plugin events are the plugins' business
+            }
         };
+        self.kinds.core |= 1u64 << (kind.code() & 63);
         let typed_err =
             |s: &Self, e: serde_json::Error| s.bad(ev.seq, format!("{}: {e}", kind.name()));
         // Kinds whose data the fold below does not parse are checked here
@@ -745,6 +787,12 @@ impl Session {
                 seq,
             });
         }
+        if let Some(e) = &self.messages_error {
+            return Err(Error::Refused(format!(
+                "the messages of session {:?} could not be read from the log ({e}); reopen it",
+                self.id
+            )));
+        }
         #[cfg(debug_assertions)]
         for ((code, flags, payload), ev) in items.iter().zip(&decoded) {
             let again = self.decode(ev.seq, *code, *flags, payload)?;
@@ -757,6 +805,8 @@ impl Session {
             .iter()
             .any(|ev| matches!(ev.surface, Some(SurfaceOp::Replace { .. })));
         if replaces {
+            // The check reads the messages of the surface.
+            self.load_messages()?;
             let mut scratch = self.surface.clone();
             for ev in &decoded {
                 if let Some(op) = ev.surface {
@@ -958,8 +1008,26 @@ impl Session {
 
     /// The model's messages, derived from the surface. Incremental: after
     /// plain appends only the new nodes are visited.
+    ///
+    /// A session restored from a state snapshot reads the messages of its
+    /// surface from the log on the first call; if that read fails, this
+    /// returns no messages, and appends are refused with the error (see
+    /// [`Session::try_derive_messages`], which returns it).
     pub fn derive_messages(&mut self) -> &[Arc<Message>] {
-        self.messages.derive(&self.surface)
+        match self.load_messages() {
+            Ok(()) => self.messages.derive(&self.surface),
+            Err(e) => {
+                self.messages_error = Some(e.to_string());
+                &[]
+            }
+        }
+    }
+
+    /// [`Session::derive_messages`], returning the error of a failed read
+    /// of restored messages.
+    pub fn try_derive_messages(&mut self) -> Result<&[Arc<Message>]> {
+        self.load_messages()?;
+        Ok(self.messages.derive(&self.surface))
     }
 
     /// Surface nodes visited by the last [`Session::derive_messages`].
@@ -1071,6 +1139,7 @@ impl Session {
     /// The invariant check: the request an agent loop is about to send must
     /// equal the one rebuildable from the log. Reports the first difference.
     pub fn check_request(&mut self, actual: &Request) -> Result<()> {
+        self.load_messages()?;
         let expected = self.rebuild_request();
         match first_difference(&expected, actual) {
             None => Ok(()),
@@ -1105,6 +1174,7 @@ impl Session {
     /// assert!(err.to_string().contains("/messages/0/content"));
     /// ```
     pub fn check_request_body(&mut self, provider: Provider, body: &Value) -> Result<()> {
+        self.load_messages()?;
         let expected = self.request_body(provider);
         match first_json_difference(&expected, body) {
             None => Ok(()),

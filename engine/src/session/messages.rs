@@ -127,6 +127,9 @@ pub struct MessageCache {
     generation: u64,
     /// Nodes visited by the last `derive` (for tests and benchmarks).
     pub last_work: usize,
+    /// Surface nodes restored from a state snapshot whose message is still
+    /// to be read from the log (the session loads them before deriving).
+    pending: Vec<u64>,
 }
 
 impl MessageCache {
@@ -140,8 +143,52 @@ impl MessageCache {
         self.node_msgs.get(&seq).and_then(|m| m.as_ref())
     }
 
-    /// Bring the list up to date with `surface` and return it.
+    /// Start from the keys of a state snapshot: every node of `surface`
+    /// derives a message still to be read, except those in `no_message`
+    /// (ascending), which derive none.
+    pub(crate) fn restore_keys(&mut self, surface: &Surface, no_message: &[u64]) {
+        self.pending.reserve(surface.nodes.len());
+        for &seq in &surface.nodes {
+            if no_message.binary_search(&seq).is_ok() {
+                self.node_msgs.insert(seq, None);
+            } else {
+                self.pending.push(seq);
+            }
+        }
+    }
+
+    /// Take the nodes whose message is still to be read.
+    pub(crate) fn take_pending(&mut self) -> Vec<u64> {
+        std::mem::take(&mut self.pending)
+    }
+
+    /// Put back nodes whose message could not be read.
+    pub(crate) fn put_back_pending(&mut self, seqs: Vec<u64>) {
+        self.pending.extend(seqs);
+    }
+
+    /// Whether some node's message is still to be read.
+    pub(crate) fn has_pending(&self) -> bool {
+        !self.pending.is_empty()
+    }
+
+    /// Nodes of `surface` that derive no message, ascending (the keys a
+    /// state snapshot stores besides the surface itself).
+    pub(crate) fn no_message_nodes(&self, surface: &Surface) -> Vec<u64> {
+        let mut out: Vec<u64> = surface
+            .nodes
+            .iter()
+            .copied()
+            .filter(|seq| matches!(self.node_msgs.get(seq), Some(None)))
+            .collect();
+        out.sort_unstable();
+        out
+    }
+
+    /// Bring the list up to date with `surface` and return it. Every
+    /// pending message must have been loaded.
     pub fn derive(&mut self, surface: &Surface) -> &[Arc<Message>] {
+        debug_assert!(self.pending.is_empty(), "messages not loaded");
         if self.generation != surface.replace_generation || self.nodes_done > surface.nodes.len() {
             self.list.clear();
             self.nodes_done = 0;

@@ -26,6 +26,7 @@ pub mod query;
 pub mod repair;
 pub mod replay;
 pub mod snapshot;
+pub mod state_snapshot;
 pub mod surface;
 
 #[allow(deprecated)]

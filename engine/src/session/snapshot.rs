@@ -178,12 +178,41 @@ type Loaded<S> = std::result::Result<(u64, S), Option<String>>;
 
 fn load_snapshot<P: Projection>(store: &Store, session: &str, p: &P) -> Result<Loaded<P::State>> {
     let path = snapshot_path(store.dir(), session, p.name());
+    let (h, state) = match read_checked(store, session, &path, p.name(), p.version())? {
+        Ok(x) => x,
+        Err(why) => return Ok(Err(why)),
+    };
+    match bincode::serde::decode_from_slice::<P::State, _>(&state, bincode::config::standard()) {
+        Ok((s, used)) if used == state.len() => Ok(Ok((h.covered, s))),
+        Ok(_) => Ok(Err(Some("snapshot state has trailing bytes".into()))),
+        Err(e) => Ok(Err(Some(format!("snapshot state does not decode: {e}")))),
+    }
+}
+
+/// A snapshot that passed every check (header, state bytes), or why there
+/// is none to use (`None`: no file).
+pub(crate) type Checked = std::result::Result<(SnapshotHeader, Vec<u8>), Option<String>>;
+
+/// Read the snapshot file at `path` and check it against the log of
+/// `session` by every rule of FORMAT.md §12: checksum and layout; store id,
+/// session id, `name` and `version`; the session's current `define_pos`;
+/// `covered` at most the session's length; the log's event `covered - 1`
+/// has `last_event_crc`. `Ok(Err(None))`: no file; `Ok(Err(Some(why)))`:
+/// a file that is not to be used; `Err`: the file or the log could not be
+/// read.
+pub(crate) fn read_checked(
+    store: &Store,
+    session: &str,
+    path: &Path,
+    name: &str,
+    version: u32,
+) -> Result<Checked> {
     let vfs = store.vfs();
-    if !vfs.exists(&path) {
+    if !vfs.exists(path) {
         return Ok(Err(None));
     }
-    let bytes = crate::vfs::read_whole(vfs.as_ref(), &path)
-        .map_err(|e| Error::io("read snapshot", &path, e))?;
+    let bytes = crate::vfs::read_whole(vfs.as_ref(), path)
+        .map_err(|e| Error::io("read snapshot", path, e))?;
     let (h, state) = match decode(&bytes) {
         Ok(x) => x,
         Err(why) => return Ok(Err(Some(why))),
@@ -193,13 +222,12 @@ fn load_snapshot<P: Projection>(store: &Store, session: &str, p: &P) -> Result<L
         .ok_or_else(|| Error::UnknownSession(session.to_string()))?;
     let why = if h.store_id != store.store_id() {
         Some("snapshot belongs to another store".to_string())
-    } else if h.session != session || h.projection != p.name() {
+    } else if h.session != session || h.projection != name {
         Some("snapshot names another session or projection".to_string())
-    } else if h.projection_version != p.version() {
+    } else if h.projection_version != version {
         Some(format!(
             "snapshot of projection version {}, current is {}",
-            h.projection_version,
-            p.version()
+            h.projection_version, version
         ))
     } else if h.define_pos != meta.define_pos {
         Some("snapshot of an earlier incarnation of this session".to_string())
@@ -222,11 +250,8 @@ fn load_snapshot<P: Projection>(store: &Store, session: &str, p: &P) -> Result<L
             )));
         }
     }
-    match bincode::serde::decode_from_slice::<P::State, _>(state, bincode::config::standard()) {
-        Ok((s, used)) if used == state.len() => Ok(Ok((h.covered, s))),
-        Ok(_) => Ok(Err(Some("snapshot state has trailing bytes".into()))),
-        Err(e) => Ok(Err(Some(format!("snapshot state does not decode: {e}")))),
-    }
+    let state = state.to_vec();
+    Ok(Ok((h, state)))
 }
 
 /// Read projection `p` of `session`: from its snapshot if one matches, then
@@ -293,6 +318,33 @@ pub fn write<P: Projection>(
     state: &P::State,
     covered: u64,
 ) -> Result<()> {
+    let state_bytes = bincode::serde::encode_to_vec(state, bincode::config::standard())
+        .map_err(|e| Error::InvalidArgument(format!("projection state does not encode: {e}")))?;
+    let path = snapshot_path(store.dir(), session, p.name());
+    write_file(
+        store,
+        session,
+        &path,
+        p.name(),
+        p.version(),
+        covered,
+        &state_bytes,
+    )
+}
+
+/// Write the snapshot file `path` (in `snapshots/`) holding `state_bytes`,
+/// the state of `name` at `version` over events `0..covered` of `session`.
+/// Refused unless those events are durable (a cache never leads the log).
+/// Atomic: temp file, fsync, rename, fsync directory.
+pub(crate) fn write_file(
+    store: &Store,
+    session: &str,
+    path: &Path,
+    name: &str,
+    version: u32,
+    covered: u64,
+    state_bytes: &[u8],
+) -> Result<()> {
     let meta = store
         .session_meta(session)
         .ok_or_else(|| Error::UnknownSession(session.to_string()))?;
@@ -308,25 +360,24 @@ pub fn write<P: Projection>(
     } else {
         0
     };
-    let state_bytes = bincode::serde::encode_to_vec(state, bincode::config::standard())
-        .map_err(|e| Error::InvalidArgument(format!("projection state does not encode: {e}")))?;
     let header = SnapshotHeader {
         store_id: store.store_id(),
         define_pos: meta.define_pos,
         covered,
-        projection_version: p.version(),
+        projection_version: version,
         last_event_crc,
-        projection: p.name().to_string(),
+        projection: name.to_string(),
         session: session.to_string(),
     };
-    let bytes = encode(&header, &state_bytes);
+    let bytes = encode(&header, state_bytes);
     let vfs = store.vfs();
     let dir = store.dir().join(SNAPSHOT_DIR);
     vfs.create_dir_all(&dir)
         .map_err(|e| Error::io("create snapshot directory", &dir, e))?;
-    let path = snapshot_path(store.dir(), session, p.name());
-    let tmp = path.with_extension("snap.tmp");
-    write_atomic(vfs.as_ref(), DerivedKind::Snapshot, &tmp, &path, &bytes)?;
+    let mut tmp = path.as_os_str().to_owned();
+    tmp.push(".tmp");
+    let tmp = PathBuf::from(tmp);
+    write_atomic(vfs.as_ref(), DerivedKind::Snapshot, &tmp, path, &bytes)?;
     Ok(())
 }
 
