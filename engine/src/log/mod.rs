@@ -14,4 +14,4 @@ mod segment;
 pub(crate) use reader::SEALED_FILES_OPEN_MAX;
 pub(crate) use reader::{Run, SegmentReader};
 pub(crate) use segment::{create_segment, segment_path, zero_range, CreateError, SegmentSpec};
-pub use segment::{list_segments, read_segment};
+pub use segment::{list_segments, read_segment, SegmentBytes};
