@@ -178,9 +178,7 @@ impl SegmentHeader {
         if last_segment == 0 && next_batch_seq != 0 {
             return Err(HeaderError::Invalid("reserved bytes are not zero"));
         }
-        if last_segment != 0
-            && (last_segment < u32_at(b, 32) || next_batch_seq < u64_at(b, 40))
-        {
+        if last_segment != 0 && (last_segment < u32_at(b, 32) || next_batch_seq < u64_at(b, 40)) {
             return Err(HeaderError::Invalid(
                 "compacted segment: last_segment below segment or next_batch_seq below first_batch_seq",
             ));

@@ -80,7 +80,11 @@ fn gc_opts(sim: &SimVfs) -> CollectOptions {
 
 fn check_store(store: &Store, want_a: &[(u16, u16, Vec<u8>)], want_c: &[(u16, u16, Vec<u8>)]) {
     assert_eq!(events(store, "a"), want_a, "live session a changed");
-    assert_eq!(events(store, "c"), want_c, "fork c of a deleted parent changed");
+    assert_eq!(
+        events(store, "c"),
+        want_c,
+        "fork c of a deleted parent changed"
+    );
     for gone in ["b", "d"] {
         let e = delete::check_not_deleted(store, gone).unwrap_err();
         assert!(e.is_not_found(), "{gone} came back: {e}");
@@ -124,9 +128,15 @@ fn collection_frees_deleted_sessions_and_keeps_live_ones_byte_for_byte() {
     assert!(dry.dry_run && dry.bytes_reclaimed > 0, "{dry:?}");
 
     let r: CollectReport = turnstone::session::gc::collect(dir(), &gc_opts(&sim)).unwrap();
-    assert_eq!(r.bytes_reclaimed, dry.bytes_reclaimed, "dry run predicted {dry:?}, got {r:?}");
+    assert_eq!(
+        r.bytes_reclaimed, dry.bytes_reclaimed,
+        "dry run predicted {dry:?}, got {r:?}"
+    );
     assert_eq!(r.sessions_reclaimed, 2, "{r:?}");
-    assert!(r.ranges_rewritten >= 1 && r.segment_files_removed >= 1, "{r:?}");
+    assert!(
+        r.ranges_rewritten >= 1 && r.segment_files_removed >= 1,
+        "{r:?}"
+    );
     assert!(r.bytes_live < r.bytes_before, "{r:?}");
     let after = dir_bytes(&sim, &dir());
     assert!(
@@ -258,7 +268,10 @@ fn a_power_cut_at_every_file_operation_of_a_collection_loses_nothing() {
         cut += 1;
         assert!(cut < 500, "the collection never completed");
     }
-    assert!(cut > 5, "a collection of this store takes more than 5 file operations");
+    assert!(
+        cut > 5,
+        "a collection of this store takes more than 5 file operations"
+    );
 }
 
 #[test]

@@ -253,7 +253,11 @@ impl Index {
             .sessions
             .get_mut(session.0 as usize)
             .ok_or_else(|| format!("frame for undefined session id {}", session.0))?;
-        if self.reclaimed.get(&session).is_some_and(|keep| seq >= *keep) {
+        if self
+            .reclaimed
+            .get(&session)
+            .is_some_and(|keep| seq >= *keep)
+        {
             return Ok(()); // §14.2: garbage no live session reads
         }
         if seq != entry.len() {

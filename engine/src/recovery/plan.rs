@@ -22,8 +22,8 @@ use crate::frame::{
     self, Compaction, HeaderError, Salt, SegmentHeader, SessionDefine, BATCH_FLAG_CLEAN_CLOSE,
     KIND_SESSION_DEFINE, SEGMENT_HEADER_BYTES,
 };
-use crate::index::reclaimed;
 use crate::index::checkpoint::Checkpoint;
+use crate::index::reclaimed;
 use crate::index::Index;
 use crate::log::{list_segments, read_segment, segment_path, zero_range};
 use crate::types::{LogPos, SegmentId};
@@ -326,7 +326,13 @@ pub(crate) fn recover(
                         .to_string(),
                 ))
             } else {
-                scan_compacted(&bytes, &salt, from as usize, header.first_batch_seq, &mut out)
+                scan_compacted(
+                    &bytes,
+                    &salt,
+                    from as usize,
+                    header.first_batch_seq,
+                    &mut out,
+                )
             };
             if let Some((offset, detail)) = failure {
                 damage(
@@ -614,8 +620,7 @@ fn scan_compacted(
                     .map_err(|e| e.to_string())
                     .and_then(|def| out.index.apply_define(f.header.session, &def, f.pos))
             } else {
-                out.index
-                    .apply_frame(f.header.session, f.header.seq, f.pos)
+                out.index.apply_frame(f.header.session, f.header.seq, f.pos)
             };
             if let Err(detail) = r {
                 return Some((

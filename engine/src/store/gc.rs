@@ -25,8 +25,8 @@ use serde::Serialize;
 
 use crate::error::{Error, Result};
 use crate::frame::{
-    decode_frame, encode_frame, BatchHeader, Compaction, Salt, SegmentHeader,
-    BATCH_BODY_BYTES_MAX, BATCH_HEADER_BYTES, KIND_SESSION_DEFINE, SEGMENT_HEADER_BYTES,
+    decode_frame, encode_frame, BatchHeader, Compaction, Salt, SegmentHeader, BATCH_BODY_BYTES_MAX,
+    BATCH_HEADER_BYTES, KIND_SESSION_DEFINE, SEGMENT_HEADER_BYTES,
 };
 use crate::index::checkpoint;
 use crate::index::reclaimed::{self, Reclaimed, MANIFEST_TMP_FILE};
@@ -219,7 +219,8 @@ pub fn collect(
         .filter(|i| dead[*i])
         .map(|i| (SessionId(i as u32), need[i]))
         .collect();
-    let live = |f: &WalkedFrame| f.kind == KIND_SESSION_DEFINE || f.seq < need[f.session.0 as usize];
+    let live =
+        |f: &WalkedFrame| f.kind == KIND_SESSION_DEFINE || f.seq < need[f.session.0 as usize];
 
     // Walk the sealed segments (every one but the last).
     let mut sealed: Vec<Sealed> = Vec::new();
@@ -233,9 +234,8 @@ pub fn collect(
             store_id,
             segment: id,
         };
-        let (frames, data_end) = walk(&bytes, &salt).map_err(|(off, why)| {
-            Error::corrupt(&path, off, format!("while collecting: {why}"))
-        })?;
+        let (frames, data_end) = walk(&bytes, &salt)
+            .map_err(|(off, why)| Error::corrupt(&path, off, format!("while collecting: {why}")))?;
         let (mut live_bytes, mut dead_bytes) = (0, 0);
         for f in &frames {
             if live(f) {
@@ -373,7 +373,8 @@ pub fn collect(
             count += 1;
         }
         flush(&mut body, &mut count, &mut batches);
-        let new_len = SEGMENT_HEADER_BYTES as u64 + batches.iter().map(|b| b.len() as u64).sum::<u64>();
+        let new_len =
+            SEGMENT_HEADER_BYTES as u64 + batches.iter().map(|b| b.len() as u64).sum::<u64>();
         after -= files.iter().map(|s| s.file_len).sum::<u64>();
         after += new_len;
         report.ranges_rewritten += 1;
@@ -450,7 +451,10 @@ fn frame_at(
 /// Every frame of a segment whose batches recovery accepted (an ordinary or
 /// a compacted one), and the end of its data.
 #[allow(clippy::type_complexity)]
-fn walk(bytes: &[u8], salt: &Salt) -> std::result::Result<(Vec<WalkedFrame>, usize), (u64, String)> {
+fn walk(
+    bytes: &[u8],
+    salt: &Salt,
+) -> std::result::Result<(Vec<WalkedFrame>, usize), (u64, String)> {
     let mut out = Vec::new();
     let mut off = SEGMENT_HEADER_BYTES;
     while off + BATCH_HEADER_BYTES <= bytes.len()
