@@ -433,10 +433,10 @@ fn frame_at(
 ) -> Result<(u16, Vec<u8>)> {
     let seg = pos.segment();
     let path = segment_path(dir, seg);
-    if !cache.contains_key(&seg) {
-        cache.insert(seg, read_segment(vfs, &path, true)?);
-    }
-    let bytes = &cache[&seg];
+    let bytes = match cache.entry(seg) {
+        std::collections::hash_map::Entry::Occupied(e) => e.into_mut(),
+        std::collections::hash_map::Entry::Vacant(e) => e.insert(read_segment(vfs, &path, true)?),
+    };
     let off = pos.offset() as usize;
     let salt = Salt {
         store_id,
