@@ -298,3 +298,59 @@ fn a_store_with_nothing_deleted_is_left_byte_for_byte() {
     assert_eq!(snapshot(&sim), before);
     let _ = Options::default();
 }
+
+#[test]
+fn retention_expires_sessions_by_the_ts_of_their_last_event() {
+    use turnstone::session::gc::{collect_with, Retention};
+    let sim = SimVfs::new();
+    let store = Store::open_with(dir(), sim_opts(&sim, SEGMENT)).unwrap();
+    let env = |ts: u64, i: u64| {
+        format!(
+            r#"{{"v":0,"ts":{ts},"data":{{"i":{i},"pad":"{}"}}}}"#,
+            "z".repeat(600)
+        )
+    };
+    for i in 0..30u64 {
+        let a = store
+            .append("stale", 5, 0, env(1_000 + i, i).as_bytes())
+            .unwrap();
+        store.wait_durable(a.end).unwrap();
+        if i == 10 {
+            store.fork("stale", 5, "child").unwrap();
+        }
+        let a = store
+            .append("fresh", 5, 0, env(100_000 + i, i).as_bytes())
+            .unwrap();
+        store.wait_durable(a.end).unwrap();
+    }
+    for i in 5..8u64 {
+        let a = store
+            .append("child", 5, 0, env(100_000 + i, i).as_bytes())
+            .unwrap();
+        store.wait_durable(a.end).unwrap();
+    }
+    let want_child = events(&store, "child");
+    let want_fresh = events(&store, "fresh");
+    store.close().unwrap();
+
+    let retention = Retention {
+        expire_after_ms: Some(50_000),
+        max_age_ms: None,
+        now_ms: Some(120_000),
+    };
+    let opts = CollectOptions {
+        threshold: 1.0,
+        ..gc_opts(&sim)
+    };
+    let r = collect_with(dir(), &opts, &retention).unwrap();
+    assert_eq!(r.sessions_reclaimed, 1, "{r:?}");
+    assert!(r.bytes_reclaimed > 0, "{r:?}");
+    let store = Store::open_with(dir(), sim_opts(&sim, SEGMENT)).unwrap();
+    assert!(
+        store.session_meta("stale").is_none(),
+        "expired session still found"
+    );
+    assert_eq!(events(&store, "child"), want_child);
+    assert_eq!(events(&store, "fresh"), want_fresh);
+    assert_eq!(listed(&store), vec!["fresh", "child"]);
+}

@@ -24,6 +24,33 @@ pub struct GcArgs {
     /// Rewrite a sealed segment when its live bytes are below this fraction of its data (0 to 1).
     #[arg(long, default_value_t = 0.5)]
     pub threshold: f64,
+    /// Retention: also collect sessions whose last event is older than this (e.g. 30d, 12h, 90s, 500ms).
+    #[arg(long, value_parser = parse_duration_ms)]
+    pub expire_after: Option<u64>,
+    /// Retention: also collect sessions whose first event is older than this (e.g. 90d).
+    #[arg(long, value_parser = parse_duration_ms)]
+    pub max_age: Option<u64>,
+}
+
+/// `N` followed by `ms`, `s`, `m`, `h` or `d`, in milliseconds.
+fn parse_duration_ms(s: &str) -> Result<u64, String> {
+    let split = s
+        .find(|c: char| !c.is_ascii_digit())
+        .ok_or_else(|| format!("{s:?}: give a unit (ms, s, m, h, d)"))?;
+    let (n, unit) = s.split_at(split);
+    let n: u64 = n
+        .parse()
+        .map_err(|_| format!("{s:?}: expected a number, then a unit (ms, s, m, h, d)"))?;
+    let mul = match unit {
+        "ms" => 1,
+        "s" => 1_000,
+        "m" => 60_000,
+        "h" => 3_600_000,
+        "d" => 86_400_000,
+        _ => return Err(format!("{s:?}: unknown unit {unit:?} (ms, s, m, h, d)")),
+    };
+    n.checked_mul(mul)
+        .ok_or_else(|| format!("{s:?}: too large"))
 }
 
 pub fn run(a: &GcArgs) -> Result<ExitCode, Failure> {
@@ -39,7 +66,12 @@ pub fn run(a: &GcArgs) -> Result<ExitCode, Failure> {
         dry_run: a.dry_run,
         ..Default::default()
     };
-    let r = turnstone::session::gc::collect(&a.dir, &opts)?;
+    let retention = turnstone::session::gc::Retention {
+        expire_after_ms: a.expire_after,
+        max_age_ms: a.max_age,
+        now_ms: None,
+    };
+    let r = turnstone::session::gc::collect_with(&a.dir, &opts, &retention)?;
     if a.json {
         println!(
             "{}",
@@ -49,6 +81,19 @@ pub fn run(a: &GcArgs) -> Result<ExitCode, Failure> {
         print_text(&r);
     }
     Ok(ExitCode::SUCCESS)
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn durations_parse_with_units_only() {
+        assert_eq!(super::parse_duration_ms("30d"), Ok(30 * 86_400_000));
+        assert_eq!(super::parse_duration_ms("500ms"), Ok(500));
+        assert_eq!(super::parse_duration_ms("2h"), Ok(7_200_000));
+        assert!(super::parse_duration_ms("30").is_err());
+        assert!(super::parse_duration_ms("x3s").is_err());
+        assert!(super::parse_duration_ms("3w").is_err());
+    }
 }
 
 fn mib(b: u64) -> String {

@@ -158,6 +158,8 @@ into one compacted file per run of them, holding only live frames grouped by ses
 the other files of the run are removed. Live: every frame of a session not deleted,\n\
 and the prefix of a deleted session that a live fork reads through it. The segment\n\
 appends go to is never touched. The store must not be open for writing elsewhere.\n\
+Retention: --expire-after D also collects sessions whose last event is older than D,\n\
+--max-age D those whose first event is (by the events' ts; sessions without ts never expire).\n\
 --json prints {dry_run, segments_examined, ranges_rewritten, segment_files_removed,\n\
 sessions_reclaimed, bytes_before, bytes_live, bytes_after, bytes_reclaimed, duration_us}."
     )]

@@ -70,6 +70,8 @@ pub struct CollectCandidate<'a> {
     pub name: &'a str,
     /// Events, inherited ones included.
     pub len: u64,
+    /// Kind and payload of its first event (seq 0, inherited for a fork).
+    pub first: Option<(u16, &'a [u8])>,
     /// Kind and payload of its last event (`None` if it has none).
     pub last: Option<(u16, &'a [u8])>,
 }
@@ -185,9 +187,14 @@ pub fn collect(
             None => None,
             Some(p) => Some(frame_at(vfs, dir, store_id, &mut cache, LogPos(p))?),
         };
+        let first = match ix.position(id, 0) {
+            None => None,
+            Some(p) => Some(frame_at(vfs, dir, store_id, &mut cache, LogPos(p))?),
+        };
         let cand = CollectCandidate {
             name: &e.name,
             len,
+            first: first.as_ref().map(|(k, p)| (*k, p.as_slice())),
             last: last.as_ref().map(|(k, p)| (*k, p.as_slice())),
         };
         if is_dead(&cand) {
