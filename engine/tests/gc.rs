@@ -354,3 +354,31 @@ fn retention_expires_sessions_by_the_ts_of_their_last_event() {
     assert_eq!(events(&store, "fresh"), want_fresh);
     assert_eq!(listed(&store), vec!["fresh", "child"]);
 }
+
+#[test]
+fn salvage_reads_a_collected_store_like_a_normal_open() {
+    let sim = SimVfs::new();
+    let store = Store::open_with(dir(), sim_opts(&sim, SEGMENT)).unwrap();
+    fleet(&store);
+    let want_a = events(&store, "a");
+    let want_c = events(&store, "c");
+    store.close().unwrap();
+    let r = turnstone::session::gc::collect(dir(), &gc_opts(&sim)).unwrap();
+    assert!(r.segment_files_removed > 0, "{r:?}");
+    let store = Store::open_with(
+        dir(),
+        Options {
+            read_only: true,
+            recovery_mode: turnstone::RecoveryMode::Salvage,
+            ..sim_opts(&sim, SEGMENT)
+        },
+    )
+    .unwrap();
+    assert!(
+        store.recovery_report().problems.is_empty(),
+        "{:?}",
+        store.recovery_report().problems
+    );
+    check_store(&store, &want_a, &want_c);
+    assert_eq!(listed(&store), vec!["a", "c"]);
+}
