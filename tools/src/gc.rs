@@ -83,19 +83,6 @@ pub fn run(a: &GcArgs) -> Result<ExitCode, Failure> {
     Ok(ExitCode::SUCCESS)
 }
 
-#[cfg(test)]
-mod tests {
-    #[test]
-    fn durations_parse_with_units_only() {
-        assert_eq!(super::parse_duration_ms("30d"), Ok(30 * 86_400_000));
-        assert_eq!(super::parse_duration_ms("500ms"), Ok(500));
-        assert_eq!(super::parse_duration_ms("2h"), Ok(7_200_000));
-        assert!(super::parse_duration_ms("30").is_err());
-        assert!(super::parse_duration_ms("x3s").is_err());
-        assert!(super::parse_duration_ms("3w").is_err());
-    }
-}
-
 fn mib(b: u64) -> String {
     format!("{:.2} MiB", b as f64 / (1 << 20) as f64)
 }
@@ -123,4 +110,17 @@ fn print_text(r: &CollectReport) {
             ""
         }
     );
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn durations_parse_with_units_only() {
+        assert_eq!(super::parse_duration_ms("30d"), Ok(30 * 86_400_000));
+        assert_eq!(super::parse_duration_ms("500ms"), Ok(500));
+        assert_eq!(super::parse_duration_ms("2h"), Ok(7_200_000));
+        assert!(super::parse_duration_ms("30").is_err());
+        assert!(super::parse_duration_ms("x3s").is_err());
+        assert!(super::parse_duration_ms("3w").is_err());
+    }
 }
