@@ -469,7 +469,7 @@ pub fn run(data: &[u8]) {
             }
             Op::Delete { session } => {
                 let name = session_name(*session);
-                if !r.model.sessions.get(&name).is_some_and(|m| !m.deleted) {
+                if r.model.sessions.get(&name).is_none_or(|m| m.deleted) {
                     continue;
                 }
                 match turnstone::session::delete::delete(&store, &name) {
