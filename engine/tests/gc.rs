@@ -382,3 +382,57 @@ fn salvage_reads_a_collected_store_like_a_normal_open() {
     check_store(&store, &want_a, &want_c);
     assert_eq!(listed(&store), vec!["a", "c"]);
 }
+
+#[test]
+fn search_leaves_out_a_session_collected_before_its_tombstone_was_indexed() {
+    use turnstone::session::{
+        ContentBlock, Registry, SearchIndex, Session, SurfaceOp, UserMessage,
+    };
+    let tmp = tempfile::tempdir().unwrap();
+    let d = tmp.path().join("store");
+    let opts = Options {
+        segment_bytes: 16 << 10,
+        ..Default::default()
+    };
+    let store = Arc::new(Store::open_with(&d, opts.clone()).unwrap());
+    for name in ["gone", "keep"] {
+        let mut s = Session::create(store.clone(), name, Arc::new(Registry::new())).unwrap();
+        for i in 0..30 {
+            let text = format!("{name} needle{i} {}", "w ".repeat(300));
+            s.append(
+                UserMessage {
+                    content: vec![ContentBlock::text(text)],
+                },
+                SurfaceOp::Append,
+            )
+            .unwrap();
+            s.flush().unwrap();
+        }
+    }
+    // Indexed while alive; deleted and collected before the next update.
+    let mut ix = SearchIndex::open(&store).unwrap();
+    ix.update(&store, &Registry::new()).unwrap();
+    assert!(ix
+        .search("gone", 10)
+        .unwrap()
+        .iter()
+        .any(|h| h.session == "gone"));
+    drop(ix);
+    delete::delete(&store, "gone").unwrap();
+    Arc::into_inner(store).unwrap().close().unwrap();
+    let r = turnstone::session::gc::collect(
+        &d,
+        &CollectOptions {
+            threshold: 1.0,
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    assert_eq!(r.sessions_reclaimed, 1, "{r:?}");
+    let store = Arc::new(Store::open_with(&d, opts).unwrap());
+    let mut ix = SearchIndex::open(&store).unwrap();
+    ix.update(&store, &Registry::new()).unwrap();
+    let hits = ix.search("needle3", 10).unwrap();
+    assert!(hits.iter().all(|h| h.session != "gone"), "{hits:?}");
+    assert!(hits.iter().any(|h| h.session == "keep"), "{hits:?}");
+}
