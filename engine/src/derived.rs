@@ -18,6 +18,8 @@ use crate::vfs::Vfs;
 pub(crate) enum DerivedKind {
     Checkpoint,
     Snapshot,
+    /// `gc.manifest` (FORMAT.md §14.2): not derived, but replaced the same way.
+    GcManifest,
 }
 
 impl DerivedKind {
@@ -38,6 +40,13 @@ impl DerivedKind {
                 "fsync snapshot",
                 "rename snapshot",
                 "fsync snapshot directory",
+            ],
+            DerivedKind::GcManifest => [
+                "create gc manifest",
+                "write gc manifest",
+                "fsync gc manifest",
+                "rename gc manifest",
+                "fsync directory",
             ],
         }
     }

@@ -170,8 +170,18 @@ impl SegmentHeader {
         if u32_at(b, 12) as usize != SEGMENT_HEADER_BYTES {
             return Err(HeaderError::Invalid("header_bytes is not 64"));
         }
-        if u32_at(b, 36) != 0 || u64_at(b, 52) != 0 {
+        // §14.3: bytes 36..40 and 52..60 are zero in an ordinary segment; a
+        // compacted one names the last id it stands for and the batch that
+        // follows its range.
+        let last_segment = u32_at(b, 36);
+        let next_batch_seq = u64_at(b, 52);
+        if last_segment == 0 && next_batch_seq != 0 {
             return Err(HeaderError::Invalid("reserved bytes are not zero"));
+        }
+        if last_segment != 0 && (last_segment < u32_at(b, 32) || next_batch_seq < u64_at(b, 40)) {
+            return Err(HeaderError::Invalid(
+                "compacted segment: last_segment below segment or next_batch_seq below first_batch_seq",
+            ));
         }
         Ok(SegmentHeader {
             version,
@@ -180,6 +190,39 @@ impl SegmentHeader {
             first_batch_seq: u64_at(b, 40),
             prev_segment_end: u32_at(b, 48),
         })
+    }
+}
+
+/// §14.3: what a compacted segment's header adds: the range of segment ids
+/// the file stands for ends at `last_segment`, and the batch after the
+/// range has sequence `next_batch_seq`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Compaction {
+    pub last_segment: SegmentId,
+    pub next_batch_seq: u64,
+}
+
+impl Compaction {
+    /// The compaction fields of a header that [`SegmentHeader::decode`]
+    /// accepted; `None` for an ordinary segment (or bytes that do not hold a
+    /// valid header).
+    pub fn of_header(b: &[u8]) -> Option<Compaction> {
+        SegmentHeader::decode(b).ok()?;
+        let last = u32_at(b, 36);
+        (last != 0).then(|| Compaction {
+            last_segment: SegmentId(last),
+            next_batch_seq: u64_at(b, 52),
+        })
+    }
+
+    /// Encode `header` as the header of a compacted segment (§14.3).
+    pub fn encode_header(&self, header: &SegmentHeader) -> [u8; SEGMENT_HEADER_BYTES] {
+        let mut b = header.encode();
+        b[36..40].copy_from_slice(&self.last_segment.0.to_le_bytes());
+        b[52..60].copy_from_slice(&self.next_batch_seq.to_le_bytes());
+        let crc = crc32fast::hash(&b[0..60]);
+        b[60..64].copy_from_slice(&crc.to_le_bytes());
+        b
     }
 }
 

@@ -11,7 +11,7 @@
 //! | `index/` | seq-dense per-session index (its own lock) and its checkpoint file |
 //! | `recovery/` | one scanner, one classification of FORMAT.md §6.3 rows, the plan; salvage |
 //! | [`inspect`] | the same scanner and classification for `verify`/`dump`: resync and carry on |
-//! | `store` | [`Store`], the façade: lock, open (plan + apply), append, sync, read, fork, close |
+//! | `store` | [`Store`], the façade: lock, open (plan + apply), append, sync, read, fork, close; [`gc`], segment collection (FORMAT.md §14) |
 //! | [`session`] | the session layer: typed events, surface, derive_messages, request headers |
 //!
 //! Lower-layer modules are private; their public types are re-exported here.
@@ -47,6 +47,7 @@ pub mod vfs;
 pub use commit::Stats;
 pub use error::{Error, Result};
 pub use recovery::{Problem, ProblemKind, RecoveryMode, RecoveryReport, Row};
+pub use store::gc;
 pub use store::{archive, blobs};
 pub use store::{
     DurableWait, NextEvent, Options, ReadyWait, SessionInfo, SessionMeta, Store, Subscription,

@@ -32,6 +32,7 @@ use crate::vfs::{LockGuard, Vfs};
 pub mod archive;
 pub mod blobs;
 mod follow;
+pub mod gc;
 mod open;
 mod options;
 #[cfg(test)]
@@ -168,6 +169,14 @@ impl Store {
         let mut st = sh.commit.lock();
         st.check_usable()?;
         let mut ix = sh.index.write();
+        if let Some((_, keep)) = ix.reclaimed_named(session) {
+            // FORMAT.md §14.2: collected as deleted; frames appended under
+            // its name would be skipped by the next open.
+            return Err(Error::SessionDeleted {
+                session: session.to_string(),
+                seq: keep,
+            });
+        }
         let existing = ix.by_name.get(session).copied();
         let define = match existing {
             Some(_) => None,
@@ -355,6 +364,7 @@ impl Store {
         ix.sessions
             .iter()
             .enumerate()
+            .filter(|(i, _)| !ix.reclaimed.contains_key(&SessionId(*i as u32)))
             .map(|(i, s)| SessionInfo {
                 name: s.name.to_string(),
                 id: SessionId(i as u32),
@@ -382,8 +392,9 @@ impl Store {
             .sessions
             .iter()
             .enumerate()
-            .filter(|(_, e)| {
-                e.define_pos >= since || e.positions.last().is_some_and(|p| *p >= since.0)
+            .filter(|(i, e)| {
+                (e.define_pos >= since || e.positions.last().is_some_and(|p| *p >= since.0))
+                    && !ix.reclaimed.contains_key(&SessionId(*i as u32))
             })
             .map(|(i, e)| {
                 let id = SessionId(i as u32);

@@ -319,3 +319,76 @@ fn messages_restored_from_a_state_snapshot_resolve_their_blobs() {
     assert_eq!(blocks_json(&mut again), live);
     assert_eq!(again.request_body(Provider::Anthropic), live_req);
 }
+
+/// `session::gc::collect` removes the blob files no live event references
+/// (after the segments): a deleted session's own blobs go, a blob its live
+/// fork inherits stays, a blob a live session shares stays; a dry run
+/// reports the same and removes nothing; what is left reads back.
+#[test]
+fn collection_removes_the_blobs_no_live_event_references() {
+    use turnstone::session::gc;
+    let dir = tempfile::tempdir().unwrap();
+    let store = Arc::new(Store::open(dir.path()).unwrap());
+    let image = |seed: u8| {
+        ContentBlock::from_json(json!({"type": "image", "source": {"type": "base64",
+            "media_type": "image/png", "data": b64(BLOB_THRESHOLD_DEFAULT + 100, seed)}}))
+    };
+    let user = |blocks| UserMessage { content: blocks };
+    // a: an inherited image (1), then its own (2); b: its own (3) and a
+    // shared one (4); c (live): the shared one (4).
+    let mut a = Session::create(store.clone(), "a", reg()).unwrap();
+    a.append(user(vec![image(1)]), SurfaceOp::Append).unwrap();
+    a.flush().unwrap();
+    let at = a.len();
+    a.append(user(vec![image(2)]), SurfaceOp::Append).unwrap();
+    a.flush().unwrap();
+    let mut b = Session::create(store.clone(), "b", reg()).unwrap();
+    b.append(user(vec![image(3), image(4)]), SurfaceOp::Append)
+        .unwrap();
+    b.flush().unwrap();
+    let mut c = Session::create(store.clone(), "c", reg()).unwrap();
+    c.append(user(vec![image(4)]), SurfaceOp::Append).unwrap();
+    c.flush().unwrap();
+    store.fork("a", at, "kid").unwrap();
+    drop((a, b, c));
+    let kid_before = blocks_json(&mut Session::open(store.clone(), "kid", reg()).unwrap());
+    turnstone::session::delete::delete(&store, "a").unwrap();
+    turnstone::session::delete::delete(&store, "b").unwrap();
+    assert_eq!(store.blobs().list().unwrap().len(), 4);
+    let live_expected = referenced_blobs(&store).unwrap();
+    assert_eq!(
+        live_expected.len(),
+        2,
+        "kid's inherited image and c's shared one"
+    );
+    Arc::try_unwrap(store).ok().unwrap().close().unwrap();
+
+    let dry = gc::collect(
+        dir.path(),
+        &turnstone::gc::CollectOptions {
+            dry_run: true,
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    assert_eq!((dry.blobs_examined, dry.blobs_removed), (4, 2));
+    assert!(dry.blob_bytes_reclaimed > 2 * BLOB_THRESHOLD_DEFAULT as u64);
+    let report = gc::collect(dir.path(), &Default::default()).unwrap();
+    assert_eq!((report.blobs_examined, report.blobs_removed), (4, 2));
+    assert_eq!(report.blob_bytes_reclaimed, dry.blob_bytes_reclaimed);
+
+    let store = Arc::new(Store::open(dir.path()).unwrap());
+    let left: std::collections::BTreeSet<[u8; 32]> =
+        store.blobs().list().unwrap().into_iter().collect();
+    assert_eq!(left, live_expected);
+    assert_eq!(
+        blocks_json(&mut Session::open(store.clone(), "kid", reg()).unwrap()),
+        kid_before
+    );
+    let c_blocks = blocks_json(&mut Session::open(store.clone(), "c", reg()).unwrap());
+    assert_eq!(c_blocks.len(), 1);
+    // A second collection finds nothing more to remove.
+    Arc::try_unwrap(store).ok().unwrap().close().unwrap();
+    let again = gc::collect(dir.path(), &Default::default()).unwrap();
+    assert_eq!((again.blobs_examined, again.blobs_removed), (2, 0));
+}

@@ -225,8 +225,14 @@ fn build(shape: &Shape, salt: &Salt) -> Vec<u8> {
 /// Run every decoder over `b` and check what decodes.
 fn check_all(b: &[u8], salt: &Salt, scan_from: u16, probe_from: u16) {
     if let Ok(h) = SegmentHeader::decode(b) {
+        // A compacted segment's header (FORMAT.md §14.3) carries two more
+        // fields in bytes an ordinary header keeps zero.
+        let encoded = match frame::Compaction::of_header(b) {
+            Some(c) => c.encode_header(&h),
+            None => h.encode(),
+        };
         assert_eq!(
-            &h.encode()[..],
+            &encoded[..],
             &b[..SEGMENT_HEADER_BYTES],
             "segment header re-encodes differently"
         );

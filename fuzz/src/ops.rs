@@ -5,7 +5,8 @@
 //! power cuts after an arbitrary number of file operations, EIO on the n-th
 //! write or fdatasync, ENOSPC after n bytes, clean closes, reopens, and
 //! crashes (the simulator keeps any subset of the unsynced writes, with torn
-//! sectors, chosen by a seed).
+//! sectors, chosen by a seed), deletes (the session layer's tombstone) and
+//! segment collections (FORMAT.md §14), with or without a power cut inside.
 //!
 //! The model is a `Vec` of events per session plus what was acknowledged: an
 //! event is acknowledged when a wait or sync that covers it returned `Ok`, or
@@ -14,7 +15,10 @@
 //! - every session is a dense prefix of what was appended to it (fork
 //!   children include their inherited prefix), nothing is invented;
 //! - a power cut only ever shows up as a torn tail, never as corruption;
-//! - after a successful `close()` the reopen is clean.
+//! - after a successful `close()` the reopen is clean;
+//! - a deleted session is either still there whole (tombstone last) or, once
+//!   a collection reclaimed it, not found; it never comes back without its
+//!   tombstone, and forks of it keep reading their history.
 
 use std::collections::BTreeMap;
 
@@ -62,6 +66,16 @@ enum Op {
     Close,
     /// Drop without close(): the store still closes cleanly on drop.
     Reopen,
+    /// `session::delete` (a durable tombstone).
+    Delete {
+        session: u8,
+    },
+    /// Close, collect (FORMAT.md §14) with a power cut after `cut` file
+    /// operations of the collection if given, reboot if cut, reopen.
+    Collect {
+        threshold: u8,
+        cut: Option<u8>,
+    },
 }
 
 #[derive(Arbitrary, Debug, Clone, Copy)]
@@ -111,6 +125,8 @@ struct ModelSession {
     define_acked: bool,
     /// Fork parent and inherited count.
     fork: Option<(String, usize)>,
+    /// Deleted: its last event is its tombstone, acknowledged.
+    deleted: bool,
 }
 
 /// Pending (unacknowledged) things, in log order.
@@ -179,6 +195,17 @@ impl Model {
         let names: Vec<String> = self.sessions.keys().cloned().collect();
         for name in names {
             let m = &self.sessions[&name];
+            if m.deleted {
+                // Reclaimed (not found), or still whole with its tombstone.
+                if let Some(len) = store.session_len(&name) {
+                    assert_eq!(
+                        len as usize,
+                        m.events.len(),
+                        "{ctx}: deleted session {name:?} is back without its tombstone"
+                    );
+                }
+                continue;
+            }
             let Some(len) = store.session_len(&name) else {
                 assert!(
                     !m.define_acked && m.acked == 0,
@@ -198,7 +225,11 @@ impl Model {
                 "{ctx}: {name}: {len} events recovered, only {} were appended",
                 m.events.len()
             );
-            if let Some((parent, upto)) = &m.fork {
+            if let Some((parent, upto)) = m.fork.as_ref().filter(|(p, _)| {
+                // A collected (deleted) parent is not found; the child's
+                // reads below check what it inherits.
+                !self.sessions.get(p).is_some_and(|pm| pm.deleted)
+            }) {
                 // A child's define comes after its parent's inherited events.
                 let plen = store.session_len(parent).unwrap_or(0) as usize;
                 assert!(
@@ -331,6 +362,9 @@ pub fn run(data: &[u8]) {
         match op {
             Op::Append { session, kind, len } => {
                 let name = session_name(*session);
+                if r.model.sessions.get(&name).is_some_and(|m| m.deleted) {
+                    continue;
+                }
                 let ev = Ev {
                     kind: 1 + (*kind as u16 % 30),
                     flags: (*kind as u16 >> 7) & 1,
@@ -343,6 +377,9 @@ pub fn run(data: &[u8]) {
             }
             Op::Group { session, n, len } => {
                 let name = session_name(*session);
+                if r.model.sessions.get(&name).is_some_and(|m| m.deleted) {
+                    continue;
+                }
                 let evs: Vec<Ev> = (0..2 + n % 3)
                     .map(|k| Ev {
                         kind: 7,
@@ -372,7 +409,13 @@ pub fn run(data: &[u8]) {
             } => {
                 let parent = session_name(*parent);
                 let child = format!("f{}", child % 4);
-                let Some(plen) = r.model.sessions.get(&parent).map(|m| m.events.len()) else {
+                let Some(plen) = r
+                    .model
+                    .sessions
+                    .get(&parent)
+                    .filter(|m| !m.deleted)
+                    .map(|m| m.events.len())
+                else {
                     continue;
                 };
                 if r.model.sessions.contains_key(&child) {
@@ -389,6 +432,7 @@ pub fn run(data: &[u8]) {
                                 acked: 0,
                                 define_acked: false,
                                 fork: Some((parent, upto)),
+                                deleted: false,
                             },
                         );
                         r.model.pending.push(Pending::Define(child));
@@ -422,6 +466,77 @@ pub fn run(data: &[u8]) {
             }),
             Op::Crash { seed } => {
                 store = r.crash_and_reopen(store, *seed, &ctx);
+            }
+            Op::Delete { session } => {
+                let name = session_name(*session);
+                if r.model.sessions.get(&name).is_none_or(|m| m.deleted) {
+                    continue;
+                }
+                match turnstone::session::delete::delete(&store, &name) {
+                    Ok(seq) => {
+                        let ev = store
+                            .read(&name, seq)
+                            .unwrap_or_else(|e| panic!("{ctx}: read the tombstone: {e}"));
+                        r.model.record(
+                            &name,
+                            seq,
+                            Ev {
+                                kind: ev.kind,
+                                flags: ev.flags,
+                                payload: ev.payload,
+                            },
+                        );
+                        // delete() waited until the tombstone was durable.
+                        r.model.ack_all();
+                        r.model.sessions.get_mut(&name).expect("recorded").deleted = true;
+                    }
+                    Err(e) => r.note_err(&e),
+                }
+            }
+            Op::Collect { threshold, cut } => {
+                let closed = store.close();
+                if closed.is_err() || r.sim.powered_off() || r.fsync_failed() {
+                    r.reboot(step as u64);
+                    store = r.open(&ctx);
+                    r.model.check_and_rebase(&store, &ctx);
+                    continue;
+                }
+                r.model.ack_all();
+                // What a collection reclaims: sessions whose last event is a
+                // tombstone (kind 18), whether Delete or a raw append wrote it.
+                for m in r.model.sessions.values_mut() {
+                    if m.events.last().is_some_and(|e| e.kind == 18) {
+                        m.deleted = true;
+                    }
+                }
+                r.set_faults(match cut {
+                    Some(n) => FaultPlan {
+                        power_cut_after_ops: Some(r.sim.ops() + *n as u64 % 48),
+                        ..Default::default()
+                    },
+                    None => FaultPlan::default(),
+                });
+                let gc = turnstone::gc::CollectOptions {
+                    vfs: std::sync::Arc::new(r.sim.clone()),
+                    threshold: (*threshold % 5) as f64 / 4.0,
+                    ..Default::default()
+                };
+                let result = turnstone::session::gc::collect(dir(), &gc);
+                if r.sim.powered_off() {
+                    r.reboot(step as u64);
+                } else if let Err(e) = result {
+                    panic!("{ctx}: collection failed without a fault: {e}");
+                }
+                r.set_faults(FaultPlan::default());
+                store = r.open(&ctx);
+                for p in &store.recovery_report().problems {
+                    assert_eq!(
+                        p.kind,
+                        ProblemKind::TornTail,
+                        "{ctx}: a collection (or a power cut in it) left damage: {p:?}"
+                    );
+                }
+                r.model.check_and_rebase(&store, &ctx);
             }
             Op::Close | Op::Reopen => {
                 let closed = if matches!(op, Op::Close) {

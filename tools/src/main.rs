@@ -9,6 +9,7 @@ mod dump;
 mod export;
 mod failure;
 mod fleet;
+mod gc;
 mod import;
 mod kinds;
 mod messages;
@@ -148,10 +149,23 @@ result is printed. Fork children inherit metadata up to the fork point."
     #[command(
         after_help = "Example:\n  turnstone delete ./demo-store --session sess-000003\n\n\
 The session is then not found by loads, sessions, search, replay and fork. Forks of it\n\
-keep the events they inherit. The log is append-only: the bytes become reclaimable,\n\
-but nothing reclaims them yet."
+keep the events they inherit. Its bytes become reclaimable: `turnstone gc` frees them."
     )]
     Delete(meta::DeleteArgs),
+    /// Segment collection: free the bytes of deleted sessions (takes the store's lock; FORMAT.md §14).
+    #[command(
+        after_help = "Examples:\n  turnstone gc ./demo-store --dry-run\n  turnstone gc ./demo-store --json | jq .bytes_reclaimed\n\n\
+Sealed segments whose live bytes are below --threshold of their data are rewritten\n\
+into one compacted file per run of them, holding only live frames grouped by session;\n\
+the other files of the run are removed. Live: every frame of a session not deleted,\n\
+and the prefix of a deleted session that a live fork reads through it. The segment\n\
+appends go to is never touched. The store must not be open for writing elsewhere.\n\
+Retention: --expire-after D also collects sessions whose last event is older than D,\n\
+--max-age D those whose first event is (by the events' ts; sessions without ts never expire).\n\
+--json prints {dry_run, segments_examined, ranges_rewritten, segment_files_removed,\n\
+sessions_reclaimed, bytes_before, bytes_live, bytes_after, bytes_reclaimed, duration_us}."
+    )]
+    Gc(gc::GcArgs),
     /// Full-text search over message text of every session (user, assistant, tool results, summaries).
     #[command(
         after_help = "Examples:\n  turnstone search ./demo-store \"disk full\"\n  turnstone search ./demo-store 'error NOT retry' --json\n  turnstone search ./demo-store deploy --session fork-1\n\n\
@@ -205,6 +219,7 @@ fn run(cli: Cli) -> Result<ExitCode, Failure> {
         Cmd::Search(a) => views::run_search(&a),
         Cmd::Meta(a) => meta::run_meta(&a),
         Cmd::Delete(a) => meta::run_delete(&a),
+        Cmd::Gc(a) => gc::run(&a),
         Cmd::Torture(a) => torture::run(&a),
         Cmd::Archive(a) => archive::run_archive(&a),
         Cmd::Restore(a) => archive::run_restore(&a),

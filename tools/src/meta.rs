@@ -124,7 +124,7 @@ pub fn run_delete(a: &DeleteArgs) -> Result<ExitCode, Failure> {
     let seq = turnstone::session::delete(&store, &a.session)?;
     store.close()?;
     eprintln!(
-        "deleted {:?} (tombstone at seq {seq}); its forks keep working; its bytes are reclaimable but not reclaimed",
+        "deleted {:?} (tombstone at seq {seq}); its forks keep working; `turnstone gc` reclaims its bytes",
         a.session
     );
     Ok(ExitCode::SUCCESS)

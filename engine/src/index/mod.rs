@@ -13,6 +13,7 @@
 //! covered log (FORMAT.md §7; invariant 5).
 
 pub(crate) mod checkpoint;
+pub(crate) mod reclaimed;
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -53,12 +54,40 @@ impl SessionEntry {
 pub struct Index {
     pub sessions: Vec<SessionEntry>,
     pub by_name: HashMap<Arc<str>, SessionId>,
+    /// Sessions reclaimed by segment collection (`gc.manifest`, FORMAT.md
+    /// §14.2) and how many of their first events they keep: they are not
+    /// found by name, and their frames from that seq on are skipped.
+    pub reclaimed: reclaimed::Reclaimed,
 }
 
 impl Index {
+    /// The session named `name`, unless it was reclaimed (§14.2: a
+    /// reclaimed session does not exist for readers).
     pub fn get(&self, name: &str) -> Option<(SessionId, &SessionEntry)> {
         let id = *self.by_name.get(name)?;
+        if self.reclaimed.contains_key(&id) {
+            return None;
+        }
         Some((id, &self.sessions[id.0 as usize]))
+    }
+
+    /// The reclaimed session named `name` and the events it keeps.
+    pub fn reclaimed_named(&self, name: &str) -> Option<(SessionId, u64)> {
+        let id = *self.by_name.get(name)?;
+        self.reclaimed.get(&id).map(|k| (id, *k))
+    }
+
+    /// Install the reclaimed set of `gc.manifest` (§14.2): entries for ids
+    /// not defined are ignored; a session's own positions from its `keep`
+    /// on are dropped (a checkpoint may hold them).
+    pub fn set_reclaimed(&mut self, reclaimed: reclaimed::Reclaimed) {
+        for (id, keep) in &reclaimed {
+            if let Some(e) = self.sessions.get_mut(id.0 as usize) {
+                let own = keep.saturating_sub(e.inherited()) as usize;
+                e.positions.truncate(own);
+            }
+        }
+        self.reclaimed = reclaimed;
     }
 
     pub fn entry(&self, id: SessionId) -> Option<&SessionEntry> {
@@ -192,7 +221,9 @@ impl Index {
         if self.by_name.contains_key(def.name.as_str()) {
             return Err(format!("session {:?} defined twice", def.name));
         }
-        if let Some((p, upto)) = def.parent {
+        // §14.2: a reclaimed (dead) fork may inherit more than its dead
+        // parent keeps; its upto is not checked.
+        if let (Some((p, upto)), false) = (def.parent, self.reclaimed.contains_key(&id)) {
             let parent = self
                 .sessions
                 .get(p.0 as usize)
@@ -222,6 +253,13 @@ impl Index {
             .sessions
             .get_mut(session.0 as usize)
             .ok_or_else(|| format!("frame for undefined session id {}", session.0))?;
+        if self
+            .reclaimed
+            .get(&session)
+            .is_some_and(|keep| seq >= *keep)
+        {
+            return Ok(()); // §14.2: garbage no live session reads
+        }
         if seq != entry.len() {
             return Err(format!(
                 "session {:?}: frame has seq {seq} but the next seq is {} (seqs must be dense)",
@@ -264,6 +302,7 @@ impl Index {
             out.by_name.insert(entry.name.clone(), SessionId(i as u32));
             out.sessions.push(entry);
         }
+        out.reclaimed = self.reclaimed.clone();
         out
     }
 }

@@ -46,7 +46,13 @@ impl Walker<'_, '_> {
                         for f in &frames {
                             self.frame(path, salt.segment, h.batch_seq, f, bytes);
                         }
-                        self.expected_batch = Some(h.batch_seq + 1);
+                        // In a compacted segment every batch has the
+                        // header's first_batch_seq (FORMAT.md §14.3).
+                        self.expected_batch = Some(if self.compacted.is_some() {
+                            h.batch_seq
+                        } else {
+                            h.batch_seq + 1
+                        });
                         off += BATCH_HEADER_BYTES + h.body_len as usize;
                         end = Some(off as u32);
                         continue;
@@ -290,6 +296,15 @@ impl Walker<'_, '_> {
                         },
                     );
                 }
+                Some(_)
+                    if self
+                        .reclaimed
+                        .get(&h.session.0)
+                        .is_some_and(|k| h.seq >= *k) =>
+                {
+                    // Garbage of a reclaimed session (FORMAT.md §14.2):
+                    // recovery skips it; not a seq to check.
+                }
                 Some(s) => {
                     if let Some(n) = s.next.filter(|n| *n != h.seq) {
                         issue = Some(format!(
@@ -355,7 +370,7 @@ impl Walker<'_, '_> {
             issue = Some(format!("session {:?} defined twice", def.name));
         } else if self.sessions.contains_key(&id.0) && !self.lost_defines {
             issue = Some(format!("compact session id {} defined twice", id.0));
-        } else if let Some((p, upto)) = def.parent {
+        } else if let (Some((p, upto)), false) = (def.parent, self.reclaimed.contains_key(&id.0)) {
             match self.sessions.get(&p.0) {
                 None if !self.lost_defines => {
                     issue = Some(format!("fork parent {} does not exist", p.0));

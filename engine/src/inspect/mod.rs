@@ -283,6 +283,7 @@ pub fn walk_with(
             });
         }
         w.load_checkpoint(path);
+        w.load_manifest(path);
         w.full_scan = true;
         w.walk_segments(path, &ids, 0, ids.len());
         w.result()
@@ -304,6 +305,7 @@ pub fn walk_with(
                 // lone segment (a copy), not as the start of a store.
                 w.full_scan = at > 0;
                 w.load_checkpoint(dir);
+                w.load_manifest(dir);
                 w.walk_segments(dir, &siblings, 0, at);
                 if w.error.is_some() {
                     w = Walker::new(vfs, w.visit);

@@ -57,6 +57,13 @@ pub(super) struct Walker<'v, 'f> {
     /// the log it covers (everything before was durable, FORMAT.md §6.3 C4).
     pub(super) checkpoint: Option<([u8; 16], LogPos)>,
     pub(super) stop: bool,
+    /// Sessions reclaimed by segment collection (`gc.manifest`, FORMAT.md
+    /// §14.2): their frames from `keep` on are garbage, not damage.
+    pub(super) reclaimed: std::collections::HashMap<u32, u64>,
+    /// The segment being walked is compacted (FORMAT.md §14.3).
+    pub(super) compacted: Option<crate::frame::Compaction>,
+    /// The last segment id the latest compacted segment stands for.
+    pub(super) range_end: Option<u32>,
 }
 
 impl<'v, 'f> Walker<'v, 'f> {
@@ -82,6 +89,24 @@ impl<'v, 'f> Walker<'v, 'f> {
             full_scan: false,
             checkpoint: None,
             stop: false,
+            reclaimed: Default::default(),
+            compacted: None,
+            range_end: None,
+        }
+    }
+
+    /// Read `gc.manifest` of `dir` (FORMAT.md §14.2); one that does not
+    /// check is reported as corruption.
+    pub(super) fn load_manifest(&mut self, dir: &Path) {
+        match crate::index::reclaimed::load(self.vfs, dir) {
+            Ok(None) => {}
+            Ok(Some((_, r))) => {
+                self.reclaimed = r.into_iter().map(|(id, keep)| (id.0, keep)).collect();
+            }
+            Err(e) => {
+                let file = dir.join(crate::index::reclaimed::MANIFEST_FILE);
+                self.problem(ProblemKind::Corruption, &file, 0, 0, e.to_string());
+            }
         }
     }
 
@@ -199,8 +224,18 @@ impl<'v, 'f> Walker<'v, 'f> {
                 return;
             }
             self.quiet = self.quiet_until.is_some_and(|q| i < q);
-            if i > 0 && id.0 != ids[i - 1].0.wrapping_add(1) {
-                let missing = dir.join(frame::segment_file_name(SegmentId(ids[i - 1].0 + 1)));
+            if self.range_end.is_some_and(|end| id.0 <= end) {
+                // Superseded by a compacted segment (FORMAT.md §14.3):
+                // recovery ignores it and a writable open removes it.
+                continue;
+            }
+            let prev_end_id = match self.range_end {
+                Some(end) if i > 0 && end >= ids[i - 1].0 => end,
+                _ if i > 0 => ids[i - 1].0,
+                _ => 0,
+            };
+            if i > 0 && id.0 != prev_end_id.wrapping_add(1) {
+                let missing = dir.join(frame::segment_file_name(SegmentId(prev_end_id + 1)));
                 let detail = format!(
                     "segment file {} is missing between {} and {}",
                     missing.display(),
@@ -269,6 +304,10 @@ impl<'v, 'f> Walker<'v, 'f> {
         };
         let bytes: &[u8] = &bytes;
         let header = SegmentHeader::decode(bytes);
+        self.compacted = crate::frame::Compaction::of_header(bytes);
+        if let Some(c) = self.compacted {
+            self.range_end = Some(c.last_segment.0);
+        }
         let span = header.as_ref().ok().map(|h| {
             let salt = Salt {
                 store_id: h.store_id,
@@ -298,6 +337,14 @@ impl<'v, 'f> Walker<'v, 'f> {
             },
         };
         self.walk_batches(path, bytes, &salt, last);
+        if let Some(c) = self.compacted.take() {
+            // The next segment follows the range (FORMAT.md §14.3): its
+            // prev_segment_end names the range's original end, not checked.
+            if self.expected_batch.is_some() {
+                self.expected_batch = Some(c.next_batch_seq);
+            }
+            self.prev_end = None;
+        }
     }
 
     /// Check a decoded header against the file name and the chain; return the

@@ -16,11 +16,14 @@ use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use crate::error::{Error, Result};
+use std::collections::HashMap;
+
 use crate::frame::{
-    self, HeaderError, Salt, SegmentHeader, SessionDefine, BATCH_FLAG_CLEAN_CLOSE,
+    self, Compaction, HeaderError, Salt, SegmentHeader, SessionDefine, BATCH_FLAG_CLEAN_CLOSE,
     KIND_SESSION_DEFINE, SEGMENT_HEADER_BYTES,
 };
 use crate::index::checkpoint::Checkpoint;
+use crate::index::reclaimed;
 use crate::index::Index;
 use crate::log::{list_segments, read_segment, segment_path, zero_range};
 use crate::types::{LogPos, SegmentId};
@@ -28,7 +31,7 @@ use crate::vfs::Vfs;
 
 use super::checkpoint_check::validate_checkpoint;
 use super::classify::{classify_bad_header, classify_stop, HeaderFacts, Row, StopFacts};
-use super::scan::{probe_after, scan_batches};
+use super::scan::{check_batch, probe_after, scan_batches};
 use super::{Problem, ProblemKind, RecoveryMode, RecoveryReport};
 
 /// The result of the pass, for [`crate::Store::open`] to act on.
@@ -66,6 +69,26 @@ pub(crate) fn recover(
     }
     let started = Instant::now();
     let mut ids = list_segments(vfs, dir)?;
+    // FORMAT.md §14: the reclaimed sessions, and the compacted segments a
+    // collection wrote (only a collected store has them, and a collection
+    // that rewrites a segment writes a manifest first).
+    let manifest = reclaimed::load(vfs, dir)?;
+    let mut compacted: HashMap<SegmentId, Compaction> = HashMap::new();
+    let mut superseded = Vec::new();
+    if manifest.is_some() {
+        let mut range_end: Option<u32> = None;
+        ids.retain(|id| {
+            if range_end.is_some_and(|end| id.0 <= end) {
+                superseded.push(*id);
+                return false;
+            }
+            if let Some(c) = peek_compaction(vfs, &segment_path(dir, *id)) {
+                range_end = Some(c.last_segment.0);
+                compacted.insert(*id, c);
+            }
+            true
+        });
+    }
     let mut out = Recovered {
         store_id: None,
         index: Index::default(),
@@ -78,12 +101,17 @@ pub(crate) fn recover(
             ..Default::default()
         },
         zero_ranges: Vec::new(),
-        remove_segments: Vec::new(),
+        remove_segments: superseded,
         remove_checkpoint: false,
     };
-    // Contiguous ids: a missing file in the middle is corruption.
+    if let Some((_, r)) = &manifest {
+        out.index.set_reclaimed(r.clone());
+    }
+    // Contiguous ids: a missing file in the middle is corruption (a
+    // compacted segment stands for the ids up to its last_segment, §14.3).
     for w in ids.windows(2) {
-        if w[1].0 != w[0].0 + 1 {
+        let end = compacted.get(&w[0]).map_or(w[0].0, |c| c.last_segment.0);
+        if w[1].0 != end + 1 {
             let missing = segment_path(dir, SegmentId(w[0].0 + 1));
             let detail = format!(
                 "segment file {} is missing between {} and {}",
@@ -131,6 +159,9 @@ pub(crate) fn recover(
                 last_flags = Some(ck.last_batch_flags);
                 out.store_id = Some(ck.store_id);
                 out.index = ck.index;
+                if let Some((_, r)) = &manifest {
+                    out.index.set_reclaimed(r.clone());
+                }
                 out.report.checkpoint_used = true;
             }
             Err((why, proves_durable)) => {
@@ -290,6 +321,47 @@ pub(crate) fn recover(
             SEGMENT_HEADER_BYTES as u32
         };
         let first_seq = next_batch_seq.unwrap_or(header.first_batch_seq);
+        if let Some(c) = compacted.get(&id).copied() {
+            // §14.3: batches back to back to the end of the file, each with
+            // the header's first_batch_seq; any failure is corruption (the
+            // file was durable before its name existed).
+            let failure = if is_last {
+                Some((
+                    0u64,
+                    "a compacted segment is the last segment (collection never compacts the segment appends go to)"
+                        .to_string(),
+                ))
+            } else {
+                scan_compacted(
+                    &bytes,
+                    &salt,
+                    from as usize,
+                    header.first_batch_seq,
+                    &mut out,
+                )
+            };
+            if let Some((offset, detail)) = failure {
+                damage(
+                    &mut out,
+                    mode,
+                    &ids,
+                    i,
+                    path,
+                    offset,
+                    bytes.len() as u64 - offset,
+                    format!("compacted segment: {detail}"),
+                    None,
+                )?;
+                break;
+            }
+            next_batch_seq = Some(c.next_batch_seq);
+            out.segments.push(id);
+            // The next header's prev_segment_end names the end of the
+            // range's original last segment: not checked (§14.3).
+            prev_end = None;
+            i += 1;
+            continue;
+        }
         let index = &mut out.index;
         let scan = scan_batches(&bytes, &salt, from, first_seq, |f| {
             if f.header.kind == KIND_SESSION_DEFINE {
@@ -505,10 +577,70 @@ pub(crate) fn recover(
             }
         }
     }
+    if let (Some((mid, _)), Some(sid)) = (&manifest, out.store_id) {
+        if *mid != sid {
+            return Err(Error::corrupt(
+                dir.join(reclaimed::MANIFEST_FILE),
+                16,
+                "gc manifest belongs to another store (store id differs)",
+            ));
+        }
+    }
     out.report.sessions = out.index.sessions.len() as u64;
     out.report.events = out.index.event_count();
     out.report.duration_us = started.elapsed().as_micros() as u64;
     Ok(out)
+}
+
+/// The compaction fields of the segment at `path`, reading its 64-byte
+/// header only; `None` for an ordinary or unreadable one (the scan names
+/// what is wrong with it).
+fn peek_compaction(vfs: &dyn Vfs, path: &Path) -> Option<Compaction> {
+    let f = vfs.open(path, false).ok()?;
+    let mut b = [0u8; SEGMENT_HEADER_BYTES];
+    let n = f.read_at(&mut b, 0).ok()?;
+    Compaction::of_header(&b[..n])
+}
+
+/// Scan a compacted segment (§14.3) into the index; the offset and reason
+/// of the first failure.
+fn scan_compacted(
+    bytes: &[u8],
+    salt: &Salt,
+    from: usize,
+    batch_seq: u64,
+    out: &mut Recovered,
+) -> Option<(u64, String)> {
+    let mut off = from;
+    while off < bytes.len() {
+        let (h, frames) = match check_batch(bytes, salt, off, Some(batch_seq)) {
+            Ok(x) => x,
+            Err(f) => return Some((f.offset as u64, f.detail)),
+        };
+        if h.flags != 0 {
+            return Some((off as u64, format!("batch flags {:#x}, must be 0", h.flags)));
+        }
+        for f in &frames {
+            let r = if f.header.kind == KIND_SESSION_DEFINE {
+                SessionDefine::decode(f.payload)
+                    .map_err(|e| e.to_string())
+                    .and_then(|def| out.index.apply_define(f.header.session, &def, f.pos))
+            } else {
+                out.index.apply_frame(f.header.session, f.header.seq, f.pos)
+            };
+            if let Err(detail) = r {
+                return Some((
+                    off as u64,
+                    format!("frame at offset {}: {detail}", f.pos.offset()),
+                ));
+            }
+        }
+        out.report.batches_scanned += 1;
+        out.report.frames_scanned += frames.len() as u64;
+        off += frame::BATCH_HEADER_BYTES + h.body_len as usize;
+    }
+    out.report.bytes_scanned += (bytes.len() - from) as u64;
+    None
 }
 
 /// Apply a plan to the bytes, before anything new is written (FORMAT.md

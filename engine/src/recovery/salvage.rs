@@ -69,23 +69,58 @@ impl Pass {
 /// The salvage pass over every segment of `dir` (no checkpoint, no writes).
 pub(crate) fn salvage(vfs: &dyn Vfs, dir: &Path) -> Result<Recovered> {
     let started = Instant::now();
-    let ids = list_segments(vfs, dir)?;
+    let mut ids = list_segments(vfs, dir)?;
     let mut pass = Pass {
         index: Index::default(),
         problems: Vec::new(),
         frames_kept: 0,
         frames_dropped: 0,
     };
+    // FORMAT.md §14: reclaimed sessions stay gone (their garbage frames are
+    // skipped), and files a compacted segment supersedes are not read.
+    let mut range_ends: std::collections::HashMap<SegmentId, u32> = Default::default();
+    match crate::index::reclaimed::load(vfs, dir) {
+        Ok(None) => {}
+        Ok(Some((_, r))) => {
+            pass.index.set_reclaimed(r);
+            let mut end: Option<u32> = None;
+            ids.retain(|id| {
+                if end.is_some_and(|e| id.0 <= e) {
+                    return false;
+                }
+                let mut b = [0u8; SEGMENT_HEADER_BYTES];
+                let n = vfs
+                    .open(&segment_path(dir, *id), false)
+                    .and_then(|f| f.read_at(&mut b, 0))
+                    .unwrap_or(0);
+                if let Some(c) = frame::Compaction::of_header(&b[..n]) {
+                    end = Some(c.last_segment.0);
+                    range_ends.insert(*id, c.last_segment.0);
+                }
+                true
+            });
+        }
+        Err(e) => pass.problems.push(Problem {
+            kind: ProblemKind::Corruption,
+            file: dir.join(crate::index::reclaimed::MANIFEST_FILE),
+            offset: 0,
+            bytes: 0,
+            detail: e.to_string(),
+            action: "read on without it: sessions a collection reclaimed may show their garbage"
+                .into(),
+        }),
+    }
     let mut report = RecoveryReport {
         mode: RecoveryMode::Salvage,
         segments: ids.len() as u32,
         ..Default::default()
     };
     let mut store_id: Option<[u8; 16]> = None;
-    for w in ids.windows(2).filter(|w| w[1].0 != w[0].0 + 1) {
+    let end_of = |id: SegmentId| range_ends.get(&id).copied().unwrap_or(id.0);
+    for w in ids.windows(2).filter(|w| w[1].0 != end_of(w[0]) + 1) {
         pass.problems.push(Problem {
             kind: ProblemKind::Corruption,
-            file: segment_path(dir, SegmentId(w[0].0 + 1)),
+            file: segment_path(dir, SegmentId(end_of(w[0]) + 1)),
             offset: 0,
             bytes: 0,
             detail: format!(

@@ -17,6 +17,7 @@ pub mod delete;
 pub mod durability;
 pub mod dynamic;
 pub mod event;
+pub mod gc;
 pub mod header;
 pub mod host;
 pub mod messages;

@@ -231,6 +231,23 @@ impl SearchIndex {
             path: std::path::PathBuf::from(SEARCH_FILE),
             detail: e.to_string(),
         };
+        // Sessions a segment collection reclaimed (FORMAT.md §14) are no
+        // longer listed, and their tombstone may never have been indexed:
+        // leave them out of searches across sessions from now on.
+        let gone: Vec<String> = {
+            let mut q = tx.prepare("SELECT session FROM indexed").map_err(serr)?;
+            let names = q
+                .query_map([], |r| r.get::<_, String>(0))
+                .map_err(serr)?
+                .filter_map(|n| n.ok())
+                .filter(|n| store.session_meta(n).is_none())
+                .collect();
+            names
+        };
+        for name in &gone {
+            tx.execute("INSERT OR IGNORE INTO deleted(session) VALUES(?1)", [name])
+                .map_err(serr)?;
+        }
         for info in store.sessions() {
             let Some(meta) = store.session_meta(&info.name) else {
                 continue;

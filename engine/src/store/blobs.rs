@@ -116,6 +116,39 @@ impl BlobDir {
         self.dir.join(format!("{}.{BLOB_EXT}", hex(h)))
     }
 
+    /// Remove blob `h` (the collector's call, under the store's lock,
+    /// once no live event references it). Returns the file's size; a blob
+    /// already gone is 0. Call [`BlobDir::sync`] after a run of removals.
+    pub fn remove(&self, h: &[u8; 32]) -> Result<u64> {
+        let path = self.path(h);
+        let bytes = match std::fs::metadata(&path) {
+            Ok(m) => m.len(),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(0),
+            Err(e) => return Err(Error::io("stat blob", &path, e)),
+        };
+        match std::fs::remove_file(&path) {
+            Ok(()) => Ok(bytes),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(0),
+            Err(e) => Err(Error::io("remove blob", &path, e)),
+        }
+    }
+
+    /// Size of blob `h`'s file (0 if absent).
+    pub fn file_bytes(&self, h: &[u8; 32]) -> u64 {
+        std::fs::metadata(self.path(h))
+            .map(|m| m.len())
+            .unwrap_or(0)
+    }
+
+    /// Make removals durable: fsync the blob directory (if it exists).
+    pub fn sync(&self) -> Result<()> {
+        if self.dir.is_dir() {
+            self.sync_dir()
+        } else {
+            Ok(())
+        }
+    }
+
     fn sync_dir(&self) -> Result<()> {
         std::fs::File::open(&self.dir)
             .and_then(|d| d.sync_all())

@@ -1,0 +1,515 @@
+//! Segment collection (FORMAT.md §14): rewrite sealed segments whose live
+//! fraction is low into compacted segments holding only their live frames,
+//! grouped by session, and remove the files of the ranges they replace.
+//!
+//! It runs on demand on a store directory ([`collect`]): it takes the
+//! store's lock (so no writer runs meanwhile), runs the recovery pass and its
+//! repairs like a writable open, decides what is live, and then performs
+//! the steps of §14.4, each durable before the next: the manifest of
+//! reclaimed sessions, the removal of the index checkpoint, and per range
+//! a temp file, its fdatasync, the rename over the range's first id, the
+//! directory fsync, the removal of the range's other files and a directory
+//! fsync. The crash argument is §14.4's: after a power cut at any of these
+//! operations the store opens with the same sessions and events.
+//!
+//! Which sessions are dead is the caller's to say (the engine treats
+//! payloads as opaque): [`crate::session::gc::collect`] passes the session
+//! layer's rule (the last event is a `session/delete` tombstone).
+
+use std::collections::HashMap;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Instant;
+
+use serde::Serialize;
+
+use crate::error::{Error, Result};
+use crate::frame::{
+    decode_frame, encode_frame, BatchHeader, Compaction, Salt, SegmentHeader, BATCH_BODY_BYTES_MAX,
+    BATCH_HEADER_BYTES, KIND_SESSION_DEFINE, SEGMENT_HEADER_BYTES,
+};
+use crate::index::checkpoint;
+use crate::index::reclaimed::{self, Reclaimed, MANIFEST_TMP_FILE};
+use crate::log::{read_segment, segment_path, SegmentBytes};
+use crate::recovery::{self, check_batch, RecoveryMode};
+use crate::types::{LogPos, SegmentId, SessionId};
+use crate::vfs::{OsVfs, Vfs};
+
+use super::LOCK_FILE;
+
+/// How a collection runs.
+#[derive(Debug, Clone)]
+pub struct CollectOptions {
+    /// The file layer (the simulated one in crash tests).
+    pub vfs: Arc<dyn Vfs>,
+    /// A sealed segment is rewritten when its live bytes are below this
+    /// fraction of its data (0.0 rewrites only segments with no live
+    /// frame; 1.0 every segment holding garbage). Default 0.5.
+    pub threshold: f64,
+    /// Live bytes at most in one compacted file: a longer run of selected
+    /// segments is split into several ranges. Default 256 MiB.
+    pub max_range_bytes: u64,
+    /// Decide and report, change nothing (no repair either).
+    pub dry_run: bool,
+}
+
+impl Default for CollectOptions {
+    fn default() -> Self {
+        CollectOptions {
+            vfs: Arc::new(OsVfs),
+            threshold: 0.5,
+            max_range_bytes: 256 << 20,
+            dry_run: false,
+        }
+    }
+}
+
+/// One session, as the liveness rule sees it.
+#[derive(Debug)]
+pub struct CollectCandidate<'a> {
+    pub name: &'a str,
+    /// Events, inherited ones included.
+    pub len: u64,
+    /// Kind and payload of its first event (seq 0, inherited for a fork).
+    pub first: Option<(u16, &'a [u8])>,
+    /// Kind and payload of its last event (`None` if it has none).
+    pub last: Option<(u16, &'a [u8])>,
+}
+
+/// What a collection did (or, dry, would do).
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct CollectReport {
+    pub dry_run: bool,
+    /// Sealed segment files looked at (the last segment is never touched).
+    pub segments_examined: u32,
+    /// Compacted files written (one per range).
+    pub ranges_rewritten: u32,
+    /// Segment files removed (the other files of each range).
+    pub segment_files_removed: u32,
+    /// Sessions dead at this collection that were not reclaimed before.
+    pub sessions_reclaimed: u64,
+    /// Bytes of the sealed segment files before.
+    pub bytes_before: u64,
+    /// Bytes of live frames in them (FORMAT.md §14.1), padding included.
+    pub bytes_live: u64,
+    /// Bytes of the sealed segment files after.
+    pub bytes_after: u64,
+    /// `bytes_before - bytes_after`.
+    pub bytes_reclaimed: u64,
+    /// Blob files looked at (FORMAT.md §15; filled by the session layer's
+    /// collection, [`crate::session::gc`], after the segments).
+    pub blobs_examined: u64,
+    /// Blob files no live event references, removed (or, dry, that would be).
+    pub blobs_removed: u64,
+    /// Their bytes.
+    pub blob_bytes_reclaimed: u64,
+    pub duration_us: u64,
+}
+
+/// A frame of a sealed segment, as the collector walks it.
+struct WalkedFrame {
+    session: SessionId,
+    kind: u16,
+    flags: u16,
+    seq: u64,
+    /// Payload's byte range in its segment's bytes.
+    payload: (usize, usize),
+    padded: u64,
+}
+
+struct Sealed {
+    id: SegmentId,
+    header: SegmentHeader,
+    compaction: Option<Compaction>,
+    bytes: SegmentBytes,
+    file_len: u64,
+    data_end: u64,
+    frames: Vec<WalkedFrame>,
+    live_bytes: u64,
+    dead_bytes: u64,
+}
+
+/// Collect the store in `dir` (FORMAT.md §14.4). `is_dead` says which
+/// sessions not yet reclaimed are dead.
+pub fn collect(
+    dir: &Path,
+    opts: &CollectOptions,
+    is_dead: &dyn Fn(&CollectCandidate<'_>) -> bool,
+) -> Result<CollectReport> {
+    let started = Instant::now();
+    let vfs = opts.vfs.as_ref();
+    if !vfs.is_dir(dir) {
+        return Err(Error::NoStore {
+            dir: dir.to_path_buf(),
+            detail: "no such directory".into(),
+        });
+    }
+    if !(0.0..=1.0).contains(&opts.threshold) {
+        return Err(Error::InvalidArgument(format!(
+            "gc threshold {} is not between 0 and 1",
+            opts.threshold
+        )));
+    }
+    let _lock = vfs
+        .lock_exclusive(&dir.join(LOCK_FILE))
+        .map_err(|e| Error::Locked {
+            dir: dir.to_path_buf(),
+            detail: e.to_string(),
+        })?;
+    // Recover (and, unless dry, repair) like a writable open, with a full
+    // scan: the collection reads every sealed segment anyway, and the
+    // segments a checkpoint covers are not listed by a scan from it.
+    let rec = recovery::recover(vfs, dir, RecoveryMode::TolerateTornTail, None, None, true)?;
+    let had_bad_checkpoint = false;
+    let (Some(store_id), Some((tail_seg, _, _))) = (rec.store_id, rec.tail) else {
+        return Err(Error::NoStore {
+            dir: dir.to_path_buf(),
+            detail: "no segment files".into(),
+        });
+    };
+    if !opts.dry_run {
+        recovery::apply(vfs, dir, &rec, had_bad_checkpoint)?;
+        remove_stale_temps(vfs, dir)?;
+    }
+    let ix = &rec.index;
+    let mut report = CollectReport {
+        dry_run: opts.dry_run,
+        ..Default::default()
+    };
+
+    // §14.1: who is dead, and how much of each dead session its live
+    // descendants still read.
+    let n = ix.sessions.len();
+    let mut cache: HashMap<SegmentId, SegmentBytes> = HashMap::new();
+    let mut dead: Vec<bool> = (0..n)
+        .map(|i| ix.reclaimed.contains_key(&SessionId(i as u32)))
+        .collect();
+    for (i, e) in ix.sessions.iter().enumerate() {
+        if dead[i] {
+            continue;
+        }
+        let id = SessionId(i as u32);
+        let len = e.len();
+        let last = match ix.last_position(id) {
+            None => None,
+            Some(p) => Some(frame_at(vfs, dir, store_id, &mut cache, LogPos(p))?),
+        };
+        let first = match ix.position(id, 0) {
+            None => None,
+            Some(p) => Some(frame_at(vfs, dir, store_id, &mut cache, LogPos(p))?),
+        };
+        let cand = CollectCandidate {
+            name: &e.name,
+            len,
+            first: first.as_ref().map(|(k, p)| (*k, p.as_slice())),
+            last: last.as_ref().map(|(k, p)| (*k, p.as_slice())),
+        };
+        if is_dead(&cand) {
+            dead[i] = true;
+            report.sessions_reclaimed += 1;
+        }
+    }
+    drop(cache);
+    let mut need = vec![0u64; n];
+    let mut reach = vec![0u64; n];
+    for i in (0..n).rev() {
+        let e = &ix.sessions[i];
+        need[i] = if dead[i] {
+            let r = reach[i];
+            ix.reclaimed
+                .get(&SessionId(i as u32))
+                .map_or(r, |k| r.min(*k))
+        } else {
+            e.len()
+        };
+        if let Some((p, upto)) = e.parent {
+            if (p.0 as usize) < i {
+                let r = &mut reach[p.0 as usize];
+                *r = (*r).max(need[i].min(upto));
+            }
+        }
+    }
+    let manifest: Reclaimed = (0..n)
+        .filter(|i| dead[*i])
+        .map(|i| (SessionId(i as u32), need[i]))
+        .collect();
+    let live =
+        |f: &WalkedFrame| f.kind == KIND_SESSION_DEFINE || f.seq < need[f.session.0 as usize];
+
+    // Walk the sealed segments (every one but the last).
+    let mut sealed: Vec<Sealed> = Vec::new();
+    for id in rec.segments.iter().copied().filter(|s| *s < tail_seg) {
+        let path = segment_path(dir, id);
+        let bytes = read_segment(vfs, &path, true)?;
+        let header = SegmentHeader::decode(&bytes)
+            .map_err(|e| Error::corrupt(&path, 0, format!("segment header: {e}")))?;
+        let compaction = Compaction::of_header(&bytes);
+        let salt = Salt {
+            store_id,
+            segment: id,
+        };
+        let (frames, data_end) = walk(&bytes, &salt)
+            .map_err(|(off, why)| Error::corrupt(&path, off, format!("while collecting: {why}")))?;
+        let (mut live_bytes, mut dead_bytes) = (0, 0);
+        for f in &frames {
+            if live(f) {
+                live_bytes += f.padded;
+            } else {
+                dead_bytes += f.padded;
+            }
+        }
+        report.segments_examined += 1;
+        report.bytes_before += bytes.len() as u64;
+        report.bytes_live += live_bytes;
+        sealed.push(Sealed {
+            id,
+            header,
+            compaction,
+            file_len: bytes.len() as u64,
+            bytes,
+            data_end: data_end as u64,
+            frames,
+            live_bytes,
+            dead_bytes,
+        });
+    }
+
+    // Select, and cut the selected runs into ranges.
+    // Selected: holds garbage, and no live event or live bytes below the
+    // threshold (defines are always live, §14.1).
+    let selected = |s: &Sealed| {
+        let live_events = s
+            .frames
+            .iter()
+            .any(|f| f.kind != KIND_SESSION_DEFINE && live(f));
+        s.dead_bytes > 0
+            && (!live_events || (s.live_bytes as f64) < opts.threshold * s.data_end as f64)
+    };
+    let mut ranges: Vec<std::ops::Range<usize>> = Vec::new();
+    let mut i = 0;
+    while i < sealed.len() {
+        if !selected(&sealed[i]) {
+            i += 1;
+            continue;
+        }
+        let start = i;
+        let mut bytes = 0;
+        while i < sealed.len()
+            && selected(&sealed[i])
+            && (i == start || bytes + sealed[i].live_bytes <= opts.max_range_bytes)
+        {
+            bytes += sealed[i].live_bytes;
+            i += 1;
+        }
+        ranges.push(start..i);
+    }
+
+    let next_first_batch_seq = |end: usize| -> Result<u64> {
+        match sealed.get(end) {
+            Some(s) => Ok(s.header.first_batch_seq),
+            None => {
+                let path = segment_path(dir, tail_seg);
+                let b = read_segment(vfs, &path, true)?;
+                SegmentHeader::decode(&b)
+                    .map(|h| h.first_batch_seq)
+                    .map_err(|e| Error::corrupt(&path, 0, format!("segment header: {e}")))
+            }
+        }
+    };
+
+    let mut after = report.bytes_before;
+    if !ranges.is_empty() && !opts.dry_run {
+        // Step 2: the manifest, before any tombstone goes.
+        if manifest != ix.reclaimed {
+            reclaimed::write(vfs, dir, store_id, &manifest)?;
+        }
+        // Step 3: no checkpoint names positions in the files that change.
+        checkpoint::remove(vfs, dir)?;
+        let tmp = dir.join(checkpoint::CHECKPOINT_TMP_FILE);
+        if vfs.exists(&tmp) {
+            vfs.remove(&tmp)
+                .map_err(|e| Error::io("remove stale checkpoint", &tmp, e))?;
+        }
+        vfs.sync_dir(dir)
+            .map_err(|e| Error::io("fsync directory", dir, e))?;
+    }
+    for r in &ranges {
+        let files = &sealed[r.clone()];
+        let first = &files[0];
+        let last = &files[files.len() - 1];
+        let compaction = Compaction {
+            last_segment: last.compaction.map_or(last.id, |c| c.last_segment),
+            next_batch_seq: next_first_batch_seq(r.end)?,
+        };
+        let header = compaction.encode_header(&first.header);
+        // The live frames of the range, grouped by session (§14.3).
+        let mut order: Vec<(u32, bool, u64, usize, usize)> = Vec::new();
+        for (fi, s) in files.iter().enumerate() {
+            for (k, f) in s.frames.iter().enumerate() {
+                if live(f) {
+                    order.push((f.session.0, f.kind != KIND_SESSION_DEFINE, f.seq, fi, k));
+                }
+            }
+        }
+        order.sort_unstable();
+        let salt = Salt {
+            store_id,
+            segment: first.id,
+        };
+        let mut batches: Vec<Vec<u8>> = Vec::new();
+        let mut body: Vec<u8> = Vec::new();
+        let mut count = 0u32;
+        let mut cur: Option<u32> = None;
+        let flush = |body: &mut Vec<u8>, count: &mut u32, batches: &mut Vec<Vec<u8>>| {
+            if *count == 0 {
+                return;
+            }
+            let h = BatchHeader {
+                body_len: body.len() as u32,
+                batch_seq: first.header.first_batch_seq,
+                frame_count: *count,
+                body_crc: salt.crc(body),
+                flags: 0,
+            };
+            let mut b = h.encode(&salt).to_vec();
+            b.append(body);
+            batches.push(b);
+            *count = 0;
+        };
+        for (sess, _, _, fi, k) in &order {
+            let f = &files[*fi].frames[*k];
+            if cur != Some(*sess) || body.len() + f.padded as usize > BATCH_BODY_BYTES_MAX {
+                flush(&mut body, &mut count, &mut batches);
+                cur = Some(*sess);
+            }
+            let payload = &files[*fi].bytes[f.payload.0..f.payload.1];
+            encode_frame(&mut body, &salt, f.session, f.kind, f.flags, f.seq, payload);
+            count += 1;
+        }
+        flush(&mut body, &mut count, &mut batches);
+        let new_len =
+            SEGMENT_HEADER_BYTES as u64 + batches.iter().map(|b| b.len() as u64).sum::<u64>();
+        after -= files.iter().map(|s| s.file_len).sum::<u64>();
+        after += new_len;
+        report.ranges_rewritten += 1;
+        report.segment_files_removed += files.len() as u32 - 1;
+        if opts.dry_run {
+            continue;
+        }
+        // Step 4: temp file, fdatasync, rename over the first id, directory
+        // fsync; then the range's other files, directory fsync.
+        let dst = segment_path(dir, first.id);
+        let tmp = dst.with_extension("tseg.tmp");
+        let f = vfs
+            .create_truncate(&tmp)
+            .map_err(|e| Error::io("create compacted segment", &tmp, e))?;
+        f.write_all_at(&header, 0)
+            .map_err(|e| Error::io("write compacted segment", &tmp, e))?;
+        let mut at = SEGMENT_HEADER_BYTES as u64;
+        for b in &batches {
+            f.write_all_at(b, at)
+                .map_err(|e| Error::io("write compacted segment", &tmp, e))?;
+            at += b.len() as u64;
+        }
+        f.sync_data()
+            .map_err(|e| Error::io("fsync compacted segment", &tmp, e))?;
+        drop(f);
+        vfs.rename(&tmp, &dst)
+            .map_err(|e| Error::io("rename compacted segment", &dst, e))?;
+        vfs.sync_dir(dir)
+            .map_err(|e| Error::io("fsync directory", dir, e))?;
+        if files.len() > 1 {
+            for s in &files[1..] {
+                let p = segment_path(dir, s.id);
+                vfs.remove(&p)
+                    .map_err(|e| Error::io("remove collected segment", &p, e))?;
+            }
+            vfs.sync_dir(dir)
+                .map_err(|e| Error::io("fsync directory", dir, e))?;
+        }
+    }
+    if ranges.is_empty() {
+        report.sessions_reclaimed = 0; // nothing written: nothing reclaimed yet
+    }
+    report.bytes_after = after;
+    report.bytes_reclaimed = report.bytes_before - after;
+    report.duration_us = started.elapsed().as_micros() as u64;
+    Ok(report)
+}
+
+/// Kind and payload of the frame at `pos`.
+fn frame_at(
+    vfs: &dyn Vfs,
+    dir: &Path,
+    store_id: [u8; 16],
+    cache: &mut HashMap<SegmentId, SegmentBytes>,
+    pos: LogPos,
+) -> Result<(u16, Vec<u8>)> {
+    let seg = pos.segment();
+    let path = segment_path(dir, seg);
+    let bytes = match cache.entry(seg) {
+        std::collections::hash_map::Entry::Occupied(e) => e.into_mut(),
+        std::collections::hash_map::Entry::Vacant(e) => e.insert(read_segment(vfs, &path, true)?),
+    };
+    let off = pos.offset() as usize;
+    let salt = Salt {
+        store_id,
+        segment: seg,
+    };
+    let h = decode_frame(bytes.get(off..).unwrap_or(&[]), &salt)
+        .map_err(|e| Error::corrupt(&path, off as u64, format!("frame: {e}")))?;
+    let start = off + crate::frame::FRAME_HEADER_BYTES;
+    Ok((h.kind, bytes[start..off + h.frame_len as usize].to_vec()))
+}
+
+/// Every frame of a segment whose batches recovery accepted (an ordinary or
+/// a compacted one), and the end of its data.
+#[allow(clippy::type_complexity)]
+fn walk(
+    bytes: &[u8],
+    salt: &Salt,
+) -> std::result::Result<(Vec<WalkedFrame>, usize), (u64, String)> {
+    let mut out = Vec::new();
+    let mut off = SEGMENT_HEADER_BYTES;
+    while off + BATCH_HEADER_BYTES <= bytes.len()
+        && bytes[off..off + BATCH_HEADER_BYTES].iter().any(|b| *b != 0)
+    {
+        let (h, frames) =
+            check_batch(bytes, salt, off, None).map_err(|f| (f.offset as u64, f.detail))?;
+        for f in frames {
+            let start = f.pos.offset() as usize + crate::frame::FRAME_HEADER_BYTES;
+            out.push(WalkedFrame {
+                session: f.header.session,
+                kind: f.header.kind,
+                flags: f.header.flags,
+                seq: f.header.seq,
+                payload: (start, start + f.payload.len()),
+                padded: f.header.padded_len() as u64,
+            });
+        }
+        off += BATCH_HEADER_BYTES + h.body_len as usize;
+    }
+    Ok((out, off))
+}
+
+/// Remove what an interrupted collection left: `gc.manifest.tmp` and
+/// `*.tseg.tmp` (never names recovery reads, FORMAT.md §14).
+fn remove_stale_temps(vfs: &dyn Vfs, dir: &Path) -> Result<()> {
+    let names = vfs
+        .list(dir)
+        .map_err(|e| Error::io("list store directory", dir, e))?;
+    let mut removed = false;
+    for n in names {
+        if n == MANIFEST_TMP_FILE || n.ends_with(".tseg.tmp") {
+            let p = dir.join(&n);
+            vfs.remove(&p)
+                .map_err(|e| Error::io("remove stale collection file", &p, e))?;
+            removed = true;
+        }
+    }
+    if removed {
+        vfs.sync_dir(dir)
+            .map_err(|e| Error::io("fsync directory", dir, e))?;
+    }
+    Ok(())
+}
