@@ -24,6 +24,9 @@ pub struct GcArgs {
     /// Rewrite a sealed segment when its live bytes are below this fraction of its data (0 to 1).
     #[arg(long, default_value_t = 0.5)]
     pub threshold: f64,
+    /// Also rewrite sealed segments without garbage, grouping each session's frames together (locality for cold reads of one session).
+    #[arg(long)]
+    pub regroup: bool,
     /// Retention: also collect sessions whose last event is older than this (e.g. 30d, 12h, 90s, 500ms).
     #[arg(long, value_parser = parse_duration_ms)]
     pub expire_after: Option<u64>,
@@ -64,6 +67,7 @@ pub fn run(a: &GcArgs) -> Result<ExitCode, Failure> {
     let opts = CollectOptions {
         threshold: a.threshold,
         dry_run: a.dry_run,
+        regroup: a.regroup,
         ..Default::default()
     };
     let retention = turnstone::session::gc::Retention {

@@ -51,6 +51,12 @@ pub struct CollectOptions {
     pub max_range_bytes: u64,
     /// Decide and report, change nothing (no repair either).
     pub dry_run: bool,
+    /// Also rewrite sealed segments that hold no garbage (every ordinary
+    /// sealed segment is selected), so that each session's frames sit
+    /// together in the compacted files (FORMAT.md §14.3: frames grouped by
+    /// session): the locality a cold read of one session wants (issue 21).
+    /// Already compacted files without garbage are left alone.
+    pub regroup: bool,
 }
 
 impl Default for CollectOptions {
@@ -60,6 +66,7 @@ impl Default for CollectOptions {
             threshold: 0.5,
             max_range_bytes: 256 << 20,
             dry_run: false,
+            regroup: false,
         }
     }
 }
@@ -282,8 +289,9 @@ pub fn collect(
             .frames
             .iter()
             .any(|f| f.kind != KIND_SESSION_DEFINE && live(f));
-        s.dead_bytes > 0
-            && (!live_events || (s.live_bytes as f64) < opts.threshold * s.data_end as f64)
+        (opts.regroup && s.compaction.is_none())
+            || (s.dead_bytes > 0
+                && (!live_events || (s.live_bytes as f64) < opts.threshold * s.data_end as f64))
     };
     let mut ranges: Vec<std::ops::Range<usize>> = Vec::new();
     let mut i = 0;
@@ -319,8 +327,11 @@ pub fn collect(
 
     let mut after = report.bytes_before;
     if !ranges.is_empty() && !opts.dry_run {
-        // Step 2: the manifest, before any tombstone goes.
-        if manifest != ix.reclaimed {
+        // Step 2: the manifest, before any tombstone goes. It is written
+        // whenever a segment is rewritten, even with no entry (a regroup of
+        // a store with nothing dead): recovery looks for compacted headers
+        // only in a store that has one (§14.3).
+        if manifest != ix.reclaimed || !vfs.exists(&dir.join(reclaimed::MANIFEST_FILE)) {
             reclaimed::write(vfs, dir, store_id, &manifest)?;
         }
         // Step 3: no checkpoint names positions in the files that change.
