@@ -3,8 +3,12 @@
 //!
 //! ```text
 //! cargo run --release -p turnstone-benches --bin cold_reads -- [--mb 300]
-//!     [--sessions 256] [--runs 3] [--dir BASE] [--session K]
+//!     [--sessions 256] [--runs 3] [--dir BASE] [--session K] [--regroup]
 //! ```
+//!
+//! With `--regroup` the turnstone store is rewritten by `turnstone gc
+//! --regroup` (FORMAT.md §14.4) after it is built: each session's frames
+//! then sit together in the compacted segments (the locality rewrite).
 //!
 //! Builds a turnstone store of `--mb` MiB of frames whose sessions append in
 //! turn (every session's frames interleaved with everyone else's, the worst
@@ -46,12 +50,13 @@ struct Args {
     base: PathBuf,
     session: u32,
     seed: u64,
+    regroup: bool,
 }
 
 fn usage() -> ! {
     eprintln!(
         "usage: cold_reads [--mb MIB] [--sessions N] [--runs N] [--dir BASE] \
-         [--session K] [--seed S]"
+         [--session K] [--seed S] [--regroup]"
     );
     std::process::exit(2)
 }
@@ -64,6 +69,7 @@ fn parse_args() -> Args {
         base: std::env::temp_dir(),
         session: 7,
         seed: 1,
+        regroup: false,
     };
     let argv: Vec<String> = std::env::args().skip(1).collect();
     let mut it = argv.iter();
@@ -76,6 +82,7 @@ fn parse_args() -> Args {
             "--dir" => a.base = PathBuf::from(val()),
             "--session" => a.session = val().parse().unwrap_or_else(|_| usage()),
             "--seed" => a.seed = val().parse().unwrap_or_else(|_| usage()),
+            "--regroup" => a.regroup = true,
             _ => usage(),
         }
     }
@@ -145,6 +152,23 @@ fn run(a: &Args) -> Result<()> {
         frame_bytes,
         frame_bytes as f64 / (1 << 20) as f64,
     );
+    if a.regroup {
+        let t = Instant::now();
+        let r = turnstone::session::gc::collect(
+            &ts_dir,
+            &turnstone::gc::CollectOptions {
+                regroup: true,
+                ..Default::default()
+            },
+        )?;
+        println!(
+            "regrouped: {} range(s) rewritten, {} files removed, {:.0} MiB live, in {:.1} s",
+            r.ranges_rewritten,
+            r.segment_files_removed,
+            r.bytes_live as f64 / (1 << 20) as f64,
+            t.elapsed().as_secs_f64()
+        );
+    }
     let name = wl.name(a.session).to_string();
     let mut ts = Vec::new();
     let mut sql = Vec::new();

@@ -8,8 +8,11 @@
 //!   index's positions order and coalesce, each fetching only its frames'
 //!   bytes ([`VfsFile::read_sparse`]: no read-ahead window per frame
 //!   touched) into one buffer reused for the walk;
-//! - any other run of a sealed segment is read from the segment's map,
-//!   mapped once;
+//! - a dense run of a sealed segment that the page cache does not hold is
+//!   fetched the same way (exact reads of up to 1 MiB, no read-ahead window
+//!   past the run);
+//! - any other run of a sealed segment (the page cache holds it) is read
+//!   from the segment's map, mapped once;
 //! - any other run of the active segment of a writable store is lent as one
 //!   span out of its live map (those frames are durable and never written
 //!   again);
@@ -222,8 +225,14 @@ impl SegmentReader {
             Ok(ControlFlow::Continue(()))
         };
         let sealed = run.seg < SegmentId(self.active_segment.load(Ordering::SeqCst));
-        let sparse = self.sparse_enabled.load(Ordering::Relaxed) && is_sparse(run.positions);
-        if sealed && sparse {
+        let enabled = self.sparse_enabled.load(Ordering::Relaxed);
+        let sparse = enabled && is_sparse(run.positions);
+        // A run of a sealed segment that the page cache does not hold is
+        // fetched by exact reads whether it is sparse or dense: a dense run
+        // (a session's frames grouped by a regroup, FORMAT.md §14.3) read
+        // through the map would fault in a whole read-ahead window past its
+        // end (8 MiB here) for a run of 1 MiB.
+        if sealed && enabled {
             let file = self.sealed_file(run.seg)?;
             if !run_cached(file.as_ref(), run.positions) {
                 self.counts.sparse_runs.fetch_add(1, Ordering::Relaxed);
