@@ -19,7 +19,7 @@ use std::io::{self, Read, Write};
 use std::path::{Path, PathBuf};
 
 use crate::error::{Error, Result};
-use crate::frame::{align_up, PAYLOAD_BYTES_MAX, SESSION_NAME_BYTES_MAX};
+use crate::frame::{align_up, u16_at, u32_at, u64_at, PAYLOAD_BYTES_MAX, SESSION_NAME_BYTES_MAX};
 
 /// First 8 bytes of an archive file.
 pub const ARCHIVE_MAGIC: [u8; 8] = *b"TSTNARC\0";
@@ -241,16 +241,6 @@ fn header_crc(h: &[u8], name: &[u8]) -> u32 {
     c.update(&h[..28]);
     c.update(name);
     c.finalize()
-}
-
-fn u16_at(b: &[u8], at: usize) -> u16 {
-    u16::from_le_bytes([b[at], b[at + 1]])
-}
-fn u32_at(b: &[u8], at: usize) -> u32 {
-    u32::from_le_bytes(b[at..at + 4].try_into().expect("4 bytes"))
-}
-fn u64_at(b: &[u8], at: usize) -> u64 {
-    u64::from_le_bytes(b[at..at + 8].try_into().expect("8 bytes"))
 }
 
 /// `Err(offset)` of the first nonzero byte in `b[from..to]`.
