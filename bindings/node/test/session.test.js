@@ -59,12 +59,20 @@ test('bad input throws typed errors and writes nothing', async () => {
   assert.equal(kindOf(() => s.append('turn/end', { turn_id: 'x' }, { surface: 'append' })), 'invalid_argument')
   assert.equal(kindOf(() => s.append('tool/call', { name: 3 })), 'invalid_argument')
   assert.equal(kindOf(() => s.append('no/such-kind', {})), 'invalid_argument')
-  assert.equal(kindOf(() => s.user('x'.repeat(17 * 1024 * 1024))), 'too_large')
+  // Over the payload limit inline: 70 blocks of 250 KB, each under the blob
+  // threshold (256 KiB), so none goes out of line.
+  assert.equal(kindOf(() => s.user(Array(70).fill({ type: 'text', text: 'x'.repeat(250_000) }))), 'too_large')
   assert.throws(() => s.append('user/message', { content: [] }, { surface: 42 }), TypeError)
   assert.throws(() => s.append('user/message', undefined, { surface: 'append' }), TypeError)
+  assert.equal(s.length, n)
+  // One 17 MiB block is stored once as a blob (FORMAT.md §15) and reads back.
+  const huge = 'x'.repeat(17 * 1024 * 1024)
+  s.user(huge)
+  await s.flush()
+  assert.equal((await s.events()).at(-1).data.content[0].text, huge)
   assert.equal(kindOf(() => st.createSession('b')), 'session_exists')
   assert.equal(kindOf(() => s.messages('gemini')), 'invalid_argument')
-  assert.equal(s.length, n)
+  assert.equal(s.length, n + 1)
   await assert.rejects(st.openSession('missing'), (e) => e instanceof TurnstoneError && e.kind === 'unknown_session')
   await st.close()
   assert.equal(kindOf(() => st.createSession('c')), 'closed')
@@ -88,7 +96,8 @@ test('toolCall: order, refusal, abort, failure, oversized result', async () => {
     ToolAborted,
   )
   await assert.rejects(s.toolCall('c4', 'div', {}, async () => { throw new Error('boom') }), /boom/)
-  const big = await s.toolCall('c5', 'big', {}, () => 'y'.repeat(17 * 1024 * 1024))
+  // Too large inline: many blocks each under the blob threshold.
+  const big = await s.toolCall('c5', 'big', {}, () => Array(70).fill({ type: 'text', text: 'y'.repeat(250_000) }))
   assert.match(big.notRecorded, /not recorded/)
   const results = Object.fromEntries((await s.events()).filter((e) => e.kind === 'tool/result').map((e) => [e.data.call_id, e.data]))
   assert.deepEqual(Object.keys(results).sort(), ['c1', 'c2', 'c3', 'c4', 'c5'])

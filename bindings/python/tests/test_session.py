@@ -58,7 +58,9 @@ def test_bad_input_raises_and_writes_nothing(store):
         lambda: s.append("turn/end", {"turn_id": "x"}, surface="append"),
         lambda: s.append("tool/call", {"name": 3}),
         lambda: s.append("no/such-kind", {}),
-        lambda: s.user("x" * (17 * 1024 * 1024)),  # over the payload limit
+        # Over the payload limit inline: 70 blocks of 250 KB, each under the
+        # blob threshold (256 KiB), so none goes out of line.
+        lambda: s.user([{"type": "text", "text": "x" * 250_000}] * 70),
     ]
     kinds = []
     for case in cases:
@@ -67,6 +69,12 @@ def test_bad_input_raises_and_writes_nothing(store):
         kinds.append(error_kind(e.value))
     assert kinds[:4] == ["invalid_argument"] * 4
     assert kinds[4] == "too_large"
+    assert len(s) == n
+    # One 17 MiB block is stored once as a blob (FORMAT.md §15) and reads back.
+    big = "x" * (17 * 1024 * 1024)
+    s.user(big)
+    assert s.events()[-1]["data"]["content"][0]["text"] == big
+    n = len(s)
     with pytest.raises(TypeError):
         s.append("user/message", {"content": []}, surface=42)
     with pytest.raises(TypeError):
@@ -110,7 +118,8 @@ def test_tool_call_order_refusal_abort_and_failure(store):
         with s.tool_call("c4", "div", {}):
             1 / 0
     with s.tool_call("c5", "big", {}) as call:
-        call.result("y" * (17 * 1024 * 1024))
+        # Too large inline: many blocks each under the blob threshold.
+        call.result([{"type": "text", "text": "y" * 250_000}] * 70)
     assert call.not_recorded and "not recorded" in call.not_recorded
     results = {e["data"]["call_id"]: e["data"] for e in s.events() if e["kind"] == "tool/result"}
     assert set(results) == {"c1", "c2", "c3", "c4", "c5"}, "every call is closed"
