@@ -131,9 +131,10 @@ fn run_cached(file: &dyn VfsFile, positions: &[u64]) -> bool {
         .is_some_and(|span| file.is_cached(first, (span + SPARSE_TAIL_BYTES) as usize))
 }
 
-/// Whether a run of a sealed segment is read sparsely: unless the reads it
+/// Whether a run of the active segment is read sparsely (a sealed
+/// segment's uncached runs always are, dense or not): unless the reads it
 /// would make fetch at least half of the span of the run and that span is
-/// longer than one sparse read (then the map serves it better).
+/// longer than one sparse read (then the live map serves it better).
 fn is_sparse(positions: &[u64]) -> bool {
     let (Some(first), Some(last)) = (positions.first(), positions.last()) else {
         return false;
