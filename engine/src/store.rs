@@ -59,6 +59,20 @@ pub(crate) struct Shared {
     poller_started: std::sync::atomic::AtomicBool,
     /// The directory lock, released at close ([`Store::shutdown`]).
     lock: Mutex<Option<Box<dyn LockGuard>>>,
+    /// An online collection ([`Store::collect`]) replaces a range of sealed
+    /// segment files and the index positions into them under this lock's
+    /// write side; a read holds the read side from copying positions out of
+    /// the index until it has walked them, so it never reads a position in
+    /// a file that was replaced meanwhile.
+    gc_gate: RwLock<()>,
+    /// An online collection is rewriting segments: index checkpoints are
+    /// not written meanwhile (§14.4 step 3: none may name positions in
+    /// files about to change).
+    gc_active: std::sync::atomic::AtomicBool,
+    /// One online collection at a time.
+    gc_running: Mutex<()>,
+    /// Set at close: a running collection stops at its next step.
+    gc_stop: std::sync::atomic::AtomicBool,
 }
 
 /// An open store. Cheap to share across threads (`Arc<Store>` or `&Store`).
@@ -259,6 +273,13 @@ impl Store {
             return Err(Error::SessionExists(name.to_string()));
         }
         if let Some((p, upto)) = parent {
+            if let Some(keep) = ix.reclaimed.get(&p) {
+                // Collected (online) since the parent was looked up.
+                return Err(Error::SessionDeleted {
+                    session: ix.sessions[p.0 as usize].name.to_string(),
+                    seq: *keep,
+                });
+            }
             // Re-check under the lock: the parent cannot shrink, but be exact.
             if ix.entry(p).map_or(0, |e| e.len()) < upto {
                 return Err(Error::InvalidArgument(
@@ -417,6 +438,19 @@ impl Store {
         (durable, touched)
     }
 
+    /// Names of the sessions a collection reclaimed (FORMAT.md §14.2): they
+    /// are not listed by [`Store::sessions`], and appends, forks and
+    /// creations under these names are refused. A layer that numbers its
+    /// sessions (as `turnstone serve` does) must not reuse them.
+    pub fn reclaimed_names(&self) -> Vec<String> {
+        let ix = self.shared.index.read();
+        ix.reclaimed
+            .keys()
+            .filter_map(|id| ix.sessions.get(id.0 as usize))
+            .map(|e| e.name.to_string())
+            .collect()
+    }
+
     /// Read one event.
     pub fn read(&self, session: &str, seq: u64) -> Result<Event> {
         let mut v = self.read_range(session, seq..seq + 1)?;
@@ -513,6 +547,10 @@ impl Store {
     /// Calling it again does nothing.
     pub fn shutdown(&self) -> Result<()> {
         let sh = &*self.shared;
+        // Stop an online collection and wait for it: it must not rename or
+        // remove files once the directory lock is released.
+        sh.gc_stop.store(true, std::sync::atomic::Ordering::SeqCst);
+        drop(sh.gc_running.lock());
         let handle = self.flusher.lock().take();
         let Some(handle) = handle else {
             // Read-only (or already closed): end what follows this store.
@@ -559,6 +597,8 @@ impl Shared {
         range: std::ops::Range<u64>,
         mut visit: impl FnMut(EventRef<'_>) -> ControlFlow<()>,
     ) -> Result<u64> {
+        // Recursive: a visit may read again while a collection waits.
+        let _gate = self.gc_gate.read_recursive();
         let (positions, start, owners) = {
             let ix = self.index.read();
             let (sid, e) = ix
@@ -626,6 +666,10 @@ fn validate_session_name(name: &str) -> Result<()> {
 /// file never leads the log).
 fn write_checkpoint(sh: &Shared) -> Result<()> {
     let _guard = sh.checkpoint_lock.lock();
+    if sh.gc_active.load(std::sync::atomic::Ordering::SeqCst) {
+        // An online collection is moving frames; it writes one when done.
+        return Ok(());
+    }
     let (covered, next_batch_seq, (last_batch, last_batch_flags)) = {
         let st = sh.commit.lock();
         let Some(last) = st.durable_last_batch else {

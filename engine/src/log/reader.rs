@@ -186,6 +186,16 @@ impl SegmentReader {
         }
     }
 
+    /// Drop the open files and maps of segments `first..=last`: an online
+    /// collection replaced them (FORMAT.md §14.4), under the store's
+    /// collection gate, so no walk uses them meanwhile.
+    pub fn forget(&self, first: SegmentId, last: SegmentId) {
+        let keep = |id: &SegmentId| *id < first || *id > last;
+        self.files.write().retain(|id, _| keep(id));
+        self.maps.write().retain(|id, _| keep(id));
+        self.sealed_files.write().retain(|id, _| keep(id));
+    }
+
     /// Walk one segment's run of frames, lending each to `visit`.
     pub fn visit_run(
         &self,

@@ -5,6 +5,10 @@
 //! live fork point are reclaimed, and from then on it is not found (like a
 //! deleted session).
 //!
+//! A collection runs on demand on a closed store ([`collect`], `turnstone
+//! gc`), or online on an open one ([`collect_live`], and [`Background`],
+//! which runs it every so often with its I/O rate bounded).
+//!
 //! Retention is applied by a collection, not at read time: an expired
 //! session stays readable until a collection runs (`turnstone gc
 //! --expire-after`). It reads the `ts` of the session's envelopes (§10): a
@@ -12,12 +16,16 @@
 //! stream records) never expires.
 
 use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
 
-use serde::Deserialize;
+use parking_lot::{Condvar, Mutex};
+use serde::{Deserialize, Serialize};
 
 use crate::error::Result;
 use crate::gc::{CollectCandidate, CollectOptions, CollectReport};
 use crate::session::event::{self, CoreKind};
+use crate::Store;
 
 /// Store-wide retention rules, applied by a collection. `None`: no limit.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -44,11 +52,206 @@ pub fn collect_with(
 ) -> Result<CollectReport> {
     let r = *retention;
     let now = r.now_ms.unwrap_or_else(event::now_ms);
+    collect_with_rule(dir, opts, &|c| is_dead(c, &r, now))
+}
+
+/// Collect the store in `dir` with `is_dead` deciding which sessions are
+/// dead (a layer with records of its own, such as `turnstone serve`'s
+/// stream tombstones, passes its rule), then its unreferenced blob files.
+pub fn collect_with_rule(
+    dir: impl AsRef<Path>,
+    opts: &CollectOptions,
+    is_dead: &dyn Fn(&CollectCandidate<'_>) -> bool,
+) -> Result<CollectReport> {
     let started = std::time::Instant::now();
-    let mut report = crate::gc::collect(dir.as_ref(), opts, &|c| is_dead(c, &r, now))?;
+    let mut report = crate::gc::collect(dir.as_ref(), opts, is_dead)?;
     collect_blobs(dir.as_ref(), opts, &mut report)?;
     report.duration_us = started.elapsed().as_micros() as u64;
     Ok(report)
+}
+
+/// Collect `store` now, while it stays open (an online collection,
+/// [`Store::collect`]): deleted sessions, and the sessions `retention`
+/// expires now (never one a writable handle holds). Blob files are not
+/// collected online (the on-demand [`collect`] does).
+pub fn collect_live(
+    store: &Store,
+    opts: &CollectOptions,
+    retention: &Retention,
+) -> Result<CollectReport> {
+    let r = *retention;
+    let now = r.now_ms.unwrap_or_else(event::now_ms);
+    store.collect(opts, &|c| is_dead(c, &r, now))
+}
+
+/// How a [`Background`] collector runs.
+#[derive(Debug, Clone)]
+pub struct BackgroundOptions {
+    /// Time between the end of one collection and the start of the next.
+    pub interval: Duration,
+    /// Threshold, range size and rate (`rate_bytes_per_sec`: the bound on
+    /// the collection's I/O) of each collection; `vfs` and `dry_run` are
+    /// ignored (the store's own file layer is used).
+    pub collect: CollectOptions,
+    /// Retention applied at each collection.
+    pub retention: Retention,
+}
+
+impl Default for BackgroundOptions {
+    fn default() -> Self {
+        BackgroundOptions {
+            interval: Duration::from_secs(60),
+            collect: CollectOptions {
+                rate_bytes_per_sec: Some(64 << 20),
+                ..Default::default()
+            },
+            retention: Retention::default(),
+        }
+    }
+}
+
+/// What a [`Background`] collector did so far.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct BackgroundStats {
+    /// Collections run (finished, failed or retried).
+    pub runs: u64,
+    /// Collections that changed something.
+    pub productive: u64,
+    /// Sessions reclaimed (deleted or expired), over all collections.
+    pub sessions_reclaimed: u64,
+    /// Segment files removed, over all collections.
+    pub segment_files_removed: u64,
+    /// Segment bytes freed, over all collections.
+    pub bytes_reclaimed: u64,
+    /// Sum of the collections' durations.
+    pub busy_us: u64,
+    /// Bytes of the sealed segments the collections examined (their read
+    /// volume, for a throughput figure with `busy_us`).
+    pub bytes_examined: u64,
+    /// Collections that failed (the collector goes on, unless the store
+    /// is closed or poisoned).
+    pub errors: u64,
+    /// The last failure's message.
+    pub last_error: Option<String>,
+}
+
+/// Collects a store in the background while it is used: a thread that runs
+/// [`collect_live`] every `interval` until [`Background::stop`] (or drop),
+/// or until the store closes.
+pub struct Background {
+    stop: Arc<(Mutex<bool>, Condvar)>,
+    stats: Arc<Mutex<BackgroundStats>>,
+    handle: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Background {
+    /// Start collecting `store` in the background with the session layer's
+    /// rule (deleted sessions, and `opts.retention`).
+    pub fn start(store: Arc<Store>, opts: BackgroundOptions) -> Result<Background> {
+        let r = opts.retention;
+        Background::start_with_rule(
+            store,
+            opts,
+            Arc::new(move |c: &CollectCandidate<'_>| {
+                is_dead(c, &r, r.now_ms.unwrap_or_else(event::now_ms))
+            }),
+        )
+    }
+
+    /// Start collecting `store` in the background, with `is_dead` deciding
+    /// which sessions are dead (a layer with its own records, such as
+    /// `turnstone serve`'s stream tombstones, passes its own rule;
+    /// `opts.retention` is not applied then).
+    pub fn start_with_rule(
+        store: Arc<Store>,
+        opts: BackgroundOptions,
+        is_dead: Arc<dyn Fn(&CollectCandidate<'_>) -> bool + Send + Sync>,
+    ) -> Result<Background> {
+        if store.is_read_only() {
+            return Err(crate::Error::ReadOnly);
+        }
+        let stop = Arc::new((Mutex::new(false), Condvar::new()));
+        let stats = Arc::new(Mutex::new(BackgroundStats::default()));
+        let (stop2, stats2) = (stop.clone(), stats.clone());
+        let dir = store.dir().to_path_buf();
+        let handle = std::thread::Builder::new()
+            .name("turnstone-gc".into())
+            .spawn(move || {
+                let mut copts = opts.collect.clone();
+                copts.vfs = store.vfs().clone();
+                copts.dry_run = false;
+                loop {
+                    {
+                        let (m, cv) = &*stop2;
+                        let mut stopped = m.lock();
+                        if !*stopped {
+                            cv.wait_for(&mut stopped, opts.interval);
+                        }
+                        if *stopped {
+                            return;
+                        }
+                    }
+                    let result = store.collect(&copts, &*is_dead);
+                    let mut s = stats2.lock();
+                    s.runs += 1;
+                    match result {
+                        Ok(r) => {
+                            if r.ranges_rewritten > 0 {
+                                s.productive += 1;
+                            }
+                            s.sessions_reclaimed += r.sessions_reclaimed;
+                            s.segment_files_removed += r.segment_files_removed as u64;
+                            s.bytes_reclaimed += r.bytes_reclaimed;
+                            s.bytes_examined += r.bytes_before;
+                            s.busy_us += r.duration_us;
+                        }
+                        Err(crate::Error::Closed) => return,
+                        Err(e) => {
+                            s.errors += 1;
+                            s.last_error = Some(e.to_string());
+                            if matches!(e, crate::Error::Poisoned { .. }) {
+                                return;
+                            }
+                        }
+                    }
+                }
+            })
+            .map_err(|e| crate::Error::io("spawn the collector thread", dir, e))?;
+        Ok(Background {
+            stop,
+            stats,
+            handle: Some(handle),
+        })
+    }
+
+    /// What the collector did so far.
+    pub fn stats(&self) -> BackgroundStats {
+        self.stats.lock().clone()
+    }
+
+    /// Stop the collector, waiting for a collection in progress to finish
+    /// its current step (closing the store also stops it).
+    pub fn stop(mut self) -> BackgroundStats {
+        self.halt();
+        self.stats()
+    }
+
+    fn halt(&mut self) {
+        {
+            let (m, cv) = &*self.stop;
+            *m.lock() = true;
+            cv.notify_all();
+        }
+        if let Some(h) = self.handle.take() {
+            let _ = h.join();
+        }
+    }
+}
+
+impl Drop for Background {
+    fn drop(&mut self) {
+        self.halt();
+    }
 }
 
 /// Remove the blob files (FORMAT.md §15) that no live event references,
@@ -109,7 +312,10 @@ fn ts(payload: &[u8]) -> Option<u64> {
     serde_json::from_slice::<Ts>(payload).ok()?.ts
 }
 
-fn is_dead(c: &CollectCandidate<'_>, r: &Retention, now: u64) -> bool {
+/// The session layer's rule: whether `c` is dead at `now` (ms since the
+/// epoch) under `r`: its last event is a `session/delete` tombstone, or `r`
+/// expires it (never while a writable handle holds it).
+pub fn is_dead(c: &CollectCandidate<'_>, r: &Retention, now: u64) -> bool {
     let tombstone = CoreKind::SessionDelete.code();
     if c.last.is_some_and(|(kind, _)| kind == tombstone) {
         return true;
@@ -118,7 +324,8 @@ fn is_dead(c: &CollectCandidate<'_>, r: &Retention, now: u64) -> bool {
         (Some((_, p)), Some(limit)) => ts(p).is_some_and(|t| now.saturating_sub(t) > limit),
         _ => false,
     };
-    older(c.last, r.expire_after_ms) || older(c.first, r.max_age_ms)
+    // A session a writable handle holds is in use: retention waits.
+    !c.held && (older(c.last, r.expire_after_ms) || older(c.first, r.max_age_ms))
 }
 
 #[cfg(test)]
@@ -131,6 +338,7 @@ mod tests {
             len: 2,
             first: Some((5, first)),
             last: Some((last_kind, last)),
+            held: false,
         }
     }
 
@@ -168,6 +376,12 @@ mod tests {
             "first event too old"
         );
         assert!(!is_dead(&cand(new, new, 5), &age, 100_000));
+        let mut held = cand(old, old, 5);
+        held.held = true;
+        assert!(!is_dead(&held, &ttl, 100_000), "held: retention waits");
+        let mut held = cand(new, new, CoreKind::SessionDelete.code());
+        held.held = true;
+        assert!(is_dead(&held, &off, 100_000), "a held tombstone is dead");
         assert!(!is_dead(&cand(b"not json", b"\xff", 0xFFFF), &age, 100_000));
     }
 }

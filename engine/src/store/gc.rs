@@ -37,6 +37,8 @@ use crate::vfs::{OsVfs, Vfs};
 
 use super::LOCK_FILE;
 
+mod online;
+
 /// How a collection runs.
 #[derive(Debug, Clone)]
 pub struct CollectOptions {
@@ -57,6 +59,10 @@ pub struct CollectOptions {
     /// session): the locality a cold read of one session wants (issue 21).
     /// Already compacted files without garbage are left alone.
     pub regroup: bool,
+    /// An online collection ([`crate::Store::collect`]) reads and writes at
+    /// most this many bytes per second on average (`None`: no limit; the
+    /// on-demand collection ignores it).
+    pub rate_bytes_per_sec: Option<u64>,
 }
 
 impl Default for CollectOptions {
@@ -67,6 +73,7 @@ impl Default for CollectOptions {
             max_range_bytes: 256 << 20,
             dry_run: false,
             regroup: false,
+            rate_bytes_per_sec: None,
         }
     }
 }
@@ -81,6 +88,10 @@ pub struct CollectCandidate<'a> {
     pub first: Option<(u16, &'a [u8])>,
     /// Kind and payload of its last event (`None` if it has none).
     pub last: Option<(u16, &'a [u8])>,
+    /// A writable handle holds the session in this process (an online
+    /// collection; always false on demand, where the store is closed).
+    /// Retention never expires a held session.
+    pub held: bool,
 }
 
 /// What a collection did (or, dry, would do).
@@ -111,6 +122,10 @@ pub struct CollectReport {
     /// Their bytes.
     pub blob_bytes_reclaimed: u64,
     pub duration_us: u64,
+    /// An online collection found a session it had decided was dead
+    /// written to (or forked) before it could reclaim it, and changed
+    /// nothing; the next collection decides again.
+    pub retry: bool,
 }
 
 /// A frame of a sealed segment, as the collector walks it.
@@ -136,6 +151,130 @@ struct Sealed {
     dead_bytes: u64,
 }
 
+/// One session as a collection sees it, copied out of the index.
+struct CensusEntry {
+    name: Arc<str>,
+    len: u64,
+    parent: Option<(SessionId, u64)>,
+    first: Option<u64>,
+    last: Option<u64>,
+    /// Whether the session may be declared dead now (an online collection
+    /// only decides on what is durable).
+    eligible: bool,
+    /// A writable handle holds it in this process (online only).
+    held: bool,
+}
+
+/// The sessions of a store at one moment (§14.1's input).
+struct Census {
+    sessions: Vec<CensusEntry>,
+    reclaimed: Reclaimed,
+}
+
+impl Census {
+    fn of(ix: &crate::index::Index, eligible: impl Fn(Option<u64>) -> bool) -> Census {
+        let sessions = ix
+            .sessions
+            .iter()
+            .enumerate()
+            .map(|(i, e)| {
+                let id = SessionId(i as u32);
+                let last = ix.last_position(id);
+                CensusEntry {
+                    name: e.name.clone(),
+                    len: e.len(),
+                    parent: e.parent,
+                    first: ix.position(id, 0),
+                    last,
+                    eligible: eligible(last),
+                    held: false,
+                }
+            })
+            .collect();
+        Census {
+            sessions,
+            reclaimed: ix.reclaimed.clone(),
+        }
+    }
+}
+
+/// What a collection decided before it changes anything.
+struct Plan {
+    manifest: Reclaimed,
+    need: Vec<u64>,
+    sealed: Vec<Sealed>,
+    ranges: Vec<std::ops::Range<usize>>,
+    /// `first_batch_seq` of the segment after the last sealed one.
+    tail_first_batch_seq: u64,
+}
+
+impl Plan {
+    fn live(&self, f: &WalkedFrame) -> bool {
+        f.kind == KIND_SESSION_DEFINE
+            || self
+                .need
+                .get(f.session.0 as usize)
+                .is_none_or(|n| f.seq < *n)
+    }
+}
+
+/// A frame a rewrite moved: `(session, None)` for its define frame, or
+/// `(session, Some(seq))` for an event frame, and where it lies now.
+type Moved = (SessionId, Option<u64>, LogPos);
+
+/// Puts a range's durable compacted file in place: `(tmp, dst, (first id,
+/// last id), moved frames)`.
+type Install<'a> = dyn FnMut(&Path, &Path, (SegmentId, SegmentId), Vec<Moved>) -> Result<()> + 'a;
+
+/// Sleeps so that a collection's reads and writes stay under a rate, and
+/// stops an online collection when its store closes.
+struct Throttle<'a> {
+    rate: Option<u64>,
+    started: Instant,
+    bytes: u64,
+    stop: Option<&'a std::sync::atomic::AtomicBool>,
+}
+
+impl<'a> Throttle<'a> {
+    fn new(rate: Option<u64>, stop: Option<&'a std::sync::atomic::AtomicBool>) -> Throttle<'a> {
+        Throttle {
+            rate,
+            started: Instant::now(),
+            bytes: 0,
+            stop,
+        }
+    }
+    fn stopped(&self) -> Result<()> {
+        match self.stop {
+            Some(s) if s.load(std::sync::atomic::Ordering::SeqCst) => Err(Error::Closed),
+            _ => Ok(()),
+        }
+    }
+    fn consume(&mut self, bytes: u64) -> Result<()> {
+        self.stopped()?;
+        let Some(rate) = self.rate.filter(|r| *r > 0) else {
+            return Ok(());
+        };
+        self.bytes += bytes;
+        let due = std::time::Duration::from_secs_f64(self.bytes as f64 / rate as f64);
+        while let Some(wait) = due.checked_sub(self.started.elapsed()) {
+            std::thread::sleep(wait.min(std::time::Duration::from_millis(50)));
+            self.stopped()?;
+        }
+        Ok(())
+    }
+}
+
+fn check_threshold(opts: &CollectOptions) -> Result<()> {
+    if !(0.0..=1.0).contains(&opts.threshold) {
+        return Err(Error::InvalidArgument(format!(
+            "gc threshold {} is not between 0 and 1",
+            opts.threshold
+        )));
+    }
+    Ok(())
+}
+
 /// Collect the store in `dir` (FORMAT.md §14.4). `is_dead` says which
 /// sessions not yet reclaimed are dead.
 pub fn collect(
@@ -151,12 +290,7 @@ pub fn collect(
             detail: "no such directory".into(),
         });
     }
-    if !(0.0..=1.0).contains(&opts.threshold) {
-        return Err(Error::InvalidArgument(format!(
-            "gc threshold {} is not between 0 and 1",
-            opts.threshold
-        )));
-    }
+    check_threshold(opts)?;
     let _lock = vfs
         .lock_exclusive(&dir.join(LOCK_FILE))
         .map_err(|e| Error::Locked {
@@ -178,38 +312,111 @@ pub fn collect(
         recovery::apply(vfs, dir, &rec, had_bad_checkpoint)?;
         remove_stale_temps(vfs, dir)?;
     }
-    let ix = &rec.index;
+    let census = Census::of(&rec.index, |_| true);
+    let sealed_ids: Vec<SegmentId> = rec
+        .segments
+        .iter()
+        .copied()
+        .filter(|s| *s < tail_seg)
+        .collect();
     let mut report = CollectReport {
         dry_run: opts.dry_run,
         ..Default::default()
     };
+    let mut throttle = Throttle::new(None, None);
+    let plan = make_plan(
+        vfs,
+        dir,
+        store_id,
+        &census,
+        &sealed_ids,
+        tail_seg,
+        opts,
+        is_dead,
+        &mut report,
+        &mut throttle,
+    )?;
+    if !plan.ranges.is_empty() && !opts.dry_run {
+        // Step 2: the manifest, before any tombstone goes. It is written
+        // whenever a segment is rewritten, even with no entry (a regroup of
+        // a store with nothing dead): recovery looks for compacted headers
+        // only in a store that has one (§14.3).
+        if plan.manifest != census.reclaimed || !vfs.exists(&dir.join(reclaimed::MANIFEST_FILE)) {
+            reclaimed::write(vfs, dir, store_id, &plan.manifest)?;
+        }
+        // Step 3: no checkpoint names positions in the files that change.
+        remove_checkpoints(vfs, dir)?;
+    }
+    rewrite_ranges(
+        vfs,
+        dir,
+        store_id,
+        &plan,
+        opts,
+        &mut report,
+        &mut throttle,
+        &mut |tmp, dst, _, _| {
+            vfs.rename(tmp, dst)
+                .map_err(|e| Error::io("rename compacted segment", dst, e))
+        },
+    )?;
+    report.duration_us = started.elapsed().as_micros() as u64;
+    Ok(report)
+}
 
+/// Step 3 of §14.4: remove `index.ckpt` and `index.ckpt.tmp`, durably.
+fn remove_checkpoints(vfs: &dyn Vfs, dir: &Path) -> Result<()> {
+    checkpoint::remove(vfs, dir)?;
+    let tmp = dir.join(checkpoint::CHECKPOINT_TMP_FILE);
+    if vfs.exists(&tmp) {
+        vfs.remove(&tmp)
+            .map_err(|e| Error::io("remove stale checkpoint", &tmp, e))?;
+    }
+    vfs.sync_dir(dir)
+        .map_err(|e| Error::io("fsync directory", dir, e))
+}
+
+/// Step 1 of §14.4: decide the dead sessions and `need` (§14.1), walk the
+/// sealed segments `sealed_ids` (every segment before `tail_seg`) and
+/// select the ranges to rewrite.
+#[allow(clippy::too_many_arguments)]
+fn make_plan(
+    vfs: &dyn Vfs,
+    dir: &Path,
+    store_id: [u8; 16],
+    census: &Census,
+    sealed_ids: &[SegmentId],
+    tail_seg: SegmentId,
+    opts: &CollectOptions,
+    is_dead: &dyn Fn(&CollectCandidate<'_>) -> bool,
+    report: &mut CollectReport,
+    throttle: &mut Throttle<'_>,
+) -> Result<Plan> {
     // §14.1: who is dead, and how much of each dead session its live
     // descendants still read.
-    let n = ix.sessions.len();
+    let n = census.sessions.len();
     let mut cache: HashMap<SegmentId, SegmentBytes> = HashMap::new();
     let mut dead: Vec<bool> = (0..n)
-        .map(|i| ix.reclaimed.contains_key(&SessionId(i as u32)))
+        .map(|i| census.reclaimed.contains_key(&SessionId(i as u32)))
         .collect();
-    for (i, e) in ix.sessions.iter().enumerate() {
-        if dead[i] {
+    for (i, e) in census.sessions.iter().enumerate() {
+        if dead[i] || !e.eligible {
             continue;
         }
-        let id = SessionId(i as u32);
-        let len = e.len();
-        let last = match ix.last_position(id) {
+        let last = match e.last {
             None => None,
             Some(p) => Some(frame_at(vfs, dir, store_id, &mut cache, LogPos(p))?),
         };
-        let first = match ix.position(id, 0) {
+        let first = match e.first {
             None => None,
             Some(p) => Some(frame_at(vfs, dir, store_id, &mut cache, LogPos(p))?),
         };
         let cand = CollectCandidate {
             name: &e.name,
-            len,
+            len: e.len,
             first: first.as_ref().map(|(k, p)| (*k, p.as_slice())),
             last: last.as_ref().map(|(k, p)| (*k, p.as_slice())),
+            held: e.held,
         };
         if is_dead(&cand) {
             dead[i] = true;
@@ -220,14 +427,15 @@ pub fn collect(
     let mut need = vec![0u64; n];
     let mut reach = vec![0u64; n];
     for i in (0..n).rev() {
-        let e = &ix.sessions[i];
+        let e = &census.sessions[i];
         need[i] = if dead[i] {
             let r = reach[i];
-            ix.reclaimed
+            census
+                .reclaimed
                 .get(&SessionId(i as u32))
                 .map_or(r, |k| r.min(*k))
         } else {
-            e.len()
+            e.len
         };
         if let Some((p, upto)) = e.parent {
             if (p.0 as usize) < i {
@@ -240,26 +448,38 @@ pub fn collect(
         .filter(|i| dead[*i])
         .map(|i| (SessionId(i as u32), need[i]))
         .collect();
-    let live =
-        |f: &WalkedFrame| f.kind == KIND_SESSION_DEFINE || f.seq < need[f.session.0 as usize];
+    let mut plan = Plan {
+        manifest,
+        need,
+        sealed: Vec::new(),
+        ranges: Vec::new(),
+        tail_first_batch_seq: 0,
+    };
 
-    // Walk the sealed segments (every one but the last).
-    let mut sealed: Vec<Sealed> = Vec::new();
-    for id in rec.segments.iter().copied().filter(|s| *s < tail_seg) {
+    // Walk the sealed segments. A file inside the range of a compacted
+    // file before it is superseded (§14.3; an interrupted removal) and
+    // skipped.
+    let mut covered_to: Option<SegmentId> = None;
+    for id in sealed_ids.iter().copied() {
+        if covered_to.is_some_and(|c| id <= c) {
+            continue;
+        }
         let path = segment_path(dir, id);
         let bytes = read_segment(vfs, &path, true)?;
         let header = SegmentHeader::decode(&bytes)
             .map_err(|e| Error::corrupt(&path, 0, format!("segment header: {e}")))?;
         let compaction = Compaction::of_header(&bytes);
+        covered_to = compaction.map(|c| c.last_segment);
         let salt = Salt {
             store_id,
             segment: id,
         };
         let (frames, data_end) = walk(&bytes, &salt)
             .map_err(|(off, why)| Error::corrupt(&path, off, format!("while collecting: {why}")))?;
+        throttle.consume(data_end as u64)?;
         let (mut live_bytes, mut dead_bytes) = (0, 0);
         for f in &frames {
-            if live(f) {
+            if plan.live(f) {
                 live_bytes += f.padded;
             } else {
                 dead_bytes += f.padded;
@@ -268,7 +488,7 @@ pub fn collect(
         report.segments_examined += 1;
         report.bytes_before += bytes.len() as u64;
         report.bytes_live += live_bytes;
-        sealed.push(Sealed {
+        plan.sealed.push(Sealed {
             id,
             header,
             compaction,
@@ -288,11 +508,12 @@ pub fn collect(
         let live_events = s
             .frames
             .iter()
-            .any(|f| f.kind != KIND_SESSION_DEFINE && live(f));
+            .any(|f| f.kind != KIND_SESSION_DEFINE && plan.live(f));
         (opts.regroup && s.compaction.is_none())
             || (s.dead_bytes > 0
                 && (!live_events || (s.live_bytes as f64) < opts.threshold * s.data_end as f64))
     };
+    let sealed = &plan.sealed;
     let mut ranges: Vec<std::ops::Range<usize>> = Vec::new();
     let mut i = 0;
     while i < sealed.len() {
@@ -311,53 +532,51 @@ pub fn collect(
         }
         ranges.push(start..i);
     }
-
-    let next_first_batch_seq = |end: usize| -> Result<u64> {
-        match sealed.get(end) {
-            Some(s) => Ok(s.header.first_batch_seq),
-            None => {
-                let path = segment_path(dir, tail_seg);
-                let b = read_segment(vfs, &path, true)?;
-                SegmentHeader::decode(&b)
-                    .map(|h| h.first_batch_seq)
-                    .map_err(|e| Error::corrupt(&path, 0, format!("segment header: {e}")))
-            }
-        }
-    };
-
-    let mut after = report.bytes_before;
-    if !ranges.is_empty() && !opts.dry_run {
-        // Step 2: the manifest, before any tombstone goes. It is written
-        // whenever a segment is rewritten, even with no entry (a regroup of
-        // a store with nothing dead): recovery looks for compacted headers
-        // only in a store that has one (§14.3).
-        if manifest != ix.reclaimed || !vfs.exists(&dir.join(reclaimed::MANIFEST_FILE)) {
-            reclaimed::write(vfs, dir, store_id, &manifest)?;
-        }
-        // Step 3: no checkpoint names positions in the files that change.
-        checkpoint::remove(vfs, dir)?;
-        let tmp = dir.join(checkpoint::CHECKPOINT_TMP_FILE);
-        if vfs.exists(&tmp) {
-            vfs.remove(&tmp)
-                .map_err(|e| Error::io("remove stale checkpoint", &tmp, e))?;
-        }
-        vfs.sync_dir(dir)
-            .map_err(|e| Error::io("fsync directory", dir, e))?;
+    plan.ranges = ranges;
+    if !plan.ranges.is_empty() {
+        let path = segment_path(dir, tail_seg);
+        let b = read_segment(vfs, &path, true)?;
+        plan.tail_first_batch_seq = SegmentHeader::decode(&b)
+            .map(|h| h.first_batch_seq)
+            .map_err(|e| Error::corrupt(&path, 0, format!("segment header: {e}")))?;
+    } else {
+        report.sessions_reclaimed = 0; // nothing written: nothing reclaimed yet
     }
-    for r in &ranges {
+    Ok(plan)
+}
+
+/// Step 4 of §14.4 for every range of `plan` (or, dry, only its report).
+/// `install(tmp, dst, moved)` puts the durable compacted file in place
+/// (a rename) and tells the caller where the range's live frames lie now.
+#[allow(clippy::too_many_arguments)]
+fn rewrite_ranges(
+    vfs: &dyn Vfs,
+    dir: &Path,
+    store_id: [u8; 16],
+    plan: &Plan,
+    opts: &CollectOptions,
+    report: &mut CollectReport,
+    throttle: &mut Throttle<'_>,
+    install: &mut Install<'_>,
+) -> Result<()> {
+    let sealed = &plan.sealed;
+    let mut after = report.bytes_before;
+    for r in &plan.ranges {
         let files = &sealed[r.clone()];
         let first = &files[0];
         let last = &files[files.len() - 1];
         let compaction = Compaction {
             last_segment: last.compaction.map_or(last.id, |c| c.last_segment),
-            next_batch_seq: next_first_batch_seq(r.end)?,
+            next_batch_seq: sealed
+                .get(r.end)
+                .map_or(plan.tail_first_batch_seq, |s| s.header.first_batch_seq),
         };
         let header = compaction.encode_header(&first.header);
         // The live frames of the range, grouped by session (§14.3).
         let mut order: Vec<(u32, bool, u64, usize, usize)> = Vec::new();
         for (fi, s) in files.iter().enumerate() {
             for (k, f) in s.frames.iter().enumerate() {
-                if live(f) {
+                if plan.live(f) {
                     order.push((f.session.0, f.kind != KIND_SESSION_DEFINE, f.seq, fi, k));
                 }
             }
@@ -368,10 +587,16 @@ pub fn collect(
             segment: first.id,
         };
         let mut batches: Vec<Vec<u8>> = Vec::new();
+        let mut moved: Vec<Moved> = Vec::with_capacity(order.len());
         let mut body: Vec<u8> = Vec::new();
         let mut count = 0u32;
         let mut cur: Option<u32> = None;
-        let flush = |body: &mut Vec<u8>, count: &mut u32, batches: &mut Vec<Vec<u8>>| {
+        // Where the next batch starts in the file.
+        let mut batch_at = SEGMENT_HEADER_BYTES;
+        let flush = |body: &mut Vec<u8>,
+                     count: &mut u32,
+                     batches: &mut Vec<Vec<u8>>,
+                     batch_at: &mut usize| {
             if *count == 0 {
                 return;
             }
@@ -384,22 +609,28 @@ pub fn collect(
             };
             let mut b = h.encode(&salt).to_vec();
             b.append(body);
+            *batch_at += b.len();
             batches.push(b);
             *count = 0;
         };
         for (sess, _, _, fi, k) in &order {
             let f = &files[*fi].frames[*k];
             if cur != Some(*sess) || body.len() + f.padded as usize > BATCH_BODY_BYTES_MAX {
-                flush(&mut body, &mut count, &mut batches);
+                flush(&mut body, &mut count, &mut batches, &mut batch_at);
                 cur = Some(*sess);
             }
+            let at = batch_at + BATCH_HEADER_BYTES + body.len();
+            moved.push((
+                f.session,
+                (f.kind != KIND_SESSION_DEFINE).then_some(f.seq),
+                LogPos::new(first.id, at as u32),
+            ));
             let payload = &files[*fi].bytes[f.payload.0..f.payload.1];
             encode_frame(&mut body, &salt, f.session, f.kind, f.flags, f.seq, payload);
             count += 1;
         }
-        flush(&mut body, &mut count, &mut batches);
-        let new_len =
-            SEGMENT_HEADER_BYTES as u64 + batches.iter().map(|b| b.len() as u64).sum::<u64>();
+        flush(&mut body, &mut count, &mut batches, &mut batch_at);
+        let new_len = batch_at as u64;
         after -= files.iter().map(|s| s.file_len).sum::<u64>();
         after += new_len;
         report.ranges_rewritten += 1;
@@ -421,12 +652,13 @@ pub fn collect(
             f.write_all_at(b, at)
                 .map_err(|e| Error::io("write compacted segment", &tmp, e))?;
             at += b.len() as u64;
+            throttle.consume(b.len() as u64)?;
         }
         f.sync_data()
             .map_err(|e| Error::io("fsync compacted segment", &tmp, e))?;
         drop(f);
-        vfs.rename(&tmp, &dst)
-            .map_err(|e| Error::io("rename compacted segment", &dst, e))?;
+        throttle.stopped()?;
+        install(&tmp, &dst, (first.id, compaction.last_segment), moved)?;
         vfs.sync_dir(dir)
             .map_err(|e| Error::io("fsync directory", dir, e))?;
         if files.len() > 1 {
@@ -439,13 +671,9 @@ pub fn collect(
                 .map_err(|e| Error::io("fsync directory", dir, e))?;
         }
     }
-    if ranges.is_empty() {
-        report.sessions_reclaimed = 0; // nothing written: nothing reclaimed yet
-    }
     report.bytes_after = after;
     report.bytes_reclaimed = report.bytes_before - after;
-    report.duration_us = started.elapsed().as_micros() as u64;
-    Ok(report)
+    Ok(())
 }
 
 /// Kind and payload of the frame at `pos`.

@@ -207,6 +207,10 @@ impl Store {
             checkpoint_lock: Mutex::new(()),
             poller_started: Default::default(),
             lock: Mutex::new(lock),
+            gc_gate: RwLock::new(()),
+            gc_active: Default::default(),
+            gc_running: Mutex::new(()),
+            gc_stop: Default::default(),
         }
     }
 }

@@ -1,0 +1,513 @@
+//! Online segment collection ([`Store::collect`], FORMAT.md §14.4 on an
+//! open store): it frees what a closed-store collection frees while
+//! appends, reads and deletes go on, loses nothing at a power cut at any of
+//! its file operations, and stops when the store closes.
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use common::{dir, payload_for, sim_opts};
+use turnstone::gc::{CollectOptions, CollectReport};
+use turnstone::session::delete;
+use turnstone::session::gc::{collect_live, Background, BackgroundOptions, Retention};
+use turnstone::sim::{FaultPlan, SimVfs};
+use turnstone::{Options, Store};
+
+const SEGMENT: u32 = 8192;
+
+type Events = Vec<(u16, u16, Vec<u8>)>;
+
+fn events(store: &Store, session: &str) -> Events {
+    let len = store.session_len(session).expect("session exists");
+    store
+        .read_range(session, 0..len)
+        .expect("read")
+        .into_iter()
+        .map(|e| (e.kind, e.flags, e.payload))
+        .collect()
+}
+
+fn append_synced(store: &Store, session: &str, seq: u64, len: usize) {
+    let a = store
+        .append(session, 5, 0, &payload_for(session, seq, len))
+        .expect("append");
+    store.wait_durable(a.end).expect("durable");
+}
+
+/// Live `a`, deleted `b` with a live fork `c` at 10, deleted `d`;
+/// interleaved so that every segment mixes them (as in tests/gc.rs).
+fn fleet(store: &Store) {
+    for i in 0..40u64 {
+        append_synced(store, "a", i, 300);
+        if i < 30 {
+            append_synced(store, "b", i, 900);
+        }
+        if i < 12 {
+            append_synced(store, "d", i, 1500);
+        }
+        if i == 10 {
+            store.fork("b", 10, "c").expect("fork");
+        }
+        if (10..15).contains(&i) {
+            let seq = store.session_len("c").unwrap();
+            append_synced(store, "c", seq, 200);
+        }
+    }
+    delete::delete(store, "b").expect("delete b");
+    delete::delete(store, "d").expect("delete d");
+    for i in 40..60u64 {
+        append_synced(store, "a", i, 300);
+    }
+}
+
+fn sealed_bytes(sim: &SimVfs, dir: &Path) -> u64 {
+    use turnstone::vfs::Vfs;
+    sim.list(dir)
+        .unwrap()
+        .iter()
+        .filter(|n| n.ends_with(".tseg"))
+        .filter_map(|n| sim.read_file(&dir.join(n)))
+        .map(|b| b.len() as u64)
+        .sum()
+}
+
+fn check_store(store: &Store, want_a: &Events, want_c: &Events) {
+    assert_eq!(&events(store, "a"), want_a, "live session a changed");
+    assert_eq!(
+        &events(store, "c"),
+        want_c,
+        "fork c of a deleted parent changed"
+    );
+    for gone in ["b", "d"] {
+        let e = delete::check_not_deleted(store, gone).unwrap_err();
+        assert!(e.is_not_found(), "{gone} came back: {e}");
+    }
+}
+
+fn live(store: &Store) -> CollectReport {
+    collect_live(store, &CollectOptions::default(), &Retention::default()).expect("collect")
+}
+
+#[test]
+fn an_open_store_is_collected_and_keeps_serving_reads_and_appends() {
+    let sim = SimVfs::new();
+    let store = Store::open_with(dir(), sim_opts(&sim, SEGMENT)).unwrap();
+    fleet(&store);
+    let want_a = events(&store, "a");
+    let want_c = events(&store, "c");
+    let before = sealed_bytes(&sim, &dir());
+
+    let r = live(&store);
+    assert!(!r.retry, "nothing raced: {r:?}");
+    assert!(r.ranges_rewritten > 0, "{r:?}");
+    assert_eq!(r.sessions_reclaimed, 2, "{r:?}");
+    assert!(r.bytes_reclaimed > 0, "{r:?}");
+    let after = sealed_bytes(&sim, &dir());
+    assert!(
+        after < before,
+        "segment files shrank: {before} -> {after} bytes"
+    );
+
+    // The same handle reads every live event through the new positions,
+    // and the collected sessions are gone from it at once.
+    check_store(&store, &want_a, &want_c);
+    assert!(store.session_len("b").is_none() && store.session_len("d").is_none());
+    let names: Vec<String> = store.sessions().into_iter().map(|s| s.name).collect();
+    assert_eq!(names, vec!["a", "c"], "reclaimed sessions are not listed");
+    // Writes go on: appends, a fork of the collected parent's child, and
+    // appends under a reclaimed name are refused like after a reopen.
+    append_synced(&store, "a", 60, 300);
+    store.fork("c", 12, "e").expect("fork of the live fork");
+    let err = store.append("b", 5, 0, b"x").unwrap_err();
+    assert!(
+        matches!(err, turnstone::Error::SessionDeleted { .. }),
+        "{err}"
+    );
+    let want_a = events(&store, "a");
+    let want_e = events(&store, "e");
+    assert_eq!(want_e[..], want_c[..12]);
+    // A second collection finds nothing more to do.
+    let again = live(&store);
+    assert_eq!(again.sessions_reclaimed, 0, "{again:?}");
+    store.close().unwrap();
+
+    let store = Store::open_with(dir(), sim_opts(&sim, SEGMENT)).unwrap();
+    check_store(&store, &want_a, &want_c);
+    assert_eq!(events(&store, "e"), want_e);
+    let names: Vec<String> = store.sessions().into_iter().map(|s| s.name).collect();
+    assert_eq!(names, vec!["a", "c", "e"]);
+}
+
+#[test]
+fn a_power_cut_at_every_file_operation_of_an_online_collection_loses_nothing() {
+    let mut cut = 0u64;
+    let mut completed = false;
+    while !completed {
+        for seed in 0..2u64 {
+            let sim = SimVfs::new();
+            let store = Store::open_with(dir(), sim_opts(&sim, SEGMENT)).unwrap();
+            fleet(&store);
+            let want_c = events(&store, "c");
+            let mut want_a = events(&store, "a");
+            let start = sim.ops();
+            sim.set_faults(FaultPlan {
+                power_cut_after_ops: Some(start + cut),
+                ..Default::default()
+            });
+            let result = collect_live(&store, &CollectOptions::default(), &Retention::default());
+            if result.is_ok() && !sim.powered_off() {
+                completed = true;
+                sim.set_faults(FaultPlan::default());
+                // Appends after the collection are durable as usual.
+                append_synced(&store, "a", 60, 300);
+                want_a = events(&store, "a");
+                store.close().unwrap();
+            } else {
+                drop(store);
+            }
+            sim.crash(seed * 1000 + cut);
+            let ctx = format!("power cut after {cut} ops of an online collection, seed {seed}");
+            let store = Store::open_with(dir(), sim_opts(&sim, SEGMENT))
+                .unwrap_or_else(|e| panic!("{ctx}: open failed: {e}"));
+            check_store(&store, &want_a, &want_c);
+            // The next collection (online again) finishes the job.
+            live(&store);
+            check_store(&store, &want_a, &want_c);
+            store.close().unwrap();
+            let store = Store::open_with(dir(), sim_opts(&sim, SEGMENT))
+                .unwrap_or_else(|e| panic!("{ctx}: open after the second collection: {e}"));
+            check_store(&store, &want_a, &want_c);
+        }
+        cut += 1;
+        assert!(cut < 500, "the collection never completed");
+    }
+    assert!(
+        cut > 5,
+        "an online collection takes more than 5 file operations"
+    );
+}
+
+/// Length of event `seq` of any session in the concurrent test.
+fn len_of(seq: u64) -> usize {
+    64 + (seq as usize * 37) % 700
+}
+
+#[test]
+fn collections_run_while_writers_delete_and_readers_read() {
+    let tmp = tempfile::tempdir().unwrap();
+    let opts = || Options {
+        segment_bytes: 64 << 10,
+        ..Default::default()
+    };
+    let store = Arc::new(Store::open_with(tmp.path(), opts()).unwrap());
+    let stop = Arc::new(AtomicBool::new(false));
+    // Writers: each keeps one session for good and writes then deletes a
+    // stream of short-lived ones.
+    let writers: Vec<_> = (0..3)
+        .map(|w| {
+            let store = store.clone();
+            std::thread::spawn(move || {
+                let keep = format!("keep-{w}");
+                let mut kept = 0u64;
+                for round in 0..40u64 {
+                    let tmp = format!("tmp-{w}-{round}");
+                    for seq in 0..30u64 {
+                        store
+                            .append(&tmp, 5, 0, &payload_for(&tmp, seq, len_of(seq)))
+                            .unwrap();
+                        let a = store
+                            .append(&keep, 5, 0, &payload_for(&keep, kept, len_of(kept)))
+                            .unwrap();
+                        kept += 1;
+                        if seq % 10 == 9 {
+                            store.wait_durable(a.end).unwrap();
+                        }
+                    }
+                    store.sync().unwrap();
+                    delete::delete(&store, &tmp).unwrap();
+                }
+                store.sync().unwrap();
+                kept
+            })
+        })
+        .collect();
+    // Readers: every event of a kept session reads back as written.
+    let readers: Vec<_> = (0..2)
+        .map(|r| {
+            let (store, stop) = (store.clone(), stop.clone());
+            std::thread::spawn(move || {
+                let mut reads = 0u64;
+                while !stop.load(Ordering::SeqCst) {
+                    for w in 0..3 {
+                        let keep = format!("keep-{w}");
+                        let Some(len) = store.session_len(&keep) else {
+                            continue;
+                        };
+                        let from = (reads * 7 + r) % len.max(1);
+                        for e in store.read_range(&keep, from..len).unwrap() {
+                            assert_eq!(
+                                e.payload,
+                                payload_for(&keep, e.seq.0, len_of(e.seq.0)),
+                                "{keep} seq {} read back wrong",
+                                e.seq.0
+                            );
+                        }
+                        reads += 1;
+                    }
+                }
+                reads
+            })
+        })
+        .collect();
+    // The collector.
+    let collector = {
+        let (store, stop) = (store.clone(), stop.clone());
+        std::thread::spawn(move || {
+            let mut reports = Vec::new();
+            while !stop.load(Ordering::SeqCst) {
+                let r = collect_live(
+                    &store,
+                    &CollectOptions {
+                        threshold: 0.9,
+                        ..Default::default()
+                    },
+                    &Retention::default(),
+                )
+                .unwrap();
+                reports.push(r);
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            reports
+        })
+    };
+    let kept: Vec<u64> = writers.into_iter().map(|h| h.join().unwrap()).collect();
+    // One more collection with every writer done, so the last deletes are
+    // collected too.
+    stop.store(true, Ordering::SeqCst);
+    let reads: u64 = readers.into_iter().map(|h| h.join().unwrap()).sum();
+    let mut reports = collector.join().unwrap();
+    reports.push(live(&store));
+    assert!(reads > 0);
+    let productive = reports.iter().filter(|r| r.ranges_rewritten > 0).count();
+    assert!(
+        productive >= 2,
+        "collections rewrote segments while writers ran: {reports:?}"
+    );
+    let reclaimed: u64 = reports.iter().map(|r| r.sessions_reclaimed).sum();
+    assert!(
+        reclaimed >= 60,
+        "most short-lived sessions were reclaimed: {reclaimed} of 120"
+    );
+    // Each reclaimed session is counted once: the store lists exactly the
+    // others (deleted ones still listed until their tombstones are
+    // collected, which the session layer hides).
+    assert_eq!(
+        store.sessions().len() as u64,
+        3 + 120 - reclaimed,
+        "sessions still listed"
+    );
+
+    let check = |store: &Store| {
+        for (w, n) in kept.iter().enumerate() {
+            let keep = format!("keep-{w}");
+            let got = store.read_range(&keep, 0..u64::MAX).unwrap();
+            assert_eq!(got.len() as u64, *n, "{keep} lost events");
+            for e in got {
+                assert_eq!(e.payload, payload_for(&keep, e.seq.0, len_of(e.seq.0)));
+            }
+        }
+        let mut names: Vec<String> = store
+            .sessions()
+            .into_iter()
+            .map(|s| s.name)
+            .filter(|n| delete::check_not_deleted(store, n).is_ok())
+            .collect();
+        names.sort();
+        assert_eq!(names, vec!["keep-0", "keep-1", "keep-2"]);
+    };
+    check(&store);
+    let store = Arc::into_inner(store).expect("one handle left");
+    store.close().unwrap();
+    let store = Store::open_with(tmp.path(), opts()).unwrap();
+    check(&store);
+    // Disk follows live data: the sealed segments hold little besides the
+    // kept sessions' frames.
+    let live_bytes: u64 = (0..3)
+        .map(|w| (0..kept[w]).map(|s| len_of(s) as u64 + 32).sum::<u64>())
+        .sum();
+    let on_disk: u64 = std::fs::read_dir(tmp.path())
+        .unwrap()
+        .flatten()
+        .filter(|e| e.file_name().to_string_lossy().ends_with(".tseg"))
+        .map(|e| e.metadata().unwrap().len())
+        .sum();
+    assert!(
+        on_disk < live_bytes * 3 + (128 << 10),
+        "{on_disk} bytes of segments for {live_bytes} live bytes"
+    );
+}
+
+#[test]
+fn a_background_collector_reclaims_deleted_sessions_and_stops_with_the_store() {
+    let sim = SimVfs::new();
+    let store = Arc::new(Store::open_with(dir(), sim_opts(&sim, SEGMENT)).unwrap());
+    fleet(&store);
+    let want_a = events(&store, "a");
+    let want_c = events(&store, "c");
+    let before = sealed_bytes(&sim, &dir());
+    let bg = Background::start(
+        store.clone(),
+        BackgroundOptions {
+            interval: Duration::from_millis(5),
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while bg.stats().productive == 0 {
+        assert!(Instant::now() < deadline, "no collection: {:?}", bg.stats());
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    check_store(&store, &want_a, &want_c);
+    assert!(sealed_bytes(&sim, &dir()) < before);
+    let stats = bg.stats();
+    assert_eq!(stats.sessions_reclaimed, 2, "{stats:?}");
+    assert_eq!(stats.errors, 0, "{stats:?}");
+    // Closing the store ends the collector's thread (it sees `Closed`).
+    store.shutdown().unwrap();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let runs = bg.stats().runs;
+    std::thread::sleep(Duration::from_millis(50));
+    assert!(bg.stats().runs <= runs + 1, "it stopped running");
+    assert!(Instant::now() < deadline);
+    let stats = bg.stop();
+    assert_eq!(stats.errors, 0, "{stats:?}");
+}
+
+#[test]
+fn closing_the_store_stops_a_slow_collection_before_it_renames_anything() {
+    let sim = SimVfs::new();
+    let store = Arc::new(Store::open_with(dir(), sim_opts(&sim, SEGMENT)).unwrap());
+    fleet(&store);
+    let want_a = events(&store, "a");
+    let want_c = events(&store, "c");
+    let files = |sim: &SimVfs| {
+        use turnstone::vfs::Vfs;
+        let mut v: BTreeMap<String, Vec<u8>> = BTreeMap::new();
+        for n in sim.list(&dir()).unwrap() {
+            if n.ends_with(".tseg") {
+                v.insert(n.clone(), sim.read_file(&dir().join(&n)).unwrap());
+            }
+        }
+        v
+    };
+    let handle = {
+        let store = store.clone();
+        std::thread::spawn(move || {
+            collect_live(
+                &store,
+                &CollectOptions {
+                    rate_bytes_per_sec: Some(1024),
+                    ..Default::default()
+                },
+                &Retention::default(),
+            )
+        })
+    };
+    std::thread::sleep(Duration::from_millis(100));
+    let segments_before_close = files(&sim);
+    store.shutdown().unwrap();
+    let result = handle.join().unwrap();
+    assert!(
+        matches!(result, Err(turnstone::Error::Closed)),
+        "the collection stopped: {result:?}"
+    );
+    let after = files(&sim);
+    // Closing appends a clean-close marker to the last segment only.
+    let sealed = |m: &BTreeMap<String, Vec<u8>>| {
+        let mut m = m.clone();
+        m.pop_last();
+        m
+    };
+    assert_eq!(
+        sealed(&segments_before_close),
+        sealed(&after),
+        "no sealed segment changed"
+    );
+    drop(store);
+    let store = Store::open_with(dir(), sim_opts(&sim, SEGMENT)).unwrap();
+    check_store(&store, &want_a, &want_c);
+}
+
+/// Runs of consecutive frames of one session over the sealed segments, in
+/// position order (1 per session: its frames sit together).
+fn runs_per_session(store: &Store) -> BTreeMap<String, usize> {
+    let mut all: Vec<(u64, String)> = Vec::new();
+    for s in store.sessions() {
+        let len = store.session_len(&s.name).unwrap();
+        for e in store.read_range(&s.name, 0..len).unwrap() {
+            all.push((e.pos.0, s.name.clone()));
+        }
+    }
+    all.sort();
+    let last_segment = all.iter().map(|(p, _)| p >> 32).max().unwrap_or(0);
+    all.retain(|(p, _)| p >> 32 != last_segment);
+    let mut runs = BTreeMap::new();
+    let mut prev: Option<&str> = None;
+    for (_, name) in &all {
+        if prev != Some(name.as_str()) {
+            *runs.entry(name.clone()).or_insert(0) += 1;
+        }
+        prev = Some(name.as_str());
+    }
+    runs
+}
+
+/// A regroup (issue 21's locality) runs online too: the sealed segments of
+/// an open store are rewritten with each session's frames together, reads
+/// and appends go on, and a reopen reads the same events.
+#[test]
+fn an_online_regroup_puts_each_sessions_frames_together() {
+    let sim = SimVfs::new();
+    let store = Store::open_with(dir(), sim_opts(&sim, SEGMENT)).unwrap();
+    for i in 0..40u64 {
+        for s in ["a", "b", "c"] {
+            append_synced(&store, s, i, 250);
+        }
+    }
+    let before = runs_per_session(&store);
+    assert!(before.values().all(|&r| r > 10), "interleaved: {before:?}");
+    let r = collect_live(
+        &store,
+        &CollectOptions {
+            regroup: true,
+            ..Default::default()
+        },
+        &Retention::default(),
+    )
+    .unwrap();
+    assert!(r.ranges_rewritten >= 1, "{r:?}");
+    let after = runs_per_session(&store);
+    assert!(after.values().all(|&r| r == 1), "not grouped: {after:?}");
+    for i in 40..45u64 {
+        for s in ["a", "b", "c"] {
+            append_synced(&store, s, i, 250);
+        }
+    }
+    let want: Vec<Events> = ["a", "b", "c"].iter().map(|s| events(&store, s)).collect();
+    for (s, w) in ["a", "b", "c"].iter().zip(&want) {
+        for (seq, e) in w.iter().enumerate() {
+            assert_eq!(e.2, payload_for(s, seq as u64, 250), "{s} seq {seq}");
+        }
+    }
+    store.close().unwrap();
+    let store = Store::open_with(dir(), sim_opts(&sim, SEGMENT)).unwrap();
+    for (s, w) in ["a", "b", "c"].iter().zip(&want) {
+        assert_eq!(&events(&store, s), w, "{s} changed across reopen");
+    }
+}
