@@ -45,6 +45,14 @@ pub struct ServeArgs {
     /// Log one line per request to stderr.
     #[arg(long)]
     pub access_log: bool,
+    /// Collect deleted and expired streams' bytes in the background every
+    /// this many milliseconds (0: never; `turnstone gc` on the stopped
+    /// server's directory still works).
+    #[arg(long, default_value_t = 30_000)]
+    pub gc_interval_ms: u64,
+    /// The background collection's I/O bound, MiB per second.
+    #[arg(long, default_value_t = 64)]
+    pub gc_rate_mib: u64,
 }
 
 impl ServeArgs {
@@ -64,6 +72,14 @@ impl ServeArgs {
         o.max_connections = self.max_connections;
         o.cors_origin = self.cors_origin.clone();
         o.access_log = self.access_log;
+        o.gc = (self.gc_interval_ms > 0).then(|| turnstone::session::gc::BackgroundOptions {
+            interval: Duration::from_millis(self.gc_interval_ms),
+            collect: turnstone::gc::CollectOptions {
+                rate_bytes_per_sec: Some(self.gc_rate_mib.max(1) << 20),
+                ..Default::default()
+            },
+            ..Default::default()
+        });
         o
     }
 }

@@ -35,6 +35,13 @@ pub fn rebuild(store: &Store, now_ms: u64) -> Result<(Registry, RebuildReport), 
     let mut reg = Registry::default();
     let mut report = RebuildReport::default();
     let mut order: Vec<Arc<Stream>> = Vec::new();
+    // Incarnations a collection reclaimed are never reused (their names
+    // are refused by the store).
+    for name in store.reclaimed_names() {
+        if let Some(n) = record::parse_session_name(&name) {
+            reg.next_incarnation = reg.next_incarnation.max(n + 1);
+        }
+    }
     for info in store.sessions() {
         let Some(n) = record::parse_session_name(&info.name) else {
             continue;

@@ -75,7 +75,12 @@ pub fn run(a: &GcArgs) -> Result<ExitCode, Failure> {
         max_age_ms: a.max_age,
         now_ms: None,
     };
-    let r = turnstone::session::gc::collect_with(&a.dir, &opts, &retention)?;
+    // Deleted streams of `turnstone serve` by its rule, every other
+    // session by the session layer's.
+    let now = turnstone::session::event::now_ms();
+    let r = turnstone::session::gc::collect_with_rule(&a.dir, &opts, &|c| {
+        turnstone_server::collect::is_dead_with(c, &retention, now)
+    })?;
     if a.json {
         println!(
             "{}",
