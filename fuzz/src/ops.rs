@@ -76,6 +76,13 @@ enum Op {
         threshold: u8,
         cut: Option<u8>,
     },
+    /// Sync, then collect with the store open (`session::gc::collect_live`,
+    /// FORMAT.md §14.5) under whatever faults are set; the store stays
+    /// open and in use.
+    CollectOnline {
+        threshold: u8,
+        regroup: bool,
+    },
 }
 
 #[derive(Arbitrary, Debug, Clone, Copy)]
@@ -537,6 +544,36 @@ pub fn run(data: &[u8]) {
                     );
                 }
                 r.model.check_and_rebase(&store, &ctx);
+            }
+            Op::CollectOnline { threshold, regroup } => {
+                if store.sync().is_err() || r.sim.powered_off() || r.fsync_failed() {
+                    continue;
+                }
+                r.model.ack_all();
+                for m in r.model.sessions.values_mut() {
+                    if m.events.last().is_some_and(|e| e.kind == 18) {
+                        m.deleted = true;
+                    }
+                }
+                let gc = turnstone::gc::CollectOptions {
+                    threshold: (*threshold % 5) as f64 / 4.0,
+                    regroup: *regroup,
+                    ..Default::default()
+                };
+                let result = turnstone::session::gc::collect_live(
+                    &store,
+                    &gc,
+                    &turnstone::session::gc::Retention::default(),
+                );
+                match result {
+                    Ok(_) => r.model.check_and_rebase(&store, &ctx),
+                    Err(e @ Error::Corrupt { .. }) => {
+                        panic!("{ctx}: an online collection met damage: {e}")
+                    }
+                    // An injected fault (a failed write or sync, a full
+                    // disk, the power): the next reopen checks the store.
+                    Err(e) => r.note_err(&e),
+                }
             }
             Op::Close | Op::Reopen => {
                 let closed = if matches!(op, Op::Close) {
