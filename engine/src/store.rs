@@ -71,6 +71,10 @@ pub(crate) struct Shared {
     gc_active: std::sync::atomic::AtomicBool,
     /// One online collection at a time.
     gc_running: Mutex<()>,
+    /// What online collections learned of each sealed segment (FORMAT.md
+    /// §14.5): a run reads only the segments it rewrites and the ones
+    /// sealed since the last run.
+    gc_summaries: Mutex<gc::Summaries>,
     /// Set at close: a running collection stops at its next step.
     gc_stop: std::sync::atomic::AtomicBool,
 }

@@ -1,19 +1,27 @@
 //! Segment collection under a steady fleet with deletions (issue 17 §1):
-//! every round opens the store, writes `--sessions` new sessions of
-//! `--events` events of `--event-bytes` bytes (each event its own durable
-//! append group, like an agent turn), deletes the sessions written
-//! `--keep-rounds` rounds before, closes the store and (in the collected
-//! run) runs `turnstone::session::gc::collect`. Two stores in the same run,
-//! one collected and one never collected, alternate round by round.
+//! every round writes `--sessions` new sessions of `--events` events of
+//! `--event-bytes` bytes (one thread per session, each event its own
+//! durable append, like an agent turn) and deletes the sessions written
+//! `--keep-rounds` rounds before. Three stores in the same run alternate
+//! round by round:
+//! - `online`: the store stays open for every round and a
+//!   `turnstone::session::gc::Background` collector runs beside the writers
+//!   (every `--gc-interval-ms`, I/O bounded by `--gc-rate-mib` MiB/s);
+//! - `never`: the store stays open, nothing is collected (the foreground
+//!   baseline for `online`);
+//! - `on_demand`: each round reopens the store, and after closing it runs
+//!   `turnstone::session::gc::collect` (the `turnstone gc` path).
 //!
-//! Prints one JSON object: per run the disk bytes (segment files) and live
-//! bytes (payloads of the sessions not deleted) after the last round, the
-//! ratio, foreground events/s (median over rounds), and for the collected
-//! run the median collection throughput (bytes of sealed segments examined
-//! per second, and bytes freed per second).
+//! Prints one JSON object: per run the disk bytes (segment files) after the
+//! last round and their peak after any round, over the live bytes
+//! (payloads of the sessions not deleted), foreground events/s (median over
+//! rounds) and durability wait p50/p99 (over every append of every round),
+//! and the collections' throughput (bytes read and written, and bytes
+//! freed, per second of collection).
 //!
 //! `cargo run --release -p turnstone-benches --bin gc_fleet -- [--rounds N]
-//! [--sessions N] [--events N] [--event-bytes N] [--keep-rounds N]`
+//! [--sessions N] [--events N] [--event-bytes N] [--keep-rounds N]
+//! [--segment-mib N] [--gc-interval-ms N] [--gc-rate-mib N]`
 
 use std::path::Path;
 use std::sync::Arc;
@@ -21,6 +29,7 @@ use std::time::Instant;
 
 use turnstone::gc::CollectOptions;
 use turnstone::session::delete;
+use turnstone::session::gc::{Background, BackgroundOptions};
 use turnstone::{Options, Store};
 
 struct Args {
@@ -30,6 +39,8 @@ struct Args {
     event_bytes: usize,
     keep_rounds: usize,
     segment_bytes: u32,
+    gc_interval_ms: u64,
+    gc_rate_mib: u64,
 }
 
 fn arg(name: &str, default: usize) -> usize {
@@ -59,17 +70,29 @@ fn median(v: &mut [f64]) -> f64 {
     }
 }
 
+#[derive(Clone, Copy, PartialEq)]
+enum Mode {
+    Online,
+    Never,
+    OnDemand,
+}
+
 struct RunState {
     dir: std::path::PathBuf,
-    collect: bool,
+    mode: Mode,
+    /// The store kept open across rounds (online, never).
+    open: Option<Arc<Store>>,
+    bg: Option<Background>,
     events_per_s: Vec<f64>,
+    waits_us: Vec<u64>,
+    peak_disk: u64,
     gc_examined_mb_s: Vec<f64>,
     gc_freed_mb_s: Vec<f64>,
     gc_seconds: Vec<f64>,
 }
 
-fn round(st: &mut RunState, a: &Args, r: usize) {
-    let store = Arc::new(
+fn open(st: &RunState, a: &Args) -> Arc<Store> {
+    Arc::new(
         Store::open_with(
             &st.dir,
             Options {
@@ -78,7 +101,35 @@ fn round(st: &mut RunState, a: &Args, r: usize) {
             },
         )
         .unwrap(),
-    );
+    )
+}
+
+fn round(st: &mut RunState, a: &Args, r: usize) {
+    let store = match &st.open {
+        Some(s) => s.clone(),
+        None if st.mode == Mode::OnDemand => open(st, a),
+        None => {
+            let s = open(st, a);
+            st.open = Some(s.clone());
+            if st.mode == Mode::Online {
+                st.bg = Some(
+                    Background::start(
+                        s.clone(),
+                        BackgroundOptions {
+                            interval: std::time::Duration::from_millis(a.gc_interval_ms),
+                            collect: CollectOptions {
+                                rate_bytes_per_sec: Some(a.gc_rate_mib << 20),
+                                ..Default::default()
+                            },
+                            ..Default::default()
+                        },
+                    )
+                    .unwrap(),
+                );
+            }
+            s
+        }
+    };
     let payload = vec![b'x'; a.event_bytes];
     let started = Instant::now();
     let threads: Vec<_> = (0..a.sessions)
@@ -88,15 +139,19 @@ fn round(st: &mut RunState, a: &Args, r: usize) {
             let name = format!("r{r}-s{s}");
             let events = a.events;
             std::thread::spawn(move || {
+                let mut waits = Vec::with_capacity(events);
                 for _ in 0..events {
                     let ap = store.append(&name, 5, 0, &payload).unwrap();
+                    let t = Instant::now();
                     store.wait_durable(ap.end).unwrap();
+                    waits.push(t.elapsed().as_micros() as u64);
                 }
+                waits
             })
         })
         .collect();
     for t in threads {
-        t.join().unwrap();
+        st.waits_us.extend(t.join().unwrap());
     }
     let secs = started.elapsed().as_secs_f64();
     st.events_per_s
@@ -106,17 +161,30 @@ fn round(st: &mut RunState, a: &Args, r: usize) {
             delete::delete(&store, &format!("r{}-s{s}", r - a.keep_rounds)).unwrap();
         }
     }
+    if st.mode != Mode::OnDemand {
+        st.peak_disk = st.peak_disk.max(dir_bytes(&st.dir));
+        return;
+    }
     Arc::into_inner(store).unwrap().close().unwrap();
-    if st.collect {
+    {
         let t = Instant::now();
         let rep = turnstone::session::gc::collect(&st.dir, &CollectOptions::default()).unwrap();
         let s = t.elapsed().as_secs_f64().max(1e-9);
         st.gc_seconds.push(s);
         st.gc_examined_mb_s
-            .push(rep.bytes_before as f64 / s / (1 << 20) as f64);
+            .push(rep.bytes_io as f64 / s / (1 << 20) as f64);
         st.gc_freed_mb_s
             .push(rep.bytes_reclaimed as f64 / s / (1 << 20) as f64);
     }
+    st.peak_disk = st.peak_disk.max(dir_bytes(&st.dir));
+}
+
+fn percentile(v: &mut [u64], p: f64) -> u64 {
+    v.sort_unstable();
+    if v.is_empty() {
+        return 0;
+    }
+    v[((v.len() - 1) as f64 * p).round() as usize]
 }
 
 fn main() {
@@ -127,13 +195,24 @@ fn main() {
         event_bytes: arg("--event-bytes", 4096),
         keep_rounds: arg("--keep-rounds", 2),
         segment_bytes: arg("--segment-mib", 8) as u32 * (1 << 20),
+        gc_interval_ms: arg("--gc-interval-ms", 100) as u64,
+        gc_rate_mib: arg("--gc-rate-mib", 64) as u64,
     };
     let tmp = tempfile::tempdir().unwrap();
-    let mut runs: Vec<RunState> = [true, false]
+    let name = |m: Mode| match m {
+        Mode::Online => "online",
+        Mode::Never => "never",
+        Mode::OnDemand => "on_demand",
+    };
+    let mut runs: Vec<RunState> = [Mode::Online, Mode::Never, Mode::OnDemand]
         .into_iter()
-        .map(|collect| RunState {
-            dir: tmp.path().join(if collect { "collected" } else { "plain" }),
-            collect,
+        .map(|mode| RunState {
+            dir: tmp.path().join(name(mode)),
+            mode,
+            open: None,
+            bg: None,
+            waits_us: Vec::new(),
+            peak_disk: 0,
             events_per_s: Vec::new(),
             gc_examined_mb_s: Vec::new(),
             gc_freed_mb_s: Vec::new(),
@@ -156,19 +235,33 @@ fn main() {
     );
     for st in runs.iter_mut() {
         let disk = dir_bytes(&st.dir);
-        let name = if st.collect {
-            "collected"
-        } else {
-            "never_collected"
-        };
+        if let Some(bg) = st.bg.take() {
+            let stats = bg.stop();
+            let busy = (stats.busy_us as f64 / 1e6).max(1e-9);
+            st.gc_seconds.push(busy / stats.runs.max(1) as f64);
+            st.gc_examined_mb_s
+                .push(stats.bytes_io as f64 / busy / (1 << 20) as f64);
+            st.gc_freed_mb_s
+                .push(stats.bytes_reclaimed as f64 / busy / (1 << 20) as f64);
+            out.insert(
+                "online_collector".into(),
+                serde_json::to_value(&stats).unwrap(),
+            );
+        }
+        if let Some(s) = st.open.take() {
+            Arc::into_inner(s).unwrap().close().unwrap();
+        }
         out.insert(
-            name.into(),
+            name(st.mode).into(),
             serde_json::json!({
                 "disk_bytes": disk,
                 "disk_over_live": disk as f64 / live as f64,
+                "peak_disk_over_live": st.peak_disk as f64 / live as f64,
+                "wait_p50_us": percentile(&mut st.waits_us, 0.5),
+                "wait_p99_us": percentile(&mut st.waits_us, 0.99),
                 "events_per_s_median": median(&mut st.events_per_s),
                 "gc_seconds_median": median(&mut st.gc_seconds),
-                "gc_examined_mib_per_s_median": median(&mut st.gc_examined_mb_s),
+                "gc_io_mib_per_s_median": median(&mut st.gc_examined_mb_s),
                 "gc_freed_mib_per_s_median": median(&mut st.gc_freed_mb_s),
             }),
         );

@@ -125,9 +125,12 @@ pub struct BackgroundStats {
     pub bytes_reclaimed: u64,
     /// Sum of the collections' durations.
     pub busy_us: u64,
-    /// Bytes of the sealed segments the collections examined (their read
-    /// volume, for a throughput figure with `busy_us`).
+    /// Bytes of the sealed segments the collections looked at (most of
+    /// them known from earlier runs, not read again).
     pub bytes_examined: u64,
+    /// Bytes the collections read and wrote (their I/O volume, for a
+    /// throughput figure with `busy_us`).
+    pub bytes_io: u64,
     /// Collections that failed (the collector goes on, unless the store
     /// is closed or poisoned).
     pub errors: u64,
@@ -203,6 +206,7 @@ impl Background {
                             s.segment_files_removed += r.segment_files_removed as u64;
                             s.bytes_reclaimed += r.bytes_reclaimed;
                             s.bytes_examined += r.bytes_before;
+                            s.bytes_io += r.bytes_io;
                             s.busy_us += r.duration_us;
                         }
                         Err(crate::Error::Closed) => return,

@@ -122,6 +122,10 @@ pub struct CollectReport {
     /// Their bytes.
     pub blob_bytes_reclaimed: u64,
     pub duration_us: u64,
+    /// Bytes of segment files read and written by this collection (an
+    /// online collection reads only segments sealed since its last run,
+    /// and the ones it rewrites).
+    pub bytes_io: u64,
     /// An online collection found a session it had decided was dead
     /// written to (or forked) before it could reclaim it, and changed
     /// nothing; the next collection decides again.
@@ -143,12 +147,83 @@ struct Sealed {
     id: SegmentId,
     header: SegmentHeader,
     compaction: Option<Compaction>,
-    bytes: SegmentBytes,
     file_len: u64,
     data_end: u64,
-    frames: Vec<WalkedFrame>,
     live_bytes: u64,
     dead_bytes: u64,
+    /// It holds a live event frame (not only defines).
+    live_events: bool,
+    /// Its define frames: (offset, padded length).
+    defines: Vec<(u32, u32)>,
+}
+
+/// What a collection needs to know of a sealed segment to decide, without
+/// reading it again: an online collection keeps these between runs (sealed
+/// segments never change but by a collection, which drops the summaries
+/// of the files it replaces).
+#[derive(Debug, Clone)]
+pub(crate) struct Summary {
+    header: SegmentHeader,
+    compaction: Option<Compaction>,
+    file_len: u64,
+    data_end: u64,
+    /// Padded bytes of define frames (always live).
+    define_bytes: u64,
+    /// Where they lie: (offset, padded length). A rewrite reads only these
+    /// of a file that holds no live event.
+    defines: Vec<(u32, u32)>,
+    /// Per session, its event frames here: first seq, last seq, padded
+    /// bytes.
+    sessions: Vec<SessionSpan>,
+}
+
+#[derive(Debug, Clone)]
+struct SessionSpan {
+    session: SessionId,
+    first_seq: u64,
+    last_seq: u64,
+    bytes: u64,
+}
+
+/// Summaries by segment id.
+pub(crate) type Summaries = HashMap<SegmentId, Summary>;
+
+fn summarize(
+    header: SegmentHeader,
+    compaction: Option<Compaction>,
+    file_len: u64,
+    data_end: u64,
+    frames: &[WalkedFrame],
+) -> Summary {
+    let mut define_bytes = 0;
+    let mut defines = Vec::new();
+    let mut by: std::collections::BTreeMap<SessionId, SessionSpan> = Default::default();
+    for f in frames {
+        if f.kind == KIND_SESSION_DEFINE {
+            define_bytes += f.padded;
+            let at = f.payload.0 - crate::frame::FRAME_HEADER_BYTES;
+            defines.push((at as u32, f.padded as u32));
+            continue;
+        }
+        let e = by.entry(f.session).or_insert(SessionSpan {
+            session: f.session,
+            first_seq: f.seq,
+            last_seq: f.seq,
+            bytes: 0,
+        });
+        e.first_seq = e.first_seq.min(f.seq);
+        e.last_seq = e.last_seq.max(f.seq);
+        e.bytes += f.padded;
+    }
+    Summary {
+        header,
+        compaction,
+        file_len,
+        data_end,
+        define_bytes,
+        defines,
+        sessions: by.into_values().collect(),
+    }
 }
 
 /// One session as a collection sees it, copied out of the index.
@@ -252,10 +327,10 @@ impl<'a> Throttle<'a> {
     }
     fn consume(&mut self, bytes: u64) -> Result<()> {
         self.stopped()?;
+        self.bytes += bytes;
         let Some(rate) = self.rate.filter(|r| *r > 0) else {
             return Ok(());
         };
-        self.bytes += bytes;
         let due = std::time::Duration::from_secs_f64(self.bytes as f64 / rate as f64);
         while let Some(wait) = due.checked_sub(self.started.elapsed()) {
             std::thread::sleep(wait.min(std::time::Duration::from_millis(50)));
@@ -335,6 +410,7 @@ pub fn collect(
         is_dead,
         &mut report,
         &mut throttle,
+        &mut Summaries::new(),
     )?;
     if !plan.ranges.is_empty() && !opts.dry_run {
         // Step 2: the manifest, before any tombstone goes. It is written
@@ -391,6 +467,7 @@ fn make_plan(
     is_dead: &dyn Fn(&CollectCandidate<'_>) -> bool,
     report: &mut CollectReport,
     throttle: &mut Throttle<'_>,
+    summaries: &mut Summaries,
 ) -> Result<Plan> {
     // §14.1: who is dead, and how much of each dead session its live
     // descendants still read.
@@ -456,48 +533,69 @@ fn make_plan(
         tail_first_batch_seq: 0,
     };
 
-    // Walk the sealed segments. A file inside the range of a compacted
-    // file before it is superseded (§14.3; an interrupted removal) and
-    // skipped.
+    // Look at the sealed segments (their summaries, read once). A file
+    // inside the range of a compacted file before it is superseded
+    // (§14.3; an interrupted removal) and skipped.
     let mut covered_to: Option<SegmentId> = None;
     for id in sealed_ids.iter().copied() {
         if covered_to.is_some_and(|c| id <= c) {
             continue;
         }
-        let path = segment_path(dir, id);
-        let bytes = read_segment(vfs, &path, true)?;
-        let header = SegmentHeader::decode(&bytes)
-            .map_err(|e| Error::corrupt(&path, 0, format!("segment header: {e}")))?;
-        let compaction = Compaction::of_header(&bytes);
-        covered_to = compaction.map(|c| c.last_segment);
-        let salt = Salt {
-            store_id,
-            segment: id,
-        };
-        let (frames, data_end) = walk(&bytes, &salt)
-            .map_err(|(off, why)| Error::corrupt(&path, off, format!("while collecting: {why}")))?;
-        throttle.consume(data_end as u64)?;
-        let (mut live_bytes, mut dead_bytes) = (0, 0);
-        for f in &frames {
-            if plan.live(f) {
-                live_bytes += f.padded;
+        if !summaries.contains_key(&id) {
+            let (bytes, frames, data_end, header, compaction) =
+                load_segment(vfs, dir, store_id, id)?;
+            throttle.consume(data_end)?;
+            let sum = summarize(header, compaction, bytes.len() as u64, data_end, &frames);
+            summaries.insert(id, sum);
+        }
+        let sum = &summaries[&id];
+        covered_to = sum.compaction.map(|c| c.last_segment);
+        let (mut live_bytes, mut dead_bytes) = (sum.define_bytes, 0);
+        let mut live_events = false;
+        let mut partial = false;
+        for span in &sum.sessions {
+            let need = plan
+                .need
+                .get(span.session.0 as usize)
+                .copied()
+                .unwrap_or(u64::MAX);
+            if need > span.last_seq {
+                live_bytes += span.bytes;
+                live_events = true;
+            } else if need <= span.first_seq {
+                dead_bytes += span.bytes;
             } else {
-                dead_bytes += f.padded;
+                partial = true;
+            }
+        }
+        if partial {
+            // A dead fork parent's prefix ends inside this segment: count
+            // frame by frame.
+            let (_, frames, data_end, _, _) = load_segment(vfs, dir, store_id, id)?;
+            throttle.consume(data_end)?;
+            (live_bytes, dead_bytes, live_events) = (0, 0, false);
+            for f in &frames {
+                if plan.live(f) {
+                    live_bytes += f.padded;
+                    live_events |= f.kind != KIND_SESSION_DEFINE;
+                } else {
+                    dead_bytes += f.padded;
+                }
             }
         }
         report.segments_examined += 1;
-        report.bytes_before += bytes.len() as u64;
+        report.bytes_before += sum.file_len;
         report.bytes_live += live_bytes;
         plan.sealed.push(Sealed {
             id,
-            header,
-            compaction,
-            file_len: bytes.len() as u64,
-            bytes,
-            data_end: data_end as u64,
-            frames,
+            header: sum.header.clone(),
+            compaction: sum.compaction,
+            file_len: sum.file_len,
+            data_end: sum.data_end,
             live_bytes,
             dead_bytes,
+            live_events,
+            defines: sum.defines.clone(),
         });
     }
 
@@ -505,13 +603,9 @@ fn make_plan(
     // Selected: holds garbage, and no live event or live bytes below the
     // threshold (defines are always live, §14.1).
     let selected = |s: &Sealed| {
-        let live_events = s
-            .frames
-            .iter()
-            .any(|f| f.kind != KIND_SESSION_DEFINE && plan.live(f));
         (opts.regroup && s.compaction.is_none())
             || (s.dead_bytes > 0
-                && (!live_events || (s.live_bytes as f64) < opts.threshold * s.data_end as f64))
+                && (!s.live_events || (s.live_bytes as f64) < opts.threshold * s.data_end as f64))
     };
     let sealed = &plan.sealed;
     let mut ranges: Vec<std::ops::Range<usize>> = Vec::new();
@@ -572,10 +666,24 @@ fn rewrite_ranges(
                 .map_or(plan.tail_first_batch_seq, |s| s.header.first_batch_seq),
         };
         let header = compaction.encode_header(&first.header);
+        // Read the range's files (a dry run too: its report is exact).
+        let mut loaded: Vec<(SegmentBytes, Vec<WalkedFrame>)> = Vec::new();
+        for s in files {
+            if s.live_events {
+                let (bytes, frames, data_end, _, _) = load_segment(vfs, dir, store_id, s.id)?;
+                throttle.consume(data_end)?;
+                loaded.push((bytes, frames));
+            } else {
+                // Only its define frames are live: read just those.
+                let (bytes, frames) = load_defines(vfs, dir, store_id, s.id, &s.defines)?;
+                throttle.consume(bytes.len() as u64)?;
+                loaded.push((bytes, frames));
+            }
+        }
         // The live frames of the range, grouped by session (§14.3).
         let mut order: Vec<(u32, bool, u64, usize, usize)> = Vec::new();
-        for (fi, s) in files.iter().enumerate() {
-            for (k, f) in s.frames.iter().enumerate() {
+        for (fi, (_, frames)) in loaded.iter().enumerate() {
+            for (k, f) in frames.iter().enumerate() {
                 if plan.live(f) {
                     order.push((f.session.0, f.kind != KIND_SESSION_DEFINE, f.seq, fi, k));
                 }
@@ -614,7 +722,7 @@ fn rewrite_ranges(
             *count = 0;
         };
         for (sess, _, _, fi, k) in &order {
-            let f = &files[*fi].frames[*k];
+            let f = &loaded[*fi].1[*k];
             if cur != Some(*sess) || body.len() + f.padded as usize > BATCH_BODY_BYTES_MAX {
                 flush(&mut body, &mut count, &mut batches, &mut batch_at);
                 cur = Some(*sess);
@@ -625,7 +733,7 @@ fn rewrite_ranges(
                 (f.kind != KIND_SESSION_DEFINE).then_some(f.seq),
                 LogPos::new(first.id, at as u32),
             ));
-            let payload = &files[*fi].bytes[f.payload.0..f.payload.1];
+            let payload = &loaded[*fi].0[f.payload.0..f.payload.1];
             encode_frame(&mut body, &salt, f.session, f.kind, f.flags, f.seq, payload);
             count += 1;
         }
@@ -673,7 +781,92 @@ fn rewrite_ranges(
     }
     report.bytes_after = after;
     report.bytes_reclaimed = report.bytes_before - after;
+    report.bytes_io = throttle.bytes;
     Ok(())
+}
+
+/// Read and check a sealed segment: its bytes, frames, end of data,
+/// header and compaction fields.
+#[allow(clippy::type_complexity)]
+fn load_segment(
+    vfs: &dyn Vfs,
+    dir: &Path,
+    store_id: [u8; 16],
+    id: SegmentId,
+) -> Result<(
+    SegmentBytes,
+    Vec<WalkedFrame>,
+    u64,
+    SegmentHeader,
+    Option<Compaction>,
+)> {
+    let path = segment_path(dir, id);
+    let bytes = read_segment(vfs, &path, true)?;
+    let header = SegmentHeader::decode(&bytes)
+        .map_err(|e| Error::corrupt(&path, 0, format!("segment header: {e}")))?;
+    let compaction = Compaction::of_header(&bytes);
+    let salt = Salt {
+        store_id,
+        segment: id,
+    };
+    let (frames, data_end) = walk(&bytes, &salt)
+        .map_err(|(off, why)| Error::corrupt(&path, off, format!("while collecting: {why}")))?;
+    Ok((bytes, frames, data_end as u64, header, compaction))
+}
+
+/// Read only the define frames of a sealed segment, at `defines`
+/// ((offset, padded length), from its summary), each checked: bytes holding
+/// them back to back, and the frames with payload ranges in those bytes.
+fn load_defines(
+    vfs: &dyn Vfs,
+    dir: &Path,
+    store_id: [u8; 16],
+    id: SegmentId,
+    defines: &[(u32, u32)],
+) -> Result<(SegmentBytes, Vec<WalkedFrame>)> {
+    let path = segment_path(dir, id);
+    let file = vfs
+        .open(&path, false)
+        .map_err(|e| Error::io("open segment", &path, e))?;
+    let salt = Salt {
+        store_id,
+        segment: id,
+    };
+    let mut buf = Vec::new();
+    let mut frames = Vec::with_capacity(defines.len());
+    for (at, padded) in defines {
+        let start = buf.len();
+        buf.resize(start + *padded as usize, 0);
+        let n = file
+            .read_at(&mut buf[start..], *at as u64)
+            .map_err(|e| Error::io("read define frame", &path, e))?;
+        if n < *padded as usize {
+            return Err(Error::corrupt(
+                &path,
+                *at as u64,
+                "define frame cut short by the end of the segment",
+            ));
+        }
+        let h = decode_frame(&buf[start..], &salt)
+            .map_err(|e| Error::corrupt(&path, *at as u64, format!("define frame: {e}")))?;
+        if h.kind != KIND_SESSION_DEFINE {
+            return Err(Error::corrupt(
+                &path,
+                *at as u64,
+                format!("expected a define frame, found kind {}", h.kind),
+            ));
+        }
+        let p = start + crate::frame::FRAME_HEADER_BYTES;
+        frames.push(WalkedFrame {
+            session: h.session,
+            kind: h.kind,
+            flags: h.flags,
+            seq: h.seq,
+            payload: (p, start + h.frame_len as usize),
+            padded: *padded as u64,
+        });
+    }
+    Ok((SegmentBytes::Owned(buf), frames))
 }
 
 /// Kind and payload of the frame at `pos`.

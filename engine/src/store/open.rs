@@ -211,6 +211,7 @@ impl Store {
             gc_active: Default::default(),
             gc_running: Mutex::new(()),
             gc_stop: Default::default(),
+            gc_summaries: Default::default(),
         }
     }
 }

@@ -114,6 +114,7 @@ impl Store {
             is_dead,
             &mut report,
             &mut throttle,
+            &mut sh.gc_summaries.lock(),
         )?;
         if plan.ranges.is_empty() || opts.dry_run {
             rewrite_ranges(
@@ -196,6 +197,9 @@ impl Store {
                 }
                 drop(ix);
                 sh.reader.forget(first, last);
+                sh.gc_summaries
+                    .lock()
+                    .retain(|id, _| *id < first || *id > last);
                 Ok(())
             },
         )?;
