@@ -541,14 +541,21 @@ fn make_plan(
         if covered_to.is_some_and(|c| id <= c) {
             continue;
         }
-        if !summaries.contains_key(&id) {
-            let (bytes, frames, data_end, header, compaction) =
-                load_segment(vfs, dir, store_id, id)?;
-            throttle.consume(data_end)?;
-            let sum = summarize(header, compaction, bytes.len() as u64, data_end, &frames);
-            summaries.insert(id, sum);
-        }
-        let sum = &summaries[&id];
+        let sum = match summaries.entry(id) {
+            std::collections::hash_map::Entry::Occupied(e) => e.into_mut(),
+            std::collections::hash_map::Entry::Vacant(v) => {
+                let (bytes, frames, data_end, header, compaction) =
+                    load_segment(vfs, dir, store_id, id)?;
+                throttle.consume(data_end)?;
+                v.insert(summarize(
+                    header,
+                    compaction,
+                    bytes.len() as u64,
+                    data_end,
+                    &frames,
+                ))
+            }
+        };
         covered_to = sum.compaction.map(|c| c.last_segment);
         let (mut live_bytes, mut dead_bytes) = (sum.define_bytes, 0);
         let mut live_events = false;
@@ -588,7 +595,7 @@ fn make_plan(
         report.bytes_live += live_bytes;
         plan.sealed.push(Sealed {
             id,
-            header: sum.header.clone(),
+            header: sum.header,
             compaction: sum.compaction,
             file_len: sum.file_len,
             data_end: sum.data_end,
