@@ -4,11 +4,17 @@
 //! ```text
 //! cargo run --release -p turnstone-benches --bin cold_reads -- [--mb 300]
 //!     [--sessions 256] [--runs 3] [--dir BASE] [--session K] [--regroup]
+//!     [--background-regroup]
 //! ```
 //!
 //! With `--regroup` the turnstone store is rewritten by `turnstone gc
 //! --regroup` (FORMAT.md §14.4) after it is built: each session's frames
 //! then sit together in the compacted segments (the locality rewrite).
+//! With `--background-regroup` a `session::gc::Background` collector with
+//! `regroup: true` runs while the store is written (every 50 ms, no I/O
+//! bound), regrouping each segment as it is sealed: the steady state of a
+//! store that regroups in the background (the active segment's tail stays
+//! interleaved).
 //!
 //! Builds a turnstone store of `--mb` MiB of frames whose sessions append in
 //! turn (every session's frames interleaved with everyone else's, the worst
@@ -51,12 +57,13 @@ struct Args {
     session: u32,
     seed: u64,
     regroup: bool,
+    background_regroup: bool,
 }
 
 fn usage() -> ! {
     eprintln!(
         "usage: cold_reads [--mb MIB] [--sessions N] [--runs N] [--dir BASE] \
-         [--session K] [--seed S] [--regroup]"
+         [--session K] [--seed S] [--regroup] [--background-regroup]"
     );
     std::process::exit(2)
 }
@@ -70,6 +77,7 @@ fn parse_args() -> Args {
         session: 7,
         seed: 1,
         regroup: false,
+        background_regroup: false,
     };
     let argv: Vec<String> = std::env::args().skip(1).collect();
     let mut it = argv.iter();
@@ -83,6 +91,7 @@ fn parse_args() -> Args {
             "--session" => a.session = val().parse().unwrap_or_else(|_| usage()),
             "--seed" => a.seed = val().parse().unwrap_or_else(|_| usage()),
             "--regroup" => a.regroup = true,
+            "--background-regroup" => a.background_regroup = true,
             _ => usage(),
         }
     }
@@ -246,7 +255,23 @@ fn build(
     sql_path: &Path,
 ) -> Result<(u64, u64, (u64, u64))> {
     let target = a.mb << 20;
-    let store = Store::open(ts_dir)?;
+    let store = std::sync::Arc::new(Store::open(ts_dir)?);
+    let bg = if a.background_regroup {
+        Some(turnstone::session::gc::Background::start(
+            store.clone(),
+            turnstone::session::gc::BackgroundOptions {
+                interval: std::time::Duration::from_millis(50),
+                collect: turnstone::gc::CollectOptions {
+                    regroup: true,
+                    rate_bytes_per_sec: None,
+                    ..Default::default()
+                },
+                ..Default::default()
+            },
+        )?)
+    } else {
+        None
+    };
     let conn = sqlite_connect(sql_path)?;
     // Loading speed only: the reads measured do not depend on it.
     conn.pragma_update(None, "synchronous", "OFF")?;
@@ -279,7 +304,21 @@ fn build(
             break 'fill;
         }
     }
-    store.close()?;
+    if let Some(bg) = bg {
+        let st = bg.stop();
+        println!(
+            "background regroup while writing: {} runs ({} productive), {:.0} MiB of I/O in {:.1} s, {} errors{}",
+            st.runs,
+            st.productive,
+            st.bytes_io as f64 / (1 << 20) as f64,
+            st.busy_us as f64 / 1e6,
+            st.errors,
+            st.last_error.map(|e| format!(" (last: {e})")).unwrap_or_default()
+        );
+    }
+    std::sync::Arc::into_inner(store)
+        .ok_or("the store is still shared")?
+        .close()?;
     conn.pragma_update(None, "wal_checkpoint", "TRUNCATE")?;
     drop(conn);
     Ok((next, own, (events, bytes)))
