@@ -75,6 +75,9 @@ pub(crate) struct Shared {
     /// §14.5): a run reads only the segments it rewrites and the ones
     /// sealed since the last run.
     gc_summaries: Mutex<gc::Summaries>,
+    /// Online collections that moved frames in this handle's life: a view
+    /// that remembers positions (the catalog) checks it.
+    gc_generation: std::sync::atomic::AtomicU64,
     /// Set at close: a running collection stops at its next step.
     gc_stop: std::sync::atomic::AtomicBool,
 }
@@ -440,6 +443,21 @@ impl Store {
             })
             .collect();
         (durable, touched)
+    }
+
+    /// Which positions this handle's index hands out: `(handle, generation)`,
+    /// where `handle` is different for every open of a store (in this
+    /// process) and `generation` grows each time an online collection
+    /// ([`Store::collect`]) moved frames or reclaimed sessions. A view that
+    /// remembers positions or log ranges (such as
+    /// [`crate::session::Catalog`]) re-checks every session when it changed.
+    pub fn collection_epoch(&self) -> (u64, u64) {
+        (
+            Arc::as_ptr(&self.shared) as u64,
+            self.shared
+                .gc_generation
+                .load(std::sync::atomic::Ordering::SeqCst),
+        )
     }
 
     /// Names of the sessions a collection reclaimed (FORMAT.md §14.2): they

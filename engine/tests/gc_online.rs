@@ -511,3 +511,34 @@ fn an_online_regroup_puts_each_sessions_frames_together() {
         assert_eq!(&events(&store, s), w, "{s} changed across reopen");
     }
 }
+
+/// A catalog kept across an online collection (which moves define frames
+/// and may move a session's frames before the catalog's folded position)
+/// lists, after a refresh, exactly what a catalog built afresh lists.
+#[test]
+fn a_catalog_kept_across_an_online_collection_matches_a_fresh_one() {
+    use turnstone::session::{Catalog, ListQuery};
+    let sim = SimVfs::new();
+    let store = Store::open_with(dir(), sim_opts(&sim, SEGMENT)).unwrap();
+    fleet(&store);
+    let mut kept = Catalog::build(&store).unwrap();
+    let q = ListQuery {
+        limit: 100,
+        ..Default::default()
+    };
+    let ids =
+        |c: &Catalog| -> Vec<String> { c.list(&q).sessions.into_iter().map(|e| e.id).collect() };
+    assert_eq!(ids(&kept), vec!["a", "c"]);
+    let r = live(&store);
+    assert!(r.ranges_rewritten > 0, "{r:?}");
+    append_synced(&store, "a", 60, 300);
+    kept.refresh(&store).unwrap();
+    let fresh = Catalog::build(&store).unwrap();
+    assert_eq!(ids(&kept), ids(&fresh));
+    for id in ["a", "c"] {
+        let (k, f) = (kept.get(&store, id), fresh.get(&store, id));
+        assert!(k.is_some(), "{id} is found in the kept catalog");
+        assert_eq!(k, f, "{id}");
+    }
+    assert_eq!(kept.get(&store, "a").unwrap().events, 61);
+}

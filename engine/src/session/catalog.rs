@@ -153,6 +153,8 @@ pub struct Catalog {
     by_field: HashMap<(String, String), BTreeSet<u32>>,
     by_parent: HashMap<String, BTreeSet<u32>>,
     listed: usize,
+    /// [`Store::collection_epoch`] at the last refresh.
+    epoch: Option<(u64, u64)>,
 }
 
 #[derive(Deserialize)]
@@ -205,6 +207,34 @@ impl Catalog {
                 ..Catalog::default()
             };
         }
+        let epoch = store.collection_epoch();
+        if self
+            .epoch
+            .is_some_and(|(h, g)| h == epoch.0 && g != epoch.1)
+        {
+            // An online collection in this store handle moved frames (to
+            // positions that may lie before `covered`) and may have
+            // reclaimed sessions: drop those, take each define's new
+            // position, and look at every session again (a session whose
+            // durable length did not change is not folded again).
+            for rank in 0..self.slots.len() {
+                let Some(slot) = self.slots[rank].take() else {
+                    continue;
+                };
+                self.unindex(rank as u32, &slot);
+                match store.session_meta(&slot.entry.id) {
+                    Some(m) if m.id.0 as usize == rank => {
+                        let mut slot = slot;
+                        slot.define_pos = m.define_pos;
+                        self.index(rank as u32, &slot);
+                        self.slots[rank] = Some(slot);
+                    }
+                    _ => {}
+                }
+            }
+            self.covered = LogPos(0);
+        }
+        self.epoch = Some(epoch);
         let (durable, touched) = store.sessions_touched_since(self.covered);
         let mut read = 0;
         for (name, meta) in touched {

@@ -212,6 +212,7 @@ impl Store {
             gc_running: Mutex::new(()),
             gc_stop: Default::default(),
             gc_summaries: Default::default(),
+            gc_generation: Default::default(),
         }
     }
 }

@@ -154,6 +154,7 @@ impl Store {
                 });
             }
             ix.set_reclaimed(plan.manifest.clone());
+            sh.gc_generation.fetch_add(1, Ordering::SeqCst);
         }
         // Step 2.
         if plan.manifest != census.reclaimed || !vfs.exists(&dir.join(reclaimed::MANIFEST_FILE)) {
@@ -195,6 +196,7 @@ impl Store {
                         }
                     }
                 }
+                sh.gc_generation.fetch_add(1, Ordering::SeqCst);
                 drop(ix);
                 sh.reader.forget(first, last);
                 sh.gc_summaries
