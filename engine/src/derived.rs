@@ -20,6 +20,8 @@ pub(crate) enum DerivedKind {
     Snapshot,
     /// `gc.manifest` (FORMAT.md §14.2): not derived, but replaced the same way.
     GcManifest,
+    /// `retention.json` (FORMAT.md §18): a setting, replaced the same way.
+    Retention,
 }
 
 impl DerivedKind {
@@ -40,6 +42,13 @@ impl DerivedKind {
                 "fsync snapshot",
                 "rename snapshot",
                 "fsync snapshot directory",
+            ],
+            DerivedKind::Retention => [
+                "create retention policy",
+                "write retention policy",
+                "fsync retention policy",
+                "rename retention policy",
+                "fsync directory",
             ],
             DerivedKind::GcManifest => [
                 "create gc manifest",

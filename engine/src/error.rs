@@ -74,6 +74,10 @@ pub enum Error {
     /// not found, as an unknown session is not.
     #[error("session {session:?} not found: it was deleted (tombstone at seq {seq})")]
     SessionDeleted { session: String, seq: u64 },
+    /// The store's retention policy expired the session (`retention.json`,
+    /// FORMAT.md §18): it is not found, like a deleted one.
+    #[error("session {session:?} not found: it expired under the store's retention policy")]
+    SessionExpired { session: String },
     /// A session with that id already exists.
     #[error("session {0:?} already exists")]
     SessionExists(String),
@@ -162,6 +166,7 @@ impl Error {
             Error::ReadOnly => "read_only",
             Error::UnknownSession(_) => "unknown_session",
             Error::SessionDeleted { .. } => "session_deleted",
+            Error::SessionExpired { .. } => "session_expired",
             Error::SessionExists(_) => "session_exists",
             Error::SeqOutOfRange { .. } => "seq_out_of_range",
             Error::TooLarge { .. } => "too_large",
@@ -200,7 +205,7 @@ impl Error {
     pub fn is_not_found(&self) -> bool {
         matches!(
             self,
-            Error::UnknownSession(_) | Error::SessionDeleted { .. }
+            Error::UnknownSession(_) | Error::SessionDeleted { .. } | Error::SessionExpired { .. }
         )
     }
 

@@ -336,6 +336,7 @@ fn retention_expires_sessions_by_the_ts_of_their_last_event() {
     let retention = Retention {
         expire_after_ms: Some(50_000),
         max_age_ms: None,
+        max_bytes: None,
         now_ms: Some(120_000),
     };
     let opts = CollectOptions {

@@ -33,10 +33,32 @@ pub struct GcArgs {
     /// Retention: also collect sessions whose first event is older than this (e.g. 90d).
     #[arg(long, value_parser = parse_duration_ms)]
     pub max_age: Option<u64>,
+    /// Retention: keep at most this many bytes of live frames (e.g. 500G, 64M), evicting the sessions whose last event is oldest first.
+    #[arg(long, value_parser = parse_bytes)]
+    pub max_bytes: Option<u64>,
+}
+
+/// `N` optionally followed by `K`, `M`, `G` or `T` (powers of 1024), in bytes.
+pub fn parse_bytes(s: &str) -> Result<u64, String> {
+    let split = s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len());
+    let (n, unit) = s.split_at(split);
+    let n: u64 = n
+        .parse()
+        .map_err(|_| format!("{s:?}: expected a number, then optionally K, M, G or T"))?;
+    let shift = match unit {
+        "" | "B" => 0,
+        "K" | "KiB" => 10,
+        "M" | "MiB" => 20,
+        "G" | "GiB" => 30,
+        "T" | "TiB" => 40,
+        _ => return Err(format!("{s:?}: unknown unit {unit:?} (K, M, G, T)")),
+    };
+    n.checked_mul(1u64 << shift)
+        .ok_or_else(|| format!("{s:?}: too large"))
 }
 
 /// `N` followed by `ms`, `s`, `m`, `h` or `d`, in milliseconds.
-fn parse_duration_ms(s: &str) -> Result<u64, String> {
+pub fn parse_duration_ms(s: &str) -> Result<u64, String> {
     let split = s
         .find(|c: char| !c.is_ascii_digit())
         .ok_or_else(|| format!("{s:?}: give a unit (ms, s, m, h, d)"))?;
@@ -73,14 +95,17 @@ pub fn run(a: &GcArgs) -> Result<ExitCode, Failure> {
     let retention = turnstone::session::gc::Retention {
         expire_after_ms: a.expire_after,
         max_age_ms: a.max_age,
+        max_bytes: a.max_bytes,
         now_ms: None,
     };
     // Deleted streams of `turnstone serve` by its rule, every other
     // session by the session layer's.
-    let now = turnstone::session::event::now_ms();
-    let r = turnstone::session::gc::collect_with_rule(&a.dir, &opts, &|c| {
-        turnstone_server::collect::is_dead_with(c, &retention, now)
-    })?;
+    let r = turnstone::session::gc::collect_with_rule(
+        &a.dir,
+        &opts,
+        &retention,
+        &turnstone_server::collect::is_dead_with,
+    )?;
     if a.json {
         println!(
             "{}",

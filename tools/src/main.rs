@@ -17,6 +17,7 @@ mod meta;
 mod progress;
 mod raw;
 mod recover;
+mod retention;
 mod signals;
 mod stats;
 mod store_open;
@@ -160,12 +161,23 @@ into one compacted file per run of them, holding only live frames grouped by ses
 the other files of the run are removed. Live: every frame of a session not deleted,\n\
 and the prefix of a deleted session that a live fork reads through it. The segment\n\
 appends go to is never touched. The store must not be open for writing elsewhere.\n\
-Retention: --expire-after D also collects sessions whose last event is older than D,\n\
---max-age D those whose first event is (by the events' ts; sessions without ts never expire).\n\
+Retention: the store's policy (turnstone retention, retention.json) applies; --expire-after D,\n\
+--max-age D and --max-bytes N override its store-wide rules for this run (by the events' ts;\n\
+sessions without ts never expire by time; --max-bytes evicts the oldest sessions first).\n\
 --json prints {dry_run, segments_examined, ranges_rewritten, segment_files_removed,\n\
 sessions_reclaimed, bytes_before, bytes_live, bytes_after, bytes_reclaimed, duration_us}."
     )]
     Gc(gc::GcArgs),
+    /// Show or change the store's retention policy (retention.json, FORMAT.md §18).
+    #[command(
+        after_help = "Examples:\n  turnstone retention ./demo-store\n  turnstone retention ./demo-store --expire-after 30d --max-bytes 500G\n  turnstone retention ./demo-store --session sess-000003 --keep\n  turnstone retention ./demo-store --clear\n\n\
+Expired sessions vanish at once from loads, lists and search, like deleted ones, and the next\n\
+collection (turnstone gc, or a store's background collector) frees their bytes. --max-bytes is\n\
+applied by collections: the sessions whose last event is oldest go first. Times are the events' ts;\n\
+sessions whose events carry none (raw appends, serve's streams) expire only by --max-bytes (streams never).\n\
+Needs no lock: the file is replaced atomically and read by every opener. Prints the policy as JSON."
+    )]
+    Retention(retention::RetentionArgs),
     /// Full-text search over message text of every session (user, assistant, tool results, summaries).
     #[command(
         after_help = "Examples:\n  turnstone search ./demo-store \"disk full\"\n  turnstone search ./demo-store 'error NOT retry' --json\n  turnstone search ./demo-store deploy --session fork-1\n\n\
@@ -220,6 +232,7 @@ fn run(cli: Cli) -> Result<ExitCode, Failure> {
         Cmd::Meta(a) => meta::run_meta(&a),
         Cmd::Delete(a) => meta::run_delete(&a),
         Cmd::Gc(a) => gc::run(&a),
+        Cmd::Retention(a) => retention::run(&a),
         Cmd::Torture(a) => torture::run(&a),
         Cmd::Archive(a) => archive::run_archive(&a),
         Cmd::Restore(a) => archive::run_restore(&a),

@@ -155,6 +155,9 @@ pub struct Catalog {
     listed: usize,
     /// [`Store::collection_epoch`] at the last refresh.
     epoch: Option<(u64, u64)>,
+    /// The store's retention policy at the last refresh: expired sessions
+    /// are left out of listings and lookups.
+    policy: crate::session::retention::Policy,
 }
 
 #[derive(Deserialize)]
@@ -195,7 +198,8 @@ impl Catalog {
     pub fn get(&self, store: &Store, id: &str) -> Option<&CatalogEntry> {
         let meta = store.session_meta(id)?;
         let slot = self.slots.get(meta.id.0 as usize)?.as_ref()?;
-        (!slot.deleted && slot.define_pos == meta.define_pos).then_some(&slot.entry)
+        (!slot.deleted && slot.define_pos == meta.define_pos && !self.expired(&slot.entry))
+            .then_some(&slot.entry)
     }
 
     /// Fold every durable event not folded yet. Returns the number of
@@ -235,6 +239,7 @@ impl Catalog {
             self.covered = LogPos(0);
         }
         self.epoch = Some(epoch);
+        self.policy = crate::session::retention::Policy::of(store)?;
         let (durable, touched) = store.sessions_touched_since(self.covered);
         let mut read = 0;
         for (name, meta) in touched {
@@ -266,6 +271,17 @@ impl Catalog {
         }
         self.covered = durable;
         Ok(read)
+    }
+
+    /// Whether the retention policy expires `e` now.
+    fn expired(&self, e: &CatalogEntry) -> bool {
+        !self.policy.is_empty()
+            && self.policy.expired(
+                &e.id,
+                e.created_ms,
+                e.updated_ms,
+                crate::session::event::now_ms(),
+            )
     }
 
     fn unindex(&mut self, rank: u32, s: &Slot) {
@@ -356,7 +372,7 @@ impl Catalog {
             let Some(Some(slot)) = self.slots.get(rank as usize) else {
                 continue;
             };
-            if slot.deleted || !matches(&slot.entry, q) {
+            if slot.deleted || !matches(&slot.entry, q) || self.expired(&slot.entry) {
                 continue;
             }
             if sessions.len() == limit {

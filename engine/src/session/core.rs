@@ -259,6 +259,8 @@ impl Session {
                 seq,
             });
         }
+        // Expired under the store's retention policy: not found either.
+        crate::session::retention::check_not_expired(&store, id)?;
         Ok(s)
     }
 

@@ -29,15 +29,17 @@ pub fn deleted_at(store: &Store, id: &str) -> Result<Option<u64>> {
     Ok((e.kind == CoreKind::SessionDelete.code()).then_some(last))
 }
 
-/// `Ok(())` if `id` exists and is not deleted; else the typed not-found
-/// error ([`Error::UnknownSession`] or [`Error::SessionDeleted`]).
+/// `Ok(())` if `id` exists, is not deleted and is not expired by the
+/// store's retention policy; else the typed not-found error
+/// ([`Error::UnknownSession`], [`Error::SessionDeleted`] or
+/// [`Error::SessionExpired`]).
 pub fn check_not_deleted(store: &Store, id: &str) -> Result<()> {
     match deleted_at(store, id)? {
         Some(seq) => Err(Error::SessionDeleted {
             session: id.to_string(),
             seq,
         }),
-        None => Ok(()),
+        None => crate::session::retention::check_not_expired(store, id),
     }
 }
 

@@ -20,23 +20,32 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use parking_lot::{Condvar, Mutex};
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
 
 use crate::error::Result;
 use crate::gc::{CollectCandidate, CollectOptions, CollectReport};
 use crate::session::event::{self, CoreKind};
+use crate::session::retention::{ts_of_payload, Policy};
 use crate::Store;
 
-/// Store-wide retention rules, applied by a collection. `None`: no limit.
+/// Store-wide retention rules given to one collection, over the store's
+/// policy (`retention.json`, [`Policy`]): each set field replaces the
+/// policy's. `None`: the policy's (no limit if it has none).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Retention {
     /// Expire a session this long after its last event (TTL).
     pub expire_after_ms: Option<u64>,
-    /// Expire a session this long after its first event (maximum age).
+    /// Expire a session this long after its first own event (maximum age).
     pub max_age_ms: Option<u64>,
+    /// Keep at most this many bytes of live frames in sealed segments,
+    /// evicting the sessions whose last event is oldest first.
+    pub max_bytes: Option<u64>,
     /// "Now", milliseconds since the Unix epoch (`None`: the clock).
     pub now_ms: Option<u64>,
 }
+
+/// A session layer's liveness rule under a retention policy at a time.
+pub type Rule = dyn Fn(&CollectCandidate<'_>, &Policy, u64) -> bool + Send + Sync;
 
 /// Collect the store in `dir`: every deleted session's garbage.
 pub fn collect(dir: impl AsRef<Path>, opts: &CollectOptions) -> Result<CollectReport> {
@@ -50,22 +59,27 @@ pub fn collect_with(
     opts: &CollectOptions,
     retention: &Retention,
 ) -> Result<CollectReport> {
-    let r = *retention;
-    let now = r.now_ms.unwrap_or_else(event::now_ms);
-    collect_with_rule(dir, opts, &|c| is_dead(c, &r, now))
+    collect_with_rule(dir, opts, retention, &is_dead)
 }
 
-/// Collect the store in `dir` with `is_dead` deciding which sessions are
-/// dead (a layer with records of its own, such as `turnstone serve`'s
-/// stream tombstones, passes its rule), then its unreferenced blob files.
+/// Collect the store in `dir` with `rule` deciding which sessions are dead
+/// under the store's policy overridden by `retention` (a layer with records
+/// of its own, such as `turnstone serve`'s stream tombstones, passes its
+/// rule), then its unreferenced blob files.
 pub fn collect_with_rule(
     dir: impl AsRef<Path>,
     opts: &CollectOptions,
-    is_dead: &dyn Fn(&CollectCandidate<'_>) -> bool,
+    retention: &Retention,
+    rule: &Rule,
 ) -> Result<CollectReport> {
     let started = std::time::Instant::now();
-    let mut report = crate::gc::collect(dir.as_ref(), opts, is_dead)?;
-    collect_blobs(dir.as_ref(), opts, &mut report)?;
+    let dir = dir.as_ref();
+    let policy = Policy::load(opts.vfs.as_ref(), dir)?.overridden_by(retention);
+    let now = retention.now_ms.unwrap_or_else(event::now_ms);
+    let mut opts = opts.clone();
+    opts.max_live_bytes = opts.max_live_bytes.or(policy.max_bytes);
+    let mut report = crate::gc::collect(dir, &opts, &|c| rule(c, &policy, now))?;
+    collect_blobs(dir, &opts, &mut report)?;
     report.duration_us = started.elapsed().as_micros() as u64;
     Ok(report)
 }
@@ -79,9 +93,21 @@ pub fn collect_live(
     opts: &CollectOptions,
     retention: &Retention,
 ) -> Result<CollectReport> {
-    let r = *retention;
-    let now = r.now_ms.unwrap_or_else(event::now_ms);
-    store.collect(opts, &|c| is_dead(c, &r, now))
+    collect_live_with_rule(store, opts, retention, &is_dead)
+}
+
+/// [`collect_live`] with a rule of one's own (see [`collect_with_rule`]).
+pub fn collect_live_with_rule(
+    store: &Store,
+    opts: &CollectOptions,
+    retention: &Retention,
+    rule: &Rule,
+) -> Result<CollectReport> {
+    let policy = Policy::of(store)?.overridden_by(retention);
+    let now = retention.now_ms.unwrap_or_else(event::now_ms);
+    let mut opts = opts.clone();
+    opts.max_live_bytes = opts.max_live_bytes.or(policy.max_bytes);
+    store.collect(&opts, &|c| rule(c, &policy, now))
 }
 
 /// How a [`Background`] collector runs.
@@ -151,24 +177,17 @@ impl Background {
     /// Start collecting `store` in the background with the session layer's
     /// rule (deleted sessions, and `opts.retention`).
     pub fn start(store: Arc<Store>, opts: BackgroundOptions) -> Result<Background> {
-        let r = opts.retention;
-        Background::start_with_rule(
-            store,
-            opts,
-            Arc::new(move |c: &CollectCandidate<'_>| {
-                is_dead(c, &r, r.now_ms.unwrap_or_else(event::now_ms))
-            }),
-        )
+        Background::start_with_rule(store, opts, Arc::new(is_dead))
     }
 
-    /// Start collecting `store` in the background, with `is_dead` deciding
-    /// which sessions are dead (a layer with its own records, such as
-    /// `turnstone serve`'s stream tombstones, passes its own rule;
-    /// `opts.retention` is not applied then).
+    /// Start collecting `store` in the background, with `rule` deciding
+    /// which sessions are dead under the store's policy (reloaded at each
+    /// run) overridden by `opts.retention` (a layer with its own records,
+    /// such as `turnstone serve`'s stream tombstones, passes its own rule).
     pub fn start_with_rule(
         store: Arc<Store>,
         opts: BackgroundOptions,
-        is_dead: Arc<dyn Fn(&CollectCandidate<'_>) -> bool + Send + Sync>,
+        rule: Arc<Rule>,
     ) -> Result<Background> {
         if store.is_read_only() {
             return Err(crate::Error::ReadOnly);
@@ -194,7 +213,7 @@ impl Background {
                             return;
                         }
                     }
-                    let result = store.collect(&copts, &*is_dead);
+                    let result = collect_live_with_rule(&store, &copts, &opts.retention, &*rule);
                     let mut s = stats2.lock();
                     s.runs += 1;
                     match result {
@@ -307,34 +326,30 @@ fn collect_blobs(dir: &Path, opts: &CollectOptions, report: &mut CollectReport) 
     store.close()
 }
 
-/// The envelope's `ts`, if the payload is an envelope that has one.
-fn ts(payload: &[u8]) -> Option<u64> {
-    #[derive(Deserialize)]
-    struct Ts {
-        ts: Option<u64>,
-    }
-    serde_json::from_slice::<Ts>(payload).ok()?.ts
-}
-
-/// The session layer's rule: whether `c` is dead at `now` (ms since the
-/// epoch) under `r`: its last event is a `session/delete` tombstone, or `r`
-/// expires it (never while a writable handle holds it).
-pub fn is_dead(c: &CollectCandidate<'_>, r: &Retention, now: u64) -> bool {
+/// The session layer's rule: whether `c` is dead under `policy` at `now`
+/// (ms since the epoch): its last event is a `session/delete` tombstone, or
+/// the policy expires it by the `ts` of its first own and last events (never
+/// a session a writable handle holds, nor one the policy keeps); asked
+/// whether `c` may be evicted for `max_bytes`, yes unless held or kept.
+pub fn is_dead(c: &CollectCandidate<'_>, policy: &Policy, now: u64) -> bool {
     let tombstone = CoreKind::SessionDelete.code();
     if c.last.is_some_and(|(kind, _)| kind == tombstone) {
         return true;
     }
-    let older = |ev: Option<(u16, &[u8])>, limit: Option<u64>| match (ev, limit) {
-        (Some((_, p)), Some(limit)) => ts(p).is_some_and(|t| now.saturating_sub(t) > limit),
-        _ => false,
-    };
-    // A session a writable handle holds is in use: retention waits.
-    !c.held && (older(c.last, r.expire_after_ms) || older(c.first, r.max_age_ms))
+    if c.held || policy.keeps(c.name) {
+        return false;
+    }
+    if c.evicting {
+        return true;
+    }
+    let ts = |ev: Option<(u16, &[u8])>| ev.and_then(|(_, p)| ts_of_payload(p));
+    policy.expired(c.name, ts(c.first), ts(c.last), now)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::session::retention::SessionPolicy;
 
     fn cand<'a>(first: &'a [u8], last: &'a [u8], last_kind: u16) -> CollectCandidate<'a> {
         CollectCandidate {
@@ -343,6 +358,7 @@ mod tests {
             first: Some((5, first)),
             last: Some((last_kind, last)),
             held: false,
+            evicting: false,
         }
     }
 
@@ -351,16 +367,16 @@ mod tests {
         let old = br#"{"v":0,"ts":1000,"data":{}}"#;
         let new = br#"{"v":0,"ts":90000,"data":{}}"#;
         let none = br#"{"v":0,"data":{}}"#;
-        let off = Retention::default();
+        let off = Policy::default();
         assert!(!is_dead(&cand(old, old, 5), &off, 100_000));
         assert!(is_dead(
             &cand(new, new, CoreKind::SessionDelete.code()),
             &off,
             100_000
         ));
-        let ttl = Retention {
+        let ttl = Policy {
             expire_after_ms: Some(50_000),
-            ..off
+            ..Default::default()
         };
         assert!(is_dead(&cand(old, old, 5), &ttl, 100_000));
         assert!(
@@ -371,9 +387,9 @@ mod tests {
             !is_dead(&cand(none, none, 5), &ttl, 100_000),
             "no ts: never expires"
         );
-        let age = Retention {
+        let age = Policy {
             max_age_ms: Some(50_000),
-            ..off
+            ..Default::default()
         };
         assert!(
             is_dead(&cand(old, new, 5), &age, 100_000),
@@ -387,5 +403,32 @@ mod tests {
         held.held = true;
         assert!(is_dead(&held, &off, 100_000), "a held tombstone is dead");
         assert!(!is_dead(&cand(b"not json", b"\xff", 0xFFFF), &age, 100_000));
+        // Per-session rules: keep, and a shorter TTL than the store's.
+        let mut kept = ttl.clone();
+        kept.sessions.insert(
+            "s".into(),
+            SessionPolicy {
+                keep: true,
+                ..Default::default()
+            },
+        );
+        assert!(!is_dead(&cand(old, old, 5), &kept, 100_000), "kept");
+        let mut evict = cand(new, new, 5);
+        evict.evicting = true;
+        assert!(is_dead(&evict, &off, 100_000), "evictable");
+        assert!(
+            !is_dead(&evict, &kept, 100_000),
+            "a kept session is not evicted"
+        );
+        let mut short = Policy::default();
+        short.sessions.insert(
+            "s".into(),
+            SessionPolicy {
+                expire_after_ms: Some(5_000),
+                ..Default::default()
+            },
+        );
+        assert!(is_dead(&cand(new, new, 5), &short, 100_000));
+        assert!(!is_dead(&cand(new, new, 5), &short, 94_000));
     }
 }

@@ -26,6 +26,7 @@ pub mod projection;
 pub mod query;
 pub mod repair;
 pub mod replay;
+pub mod retention;
 pub mod snapshot;
 pub mod state_snapshot;
 pub mod surface;

@@ -65,6 +65,8 @@ fn ts_of(store: &Store, registry: &Registry, id: &str, seq: u64) -> Result<Optio
 /// whole logs. A fork child's creation time is that of its first own
 /// event (inherited events keep their parent's times).
 pub fn list_sessions(store: &Store, registry: &Registry) -> Result<Vec<SessionSummary>> {
+    let policy = crate::session::retention::Policy::of(store)?;
+    let now = crate::session::event::now_ms();
     let mut out = Vec::new();
     for info in store.sessions() {
         let Some(meta) = store.session_meta(&info.name) else {
@@ -87,6 +89,9 @@ pub fn list_sessions(store: &Store, registry: &Registry) -> Result<Vec<SessionSu
         } else {
             None
         };
+        if policy.expired(&info.name, created_ms, updated_ms, now) {
+            continue; // expired (retention.json): not listed
+        }
         out.push(SessionSummary {
             id: info.name.clone(),
             events: end,

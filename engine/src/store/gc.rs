@@ -63,6 +63,12 @@ pub struct CollectOptions {
     /// most this many bytes per second on average (`None`: no limit; the
     /// on-demand collection ignores it).
     pub rate_bytes_per_sec: Option<u64>,
+    /// Keep at most this many bytes of live frames in the sealed segments
+    /// (retention by size): when over, sessions are evicted (declared
+    /// dead) oldest last event first, those the rule allows
+    /// ([`CollectCandidate::evicting`]). Counted from the sealed segments
+    /// only; the active segment is not.
+    pub max_live_bytes: Option<u64>,
 }
 
 impl Default for CollectOptions {
@@ -74,6 +80,7 @@ impl Default for CollectOptions {
             dry_run: false,
             regroup: false,
             rate_bytes_per_sec: None,
+            max_live_bytes: None,
         }
     }
 }
@@ -84,7 +91,8 @@ pub struct CollectCandidate<'a> {
     pub name: &'a str,
     /// Events, inherited ones included.
     pub len: u64,
-    /// Kind and payload of its first event (seq 0, inherited for a fork).
+    /// Kind and payload of its first own event (a fork's first event after
+    /// its fork point; `None` if it has none).
     pub first: Option<(u16, &'a [u8])>,
     /// Kind and payload of its last event (`None` if it has none).
     pub last: Option<(u16, &'a [u8])>,
@@ -92,6 +100,10 @@ pub struct CollectCandidate<'a> {
     /// collection; always false on demand, where the store is closed).
     /// Retention never expires a held session.
     pub held: bool,
+    /// The question is not "is it dead?" but "may it be evicted to bring
+    /// the live bytes under `CollectOptions::max_live_bytes`?" (asked of
+    /// sessions not dead, oldest last event first).
+    pub evicting: bool,
 }
 
 /// What a collection did (or, dry, would do).
@@ -106,6 +118,8 @@ pub struct CollectReport {
     pub segment_files_removed: u32,
     /// Sessions dead at this collection that were not reclaimed before.
     pub sessions_reclaimed: u64,
+    /// Of those, the ones evicted by `max_live_bytes`.
+    pub sessions_evicted: u64,
     /// Bytes of the sealed segment files before.
     pub bytes_before: u64,
     /// Bytes of live frames in them (FORMAT.md §14.1), padding included.
@@ -259,7 +273,7 @@ impl Census {
                     name: e.name.clone(),
                     len: e.len(),
                     parent: e.parent,
-                    first: ix.position(id, 0),
+                    first: ix.position(id, e.inherited()),
                     last,
                     eligible: eligible(last),
                     held: false,
@@ -469,73 +483,10 @@ fn make_plan(
     throttle: &mut Throttle<'_>,
     summaries: &mut Summaries,
 ) -> Result<Plan> {
-    // §14.1: who is dead, and how much of each dead session its live
-    // descendants still read.
-    let n = census.sessions.len();
-    let mut cache: HashMap<SegmentId, SegmentBytes> = HashMap::new();
-    let mut dead: Vec<bool> = (0..n)
-        .map(|i| census.reclaimed.contains_key(&SessionId(i as u32)))
-        .collect();
-    for (i, e) in census.sessions.iter().enumerate() {
-        if dead[i] || !e.eligible {
-            continue;
-        }
-        let last = match e.last {
-            None => None,
-            Some(p) => Some(frame_at(vfs, dir, store_id, &mut cache, LogPos(p))?),
-        };
-        let first = match e.first {
-            None => None,
-            Some(p) => Some(frame_at(vfs, dir, store_id, &mut cache, LogPos(p))?),
-        };
-        let cand = CollectCandidate {
-            name: &e.name,
-            len: e.len,
-            first: first.as_ref().map(|(k, p)| (*k, p.as_slice())),
-            last: last.as_ref().map(|(k, p)| (*k, p.as_slice())),
-            held: e.held,
-        };
-        if is_dead(&cand) {
-            dead[i] = true;
-            report.sessions_reclaimed += 1;
-        }
-    }
-    drop(cache);
-    let mut need = vec![0u64; n];
-    let mut reach = vec![0u64; n];
-    for i in (0..n).rev() {
-        let e = &census.sessions[i];
-        need[i] = if dead[i] {
-            let r = reach[i];
-            census
-                .reclaimed
-                .get(&SessionId(i as u32))
-                .map_or(r, |k| r.min(*k))
-        } else {
-            e.len
-        };
-        if let Some((p, upto)) = e.parent {
-            if (p.0 as usize) < i {
-                let r = &mut reach[p.0 as usize];
-                *r = (*r).max(need[i].min(upto));
-            }
-        }
-    }
-    let manifest: Reclaimed = (0..n)
-        .filter(|i| dead[*i])
-        .map(|i| (SessionId(i as u32), need[i]))
-        .collect();
-    let mut plan = Plan {
-        manifest,
-        need,
-        sealed: Vec::new(),
-        ranges: Vec::new(),
-        tail_first_batch_seq: 0,
-    };
-
-    // Look at the sealed segments (their summaries, read once). A file
-    // inside the range of a compacted file before it is superseded
-    // (§14.3; an interrupted removal) and skipped.
+    // The sealed segments' summaries (read once; an online collection
+    // keeps them). A file inside the range of a compacted file before it
+    // is superseded (§14.3; an interrupted removal) and skipped.
+    let mut listed: Vec<SegmentId> = Vec::new();
     let mut covered_to: Option<SegmentId> = None;
     for id in sealed_ids.iter().copied() {
         if covered_to.is_some_and(|c| id <= c) {
@@ -557,6 +508,94 @@ fn make_plan(
             }
         };
         covered_to = sum.compaction.map(|c| c.last_segment);
+        listed.push(id);
+    }
+
+    // §14.1: who is dead, and how much of each dead session its live
+    // descendants still read.
+    let n = census.sessions.len();
+    let mut cache: HashMap<SegmentId, SegmentBytes> = HashMap::new();
+    let mut dead: Vec<bool> = (0..n)
+        .map(|i| census.reclaimed.contains_key(&SessionId(i as u32)))
+        .collect();
+    let mut ask = |i: usize, evicting: bool| -> Result<bool> {
+        let e = &census.sessions[i];
+        let last = match e.last {
+            None => None,
+            Some(p) => Some(frame_at(vfs, dir, store_id, &mut cache, LogPos(p))?),
+        };
+        let first = match e.first {
+            None => None,
+            Some(p) => Some(frame_at(vfs, dir, store_id, &mut cache, LogPos(p))?),
+        };
+        Ok(is_dead(&CollectCandidate {
+            name: &e.name,
+            len: e.len,
+            first: first.as_ref().map(|(k, p)| (*k, p.as_slice())),
+            last: last.as_ref().map(|(k, p)| (*k, p.as_slice())),
+            held: e.held,
+            evicting,
+        }))
+    };
+    for (i, d) in dead.iter_mut().enumerate() {
+        if *d || !census.sessions[i].eligible {
+            continue;
+        }
+        if ask(i, false)? {
+            *d = true;
+            report.sessions_reclaimed += 1;
+        }
+    }
+    let mut need = needs(census, &dead);
+    if let Some(max) = opts.max_live_bytes {
+        // Over the budget: evict the sessions whose last event is oldest
+        // first, as far as the rule lets (an estimate: a session's bytes
+        // are counted whole, also where a live fork still reads a prefix).
+        let mut own = vec![0u64; n];
+        let mut live_total = 0u64;
+        for id in &listed {
+            let sum = &summaries[id];
+            live_total += sum.define_bytes;
+            for span in &sum.sessions {
+                if let Some(b) = own.get_mut(span.session.0 as usize) {
+                    *b += span.bytes;
+                }
+            }
+        }
+        live_total += (0..n).filter(|i| !dead[*i]).map(|i| own[i]).sum::<u64>();
+        let mut order: Vec<usize> = (0..n)
+            .filter(|i| !dead[*i] && census.sessions[*i].eligible)
+            .collect();
+        order.sort_by_key(|i| census.sessions[*i].last.unwrap_or(0));
+        for i in order {
+            if live_total <= max {
+                break;
+            }
+            if own[i] > 0 && ask(i, true)? {
+                dead[i] = true;
+                live_total -= own[i];
+                report.sessions_reclaimed += 1;
+                report.sessions_evicted += 1;
+            }
+        }
+        need = needs(census, &dead);
+    }
+    drop(cache);
+    let manifest: Reclaimed = (0..n)
+        .filter(|i| dead[*i])
+        .map(|i| (SessionId(i as u32), need[i]))
+        .collect();
+    let mut plan = Plan {
+        manifest,
+        need,
+        sealed: Vec::new(),
+        ranges: Vec::new(),
+        tail_first_batch_seq: 0,
+    };
+
+    // Live and dead bytes of each sealed segment.
+    for id in listed.iter().copied() {
+        let sum = &summaries[&id];
         let (mut live_bytes, mut dead_bytes) = (sum.define_bytes, 0);
         let mut live_events = false;
         let mut partial = false;
@@ -644,6 +683,34 @@ fn make_plan(
         report.sessions_reclaimed = 0; // nothing written: nothing reclaimed yet
     }
     Ok(plan)
+}
+
+/// `need` of §14.1 for every session, given which are dead: a live
+/// session's length; a dead one's, the longest prefix its live fork
+/// descendants read (never more than the manifest already keeps).
+fn needs(census: &Census, dead: &[bool]) -> Vec<u64> {
+    let n = census.sessions.len();
+    let mut need = vec![0u64; n];
+    let mut reach = vec![0u64; n];
+    for i in (0..n).rev() {
+        let e = &census.sessions[i];
+        need[i] = if dead[i] {
+            let r = reach[i];
+            census
+                .reclaimed
+                .get(&SessionId(i as u32))
+                .map_or(r, |k| r.min(*k))
+        } else {
+            e.len
+        };
+        if let Some((p, upto)) = e.parent {
+            if (p.0 as usize) < i {
+                let r = &mut reach[p.0 as usize];
+                *r = (*r).max(need[i].min(upto));
+            }
+        }
+    }
+    need
 }
 
 /// Step 4 of §14.4 for every range of `plan` (or, dry, only its report).
