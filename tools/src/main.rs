@@ -15,6 +15,7 @@ mod import;
 mod kinds;
 mod messages;
 mod meta;
+mod pg_views;
 mod place;
 mod progress;
 mod raw;

@@ -38,6 +38,11 @@ impl Place {
     }
 }
 
+/// The URL a path argument holds, if it is one.
+pub fn url_of(p: &std::path::Path) -> Option<&str> {
+    p.to_str().filter(|s| is_url(s))
+}
+
 /// `postgres://user:secret@host/db` → `postgres://user:***@host/db`.
 pub fn redact(url: &str) -> String {
     let Some((scheme, rest)) = url.split_once("://") else {

@@ -353,12 +353,77 @@ fn copy_into_a_destination_holding_a_session_writes_nothing(cx: &Ctx) {
     st.close().unwrap();
 }
 
+fn read_commands_on_a_url_print_what_they_print_on_the_directory(cx: &Ctx) {
+    let a = cx.tmp.path().join("a");
+    build_source(&a);
+    copy(p(&a), &cx.url);
+    let same = |args: &[&str]| {
+        let with = |target: &str| {
+            let mut v = vec![args[0], target];
+            v.extend_from_slice(&args[1..]);
+            let out = turnstone(&v);
+            assert_eq!(code(&out), 0, "{v:?}: {}", stderr(&out));
+            stdout(&out)
+        };
+        let (dir, url) = (with(p(&a)), with(&cx.url));
+        assert!(!dir.is_empty(), "{args:?} printed nothing");
+        assert_eq!(dir, url, "{args:?}");
+        dir
+    };
+    let listed = same(&["sessions", "--json"]);
+    assert_eq!(listed.lines().count(), 5, "{listed}");
+    // Metadata, times and forks came along: filters answer alike.
+    assert_eq!(same(&["sessions", "--tag", "ci"]).lines().count(), 1);
+    same(&["sessions", "--where", "user=alice", "--json"]);
+    same(&["sessions", "--parent", "child"]);
+    same(&["sessions", "--newest-first", "--limit", "2"]);
+    same(&["sessions"]);
+    for s in ["root", "child", "grandchild", "orphan", "other"] {
+        let exported = same(&["export", "--session", s]);
+        assert!(exported.lines().all(|l| l.contains("\"ts\":")), "{s}");
+        same(&["replay", "--session", s, "--json"]);
+        same(&["replay", "--session", s]);
+    }
+    // The blob-stored block comes out inline from both.
+    assert!(same(&["export", "--session", "root"]).contains(&"y".repeat(1000)));
+    // Search: PostgreSQL's own text search, the same hits here.
+    let out = turnstone(&["search", &cx.url, "grandchild", "--json"]);
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    let hits = json_lines(&out);
+    assert_eq!(hits.len(), 3);
+    assert!(hits.iter().all(|h| h["session"] == "grandchild"));
+    let out = turnstone(&[
+        "search",
+        &cx.url,
+        "root",
+        "--session",
+        "grandchild",
+        "--json",
+    ]);
+    let hits = json_lines(&out);
+    // root's messages 0..4 are inherited through child (fork at 4, then at 6).
+    assert_eq!(hits.len(), 4, "{hits:?}");
+    // Unknown, deleted, and a flag that only means something for a directory.
+    for s in ["nope", "doomed", "gone"] {
+        let out = turnstone(&["export", &cx.url, "--session", s]);
+        assert_eq!(code(&out), 2);
+        assert!(stderr(&out).contains("has no session"), "{}", stderr(&out));
+    }
+    let out = turnstone(&["export", &cx.url, "--session", "root", "--salvage"]);
+    assert_eq!(code(&out), 2);
+    assert!(stderr(&out).contains("--salvage"));
+}
+
 fn main() {
     type Test = fn(&Ctx);
     let tests: Vec<(&str, Test)> = vec![
         (
             "round_trip_dir_to_postgres_to_dir_keeps_everything",
             round_trip_dir_to_postgres_to_dir_keeps_everything,
+        ),
+        (
+            "read_commands_on_a_url_print_what_they_print_on_the_directory",
+            read_commands_on_a_url_print_what_they_print_on_the_directory,
         ),
         (
             "a_missing_blob_stops_the_copy_naming_session_and_seq",
