@@ -27,8 +27,9 @@
 //!   before it reads, so no commit is missed.
 //!
 //! Not built yet (said in the README): the storage trait that puts the
-//! session layer on this log, full-text search, `serve` and the CLI on a
-//! connection URL, `turnstone copy`.
+//! session layer on this log, and `serve` on a connection URL. The CLI's
+//! `copy` and read commands on a URL use this crate (`tools/src/copy.rs`,
+//! `tools/src/pg_views.rs`).
 
 mod error;
 mod event_log;
