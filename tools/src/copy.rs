@@ -416,8 +416,9 @@ impl Dest {
 /// limit still goes alone).
 const GROUP_EVENTS: usize = 4096;
 const GROUP_BYTES: usize = 4 << 20;
-/// PostgreSQL: wait for the commits after this many queued bytes, so a
-/// large session is not held in memory whole.
+/// PostgreSQL: wait for the commits after this many queued bytes (one
+/// session's, or those of the sessions held), so that no more than this is
+/// held in memory.
 const PG_SYNC_BYTES: usize = 32 << 20;
 
 /// Writes one session's own events in groups, checking every seq.
@@ -556,15 +557,58 @@ impl<'a> SessionWriter<'a> {
     }
 
     /// Write what is left and wait until the session is durable.
-    fn finish(mut self) -> Result<(), CopyError> {
+    /// A store directory: the session is durable when this returns. A
+    /// database: the writer is returned with the bytes it queued since its
+    /// last wait, for [`Held`] to wait for later, so that the next
+    /// sessions' commits overlap this one's.
+    fn finish(mut self) -> Result<Option<(turnstone_pg::Writer, usize)>, CopyError> {
         self.write_group()?;
         match (self.dst, self.pg.take()) {
-            (Dest::Dir { store, .. }, _) => {
-                store.sync_session(self.id).map_err(self.dst.store_err())
-            }
-            (Dest::Pg { .. }, Some(w)) => w.release().map_err(self.dst.pg_err()),
-            (Dest::Pg { .. }, None) => Ok(()),
+            (Dest::Dir { store, .. }, _) => store
+                .sync_session(self.id)
+                .map(|()| None)
+                .map_err(self.dst.store_err()),
+            (Dest::Pg { .. }, w) => Ok(w.map(|w| (w, self.unsynced))),
         }
+    }
+}
+
+/// Database writers of sessions written in full whose commits have not
+/// been waited for yet.
+#[derive(Default)]
+struct Held {
+    writers: Vec<(String, turnstone_pg::Writer)>,
+    bytes: usize,
+}
+
+impl Held {
+    fn add(
+        &mut self,
+        dst: &Dest,
+        id: &str,
+        w: Option<(turnstone_pg::Writer, usize)>,
+    ) -> Result<(), CopyError> {
+        if let Some((w, bytes)) = w {
+            self.writers.push((id.to_string(), w));
+            self.bytes += bytes;
+        }
+        if self.bytes >= PG_SYNC_BYTES {
+            self.wait(dst)?;
+        }
+        Ok(())
+    }
+
+    fn holds(&self, id: &str) -> bool {
+        self.writers.iter().any(|(s, _)| s == id)
+    }
+
+    /// Wait for every held commit and give the leases up.
+    fn wait(&mut self, dst: &Dest) -> Result<(), CopyError> {
+        for (_, w) in self.writers.drain(..) {
+            w.release().map_err(dst.pg_err())?;
+        }
+        self.bytes = 0;
+        Ok(())
     }
 }
 
@@ -666,7 +710,12 @@ pub fn copy(src: &Place, dst: &Place) -> Result<CopyReport, Failure> {
     let bar = crate::progress::bar(total, "copying events", false, total >= 100_000);
     let mut report = CopyReport::default();
     let result = (|| -> Result<(), CopyError> {
+        let mut held = Held::default();
         for n in &order {
+            // A fork's parent must be committed before the fork is made.
+            if n.parent.as_ref().is_some_and(|(p, _)| held.holds(p)) {
+                held.wait(&dest)?;
+            }
             dest.create(n)?;
             let (from, to) = (n.own_from(), extent[&n.id]);
             let mut w = SessionWriter::new(&dest, &n.id, from)?;
@@ -689,13 +738,14 @@ pub fn copy(src: &Place, dst: &Place) -> Result<CopyReport, Failure> {
                     at = end;
                 }
             }
-            w.finish()?;
+            held.add(&dest, &n.id, w.finish()?)?;
             if n.live_len.is_some() {
                 report.sessions += 1;
             } else {
                 report.deleted_ancestors += 1;
             }
         }
+        held.wait(&dest)?;
         // Deleted again once every fork of them exists.
         for n in order.iter().filter(|n| n.live_len.is_none()) {
             dest.delete(&n.id)?;
