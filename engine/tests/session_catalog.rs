@@ -264,3 +264,96 @@ fn pagination_is_stable_while_sessions_are_added() {
     assert!("c12".parse::<Cursor>().is_ok());
     assert!("12".parse::<Cursor>().is_err());
 }
+
+/// A catalog made from entries folded elsewhere (how `turnstone sessions`
+/// lists a PostgreSQL database) lists what the store's own catalog lists,
+/// page by page and under each filter.
+#[test]
+fn entries_folded_from_events_list_like_the_store_catalog() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Arc::new(Store::open(dir.path()).unwrap());
+    for i in 0..6 {
+        let mut s = Session::create(store.clone(), &format!("s{i}"), reg()).unwrap();
+        s.set_title(&format!("session {i}")).unwrap();
+        if i % 2 == 0 {
+            s.add_tag("even").unwrap();
+        }
+        s.set_meta("user", if i < 3 { "alice" } else { "bob" })
+            .unwrap();
+        s.append(
+            TurnStart {
+                turn_id: "t".into(),
+            },
+            (),
+        )
+        .unwrap();
+        s.append(user("hi"), SurfaceOp::Append).unwrap();
+        if i % 3 != 0 {
+            s.append(
+                TurnEnd {
+                    turn_id: "t".into(),
+                    reason: TurnEndReason::Completed,
+                },
+                (),
+            )
+            .unwrap();
+        }
+        s.flush().unwrap();
+    }
+    fork(&store, "s1", None, Some("child-of-1")).unwrap();
+    delete(&store, "s4").unwrap();
+    store.sync().unwrap();
+    let native = Catalog::build(&store).unwrap();
+    let entries: Vec<CatalogEntry> = store
+        .sessions()
+        .into_iter()
+        .filter_map(|s| {
+            let mut f = EntryFold::new(&s.name, s.parent.clone(), s.len);
+            for e in store.read_range(&s.name, 0..s.len).unwrap() {
+                f.event(e.seq.0, e.kind, &e.payload);
+            }
+            f.finish()
+        })
+        .collect();
+    assert_eq!(entries.len(), 6, "s4 is deleted");
+    let made = Catalog::from_entries(entries);
+    assert_eq!(made.len(), native.len());
+    let queries: Vec<ListQuery> = vec![
+        ListQuery::default(),
+        ListQuery {
+            limit: 2,
+            ..Default::default()
+        },
+        ListQuery {
+            tags: vec!["even".into()],
+            ..Default::default()
+        },
+        ListQuery {
+            fields: vec![("user".into(), "bob".into())],
+            newest_first: true,
+            ..Default::default()
+        },
+        ListQuery {
+            open_turn: Some(true),
+            ..Default::default()
+        },
+        ListQuery {
+            parent: Some("s1".into()),
+            ..Default::default()
+        },
+    ];
+    for q in queries {
+        let (a, b) = (native.list(&q), made.list(&q));
+        assert_eq!(a.sessions, b.sessions, "{q:?}");
+        assert_eq!(all_pages(&native, q.clone()), all_pages(&made, q.clone()));
+    }
+    // Something was actually folded: titles, times, the open turn.
+    let all = made.list(&ListQuery::default()).sessions;
+    assert_eq!(all[0].metadata.title.as_deref(), Some("session 0"));
+    assert!(all[0].open_turn && !all[1].open_turn);
+    // (the fork has no own event: no creation time, as in the store's catalog)
+    assert!(all
+        .iter()
+        .filter(|e| e.parent.is_none())
+        .all(|e| e.created_ms.is_some() && e.updated_ms.is_some()));
+}

@@ -27,14 +27,15 @@
 //!   before it reads, so no commit is missed.
 //!
 //! Not built yet (said in the README): the storage trait that puts the
-//! session layer on this log, full-text search, `serve` and the CLI on a
-//! connection URL, `turnstone copy`.
+//! session layer on this log, and `serve` on a connection URL. The CLI's
+//! `copy` and read commands on a URL use this crate (`tools/src/copy.rs`,
+//! `tools/src/pg_views.rs`).
 
 mod error;
 mod event_log;
 mod schema;
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Duration;
@@ -993,11 +994,13 @@ fn committer(inner: Arc<Inner>, lane: usize) {
             });
             // Per writer in the batch: session, epoch, first seq, count.
             let mut heads: Vec<(u64, String, i64, u64, u64)> = Vec::new();
+            let mut at: HashMap<u64, usize> = HashMap::new();
             for p in &batch {
-                match heads.iter_mut().find(|h| h.0 == p.writer) {
-                    Some(h) => h.4 += 1,
+                match at.get(&p.writer) {
+                    Some(&i) => heads[i].4 += 1,
                     None => {
                         let st = &q.writers[&p.writer];
+                        at.insert(p.writer, heads.len());
                         heads.push((p.writer, st.session.clone(), st.epoch, p.seq, 1));
                     }
                 }
@@ -1108,11 +1111,13 @@ fn commit_batch(
         bases.push(h.3 as i64);
         counts.push(h.4 as i64);
     }
-    let skip: Vec<u64> = out.iter().map(|o| o.0).collect();
+    let skip: HashSet<u64> = out.iter().map(|o| o.0).collect();
+    let head_of: HashMap<u64, &(u64, String, i64, u64, u64)> =
+        heads.iter().map(|h| (h.0, h)).collect();
     let (mut es, mut eq, mut ek, mut ef, mut ep, mut ee, mut et) =
         (vec![], vec![], vec![], vec![], vec![], vec![], vec![]);
     for p in batch.iter().filter(|p| !skip.contains(&p.writer)) {
-        let h = heads.iter().find(|h| h.0 == p.writer).expect("head");
+        let h = head_of[&p.writer];
         es.push(h.1.as_str());
         eq.push(p.seq as i64);
         ek.push(p.kind as i32);
@@ -1141,8 +1146,7 @@ fn commit_batch(
         )
         .map_err(commit_error)?;
     if !rows.is_empty() {
-        let ok: std::collections::HashSet<&str> =
-            rows.iter().map(|r| r.get::<_, &str>(0)).collect();
+        let ok: HashSet<&str> = rows.iter().map(|r| r.get::<_, &str>(0)).collect();
         let sink = tx
             .copy_in(
                 "COPY turnstone_events (session, seq, kind, flags, payload, epoch, text)
@@ -1179,8 +1183,8 @@ fn commit_batch(
         .map_err(commit_error)?;
     }
     tx.commit().map_err(commit_error)?;
-    let passed: Vec<String> = rows.iter().map(|r| r.get(0)).collect();
-    let failed: Vec<&String> = ids.iter().filter(|id| !passed.contains(id)).collect();
+    let passed: HashSet<String> = rows.iter().map(|r| r.get(0)).collect();
+    let failed: Vec<&String> = ids.iter().filter(|id| !passed.contains(*id)).collect();
     let mut why: HashMap<String, (i64, bool, i64)> = HashMap::new();
     if !failed.is_empty() {
         for r in c

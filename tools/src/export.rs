@@ -14,7 +14,7 @@ use crate::Failure;
 
 #[derive(Debug, Args)]
 pub struct ExportArgs {
-    /// Store directory.
+    /// Store directory, or a postgres:// (postgresql://) URL.
     pub dir: PathBuf,
     /// Session id.
     #[arg(long)]
@@ -97,6 +97,27 @@ fn line_of(session: &str, e: &turnstone::Event) -> Result<Line, Failure> {
 }
 
 pub fn run(args: &ExportArgs) -> Result<ExitCode, Failure> {
+    if let Some(url) = crate::place::url_of(&args.dir) {
+        if args.salvage {
+            return Err(Failure::usage(
+                "--salvage reads a damaged store directory; a database has no segments to salvage",
+            ));
+        }
+        let (log, len) = crate::pg_views::open_session(url, &args.session)?;
+        let out = io::stdout();
+        let mut out = BufWriter::new(out.lock());
+        crate::pg_views::for_each_event(&log, url, &args.session, len, |e| {
+            let line = line_of(&args.session, &e)?;
+            let text = serde_json::to_string(&line)
+                .map_err(|e| Failure::io(format!("cannot encode an event: {e}")))?;
+            writeln!(out, "{text}")
+                .map_err(|e| Failure::io(format!("cannot write to standard output: {e}")))
+        })?;
+        log.close();
+        out.flush()
+            .map_err(|e| Failure::io(format!("cannot write to standard output: {e}")))?;
+        return Ok(ExitCode::SUCCESS);
+    }
     let store = if args.salvage {
         crate::store_open::salvage(&args.dir)?
     } else {

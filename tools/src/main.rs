@@ -5,6 +5,7 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 
 mod archive;
+mod copy;
 mod dump;
 mod export;
 mod failure;
@@ -14,6 +15,8 @@ mod import;
 mod kinds;
 mod messages;
 mod meta;
+mod pg_views;
+mod place;
 mod progress;
 mod raw;
 mod recover;
@@ -204,6 +207,21 @@ store is not touched); then its blobs are written and its events appended in one
 A name the store already has, even a deleted one, is refused: restore under another id with --session."
     )]
     Restore(archive::RestoreArgs),
+    /// Copy every live session between a store directory and PostgreSQL (either way), keeping seqs, payloads (with their ts) and forks.
+    #[command(
+        after_help = "Examples:\n  turnstone copy ./demo-store postgres://me@db.example/agents\n  turnstone copy postgresql://me@db.example/agents ./local-copy --json\n\n\
+SRC and DST are each a store directory or a postgres:// (postgresql://) URL; DST is created\n\
+when it is a directory that does not exist. Every live session is copied, parents before\n\
+children: a fork stays a fork of the same parent at the same fork point (its inherited events\n\
+are not copied), every event keeps its seq, kind, flags and payload (the envelope's ts with it).\n\
+A deleted session is copied only as far as a live fork reads through it, then deleted again.\n\
+Blob references are resolved: the database gets the content inline, a store directory stores\n\
+large blocks as its own blobs again; a missing or damaged blob stops the copy, naming the\n\
+session and seq. If DST already has any of the sessions (deleted ones included) nothing is\n\
+written and the names are listed. The copy is not atomic: after a failure DST holds the\n\
+sessions copied so far. --json prints {sessions, deleted_ancestors, events, bytes, duration_us}."
+    )]
+    Copy(copy::CopyArgs),
     /// Crash torture: kill a child fleet at random moments and power-cut a simulated store, checking every acknowledged event and every repair.
     Torture(torture::TortureArgs),
     /// Serve the store over HTTP with the Durable Streams protocol (create, append, read, live tail, fork).
@@ -233,6 +251,7 @@ fn run(cli: Cli) -> Result<ExitCode, Failure> {
         Cmd::Delete(a) => meta::run_delete(&a),
         Cmd::Gc(a) => gc::run(&a),
         Cmd::Retention(a) => retention::run(&a),
+        Cmd::Copy(a) => copy::run(&a),
         Cmd::Torture(a) => torture::run(&a),
         Cmd::Archive(a) => archive::run_archive(&a),
         Cmd::Restore(a) => archive::run_restore(&a),

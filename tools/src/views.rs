@@ -18,7 +18,7 @@ use crate::Failure;
 
 #[derive(Debug, Args)]
 pub struct ReplayArgs {
-    /// Store directory.
+    /// Store directory, or a postgres:// (postgresql://) URL.
     pub dir: PathBuf,
     /// Session id.
     #[arg(long)]
@@ -52,7 +52,7 @@ pub struct ForkArgs {
 
 #[derive(Debug, Args)]
 pub struct SessionsArgs {
-    /// Store directory.
+    /// Store directory, or a postgres:// (postgresql://) URL.
     pub dir: PathBuf,
     /// One JSON object per session.
     #[arg(long)]
@@ -85,7 +85,7 @@ pub struct SessionsArgs {
 
 #[derive(Debug, Args)]
 pub struct SearchArgs {
-    /// Store directory.
+    /// Store directory, or a postgres:// (postgresql://) URL (PostgreSQL text search: web-search syntax).
     pub dir: PathBuf,
     /// Words to find (SQLite FTS5 syntax; anything else is searched as a phrase).
     pub query: String,
@@ -128,21 +128,10 @@ fn write_line(out: &mut impl Write, line: &str) -> Result<(), Failure> {
 }
 
 pub fn run_replay(a: &ReplayArgs) -> Result<ExitCode, Failure> {
-    let store = read_only(&a.dir)?;
-    known(&store, &a.dir, &a.session)?;
     let stdout = io::stdout();
     let mut out = BufWriter::new(stdout.lock());
     let mut last_ts: Option<u64> = None;
-    let registry = Arc::new(Registry::new());
-    let events: Box<dyn Iterator<Item = turnstone::Result<SessionEvent>>> = if a.follow {
-        Box::new(turnstone::session::subscribe(
-            &store, &a.session, registry, 0,
-        )?)
-    } else {
-        Box::new(replay(&store, &a.session, registry, 0)?)
-    };
-    for ev in events {
-        let ev = ev?;
+    let mut print = |ev: SessionEvent| -> Result<(), Failure> {
         if a.pace {
             if let (Some(prev), Some(ts)) = (last_ts, ev.ts) {
                 out.flush().ok();
@@ -160,6 +149,25 @@ pub fn run_replay(a: &ReplayArgs) -> Result<ExitCode, Failure> {
         if a.follow {
             out.flush().ok();
         }
+        Ok(())
+    };
+    if let Some(url) = crate::place::url_of(&a.dir) {
+        crate::pg_views::replay(url, &a.session, a.follow, &mut print)?;
+        out.flush().ok();
+        return Ok(ExitCode::SUCCESS);
+    }
+    let store = read_only(&a.dir)?;
+    known(&store, &a.dir, &a.session)?;
+    let registry = Arc::new(Registry::new());
+    let events: Box<dyn Iterator<Item = turnstone::Result<SessionEvent>>> = if a.follow {
+        Box::new(turnstone::session::subscribe(
+            &store, &a.session, registry, 0,
+        )?)
+    } else {
+        Box::new(replay(&store, &a.session, registry, 0)?)
+    };
+    for ev in events {
+        print(ev?)?;
     }
     out.flush().ok();
     Ok(ExitCode::SUCCESS)
@@ -202,8 +210,10 @@ pub fn run_sessions(a: &SessionsArgs) -> Result<ExitCode, Failure> {
     if a.limit == Some(0) {
         return Err(Failure::usage("--limit must be at least 1"));
     }
-    let store = read_only(&a.dir)?;
-    let catalog = Catalog::build(&store)?;
+    let catalog = match crate::place::url_of(&a.dir) {
+        Some(url) => crate::pg_views::catalog(url)?,
+        None => Catalog::build(&*read_only(&a.dir)?)?,
+    };
     let page = catalog.list(&q);
     let stdout = io::stdout();
     let mut out = BufWriter::new(stdout.lock());
@@ -250,6 +260,21 @@ pub fn run_sessions(a: &SessionsArgs) -> Result<ExitCode, Failure> {
 }
 
 pub fn run_search(a: &SearchArgs) -> Result<ExitCode, Failure> {
+    if let Some(url) = crate::place::url_of(&a.dir) {
+        let hits = crate::pg_views::search(url, &a.query, a.session.as_deref(), a.limit)?;
+        let stdout = io::stdout();
+        let mut out = BufWriter::new(stdout.lock());
+        for (session, seq, snippet) in &hits {
+            let line = if a.json {
+                json!({"session": session, "seq": seq, "snippet": snippet}).to_string()
+            } else {
+                format!("{session} #{seq}  {}", snippet.replace('\n', " "))
+            };
+            write_line(&mut out, &line)?;
+        }
+        out.flush().ok();
+        return Ok(ExitCode::SUCCESS);
+    }
     let store = read_only(&a.dir)?;
     let mut ix = SearchIndex::open(&store)?;
     ix.update(&store, &Registry::new())?;

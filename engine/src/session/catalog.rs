@@ -432,39 +432,129 @@ fn fold(
 ) -> Result<u64> {
     let end = meta.durable_len;
     let first_own = meta.parent.as_ref().map_or(0, |(_, n)| *n);
-    let (turn_start, turn_end) = (CoreKind::TurnStart.code(), CoreKind::TurnEnd.code());
-    let (meta_code, delete_code) = (CoreKind::SessionMeta.code(), CoreKind::SessionDelete.code());
     let e = &mut slot.entry;
     let mut deleted = false;
     let n = store.visit_range(name, slot.folded..end, |ev| {
-        let seq = ev.seq.0;
-        let k = ev.kind;
-        if k == turn_start {
-            e.open_turn = true;
-        } else if k == turn_end {
-            e.open_turn = false;
-        } else if k == meta_code {
-            if let Ok(m) = serde_json::from_slice::<MetaOnly>(ev.payload) {
-                e.metadata.apply(&m.data);
-            }
-        } else if k == delete_code {
-            deleted = true;
-        }
-        if seq == first_own || seq + 1 == end {
-            let ts = serde_json::from_slice::<TsOnly>(ev.payload)
-                .ok()
-                .and_then(|t| t.ts);
-            if seq == first_own {
-                e.created_ms = ts;
-            }
-            if seq + 1 == end {
-                e.updated_ms = ts;
-            }
-        }
+        fold_event(
+            e,
+            &mut deleted,
+            first_own,
+            end,
+            ev.seq.0,
+            ev.kind,
+            ev.payload,
+        );
         ControlFlow::Continue(())
     })?;
     e.events = end;
     slot.folded = end;
     slot.deleted |= deleted;
     Ok(n)
+}
+
+/// One event of the fold (see [`fold`]): the session's events `0..end`,
+/// its own ones from `first_own`.
+fn fold_event(
+    e: &mut CatalogEntry,
+    deleted: &mut bool,
+    first_own: u64,
+    end: u64,
+    seq: u64,
+    kind: u16,
+    payload: &[u8],
+) {
+    let k = kind;
+    if k == CoreKind::TurnStart.code() {
+        e.open_turn = true;
+    } else if k == CoreKind::TurnEnd.code() {
+        e.open_turn = false;
+    } else if k == CoreKind::SessionMeta.code() {
+        if let Ok(m) = serde_json::from_slice::<MetaOnly>(payload) {
+            e.metadata.apply(&m.data);
+        }
+    } else if k == CoreKind::SessionDelete.code() {
+        *deleted = true;
+    }
+    if seq == first_own || seq + 1 == end {
+        let ts = serde_json::from_slice::<TsOnly>(payload)
+            .ok()
+            .and_then(|t| t.ts);
+        if seq == first_own {
+            e.created_ms = ts;
+        }
+        if seq + 1 == end {
+            e.updated_ms = ts;
+        }
+    }
+}
+
+/// The catalog fold of a session whose events are read from another log
+/// (a PostgreSQL database): feed it the session's events `0..len` in
+/// order, inherited ones included, then [`EntryFold::finish`]. Gives the
+/// entry [`Catalog::refresh`] gives for the same events.
+#[derive(Debug, Clone)]
+pub struct EntryFold {
+    entry: CatalogEntry,
+    deleted: bool,
+    len: u64,
+}
+
+impl EntryFold {
+    /// The fold of session `id` of `len` events (inherited ones included),
+    /// a fork of `parent` at its fork seq.
+    pub fn new(id: &str, parent: Option<(String, u64)>, len: u64) -> EntryFold {
+        EntryFold {
+            entry: CatalogEntry {
+                id: id.to_string(),
+                events: len,
+                created_ms: None,
+                updated_ms: None,
+                open_turn: false,
+                parent,
+                metadata: SessionMetadata::default(),
+            },
+            deleted: false,
+            len,
+        }
+    }
+
+    /// The next event (seqs in order, from 0).
+    pub fn event(&mut self, seq: u64, kind: u16, payload: &[u8]) {
+        let first_own = self.entry.parent.as_ref().map_or(0, |(_, n)| *n);
+        fold_event(
+            &mut self.entry,
+            &mut self.deleted,
+            first_own,
+            self.len,
+            seq,
+            kind,
+            payload,
+        );
+    }
+
+    /// The entry; `None` when the events hold a `session/delete` tombstone.
+    pub fn finish(self) -> Option<CatalogEntry> {
+        (!self.deleted).then_some(self.entry)
+    }
+}
+
+impl Catalog {
+    /// A catalog of entries made elsewhere ([`EntryFold`]), in creation
+    /// order (their rank is their place here). [`Catalog::list`] answers
+    /// with filters and cursors as for a store; [`Catalog::refresh`] with a
+    /// store starts again from that store.
+    pub fn from_entries(entries: impl IntoIterator<Item = CatalogEntry>) -> Catalog {
+        let mut c = Catalog::new();
+        for (rank, entry) in entries.into_iter().enumerate() {
+            let slot = Slot {
+                define_pos: LogPos::default(),
+                folded: entry.events,
+                deleted: false,
+                entry,
+            };
+            c.index(rank as u32, &slot);
+            c.slots.push(Some(slot));
+        }
+        c
+    }
 }

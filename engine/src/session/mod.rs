@@ -37,7 +37,7 @@ pub use self::core::{HistoryEvent, OpenState, Session};
 pub use adapter::Provider;
 pub use asynchronous::{run_tool_async, subscribe, SessionSubscription};
 pub use blob_refs::referenced_blobs;
-pub use catalog::{Catalog, CatalogEntry, Cursor, ListPage, ListQuery};
+pub use catalog::{Catalog, CatalogEntry, Cursor, EntryFold, ListPage, ListQuery};
 pub use content::{ChatFunction, ContentBlock, Extra, MediaSource, ToolResultContent, Usage};
 pub use coords::TurnInfo;
 pub use delete::{delete, deleted_at};

@@ -1,0 +1,106 @@
+//! Where a command reads or writes: a store directory or a PostgreSQL
+//! connection URL (`postgres://…` or `postgresql://…`, issue 18).
+
+use std::path::PathBuf;
+
+use turnstone_pg::{PgError, PgLog, PgOptions};
+
+use crate::Failure;
+
+/// A store directory or a database.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Place {
+    Dir(PathBuf),
+    Url(String),
+}
+
+/// Whether `s` is a PostgreSQL connection URL rather than a path.
+pub fn is_url(s: &str) -> bool {
+    let lower = s.get(..13).unwrap_or(s).to_ascii_lowercase();
+    lower.starts_with("postgres://") || lower.starts_with("postgresql://")
+}
+
+impl Place {
+    pub fn parse(s: &str) -> Place {
+        if is_url(s) {
+            Place::Url(s.to_string())
+        } else {
+            Place::Dir(PathBuf::from(s))
+        }
+    }
+
+    /// For messages: the path as given, a URL without its password.
+    pub fn show(&self) -> String {
+        match self {
+            Place::Dir(d) => d.display().to_string(),
+            Place::Url(u) => redact(u),
+        }
+    }
+}
+
+/// The URL a path argument holds, if it is one.
+pub fn url_of(p: &std::path::Path) -> Option<&str> {
+    p.to_str().filter(|s| is_url(s))
+}
+
+/// `postgres://user:secret@host/db` → `postgres://user:***@host/db`.
+pub fn redact(url: &str) -> String {
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return url.to_string();
+    };
+    let (auth, tail) = match rest.find(['/', '?']) {
+        Some(i) => rest.split_at(i),
+        None => (rest, ""),
+    };
+    match auth.rsplit_once('@') {
+        Some((userinfo, host)) => match userinfo.split_once(':') {
+            Some((user, _)) => format!("{scheme}://{user}:***@{host}{tail}"),
+            None => url.to_string(),
+        },
+        None => url.to_string(),
+    }
+}
+
+/// The sentence for a PostgreSQL error, naming the database.
+pub fn pg_failure(url: &str, e: PgError) -> Failure {
+    Failure::io(format!("{}: {e}", redact(url)))
+}
+
+/// Connect for reading (no lease renewer, one lane: a reader commits nothing).
+pub fn connect_reader(url: &str) -> Result<PgLog, Failure> {
+    PgLog::connect(
+        url,
+        PgOptions {
+            lanes: 1,
+            renew_leases: false,
+            ..PgOptions::default()
+        },
+    )
+    .map_err(|e| pg_failure(url, e))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn urls_and_paths_are_told_apart() {
+        assert!(is_url("postgres://u@h/db"));
+        assert!(is_url("PostgreSQL://u@h/db"));
+        assert!(!is_url("./postgres://x"));
+        assert!(!is_url("/tmp/store"));
+        assert!(!is_url("postgres"));
+        assert_eq!(Place::parse("dir"), Place::Dir(PathBuf::from("dir")));
+    }
+
+    #[test]
+    fn a_password_is_not_shown() {
+        assert_eq!(
+            redact("postgres://me:s3cret@db.example:5432/app?sslmode=disable"),
+            "postgres://me:***@db.example:5432/app?sslmode=disable"
+        );
+        assert_eq!(redact("postgres://me@h/db"), "postgres://me@h/db");
+        assert_eq!(redact("postgresql://h/db"), "postgresql://h/db");
+        assert!(!redact("postgres://a:p@ss@h/db").contains("p@ss"));
+    }
+}
