@@ -10,22 +10,23 @@
 use std::sync::Arc;
 
 use turnstone::gc::CollectCandidate;
-use turnstone::session::gc::{Background, BackgroundOptions, Retention};
+use turnstone::session::gc::{Background, BackgroundOptions};
+use turnstone::session::retention::Policy;
 use turnstone::Store;
 
 use crate::record::{self, DeleteMode, DeleteRecord, KIND_DELETE};
 
-/// Whether the collection may reclaim `c` (session-layer sessions: with
-/// no retention).
-pub fn is_dead(c: &CollectCandidate<'_>) -> bool {
-    is_dead_with(c, &Retention::default(), record::now_ms())
-}
-
 /// Whether the collection may reclaim `c`: a server session by the
-/// server's rule, any other by the session layer's under `r` at `now`.
-pub fn is_dead_with(c: &CollectCandidate<'_>, r: &Retention, now: u64) -> bool {
+/// server's rule (the store's retention policy does not apply to streams:
+/// they expire by their own `Stream-TTL`/`Stream-Expires-At`, and are
+/// never evicted for `max_bytes`), any other by the session layer's under
+/// `policy` at `now`.
+pub fn is_dead_with(c: &CollectCandidate<'_>, policy: &Policy, now: u64) -> bool {
     if record::parse_session_name(c.name).is_none() {
-        return turnstone::session::gc::is_dead(c, r, now);
+        return turnstone::session::gc::is_dead(c, policy, now);
+    }
+    if c.evicting {
+        return false;
     }
     let Some((kind, payload)) = c.last else {
         return false;
@@ -38,6 +39,6 @@ pub fn is_dead_with(c: &CollectCandidate<'_>, r: &Retention, now: u64) -> bool {
 
 /// Start the collector of a server's store.
 pub fn start(store: Arc<Store>, opts: BackgroundOptions) -> Result<Background, String> {
-    Background::start_with_rule(store, opts, Arc::new(is_dead))
+    Background::start_with_rule(store, opts, Arc::new(is_dead_with))
         .map_err(|e| format!("cannot start the collector: {e}"))
 }
