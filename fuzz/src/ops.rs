@@ -83,6 +83,13 @@ enum Op {
         threshold: u8,
         regroup: bool,
     },
+    /// Sync, then an online collection with a live-bytes budget
+    /// (retention by size: sessions evicted oldest first); the sessions it
+    /// reclaims are gone, every other one (forks of evicted parents
+    /// included) reads back whole.
+    Evict {
+        kib: u8,
+    },
 }
 
 #[derive(Arbitrary, Debug, Clone, Copy)]
@@ -572,6 +579,47 @@ pub fn run(data: &[u8]) {
                     }
                     // An injected fault (a failed write or sync, a full
                     // disk, the power): the next reopen checks the store.
+                    Err(e) => r.note_err(&e),
+                }
+            }
+            Op::Evict { kib } => {
+                if store.sync().is_err() || r.sim.powered_off() || r.fsync_failed() {
+                    continue;
+                }
+                r.model.ack_all();
+                for m in r.model.sessions.values_mut() {
+                    if m.events.last().is_some_and(|e| e.kind == 18) {
+                        m.deleted = true;
+                    }
+                }
+                let gc = turnstone::gc::CollectOptions {
+                    threshold: 1.0,
+                    max_live_bytes: Some(*kib as u64 * 1024),
+                    ..Default::default()
+                };
+                let result = turnstone::session::gc::collect_live(
+                    &store,
+                    &gc,
+                    &turnstone::session::gc::Retention::default(),
+                );
+                match result {
+                    Ok(rep) => {
+                        // What it evicted is gone for good (as if deleted).
+                        let gone = store.reclaimed_names();
+                        for n in &gone {
+                            if let Some(m) = r.model.sessions.get_mut(n) {
+                                m.deleted = true;
+                            }
+                        }
+                        assert!(
+                            rep.retry || rep.sessions_evicted as usize <= gone.len(),
+                            "{ctx}: evicted more than it reclaimed: {rep:?}"
+                        );
+                        r.model.check_and_rebase(&store, &ctx);
+                    }
+                    Err(e @ Error::Corrupt { .. }) => {
+                        panic!("{ctx}: an eviction met damage: {e}")
+                    }
                     Err(e) => r.note_err(&e),
                 }
             }

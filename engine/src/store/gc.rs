@@ -126,7 +126,9 @@ pub struct CollectReport {
     pub bytes_live: u64,
     /// Bytes of the sealed segment files after.
     pub bytes_after: u64,
-    /// `bytes_before - bytes_after`.
+    /// `bytes_before - bytes_after` (0 if a rewrite grew the files: one
+    /// batch header per session in a compacted file can outweigh a little
+    /// garbage).
     pub bytes_reclaimed: u64,
     /// Blob files looked at (FORMAT.md §15; filled by the session layer's
     /// collection, [`crate::session::gc`], after the segments).
@@ -854,7 +856,9 @@ fn rewrite_ranges(
         }
     }
     report.bytes_after = after;
-    report.bytes_reclaimed = report.bytes_before - after;
+    // A rewrite can grow a range a little (a batch header per session
+    // where the frames shared batches): nothing reclaimed then.
+    report.bytes_reclaimed = report.bytes_before.saturating_sub(after);
     report.bytes_io = throttle.bytes;
     Ok(())
 }
