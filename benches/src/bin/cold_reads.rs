@@ -4,8 +4,11 @@
 //! ```text
 //! cargo run --release -p turnstone-benches --bin cold_reads -- [--mb 300]
 //!     [--sessions 256] [--runs 3] [--dir BASE] [--session K] [--regroup]
-//!     [--background-regroup]
+//!     [--background-regroup] [--json]
 //! ```
+//!
+//! `--json` adds one last line: a JSON object of the medians (what
+//! `compare` reads).
 //!
 //! With `--regroup` the turnstone store is rewritten by `turnstone gc
 //! --regroup` (FORMAT.md §14.4) after it is built: each session's frames
@@ -58,12 +61,13 @@ struct Args {
     seed: u64,
     regroup: bool,
     background_regroup: bool,
+    json: bool,
 }
 
 fn usage() -> ! {
     eprintln!(
         "usage: cold_reads [--mb MIB] [--sessions N] [--runs N] [--dir BASE] \
-         [--session K] [--seed S] [--regroup] [--background-regroup]"
+         [--session K] [--seed S] [--regroup] [--background-regroup] [--json]"
     );
     std::process::exit(2)
 }
@@ -78,6 +82,7 @@ fn parse_args() -> Args {
         seed: 1,
         regroup: false,
         background_regroup: false,
+        json: false,
     };
     let argv: Vec<String> = std::env::args().skip(1).collect();
     let mut it = argv.iter();
@@ -92,6 +97,7 @@ fn parse_args() -> Args {
             "--seed" => a.seed = val().parse().unwrap_or_else(|_| usage()),
             "--regroup" => a.regroup = true,
             "--background-regroup" => a.background_regroup = true,
+            "--json" => a.json = true,
             _ => usage(),
         }
     }
@@ -243,6 +249,24 @@ fn run(a: &Args) -> Result<()> {
         if ratio <= 5.0 { "met" } else { "missed" },
         if bytes_ratio <= 4.0 { "met" } else { "missed" },
     );
+    if a.json {
+        println!(
+            "{}",
+            serde_json::json!({
+                "mb": a.mb,
+                "session_frame_bytes": frame_bytes,
+                "turnstone_cold_ms": med(&ts, |l| l.ms),
+                "sqlite_cold_ms": med(&sql, |l| l.ms),
+                "turnstone_read_bytes": med(&ts, |l| l.process_bytes as f64),
+                "sqlite_read_bytes": med(&sql, |l| l.process_bytes as f64),
+                "turnstone_over_sqlite_ms": ratio,
+                "read_over_session_bytes": bytes_ratio,
+                "regroup": a.regroup,
+                "background_regroup": a.background_regroup,
+                "cache_drop": drop_method(),
+            })
+        );
+    }
     Ok(())
 }
 

@@ -4,12 +4,15 @@
 //! ```text
 //! cargo run --release -p turnstone-benches --bin compare -- [--quick] [--runs N]
 //!     [--duration SECS] [--stores a,b,..] [--configs 256x8,4096x64,..]
-//!     [--dir BASE] [--out FILE.json] [--skip limits,fleet,read,reopen,rss]
+//!     [--dir BASE] [--out FILE.json] [--skip limits,fleet,read,reopen,rss,gc,cold]
 //! ```
 //!
 //! Prints a table per configuration with each store's ratio to turnstone, the
 //! read side, the reopen of a large store and peak RSS with 10k open
-//! sessions, then the targets of issues 2 and 8 with met/missed. Writes the
+//! sessions, storage lifecycle (the `gc_fleet` binary: a fleet with
+//! deletions, collected in the background vs never, issue 17) and cold
+//! reads (the `cold_reads` binary with a background regroup, issue 21),
+//! then the targets of issues 2, 8, 17 and 21 with met/missed. Writes the
 //! JSON results (every run and the median/min/max summary) and a Markdown
 //! rendering of the tables under `target/turnstone-bench/`. Exits non-zero if
 //! any store failed its read-back check.
@@ -59,7 +62,7 @@ fn usage() -> ! {
     eprintln!(
         "usage: compare [--quick] [--runs N] [--duration SECS] [--stores a,b] \
          [--configs 256x8,4096x64] [--dir BASE] [--out FILE] \
-         [--skip limits,fleet,read,reopen,rss] [--seed S]\n\
+         [--skip limits,fleet,read,reopen,rss,gc,cold] [--seed S]\n\
          stores: {}\n\
          env: TURNSTONE_BENCH_REOPEN_MB (size of the reopen store)",
         StoreKind::ALL.map(|k| k.name()).join(", ")
@@ -304,6 +307,12 @@ fn run(args: &Args) -> Result<bool> {
         }
         if !args.skip.contains("rss") {
             rss(args, &mut m)?;
+        }
+        if !args.skip.contains("gc") {
+            lifecycle(args, &mut m)?;
+        }
+        if !args.skip.contains("cold") {
+            cold(args, &mut m)?;
         }
         runs.push(m);
     }
@@ -1391,7 +1400,7 @@ fn render(args: &Args, machine: &Value, s: &Summary, failures: &[String]) -> Str
     let targets = targets(s, runs);
     if !targets.is_empty() {
         w(&mut o, String::new());
-        w(&mut o, "### Targets (issues 2 and 8)".into());
+        w(&mut o, "### Targets (issues 2, 8, 17 and 21)".into());
         w(&mut o, String::new());
         w(&mut o, "| target | measured | verdict |".into());
         w(&mut o, "|---|---|---|".into());
@@ -1409,6 +1418,144 @@ fn render(args: &Args, machine: &Value, s: &Summary, failures: &[String]) -> Str
     o
 }
 
+/// Run a sibling benchmark binary (built first if this build lacks it)
+/// and return its last stdout line parsed as JSON.
+fn sibling_json(name: &str, args: &[String]) -> Result<Value> {
+    let exe = std::env::current_exe()?.with_file_name(name);
+    if !exe.exists() {
+        let st = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
+            .args([
+                "build",
+                "--release",
+                "-p",
+                "turnstone-benches",
+                "--bin",
+                name,
+            ])
+            .current_dir(env!("CARGO_MANIFEST_DIR"))
+            .status()?;
+        if !st.success() {
+            return Err(format!("building {name} failed").into());
+        }
+    }
+    let out = Command::new(&exe).args(args).output()?;
+    if !out.status.success() {
+        return Err(format!("{name} failed: {}", String::from_utf8_lossy(&out.stderr)).into());
+    }
+    let text = String::from_utf8_lossy(&out.stdout);
+    let last = text
+        .lines()
+        .rev()
+        .find(|l| l.starts_with('{'))
+        .unwrap_or("");
+    Ok(serde_json::from_str(last)?)
+}
+
+/// Storage lifecycle (issue 17 §1): `gc_fleet`, a fleet with deletions
+/// writing 12x its live data, one store collected in the background while
+/// it is written and one never collected, in the same run.
+fn lifecycle(args: &Args, m: &mut Metrics) -> Result<()> {
+    let mut a: Vec<String> = vec!["--gc-rate-mib".into(), "256".into()];
+    if args.quick {
+        a.extend(["--rounds", "12", "--sessions", "16", "--events", "32"].map(String::from));
+    }
+    print!("lifecycle (gc_fleet {}) … ", a.join(" "));
+    std::io::stdout().flush()?;
+    let v = sibling_json("gc_fleet", &a)?;
+    let f = |path: &[&str]| -> Option<f64> {
+        let mut x = &v;
+        for p in path {
+            x = x.get(p)?;
+        }
+        x.as_f64()
+    };
+    let mut put = |k: &str, x: Option<f64>| {
+        if let Some(x) = x {
+            m.insert(format!("gc/{k}"), x);
+        }
+    };
+    put("online/disk_over_live", f(&["online", "disk_over_live"]));
+    put(
+        "online/settled_disk_over_live",
+        f(&["online", "settled_disk_over_live"]),
+    );
+    put(
+        "online/peak_disk_over_live",
+        f(&["online", "peak_disk_over_live"]),
+    );
+    put("never/disk_over_live", f(&["never", "disk_over_live"]));
+    put("online/events_per_s", f(&["online", "events_per_s_median"]));
+    put("never/events_per_s", f(&["never", "events_per_s_median"]));
+    put("online/wait_p99_us", f(&["online", "wait_p99_us"]));
+    put("never/wait_p99_us", f(&["never", "wait_p99_us"]));
+    put("online/io_mib_s", f(&["online", "gc_io_mib_per_s_median"]));
+    put(
+        "online/freed_mib_s",
+        f(&["online", "gc_freed_mib_per_s_median"]),
+    );
+    put("written_over_live", f(&["written_over_live"]));
+    if let (Some(a), Some(b)) = (
+        f(&["online", "events_per_s_median"]),
+        f(&["never", "events_per_s_median"]),
+    ) {
+        put("online_over_never_events", Some(a / b));
+    }
+    println!(
+        "disk/live {:.3} settled, {:.3} right after the last round (never {:.2}), events/s online/never {:.2}, p99 {:.1} / {:.1} ms",
+        f(&["online", "settled_disk_over_live"]).unwrap_or(f64::NAN),
+        f(&["online", "disk_over_live"]).unwrap_or(f64::NAN),
+        f(&["never", "disk_over_live"]).unwrap_or(f64::NAN),
+        m.get("gc/online_over_never_events")
+            .copied()
+            .unwrap_or(f64::NAN),
+        f(&["online", "wait_p99_us"]).unwrap_or(f64::NAN) / 1e3,
+        f(&["never", "wait_p99_us"]).unwrap_or(f64::NAN) / 1e3,
+    );
+    Ok(())
+}
+
+/// Cold reads (issue 21): `cold_reads`, one session of a fleet store
+/// regrouped in the background while written, loaded with the page cache
+/// dropped, against SQLite holding the same events.
+fn cold(args: &Args, m: &mut Metrics) -> Result<()> {
+    let mb = if args.quick { 64 } else { 300 };
+    let a: Vec<String> = [
+        "--mb",
+        &mb.to_string(),
+        "--runs",
+        "3",
+        "--background-regroup",
+        "--json",
+        "--dir",
+        &args.base.to_string_lossy(),
+    ]
+    .map(String::from)
+    .to_vec();
+    print!("cold reads (cold_reads {}) … ", a.join(" "));
+    std::io::stdout().flush()?;
+    let v = sibling_json("cold_reads", &a)?;
+    for k in [
+        "turnstone_cold_ms",
+        "sqlite_cold_ms",
+        "turnstone_over_sqlite_ms",
+        "read_over_session_bytes",
+        "mb",
+    ] {
+        if let Some(x) = v.get(k).and_then(Value::as_f64) {
+            m.insert(format!("cold/{k}"), x);
+        }
+    }
+    println!(
+        "turnstone {:.1} ms, sqlite {:.1} ms, read {:.2}x the session's bytes",
+        m.get("cold/turnstone_cold_ms").copied().unwrap_or(f64::NAN),
+        m.get("cold/sqlite_cold_ms").copied().unwrap_or(f64::NAN),
+        m.get("cold/read_over_session_bytes")
+            .copied()
+            .unwrap_or(f64::NAN),
+    );
+    Ok(())
+}
+
 /// The targets, as table rows: `| target | measured | verdict |`.
 fn targets(s: &Summary, runs: usize) -> Vec<String> {
     let mut out = Vec::new();
@@ -1421,7 +1568,7 @@ fn targets(s: &Summary, runs: usize) -> Vec<String> {
         } else if higher {
             format!("missed: {:.0}% of the goal", v / goal * 100.0)
         } else {
-            format!("missed: {:.1}× the limit", v / goal)
+            format!("missed: {:.3}× the limit", v / goal)
         };
         out.push(format!("| {label} | {text} | {verdict} |"));
     };
@@ -1514,5 +1661,35 @@ fn targets(s: &Summary, runs: usize) -> Vec<String> {
             format!("{}×", with_range(s, k, runs)),
         );
     }
+    let k = "gc/online/settled_disk_over_live";
+    check(
+        "disk ≤ 1.5× live bytes, collected in the background while written (issue 17)",
+        med(s, k),
+        1.5,
+        false,
+        format!(
+            "{}× once the collector has run, {}× right after the last deletions (never collected: {}×; foreground events/s {}× of never's)",
+            with_range(s, k, runs),
+            with_range(s, "gc/online/disk_over_live", runs),
+            with_range(s, "gc/never/disk_over_live", runs),
+            with_range(s, "gc/online_over_never_events", runs)
+        ),
+    );
+    let k = "cold/read_over_session_bytes";
+    check(
+        "bytes read to load one session cold ≤ 4× its frame bytes (issue 21)",
+        med(s, k),
+        4.0,
+        false,
+        format!("{}×", with_range(s, k, runs)),
+    );
+    let k = "cold/turnstone_over_sqlite_ms";
+    check(
+        "cold load time ≤ 5× SQLite's for the same session (issue 21)",
+        med(s, k),
+        5.0,
+        false,
+        format!("{}×", with_range(s, k, runs)),
+    );
     out
 }

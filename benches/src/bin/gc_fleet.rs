@@ -12,8 +12,9 @@
 //! - `on_demand`: each round reopens the store, and after closing it runs
 //!   `turnstone::session::gc::collect` (the `turnstone gc` path).
 //!
-//! Prints one JSON object: per run the disk bytes (segment files) after the
-//! last round and their peak after any round, over the live bytes
+//! Prints one JSON object: per run the disk bytes (segment files) right
+//! after the last round, after the background collector's next two runs
+//! (`settled`), and their peak right after any round, over the live bytes
 //! (payloads of the sessions not deleted), foreground events/s (median over
 //! rounds) and durability wait p50/p99 (over every append of every round),
 //! and the collections' throughput (bytes read and written, and bytes
@@ -235,6 +236,19 @@ fn main() {
     );
     for st in runs.iter_mut() {
         let disk = dir_bytes(&st.dir);
+        // The background collector's view: after two more of its runs
+        // (the last round's deletions are not collected yet at `disk`).
+        let settled = match &st.bg {
+            Some(bg) => {
+                let from = bg.stats().runs;
+                let deadline = Instant::now() + std::time::Duration::from_secs(60);
+                while bg.stats().runs < from + 2 && Instant::now() < deadline {
+                    std::thread::sleep(std::time::Duration::from_millis(10));
+                }
+                dir_bytes(&st.dir)
+            }
+            None => disk,
+        };
         if let Some(bg) = st.bg.take() {
             let stats = bg.stop();
             let busy = (stats.busy_us as f64 / 1e6).max(1e-9);
@@ -256,6 +270,7 @@ fn main() {
             serde_json::json!({
                 "disk_bytes": disk,
                 "disk_over_live": disk as f64 / live as f64,
+                "settled_disk_over_live": settled as f64 / live as f64,
                 "peak_disk_over_live": st.peak_disk as f64 / live as f64,
                 "wait_p50_us": percentile(&mut st.waits_us, 0.5),
                 "wait_p99_us": percentile(&mut st.waits_us, 0.99),
