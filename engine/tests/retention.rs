@@ -29,7 +29,10 @@ fn write_session(store: &Arc<Store>, id: &str, n: usize) {
     for i in 0..n {
         s.append(
             UserMessage {
-                content: vec![ContentBlock::text(format!("{id} {i} {}", "x".repeat(300)))],
+                content: vec![ContentBlock::text(format!(
+                    "{id} says {i} {}",
+                    "x".repeat(300)
+                ))],
             },
             SurfaceOp::Append,
         )
@@ -89,6 +92,11 @@ fn an_expired_session_vanishes_at_once_and_a_collection_reclaims_it() {
     assert!(delete::check_not_deleted(&store, "old")
         .unwrap_err()
         .is_not_found());
+    let mut ix = query::SearchIndex::open(&store).unwrap();
+    ix.update(&store, &Registry::new()).unwrap();
+    let hits = |q: &str| ix.search(q, 100).unwrap().len();
+    assert_eq!(hits("old"), 0, "search leaves the expired session out");
+    assert_eq!(hits("fresh"), 20, "and finds the others");
 
     // Store-wide now; "kept" is exempt.
     p.expire_after_ms = Some(1);

@@ -197,6 +197,7 @@ impl SearchIndex {
                  CREATE TABLE IF NOT EXISTS meta(key TEXT PRIMARY KEY, value TEXT NOT NULL);
                  CREATE TABLE IF NOT EXISTS indexed(session TEXT PRIMARY KEY, define_pos INTEGER NOT NULL, next_seq INTEGER NOT NULL);
                  CREATE TABLE IF NOT EXISTS deleted(session TEXT PRIMARY KEY);
+                 CREATE TABLE IF NOT EXISTS expired(session TEXT PRIMARY KEY);
                  CREATE VIRTUAL TABLE IF NOT EXISTS docs USING fts5(session UNINDEXED, seq UNINDEXED, body);",
             )
             .map_err(|e| ix.err(e))?;
@@ -214,7 +215,7 @@ impl SearchIndex {
         if stored.as_deref() != Some(id.as_str()) {
             ix.conn
                 .execute_batch(
-                    "DELETE FROM docs; DELETE FROM indexed; DELETE FROM deleted; DELETE FROM meta;",
+                    "DELETE FROM docs; DELETE FROM indexed; DELETE FROM deleted; DELETE FROM expired; DELETE FROM meta;",
                 )
                 .map_err(|e| ix.err(e))?;
             ix.conn
@@ -313,12 +314,35 @@ impl SearchIndex {
             )
             .map_err(serr)?;
         }
+        // Sessions the store's retention policy expires now (FORMAT.md
+        // §18): left out of searches across sessions, like deleted ones
+        // (two reads per session when the store has a policy).
+        tx.execute("DELETE FROM expired", []).map_err(serr)?;
+        let policy = crate::session::retention::Policy::of(store)?;
+        if !policy.is_empty() {
+            let now = crate::session::event::now_ms();
+            for info in store.sessions() {
+                if policy.keeps(&info.name) {
+                    continue;
+                }
+                let (created, updated) =
+                    crate::session::retention::session_times(store, &info.name)?;
+                if policy.expired(&info.name, created, updated, now) {
+                    tx.execute(
+                        "INSERT OR IGNORE INTO expired(session) VALUES(?1)",
+                        [&info.name],
+                    )
+                    .map_err(serr)?;
+                }
+            }
+        }
         tx.commit().map_err(|e| self.err(e))?;
         Ok(read)
     }
 
-    /// Search message text across sessions (deleted sessions left out, as
-    /// of the last [`SearchIndex::update`]); best matches first. `query` is
+    /// Search message text across sessions (deleted sessions, and those the
+    /// store's retention policy expires, left out as of the last
+    /// [`SearchIndex::update`]); best matches first. `query` is
     /// FTS5 syntax; if it does not parse it is searched as a plain phrase.
     ///
     /// An event that fork children inherit is indexed once, under the session
@@ -397,7 +421,10 @@ impl SearchIndex {
         if !chain.is_empty() {
             filter.push(')');
         } else {
-            filter.push_str(" AND session NOT IN (SELECT session FROM deleted)");
+            filter.push_str(
+                " AND session NOT IN (SELECT session FROM deleted) \
+                 AND session NOT IN (SELECT session FROM expired)",
+            );
         }
         let sql = format!(
             "SELECT session, seq, snippet(docs, 2, '[', ']', '…', 12) FROM docs WHERE docs MATCH ?1{filter} ORDER BY rank LIMIT ?2"
