@@ -4,7 +4,7 @@
 //! ```text
 //! cargo run --release -p turnstone-benches --bin compare -- [--quick] [--runs N]
 //!     [--duration SECS] [--stores a,b,..] [--configs 256x8,4096x64,..]
-//!     [--dir BASE] [--out FILE.json] [--skip limits,fleet,read,reopen,rss,gc,cold]
+//!     [--dir BASE] [--out FILE.json] [--skip limits,fleet,read,reopen,rss,gc,cold,session,lazy]
 //! ```
 //!
 //! Prints a table per configuration with each store's ratio to turnstone, the
@@ -12,6 +12,8 @@
 //! sessions, storage lifecycle (the `gc_fleet` binary: a fleet with
 //! deletions, collected in the background vs never, issue 17) and cold
 //! reads (the `cold_reads` binary with a background regroup, issue 21),
+//! `Session::open` of a 100k-event session from its state snapshot and a
+//! writable reopen of a large fleet store by `turnstone fleet` (issue 21),
 //! then the targets of issues 2, 8, 17 and 21 with met/missed. Writes the
 //! JSON results (every run and the median/min/max summary) and a Markdown
 //! rendering of the tables under `target/turnstone-bench/`. Exits non-zero if
@@ -62,7 +64,7 @@ fn usage() -> ! {
     eprintln!(
         "usage: compare [--quick] [--runs N] [--duration SECS] [--stores a,b] \
          [--configs 256x8,4096x64] [--dir BASE] [--out FILE] \
-         [--skip limits,fleet,read,reopen,rss,gc,cold] [--seed S]\n\
+         [--skip limits,fleet,read,reopen,rss,gc,cold,session,lazy] [--seed S]\n\
          stores: {}\n\
          env: TURNSTONE_BENCH_REOPEN_MB (size of the reopen store)",
         StoreKind::ALL.map(|k| k.name()).join(", ")
@@ -313,6 +315,12 @@ fn run(args: &Args) -> Result<bool> {
         }
         if !args.skip.contains("cold") {
             cold(args, &mut m)?;
+        }
+        if !args.skip.contains("session") {
+            session_open(args, &mut m)?;
+        }
+        if !args.skip.contains("lazy") {
+            lazy_reopen(args, &mut m)?;
         }
         runs.push(m);
     }
@@ -1569,6 +1577,123 @@ fn cold(args: &Args, m: &mut Metrics) -> Result<()> {
     Ok(())
 }
 
+/// `Session::open` of a long session from its state snapshot (FORMAT.md
+/// §17), and the fold from seq 0 it replaces (issue 21).
+fn session_open(args: &Args, m: &mut Metrics) -> Result<()> {
+    let n: u64 = if args.quick { 20_000 } else { 100_000 };
+    let dir = tempfile::Builder::new()
+        .prefix("turnstone-open-")
+        .tempdir_in(&args.base)?;
+    let store = Arc::new(Store::open(dir.path())?);
+    let wl = Workload::new(args.seed, 1);
+    turnstone_benches::typed::fill_session(&store, "s", &wl, 0, n)?;
+    let reg = || Arc::new(Registry::new());
+    // A writable open folds from seq 0; its close writes the snapshot.
+    Session::open(store.clone(), "s", reg())?.close()?;
+    let mut from_snapshot = Vec::new();
+    for _ in 0..21 {
+        let t = Instant::now();
+        let s = Session::open(store.clone(), "s", reg())?;
+        from_snapshot.push(t.elapsed().as_secs_f64() * 1e3);
+        drop(s);
+    }
+    // The fold from seq 0 (read-only: it writes no snapshot).
+    let snap = turnstone::session::state_snapshot::state_snapshot_path(dir.path(), "s");
+    std::fs::remove_file(&snap)?;
+    let mut fold = Vec::new();
+    for _ in 0..3 {
+        let t = Instant::now();
+        let s = Session::open_read_only(store.clone(), "s", reg())?;
+        fold.push(t.elapsed().as_secs_f64() * 1e3);
+        drop(s);
+    }
+    let median = |v: &mut Vec<f64>| {
+        v.sort_by(f64::total_cmp);
+        v[v.len() / 2]
+    };
+    let (a, b) = (median(&mut from_snapshot), median(&mut fold));
+    m.insert("session/events".into(), n as f64);
+    m.insert("session/open_from_snapshot_ms".into(), a);
+    m.insert("session/open_fold_ms".into(), b);
+    println!(
+        "Session::open of {n} events: {a:.3} ms from its snapshot, {b:.1} ms folded from seq 0"
+    );
+    Ok(())
+}
+
+/// A writable reopen of a fleet store by `turnstone fleet --events 100`
+/// (issue 21): wall time and the process's peak RSS (`wait4`'s
+/// `ru_maxrss`). The store is built by `turnstone fleet` first (1 GiB of
+/// payload, 256 sessions; 90 MB in `--quick`).
+fn lazy_reopen(args: &Args, m: &mut Metrics) -> Result<()> {
+    let exe = std::env::current_exe()?.with_file_name("turnstone");
+    if !exe.exists() {
+        let st = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
+            .args(["build", "--release", "-p", "turnstone-cli"])
+            .current_dir(env!("CARGO_MANIFEST_DIR"))
+            .status()?;
+        if !st.success() {
+            return Err("building the turnstone CLI failed".into());
+        }
+    }
+    let dir = tempfile::Builder::new()
+        .prefix("turnstone-lazy-")
+        .tempdir_in(&args.base)?;
+    let store = dir.path().join("fleet");
+    let events: u64 = if args.quick { 200_000 } else { 2_400_000 };
+    let fleet = |events: u64| -> Result<(f64, f64)> {
+        let child = Command::new(&exe)
+            .arg("fleet")
+            .arg(&store)
+            .args(["--sessions", "256", "--threads", "8", "--events"])
+            .arg(events.to_string())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()?;
+        let t = Instant::now();
+        let mut status = 0;
+        // SAFETY: an all-zero `rusage` is a valid value of this plain C struct.
+        let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+        // SAFETY: waits for our own child by pid, writing into our locals;
+        // `Child` is not waited on afterwards.
+        let r = unsafe { libc::wait4(child.id() as libc::pid_t, &mut status, 0, &mut ru) };
+        let wall = t.elapsed().as_secs_f64();
+        if r < 0 || !libc::WIFEXITED(status) || libc::WEXITSTATUS(status) != 0 {
+            return Err(
+                format!("turnstone fleet --events {events} failed (status {status})").into(),
+            );
+        }
+        Ok((wall, ru.ru_maxrss as f64 / 1024.0))
+    };
+    print!("lazy reopen: building a {events}-event fleet store … ");
+    std::io::stdout().flush()?;
+    let (build_s, _) = fleet(events)?;
+    let bytes: u64 = std::fs::read_dir(&store)?
+        .flatten()
+        .filter(|e| e.file_name().to_string_lossy().ends_with(".tseg"))
+        .map(|e| e.metadata().map(|m| m.len()).unwrap_or(0))
+        .sum();
+    let mut walls = Vec::new();
+    let mut rss = Vec::new();
+    for _ in 0..3 {
+        let (w, r) = fleet(100)?;
+        walls.push(w);
+        rss.push(r);
+    }
+    walls.sort_by(f64::total_cmp);
+    rss.sort_by(f64::total_cmp);
+    m.insert("lazy/store_mb".into(), bytes as f64 / 1e6);
+    m.insert("lazy/reopen_wall_s".into(), walls[1]);
+    m.insert("lazy/reopen_peak_rss_mb".into(), rss[1]);
+    println!(
+        "{:.0} MB in {build_s:.0} s; fleet --events 100 on it: {:.2} s, peak RSS {:.0} MB (medians of 3)",
+        bytes as f64 / 1e6,
+        walls[1],
+        rss[1]
+    );
+    Ok(())
+}
+
 /// The targets, as table rows: `| target | measured | verdict |`.
 fn targets(s: &Summary, runs: usize) -> Vec<String> {
     let mut out = Vec::new();
@@ -1704,5 +1829,43 @@ fn targets(s: &Summary, runs: usize) -> Vec<String> {
         false,
         format!("{}×", with_range(s, k, runs)),
     );
+    if let Some(n) = med(s, "session/events") {
+        let k = "session/open_from_snapshot_ms";
+        check(
+            &format!(
+                "Session::open of a {}-event session from its snapshot ≤ 5 ms (issue 21)",
+                num(n)
+            ),
+            med(s, k),
+            5.0,
+            false,
+            format!(
+                "{} ms (fold from seq 0: {} ms)",
+                with_range(s, k, runs),
+                with_range(s, "session/open_fold_ms", runs)
+            ),
+        );
+    }
+    if let Some(mb) = med(s, "lazy/store_mb") {
+        let k = "lazy/reopen_wall_s";
+        check(
+            &format!(
+                "writable reopen of a {} MB fleet store by `fleet --events 100` ≤ 0.5 s (issue 21)",
+                num(mb)
+            ),
+            med(s, k),
+            0.5,
+            false,
+            format!("{} s", with_range(s, k, runs)),
+        );
+        let k = "lazy/reopen_peak_rss_mb";
+        check(
+            &format!("… and ≤ 300 MB peak RSS ({} MB store)", num(mb)),
+            med(s, k),
+            300.0,
+            false,
+            format!("{} MB", with_range(s, k, runs)),
+        );
+    }
     out
 }
