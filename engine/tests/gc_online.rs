@@ -11,6 +11,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use common::gc_fleet::{append_synced, events, fleet, Events};
 use common::{dir, payload_for, sim_opts};
 use turnstone::gc::{CollectOptions, CollectReport};
 use turnstone::session::delete;
@@ -19,51 +20,6 @@ use turnstone::sim::{FaultPlan, SimVfs};
 use turnstone::{Options, Store};
 
 const SEGMENT: u32 = 8192;
-
-type Events = Vec<(u16, u16, Vec<u8>)>;
-
-fn events(store: &Store, session: &str) -> Events {
-    let len = store.session_len(session).expect("session exists");
-    store
-        .read_range(session, 0..len)
-        .expect("read")
-        .into_iter()
-        .map(|e| (e.kind, e.flags, e.payload))
-        .collect()
-}
-
-fn append_synced(store: &Store, session: &str, seq: u64, len: usize) {
-    let a = store
-        .append(session, 5, 0, &payload_for(session, seq, len))
-        .expect("append");
-    store.wait_durable(a.end).expect("durable");
-}
-
-/// Live `a`, deleted `b` with a live fork `c` at 10, deleted `d`;
-/// interleaved so that every segment mixes them (as in tests/gc.rs).
-fn fleet(store: &Store) {
-    for i in 0..40u64 {
-        append_synced(store, "a", i, 300);
-        if i < 30 {
-            append_synced(store, "b", i, 900);
-        }
-        if i < 12 {
-            append_synced(store, "d", i, 1500);
-        }
-        if i == 10 {
-            store.fork("b", 10, "c").expect("fork");
-        }
-        if (10..15).contains(&i) {
-            let seq = store.session_len("c").unwrap();
-            append_synced(store, "c", seq, 200);
-        }
-    }
-    delete::delete(store, "b").expect("delete b");
-    delete::delete(store, "d").expect("delete d");
-    for i in 40..60u64 {
-        append_synced(store, "a", i, 300);
-    }
-}
 
 fn sealed_bytes(sim: &SimVfs, dir: &Path) -> u64 {
     use turnstone::vfs::Vfs;

@@ -317,6 +317,22 @@ impl Run {
         }
     }
 
+    /// Before an online collection: make everything durable (false if
+    /// that failed: skip the collection), then mark the sessions whose last
+    /// event is a tombstone (kind 18) as ones a collection may reclaim.
+    fn synced_for_online_collection(&mut self, store: &Store) -> bool {
+        if store.sync().is_err() || self.sim.powered_off() || self.fsync_failed() {
+            return false;
+        }
+        self.model.ack_all();
+        for m in self.model.sessions.values_mut() {
+            if m.events.last().is_some_and(|e| e.kind == 18) {
+                m.deleted = true;
+            }
+        }
+        true
+    }
+
     fn crash_and_reopen(&mut self, store: Store, seed: u64, ctx: &str) -> Store {
         cut_power_and_drop(&self.sim, store);
         self.reboot(seed);
@@ -553,14 +569,8 @@ pub fn run(data: &[u8]) {
                 r.model.check_and_rebase(&store, &ctx);
             }
             Op::CollectOnline { threshold, regroup } => {
-                if store.sync().is_err() || r.sim.powered_off() || r.fsync_failed() {
+                if !r.synced_for_online_collection(&store) {
                     continue;
-                }
-                r.model.ack_all();
-                for m in r.model.sessions.values_mut() {
-                    if m.events.last().is_some_and(|e| e.kind == 18) {
-                        m.deleted = true;
-                    }
                 }
                 let gc = turnstone::gc::CollectOptions {
                     threshold: (*threshold % 5) as f64 / 4.0,
@@ -583,14 +593,8 @@ pub fn run(data: &[u8]) {
                 }
             }
             Op::Evict { kib } => {
-                if store.sync().is_err() || r.sim.powered_off() || r.fsync_failed() {
+                if !r.synced_for_online_collection(&store) {
                     continue;
-                }
-                r.model.ack_all();
-                for m in r.model.sessions.values_mut() {
-                    if m.events.last().is_some_and(|e| e.kind == 18) {
-                        m.deleted = true;
-                    }
                 }
                 let gc = turnstone::gc::CollectOptions {
                     threshold: 1.0,

@@ -1,6 +1,8 @@
 //! Small helpers shared by the crash, fault and damage tests.
 #![allow(dead_code)]
 
+pub mod gc_fleet;
+
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
