@@ -498,3 +498,64 @@ fn a_catalog_kept_across_an_online_collection_matches_a_fresh_one() {
     }
     assert_eq!(kept.get(&store, "a").unwrap().events, 61);
 }
+
+/// A collection that moves a session's define frame keeps its state
+/// snapshot usable (the snapshot names the define's position; the
+/// collection points it at the new one), online and on demand.
+#[test]
+fn state_snapshots_survive_a_collection_that_moves_their_define() {
+    use turnstone::session::{ContentBlock, Registry, Session, SurfaceOp, UserMessage};
+    for online in [true, false] {
+        let tmp = tempfile::tempdir().unwrap();
+        let opts = || Options {
+            segment_bytes: 8 << 10,
+            ..Default::default()
+        };
+        let store = Arc::new(Store::open_with(tmp.path(), opts()).unwrap());
+        let reg = || Arc::new(Registry::new());
+        let mut gone = Session::create(store.clone(), "gone", reg()).unwrap();
+        let mut long = Session::create(store.clone(), "long", reg()).unwrap();
+        for i in 0..60 {
+            for s in [&mut gone, &mut long] {
+                s.append(
+                    UserMessage {
+                        content: vec![ContentBlock::text(format!("{i} {}", "y".repeat(300)))],
+                    },
+                    SurfaceOp::Append,
+                )
+                .unwrap();
+                s.flush().unwrap();
+            }
+        }
+        long.save_state_snapshot().unwrap();
+        let len = long.len();
+        let want = long.derive_messages().len();
+        drop(long);
+        gone.delete().unwrap();
+        let before = store.session_meta("long").unwrap().define_pos;
+        let gc = CollectOptions {
+            threshold: 1.0,
+            ..Default::default()
+        };
+        let store = if online {
+            let r = collect_live(&store, &gc, &Retention::default()).unwrap();
+            assert!(!r.moved_defines.is_empty(), "{r:?}");
+            store
+        } else {
+            Arc::into_inner(store).unwrap().close().unwrap();
+            let r = turnstone::session::gc::collect(tmp.path(), &gc).unwrap();
+            assert!(!r.moved_defines.is_empty(), "{r:?}");
+            Arc::new(Store::open_with(tmp.path(), opts()).unwrap())
+        };
+        let after = store.session_meta("long").unwrap().define_pos;
+        assert_ne!(before, after, "the define moved (online {online})");
+        let mut s = Session::open(store.clone(), "long", reg()).unwrap();
+        assert_eq!(
+            s.restored_from_snapshot(),
+            Some(len),
+            "online {online}: {:?}",
+            s.snapshot_discarded()
+        );
+        assert_eq!(s.derive_messages().len(), want);
+    }
+}

@@ -79,6 +79,8 @@ pub fn collect_with_rule(
     let mut opts = opts.clone();
     opts.max_live_bytes = opts.max_live_bytes.or(policy.max_bytes);
     let mut report = crate::gc::collect(dir, &opts, &|c| rule(c, &policy, now))?;
+    // Derived files: a failure only costs a rebuild of those snapshots.
+    let _ = crate::session::snapshot::rebase_defines(opts.vfs.as_ref(), dir, &report.moved_defines);
     collect_blobs(dir, &opts, &mut report)?;
     report.duration_us = started.elapsed().as_micros() as u64;
     Ok(report)
@@ -107,7 +109,14 @@ pub fn collect_live_with_rule(
     let now = retention.now_ms.unwrap_or_else(event::now_ms);
     let mut opts = opts.clone();
     opts.max_live_bytes = opts.max_live_bytes.or(policy.max_bytes);
-    store.collect(&opts, &|c| rule(c, &policy, now))
+    let report = store.collect(&opts, &|c| rule(c, &policy, now))?;
+    // Derived files: a failure only costs a rebuild of those snapshots.
+    let _ = crate::session::snapshot::rebase_defines(
+        store.vfs().as_ref(),
+        store.dir(),
+        &report.moved_defines,
+    );
+    Ok(report)
 }
 
 /// How a [`Background`] collector runs.

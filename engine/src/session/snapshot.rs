@@ -159,6 +159,57 @@ pub fn snapshot_path(dir: &Path, session: &str, projection: &str) -> PathBuf {
         .join(format!("{a:08x}{b:08x}-{safe}.snap"))
 }
 
+/// After a collection moved define frames (FORMAT.md §14.4;
+/// [`crate::gc::CollectReport::moved_defines`]): point the snapshot files
+/// of those sessions (projections, §12, and session state, §17) whose
+/// `define_pos` is the old position at the new one, so that they stay
+/// usable instead of being discarded as another incarnation's. Only the
+/// header changes; every other check still applies when the file is read.
+/// Derived files: a crash in between leaves the old file (discarded at the
+/// next read, as before) or the new one. Returns the files rewritten.
+pub fn rebase_defines(
+    vfs: &dyn crate::vfs::Vfs,
+    store_dir: &Path,
+    moved: &[(String, LogPos, LogPos)],
+) -> Result<usize> {
+    let dir = store_dir.join(SNAPSHOT_DIR);
+    if moved.is_empty() || !vfs.is_dir(&dir) {
+        return Ok(0);
+    }
+    let names = vfs
+        .list(&dir)
+        .map_err(|e| Error::io("list snapshot directory", &dir, e))?;
+    let mut rewritten = 0;
+    for (session, from, to) in moved {
+        let a = crc32fast::hash(session.as_bytes());
+        let mut hasher = crc32fast::Hasher::new_with_initial(0x9e37_79b9);
+        hasher.update(session.as_bytes());
+        let prefix = format!("{a:08x}{:08x}", hasher.finalize());
+        for n in names
+            .iter()
+            .filter(|n| n.starts_with(&prefix) && (n.ends_with(".snap") || n.ends_with(".state")))
+        {
+            let path = dir.join(n);
+            let Ok(bytes) = crate::vfs::read_whole(vfs, &path) else {
+                continue;
+            };
+            let Ok((mut h, state)) = decode(&bytes) else {
+                continue;
+            };
+            if h.session != *session || h.define_pos != *from {
+                continue;
+            }
+            h.define_pos = *to;
+            let new = encode(&h, state);
+            let mut tmp = path.as_os_str().to_owned();
+            tmp.push(".tmp");
+            write_atomic(vfs, DerivedKind::Snapshot, &PathBuf::from(tmp), &path, &new)?;
+            rewritten += 1;
+        }
+    }
+    Ok(rewritten)
+}
+
 /// What reading through the cache did.
 #[derive(Debug, Clone, PartialEq)]
 pub struct CacheRead<S> {

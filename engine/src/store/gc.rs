@@ -142,6 +142,12 @@ pub struct CollectReport {
     /// online collection reads only segments sealed since its last run,
     /// and the ones it rewrites).
     pub bytes_io: u64,
+    /// Define frames a rewrite moved (session, old position, new
+    /// position): derived files keyed by a session's define position (its
+    /// snapshots, FORMAT.md §12 and §17) can follow them
+    /// ([`crate::session::snapshot::rebase_defines`]).
+    #[serde(skip)]
+    pub moved_defines: Vec<(String, LogPos, LogPos)>,
     /// An online collection found a session it had decided was dead
     /// written to (or forked) before it could reclaim it, and changed
     /// nothing; the next collection decides again.
@@ -150,6 +156,8 @@ pub struct CollectReport {
 
 /// A frame of a sealed segment, as the collector walks it.
 struct WalkedFrame {
+    /// Offset of the frame in its segment file.
+    at: u32,
     session: SessionId,
     kind: u16,
     flags: u16,
@@ -297,6 +305,8 @@ struct Plan {
     ranges: Vec<std::ops::Range<usize>>,
     /// `first_batch_seq` of the segment after the last sealed one.
     tail_first_batch_seq: u64,
+    /// Session names by compact id (for `moved_defines`).
+    names: Vec<Arc<str>>,
 }
 
 impl Plan {
@@ -593,6 +603,7 @@ fn make_plan(
         sealed: Vec::new(),
         ranges: Vec::new(),
         tail_first_batch_seq: 0,
+        names: census.sessions.iter().map(|e| e.name.clone()).collect(),
     };
 
     // Live and dead bytes of each sealed segment.
@@ -772,6 +783,7 @@ fn rewrite_ranges(
         };
         let mut batches: Vec<Vec<u8>> = Vec::new();
         let mut moved: Vec<Moved> = Vec::with_capacity(order.len());
+        let mut defines: Vec<(String, LogPos, LogPos)> = Vec::new();
         let mut body: Vec<u8> = Vec::new();
         let mut count = 0u32;
         let mut cur: Option<u32> = None;
@@ -809,6 +821,15 @@ fn rewrite_ranges(
                 (f.kind != KIND_SESSION_DEFINE).then_some(f.seq),
                 LogPos::new(first.id, at as u32),
             ));
+            if f.kind == KIND_SESSION_DEFINE {
+                let from = LogPos::new(files[*fi].id, f.at);
+                let to = LogPos::new(first.id, at as u32);
+                if from != to {
+                    if let Some(name) = plan.names.get(f.session.0 as usize) {
+                        defines.push((name.to_string(), from, to));
+                    }
+                }
+            }
             let payload = &loaded[*fi].0[f.payload.0..f.payload.1];
             encode_frame(&mut body, &salt, f.session, f.kind, f.flags, f.seq, payload);
             count += 1;
@@ -843,6 +864,7 @@ fn rewrite_ranges(
         drop(f);
         throttle.stopped()?;
         install(&tmp, &dst, (first.id, compaction.last_segment), moved)?;
+        report.moved_defines.append(&mut defines);
         vfs.sync_dir(dir)
             .map_err(|e| Error::io("fsync directory", dir, e))?;
         if files.len() > 1 {
@@ -936,6 +958,7 @@ fn load_defines(
         }
         let p = start + crate::frame::FRAME_HEADER_BYTES;
         frames.push(WalkedFrame {
+            at: *at,
             session: h.session,
             kind: h.kind,
             flags: h.flags,
@@ -989,6 +1012,7 @@ fn walk(
         for f in frames {
             let start = f.pos.offset() as usize + crate::frame::FRAME_HEADER_BYTES;
             out.push(WalkedFrame {
+                at: f.pos.offset(),
                 session: f.header.session,
                 kind: f.header.kind,
                 flags: f.header.flags,
