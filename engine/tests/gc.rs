@@ -7,7 +7,7 @@ mod common;
 use std::path::Path;
 use std::sync::Arc;
 
-use common::gc_fleet::{append_synced, events, fleet};
+use common::gc_fleet::{append_synced, events, fleet, runs_per_session};
 use common::{dir, sim_opts};
 use turnstone::gc::{CollectOptions, CollectReport};
 use turnstone::session::delete;
@@ -391,35 +391,6 @@ fn search_leaves_out_a_session_collected_before_its_tombstone_was_indexed() {
     let hits = ix.search("needle3", 10).unwrap();
     assert!(hits.iter().all(|h| h.session != "gone"), "{hits:?}");
     assert!(hits.iter().any(|h| h.session == "keep"), "{hits:?}");
-}
-
-/// Runs of consecutive frames of one session over the sealed segments, in
-/// position order: 1 per session means each session's frames sit together.
-fn runs_per_session(store: &Store) -> std::collections::BTreeMap<String, usize> {
-    let mut all: Vec<(u64, String)> = Vec::new();
-    for s in store.sessions() {
-        let own_from = store
-            .session_meta(&s.name)
-            .and_then(|m| m.parent.map(|(_, n)| n))
-            .unwrap_or(0);
-        let len = store.session_len(&s.name).unwrap();
-        for e in store.read_range(&s.name, own_from..len).unwrap() {
-            all.push((e.pos.0, s.name.clone()));
-        }
-    }
-    all.sort();
-    // The active (last) segment stays interleaved: not counted.
-    let last_segment = all.iter().map(|(p, _)| p >> 32).max().unwrap_or(0);
-    all.retain(|(p, _)| p >> 32 != last_segment);
-    let mut runs = std::collections::BTreeMap::new();
-    let mut prev: Option<&str> = None;
-    for (_, name) in &all {
-        if prev != Some(name.as_str()) {
-            *runs.entry(name.clone()).or_insert(0) += 1;
-        }
-        prev = Some(name.as_str());
-    }
-    runs
 }
 
 /// `regroup` rewrites sealed segments that hold no garbage too, so that

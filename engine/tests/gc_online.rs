@@ -11,7 +11,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use common::gc_fleet::{append_synced, events, fleet, Events};
+use common::gc_fleet::{append_synced, events, fleet, runs_per_session, Events};
 use common::{dir, payload_for, sim_opts};
 use turnstone::gc::{CollectOptions, CollectReport};
 use turnstone::session::delete;
@@ -398,30 +398,6 @@ fn closing_the_store_stops_a_slow_collection_before_it_renames_anything() {
     drop(store);
     let store = Store::open_with(dir(), sim_opts(&sim, SEGMENT)).unwrap();
     check_store(&store, &want_a, &want_c);
-}
-
-/// Runs of consecutive frames of one session over the sealed segments, in
-/// position order (1 per session: its frames sit together).
-fn runs_per_session(store: &Store) -> BTreeMap<String, usize> {
-    let mut all: Vec<(u64, String)> = Vec::new();
-    for s in store.sessions() {
-        let len = store.session_len(&s.name).unwrap();
-        for e in store.read_range(&s.name, 0..len).unwrap() {
-            all.push((e.pos.0, s.name.clone()));
-        }
-    }
-    all.sort();
-    let last_segment = all.iter().map(|(p, _)| p >> 32).max().unwrap_or(0);
-    all.retain(|(p, _)| p >> 32 != last_segment);
-    let mut runs = BTreeMap::new();
-    let mut prev: Option<&str> = None;
-    for (_, name) in &all {
-        if prev != Some(name.as_str()) {
-            *runs.entry(name.clone()).or_insert(0) += 1;
-        }
-        prev = Some(name.as_str());
-    }
-    runs
 }
 
 /// A regroup (issue 21's locality) runs online too: the sealed segments of

@@ -54,3 +54,33 @@ pub fn fleet(store: &Store) {
         append_synced(store, "a", i, 300);
     }
 }
+
+/// Runs of consecutive frames of one session over the sealed segments, in
+/// position order: 1 per session means each session's frames sit together.
+/// A fork's inherited frames count for its parent; the active (last)
+/// segment stays interleaved and is not counted.
+pub fn runs_per_session(store: &Store) -> std::collections::BTreeMap<String, usize> {
+    let mut all: Vec<(u64, String)> = Vec::new();
+    for s in store.sessions() {
+        let own_from = store
+            .session_meta(&s.name)
+            .and_then(|m| m.parent.map(|(_, n)| n))
+            .unwrap_or(0);
+        let len = store.session_len(&s.name).unwrap();
+        for e in store.read_range(&s.name, own_from..len).unwrap() {
+            all.push((e.pos.0, s.name.clone()));
+        }
+    }
+    all.sort();
+    let last_segment = all.iter().map(|(p, _)| p >> 32).max().unwrap_or(0);
+    all.retain(|(p, _)| p >> 32 != last_segment);
+    let mut runs = std::collections::BTreeMap::new();
+    let mut prev: Option<&str> = None;
+    for (_, name) in &all {
+        if prev != Some(name.as_str()) {
+            *runs.entry(name.clone()).or_insert(0) += 1;
+        }
+        prev = Some(name.as_str());
+    }
+    runs
+}
