@@ -143,22 +143,6 @@ pub fn bench_tempdir(prefix: &str) -> tempfile::TempDir {
         .expect("temp dir for the bench store")
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn percentiles() {
-        let v: Vec<u64> = (1..=1000).collect();
-        assert_eq!(percentile(&v, 50.0), 500);
-        assert_eq!(percentile(&v, 99.0), 990);
-        assert_eq!(percentile(&v, 99.9), 999);
-        assert_eq!(percentile(&[], 50.0), 0);
-        assert!(cpu_time() > Duration::ZERO || cpu_time() == Duration::ZERO);
-        assert!(proc_status_kib("VmHWM").is_some());
-    }
-}
-
 /// Drop the page cache before a cold measurement: all of it when allowed
 /// (`sync; echo 3 > /proc/sys/vm/drop_caches`, root), else the cached
 /// pages of every file under `dir` (`posix_fadvise(POSIX_FADV_DONTNEED)`).
@@ -190,4 +174,20 @@ pub fn drop_page_cache(dir: &std::path::Path) -> std::io::Result<&'static str> {
         }
     }
     Ok("posix_fadvise(POSIX_FADV_DONTNEED) on every file of the store")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn percentiles() {
+        let v: Vec<u64> = (1..=1000).collect();
+        assert_eq!(percentile(&v, 50.0), 500);
+        assert_eq!(percentile(&v, 99.0), 990);
+        assert_eq!(percentile(&v, 99.9), 999);
+        assert_eq!(percentile(&[], 50.0), 0);
+        assert!(cpu_time() > Duration::ZERO || cpu_time() == Duration::ZERO);
+        assert!(proc_status_kib("VmHWM").is_some());
+    }
 }

@@ -364,30 +364,13 @@ fn can_drop_caches() -> bool {
 }
 
 /// Drop the page cache: all of it if allowed, else every file of both
-/// stores. (Pages a live map holds survive either way: both loads open
-/// their files after the drop.)
+/// stores (they share one parent directory; `sys::drop_page_cache`).
+/// (Pages a live map holds survive either way: both loads open their files
+/// after the drop.)
 fn drop_cache(ts_dir: &Path, sql_path: &Path) -> Result<()> {
-    // SAFETY: sync(2) takes no arguments and cannot fail.
-    #[allow(unsafe_code)]
-    unsafe {
-        libc::sync()
-    };
-    if can_drop_caches() && std::fs::write("/proc/sys/vm/drop_caches", "3").is_ok() {
-        return Ok(());
-    }
-    for f in store_files(ts_dir, sql_path)? {
-        let Ok(file) = std::fs::File::open(&f) else {
-            continue;
-        };
-        use std::os::fd::AsRawFd;
-        // SAFETY: the descriptor is open for the whole call; fadvise only
-        // drops clean cached pages of the file.
-        #[allow(unsafe_code)]
-        let rc = unsafe { libc::posix_fadvise(file.as_raw_fd(), 0, 0, libc::POSIX_FADV_DONTNEED) };
-        if rc != 0 {
-            return Err(format!("posix_fadvise {}: error {rc}", f.display()).into());
-        }
-    }
+    let parent = ts_dir.parent().unwrap_or(ts_dir);
+    debug_assert_eq!(sql_path.parent(), Some(parent));
+    sys::drop_page_cache(parent)?;
     Ok(())
 }
 
