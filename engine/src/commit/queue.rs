@@ -336,11 +336,16 @@ impl CommitQueue {
     fn wait_change(&self, session: Option<SessionId>, seen: LogPos) -> Option<LogPos> {
         let mut st = self.state.lock();
         loop {
-            if st.poisoned.is_some() || st.flusher_done {
+            // A store that stopped still delivers what became durable
+            // before it stopped (shutdown's last sync); poison does not.
+            if st.poisoned.is_some() {
                 return None;
             }
             if st.durable != seen {
                 return Some(st.durable);
+            }
+            if st.flusher_done {
+                return None;
             }
             match session {
                 Some(sid) => {
@@ -355,11 +360,14 @@ impl CommitQueue {
     /// The asynchronous [`CommitQueue::wait_durable_change`].
     pub fn poll_durable_change(&self, seen: LogPos, cx: &mut Context<'_>) -> Poll<Option<LogPos>> {
         let mut st = self.state.lock();
-        if st.poisoned.is_some() || st.flusher_done {
+        if st.poisoned.is_some() {
             return Poll::Ready(None);
         }
         if st.durable != seen {
             return Poll::Ready(Some(st.durable));
+        }
+        if st.flusher_done {
+            return Poll::Ready(None);
         }
         register(&mut st.follower_wakers, cx.waker());
         Poll::Pending
@@ -377,11 +385,14 @@ impl CommitQueue {
         cx: &mut Context<'_>,
     ) -> Poll<Option<LogPos>> {
         let mut st = self.state.lock();
-        if st.poisoned.is_some() || st.flusher_done {
+        if st.poisoned.is_some() {
             return Poll::Ready(None);
         }
         if st.durable != seen {
             return Poll::Ready(Some(st.durable));
+        }
+        if st.flusher_done {
+            return Poll::Ready(None);
         }
         register(st.session_wakers.entry(session).or_default(), cx.waker());
         Poll::Pending
@@ -475,5 +486,46 @@ fn batch_of(st: &State, pos: LogPos) -> u64 {
     match &st.open {
         Some(b) => b.batch_seq,
         None => st.next_batch_seq,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A follower that looked at the durable position just before the
+    /// store's last sync and waits just after the flusher stopped must be
+    /// told about that sync, not "stopped": otherwise a subscription ends
+    /// without the events shutdown made durable.
+    #[test]
+    fn a_stopped_queue_still_reports_the_last_durable_move() {
+        let q = CommitQueue::new(LogPos(0), 0, None, 1 << 20, 1 << 20);
+        let seen = LogPos(0);
+        {
+            let mut st = q.lock();
+            st.durable = LogPos(64);
+            st.flusher_done = true;
+        }
+        assert_eq!(q.wait_durable_change(seen), Some(LogPos(64)));
+        assert_eq!(q.wait_session_change(SessionId(1), seen), Some(LogPos(64)));
+        let waker = std::task::Waker::noop();
+        let mut cx = Context::from_waker(waker);
+        assert_eq!(
+            q.poll_durable_change(seen, &mut cx),
+            Poll::Ready(Some(LogPos(64)))
+        );
+        assert_eq!(
+            q.poll_session_change(SessionId(1), seen, &mut cx),
+            Poll::Ready(Some(LogPos(64)))
+        );
+        // Once caught up, a stopped queue ends the wait.
+        assert_eq!(q.wait_durable_change(LogPos(64)), None);
+        assert_eq!(
+            q.poll_durable_change(LogPos(64), &mut cx),
+            Poll::Ready(None)
+        );
+        // Poison wins over news: nothing after it is trusted.
+        q.lock().poisoned = Some(("flush", "test".into()));
+        assert_eq!(q.wait_durable_change(seen), None);
     }
 }
