@@ -121,8 +121,12 @@ fn turn(
         }
         if crash_in_tool {
             // The calls become durable, then the process dies.
-            let end = shared.lock().record_tool_calls(&calls)?;
-            shared.lock().store().wait_durable(end)?;
+            let point = {
+                let mut s = shared.lock();
+                s.record_tool_calls(&calls)?;
+                s.durability_point()
+            };
+            point.wait()?;
             return Ok(false);
         }
         run_tools_parallel(

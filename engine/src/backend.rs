@@ -3,11 +3,12 @@
 //! here by the embedded [`Store`] and by `turnstone_pg::PgEventLog` on
 //! PostgreSQL. Both pass one conformance test body (`pg/tests/pg.rs`).
 //!
-//! This is the seam, not yet the session layer's foundation: the session
-//! layer still calls [`Store`] directly (moving it onto this trait is the
-//! next step of issue 18), so the trait holds the log-level operations
-//! only: sessions, atomic groups, per-session durability, forks by
-//! reference, durable reads.
+//! The session layer runs on it: a [`crate::session::Session`] opened on a
+//! [`crate::session::LogHandle`] of any `EventLog` folds, appends, flushes,
+//! repairs and forks through these methods alone (an embedded [`Store`]
+//! handed over as a log is recognised by [`EventLog::embedded`] and keeps
+//! its own fast paths: zero-copy reads, blobs out of line, state
+//! snapshots). docs/BACKENDS.md says where each guarantee comes from.
 
 use std::ops::Range;
 
@@ -60,6 +61,63 @@ pub trait EventLog: Send + Sync {
     /// [`Error::SeqOutOfRange`] past the durable end,
     /// [`Error::UnknownSession`] for a name the log does not have.
     fn read_range(&self, session: &str, range: Range<u64>) -> Result<Vec<LogEvent>>;
+
+    /// Events appended to `session` so far, durable or not (what this
+    /// process queued included); `None`: no such session.
+    fn appended_len(&self, session: &str) -> Result<Option<u64>> {
+        self.durable_len(session)
+    }
+
+    /// Take `session` for writing: until [`EventLog::release`], this
+    /// handle is its only writer. Refused with [`Error::SessionLive`]
+    /// (embedded: another handle of this process holds it) or
+    /// [`Error::Fenced`] (PostgreSQL: another owner's lease has not
+    /// expired). Returns a claim number for `release`, and whether the
+    /// claim took the session over from another writer that did not
+    /// release it (where a session layer repairs).
+    fn claim(&self, session: &str) -> Result<Claim>;
+
+    /// Give up a claim (a claim already lost is ignored).
+    fn release(&self, session: &str, claim: u64);
+
+    /// [`EventLog::append_group`] with each event's searchable text, for a
+    /// log that indexes it (PostgreSQL's text search). The default drops
+    /// the text.
+    fn append_group_indexed(
+        &self,
+        session: &str,
+        events: &[(u16, u16, &[u8], Option<&str>)],
+    ) -> Result<u64> {
+        let plain: Vec<(u16, u16, &[u8])> = events.iter().map(|&(k, f, p, _)| (k, f, p)).collect();
+        self.append_group(session, &plain)
+    }
+
+    /// The session layer deleted `session` (its `session/delete` tombstone
+    /// is durable): a log with its own notion of deletion applies it
+    /// (PostgreSQL: the session leaves lists and its writers are fenced;
+    /// its forks keep what they inherit). The default does nothing: the
+    /// tombstone is the deletion.
+    fn mark_deleted(&self, session: &str) -> Result<()> {
+        let _ = session;
+        Ok(())
+    }
+
+    /// The embedded store behind this log, if it is one: the session layer
+    /// then uses the store directly.
+    fn embedded(self: std::sync::Arc<Self>) -> Option<std::sync::Arc<Store>> {
+        None
+    }
+}
+
+/// A writer's hold on a session ([`EventLog::claim`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Claim {
+    /// Passed back to [`EventLog::release`].
+    pub id: u64,
+    /// The session was held by another writer that did not release it (a
+    /// worker that died, or whose lease expired): its last turn may be
+    /// open, so repair.
+    pub took_over: bool,
 }
 
 impl EventLog for Store {
@@ -110,6 +168,33 @@ impl EventLog for Store {
 
     fn sessions(&self) -> Result<Vec<String>> {
         Ok(Store::sessions(self).into_iter().map(|s| s.name).collect())
+    }
+
+    fn appended_len(&self, session: &str) -> Result<Option<u64>> {
+        Ok(self.session_len(session))
+    }
+
+    fn claim(&self, session: &str) -> Result<Claim> {
+        let id = self
+            .live_sessions()
+            .claim(session, crate::session::event::now_ms())
+            .map_err(|since_ms| Error::SessionLive {
+                session: session.to_string(),
+                since_ms,
+            })?;
+        // One process holds the store: a claim never takes over a writer.
+        Ok(Claim {
+            id,
+            took_over: false,
+        })
+    }
+
+    fn release(&self, session: &str, claim: u64) {
+        self.live_sessions().release(session, claim);
+    }
+
+    fn embedded(self: std::sync::Arc<Self>) -> Option<std::sync::Arc<Store>> {
+        Some(self)
     }
 
     fn read_range(&self, session: &str, range: Range<u64>) -> Result<Vec<LogEvent>> {

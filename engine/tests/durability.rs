@@ -629,7 +629,7 @@ fn nested_tool_reuses_outer_checkpoint_without_flushing() {
                 fail_all_writes: true,
                 ..Default::default()
             });
-            let syncs = s.store().stats().syncs;
+            let syncs = s.store().unwrap().stats().syncs;
             let r = run_tool(
                 s,
                 scope,
@@ -648,7 +648,7 @@ fn nested_tool_reuses_outer_checkpoint_without_flushing() {
                 },
             );
             assert!(r.is_ok(), "nested call must not flush: {r:?}");
-            assert_eq!(s.store().stats().syncs, syncs);
+            assert_eq!(s.store().unwrap().stats().syncs, syncs);
             sim2.set_faults(FaultPlan::default());
             ToolBody {
                 content: vec![],

@@ -5,7 +5,7 @@ use std::collections::HashMap;
 use std::ops::Range;
 
 use parking_lot::Mutex;
-use turnstone::backend::{EventLog, LogEvent};
+use turnstone::backend::{Claim, EventLog, LogEvent};
 use turnstone::{Error, Result};
 
 use crate::{PgError, PgLog, Writer};
@@ -17,6 +17,9 @@ pub struct PgEventLog {
     log: PgLog,
     owner: String,
     writers: Mutex<HashMap<String, std::sync::Arc<Writer>>>,
+    /// Sessions claimed through [`EventLog::claim`] (by a session layer
+    /// handle), with the claim's epoch.
+    claims: Mutex<HashMap<String, u64>>,
 }
 
 impl PgEventLog {
@@ -25,6 +28,7 @@ impl PgEventLog {
             log,
             owner: owner.to_string(),
             writers: Mutex::new(HashMap::new()),
+            claims: Mutex::new(HashMap::new()),
         }
     }
 
@@ -127,6 +131,77 @@ impl EventLog for PgEventLog {
             .into_iter()
             .map(|s| s.id)
             .collect())
+    }
+
+    fn appended_len(&self, session: &str) -> Result<Option<u64>> {
+        let w = self.writers.lock().get(session).cloned();
+        match w {
+            Some(w) => Ok(Some(w.len())),
+            None => self.durable_len(session),
+        }
+    }
+
+    /// Take the session's lease (a new epoch: a writer of any earlier
+    /// epoch, in this process or another, is fenced from now on). Refused
+    /// while another owner's lease runs ([`Error::Fenced`]) or a handle of
+    /// this log holds the claim ([`Error::SessionLive`]). The claim took
+    /// the session over when the lease was held, by anyone, when it was
+    /// taken: that writer did not release it.
+    fn claim(&self, session: &str) -> Result<Claim> {
+        let mut claims = self.claims.lock();
+        if claims.contains_key(session) {
+            return Err(Error::SessionLive {
+                session: session.to_string(),
+                since_ms: 0,
+            });
+        }
+        let acquired = self
+            .log
+            .acquire(session, &self.owner, false)
+            .map_err(engine_error)?;
+        let took_over = acquired.previous_owner.is_some();
+        let w = std::sync::Arc::new(acquired.writer);
+        let id = w.epoch() as u64;
+        self.writers.lock().insert(session.to_string(), w);
+        claims.insert(session.to_string(), id);
+        Ok(Claim { id, took_over })
+    }
+
+    /// Commit what the claim's writer queued and give the lease up.
+    fn release(&self, session: &str, claim: u64) {
+        let mut claims = self.claims.lock();
+        if claims.get(session) != Some(&claim) {
+            return;
+        }
+        claims.remove(session);
+        let w = {
+            let mut writers = self.writers.lock();
+            match writers.get(session) {
+                Some(w) if w.epoch() as u64 == claim => writers.remove(session),
+                _ => None,
+            }
+        };
+        if let Some(w) = w.and_then(|w| std::sync::Arc::try_unwrap(w).ok()) {
+            // A lease that cannot be released expires.
+            let _ = w.release();
+        }
+    }
+
+    fn mark_deleted(&self, session: &str) -> Result<()> {
+        self.log.delete(session).map_err(engine_error)
+    }
+
+    fn append_group_indexed(
+        &self,
+        session: &str,
+        events: &[(u16, u16, &[u8], Option<&str>)],
+    ) -> Result<u64> {
+        if events.is_empty() {
+            return Err(Error::InvalidArgument("an empty group".into()));
+        }
+        self.writer(session)?
+            .append_group_with_text(events)
+            .map_err(engine_error)
     }
 
     fn read_range(&self, session: &str, range: Range<u64>) -> Result<Vec<LogEvent>> {

@@ -861,6 +861,9 @@ fn a_live_idle_writer_keeps_its_lease(cx: &Ctx) {
     assert_eq!(b.writer.len(), 2);
 }
 
+#[path = "pg/sessions.rs"]
+mod sessions;
+
 type TestFn = fn(&Ctx);
 
 fn main() {
@@ -918,6 +921,11 @@ fn main() {
         (
             "event_log_conformance_postgres",
             event_log_conformance_postgres,
+            false,
+        ),
+        (
+            "session_layer_on_both_backends",
+            sessions::session_layer_on_both_backends,
             false,
         ),
         (

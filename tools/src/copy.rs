@@ -390,7 +390,7 @@ impl Dest {
 
     fn delete(&self, id: &str) -> Result<(), CopyError> {
         match self {
-            Dest::Dir { store, .. } => turnstone::session::delete::delete(store, id)
+            Dest::Dir { store, .. } => turnstone::session::delete::delete(&**store, id)
                 .map(|_| ())
                 .map_err(self.store_err()),
             Dest::Pg { log, .. } => log.delete(id).map_err(self.pg_err()),

@@ -695,7 +695,7 @@ fn run_thread(
 /// Take over session `name`: reopen it through the host (which repairs
 /// what an earlier run left open before anything is appended) or create it.
 fn load(host: &Host, name: &str, res: &mut ThreadResult) -> Result<SharedSession, String> {
-    let exists = host.store().session_len(name).is_some();
+    let exists = host.store().is_some_and(|s| s.session_len(name).is_some());
     let loaded = if exists {
         host.load(name).map(|(s, report)| {
             res.reopened += 1;

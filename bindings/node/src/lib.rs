@@ -397,8 +397,8 @@ impl NativeSession {
     /// Resolves once everything this handle appended is durable.
     #[napi(catch_unwind, ts_return_type = "Promise<void>")]
     pub fn flush(&self) -> napi::Result<AsyncTask<Job<()>>> {
-        let (store, end) = self.with(|g| Ok((g.store().clone(), g.last_end())))?;
-        Ok(Job::new(move || store.wait_durable(end).map_err(err)))
+        let point = self.with(|g| Ok(g.durability_point()))?;
+        Ok(Job::new(move || point.wait().map_err(err)))
     }
 
     /// The messages (no format) or a provider request body, as JSON.

@@ -451,11 +451,8 @@ impl NativeSession {
         let s = self.shared()?;
         py.detach(move || {
             // Take the durable target under the lock, wait without it.
-            let (store, end) = {
-                let g = s.lock();
-                (g.store().clone(), g.last_end())
-            };
-            store.wait_durable(end)
+            let point = s.lock().durability_point();
+            point.wait()
         })
         .map_err(err)
     }
@@ -558,7 +555,11 @@ fn flush_all(py: Python<'_>, sessions: Vec<PyRef<'_, NativeSession>>) -> PyResul
         for h in handles {
             let (store, end) = {
                 let g = h.lock();
-                (g.store().clone(), g.last_end())
+                match g.durability_point().log_pos() {
+                    Some(t) => t,
+                    // Nothing appended by this handle.
+                    None => continue,
+                }
             };
             match targets.iter_mut().find(|(s, _)| Arc::ptr_eq(s, &store)) {
                 Some((_, e)) => *e = (*e).max(end),

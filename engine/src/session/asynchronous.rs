@@ -29,9 +29,38 @@ use crate::store::{DurableWait, Store, Subscription};
 
 impl Session {
     /// [`Session::flush`] as a future: every event this handle appended is
-    /// durable when it completes. The task holds no thread meanwhile.
-    pub fn flush_async(&self) -> DurableWait {
-        self.store().wait_durable_async(self.last_end())
+    /// durable when it completes. On the embedded store the task holds no
+    /// thread meanwhile; on another log ([`crate::session::LogHandle::Other`])
+    /// the wait is made in this call, blocking the calling thread, and the
+    /// future returns its result.
+    pub fn flush_async(&self) -> FlushWait {
+        match self.durability_point().log_pos() {
+            Some((store, pos)) => FlushWait::Embedded(store.wait_durable_async(pos)),
+            None => FlushWait::Done(Some(self.flush())),
+        }
+    }
+}
+
+/// The future of [`Session::flush_async`].
+#[must_use = "a future does nothing unless awaited"]
+pub enum FlushWait {
+    /// Waiting on the embedded store's flusher.
+    Embedded(DurableWait),
+    /// The wait was made when the future was created.
+    Done(Option<Result<()>>),
+}
+
+impl std::future::Future for FlushWait {
+    type Output = Result<()>;
+
+    fn poll(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Result<()>> {
+        match self.get_mut() {
+            FlushWait::Embedded(w) => std::pin::Pin::new(w).poll(cx),
+            FlushWait::Done(r) => std::task::Poll::Ready(r.take().unwrap_or(Ok(()))),
+        }
     }
 }
 

@@ -170,7 +170,7 @@ impl Session {
         let end = t
             .end_seq
             .ok_or_else(|| Error::Refused(format!("turn {turn_id:?} has not ended")))?;
-        fork(self.store(), self.id(), Some(end + 1), child)
+        fork(self.log_ref(), self.id(), Some(end + 1), child)
     }
 
     /// Fork this session just before message `index` ("branch from here",
@@ -189,7 +189,6 @@ impl Session {
             .iter()
             .find(|t| t.seqs(len).contains(&seq))
             .map_or(seq, |t| t.start_seq);
-        let store = self.store().clone();
-        fork(&store, self.id(), Some(boundary), child)
+        fork(self.log_ref(), self.id(), Some(boundary), child)
     }
 }

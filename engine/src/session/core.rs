@@ -20,6 +20,7 @@ use crate::session::event::{
     Registry, RequestContext, RequestHeader, SessionEvent, ToolResult, UserMessage,
 };
 use crate::session::header::{first_difference, first_json_difference, Request, RequestSpec};
+use crate::session::log::{AppendEnd, DurabilityPoint, LogHandle, LogRef};
 use crate::session::messages::{self, Message, MessageCache};
 use crate::session::state_snapshot::{self, KindsSeen, Loaded};
 use crate::session::surface::{Surface, SurfaceOp};
@@ -56,7 +57,7 @@ impl OpenState {
 
 /// A session: append typed events, derive what the model sees.
 pub struct Session {
-    pub(super) store: Arc<Store>,
+    pub(super) log: LogHandle,
     pub(super) id: Arc<str>,
     pub(super) registry: Arc<Registry>,
     pub(super) len: u64,
@@ -69,10 +70,13 @@ pub struct Session {
     /// This agent loop has written a header (else the next one is `resume`).
     loop_wrote_header: bool,
     /// End of this handle's last append (for durability waits).
-    last_end: LogPos,
-    /// This handle's claim on the session in the store's live set
-    /// (`None`: a read-only view).
+    last_end: AppendEnd,
+    /// This handle's claim on the session ([`crate::backend::EventLog::claim`];
+    /// `None`: a read-only view).
     live_handle: Option<u64>,
+    /// The claim took the session over from a writer that did not release
+    /// it (a worker that died): repair before going on.
+    took_over: bool,
     /// Every turn, in order (see [`Session::turns`]).
     pub(crate) turns: Vec<crate::session::coords::TurnInfo>,
     /// The fold of the `session/meta` events.
@@ -96,7 +100,7 @@ pub struct Session {
 impl Drop for Session {
     fn drop(&mut self) {
         if let Some(h) = self.live_handle {
-            self.store.live_sessions().release(&self.id, h);
+            self.log.release(&self.id, h);
         }
     }
 }
@@ -132,10 +136,12 @@ impl std::fmt::Debug for Session {
 }
 
 impl Session {
-    /// Create a new, empty session.
-    pub fn create(store: Arc<Store>, id: &str, registry: Arc<Registry>) -> Result<Session> {
-        store.create_session(id)?;
-        let mut s = Self::empty(store, id, registry);
+    /// Create a new, empty session in `log`: an `Arc<Store>`, or any other
+    /// [`crate::backend::EventLog`] (PostgreSQL).
+    pub fn create(log: impl Into<LogHandle>, id: &str, registry: Arc<Registry>) -> Result<Session> {
+        let log = log.into();
+        log.as_log().create_session(id)?;
+        let mut s = Self::empty(log, id, registry);
         s.claim()?;
         s.loop_wrote_header = false;
         Ok(s)
@@ -153,9 +159,34 @@ impl Session {
     /// all durable, a fresh snapshot is written (a failed write only leaves
     /// the old one). Messages of a snapshot's surface are read from the log
     /// when first derived.
-    pub fn open(store: Arc<Store>, id: &str, registry: Arc<Registry>) -> Result<Session> {
-        let mut s = Self::restore(store, id, registry, false)?;
-        s.claim()?;
+    ///
+    /// On a log shared by several processes (PostgreSQL) the claim is a
+    /// lease, taken before the fold so that the fold sees every event of
+    /// the previous writer: [`Session::took_over`] then says whether that
+    /// writer left without releasing it (repair, as [`crate::session::Host::load`] does).
+    pub fn open(log: impl Into<LogHandle>, id: &str, registry: Arc<Registry>) -> Result<Session> {
+        let log = log.into();
+        let claim = match &log {
+            LogHandle::Embedded(_) => None,
+            LogHandle::Other(l) => Some(l.claim(id)?),
+        };
+        let restored = Self::restore(log.clone(), id, registry, false);
+        let mut s = match restored {
+            Ok(s) => s,
+            Err(e) => {
+                if let Some(c) = claim {
+                    log.release(id, c.id);
+                }
+                return Err(e);
+            }
+        };
+        match claim {
+            Some(c) => {
+                s.live_handle = Some(c.id);
+                s.took_over = c.took_over;
+            }
+            None => s.claim()?,
+        }
         if s.len - s.state_covered >= state_snapshot::STATE_SNAPSHOT_TAIL {
             // A cache: the open does not depend on it.
             let _ = s.write_state_snapshot_if_durable();
@@ -182,8 +213,20 @@ impl Session {
     /// let mut view = Session::open_read_only(store, "s1", Arc::new(Registry::new())).unwrap();
     /// assert_eq!(view.derive_messages().len(), 1);
     /// ```
-    pub fn open_read_only(store: Arc<Store>, id: &str, registry: Arc<Registry>) -> Result<Session> {
-        Self::restore(store, id, registry, true)
+    pub fn open_read_only(
+        log: impl Into<LogHandle>,
+        id: &str,
+        registry: Arc<Registry>,
+    ) -> Result<Session> {
+        Self::restore(log.into(), id, registry, true)
+    }
+
+    /// Whether opening this handle took the session over from a writer
+    /// that held it without releasing it (on PostgreSQL: an expired lease
+    /// of a worker that died or stalled). Such a session may have a turn
+    /// left open: run [`crate::session::repair`] before going on.
+    pub fn took_over(&self) -> bool {
+        self.took_over
     }
 
     /// Whether this handle is a read-only view.
@@ -192,33 +235,26 @@ impl Session {
     }
 
     fn claim(&mut self) -> Result<()> {
-        match self.store.live_sessions().claim(&self.id, event::now_ms()) {
-            Ok(h) => {
-                self.live_handle = Some(h);
-                Ok(())
-            }
-            Err(since_ms) => Err(Error::SessionLive {
-                session: self.id.to_string(),
-                since_ms,
-            }),
-        }
+        let c = self.log.claim(&self.id)?;
+        self.live_handle = Some(c.id);
+        self.took_over = c.took_over;
+        Ok(())
     }
 
-    fn restore(
-        store: Arc<Store>,
-        id: &str,
-        registry: Arc<Registry>,
-        view: bool,
-    ) -> Result<Session> {
-        let len = store
-            .session_len(id)
+    fn restore(log: LogHandle, id: &str, registry: Arc<Registry>, view: bool) -> Result<Session> {
+        let len = log
+            .as_ref()
+            .appended_len(id)?
             .ok_or_else(|| Error::UnknownSession(id.to_string()))?;
-        let mut s = Self::empty(store.clone(), id, registry);
-        // Start from the state snapshot when one matches (FORMAT.md §17).
-        match state_snapshot::load(&store, id, &s.registry)? {
-            Loaded::Use(r) => s.install(*r),
-            Loaded::None => {}
-            Loaded::Discarded(why) => s.snapshot_discarded = Some(why),
+        let mut s = Self::empty(log.clone(), id, registry);
+        // Start from the state snapshot when one matches (FORMAT.md §17;
+        // the embedded store keeps them).
+        if let Some(store) = log.store() {
+            match state_snapshot::load(store, id, &s.registry)? {
+                Loaded::Use(r) => s.install(*r),
+                Loaded::None => {}
+                Loaded::Discarded(why) => s.snapshot_discarded = Some(why),
+            }
         }
         // Decode straight from the log's bytes (`visit_range` lends each
         // payload; nothing is copied), in chunks so that no walk holds the
@@ -227,16 +263,17 @@ impl Session {
         let mut at = s.len;
         while at < len {
             let mut failed: Option<Error> = None;
-            store.visit_range(id, at..(at + CHUNK).min(len), |e| {
-                let step = crate::session::blob_refs::resolve(store.blobs(), e.payload)
+            log.as_ref().visit(id, at..(at + CHUNK).min(len), |e| {
+                let step = e
+                    .payload
                     .and_then(|payload| {
                         if view {
-                            event::decode_view(e.seq.0, e.kind, e.flags, &payload, &s.registry)
+                            event::decode_view(e.seq, e.kind, e.flags, &payload, &s.registry)
                                 .map_err(|err| {
-                                    crate::session::replay::decode_error(&s.id, e.seq.0, err)
+                                    crate::session::replay::decode_error(&s.id, e.seq, err)
                                 })
                         } else {
-                            s.decode(e.seq.0, e.kind, e.flags, &payload)
+                            s.decode(e.seq, e.kind, e.flags, &payload)
                         }
                     })
                     .and_then(|ev| s.apply(&ev));
@@ -260,22 +297,29 @@ impl Session {
             });
         }
         // Expired under the store's retention policy: not found either.
-        crate::session::retention::check_not_expired(&store, id)?;
+        if let Some(store) = log.store() {
+            crate::session::retention::check_not_expired(store, id)?;
+        }
         Ok(s)
     }
 
     /// Open the session if it exists, else create it.
-    pub fn open_or_create(store: Arc<Store>, id: &str, registry: Arc<Registry>) -> Result<Session> {
-        if store.session_len(id).is_some() {
-            Self::open(store, id, registry)
+    pub fn open_or_create(
+        log: impl Into<LogHandle>,
+        id: &str,
+        registry: Arc<Registry>,
+    ) -> Result<Session> {
+        let log = log.into();
+        if log.as_ref().appended_len(id)?.is_some() {
+            Self::open(log, id, registry)
         } else {
-            Self::create(store, id, registry)
+            Self::create(log, id, registry)
         }
     }
 
-    fn empty(store: Arc<Store>, id: &str, registry: Arc<Registry>) -> Session {
+    fn empty(log: LogHandle, id: &str, registry: Arc<Registry>) -> Session {
         Session {
-            store,
+            log,
             id: Arc::from(id),
             registry,
             len: 0,
@@ -286,8 +330,9 @@ impl Session {
             seed_end: None,
             open: OpenState::default(),
             loop_wrote_header: false,
-            last_end: LogPos(0),
+            last_end: AppendEnd::Nothing,
             live_handle: None,
+            took_over: false,
             turns: Vec::new(),
             metadata: event::SessionMetadata::default(),
             deleted: None,
@@ -723,6 +768,7 @@ impl Session {
         let seqs =
             self.append_decoded(vec![(CoreKind::SessionDelete.code(), 0, payload)], vec![ev])?;
         self.flush()?;
+        self.log.as_log().mark_deleted(&self.id)?;
         Ok(seqs[0])
     }
 
@@ -817,30 +863,21 @@ impl Session {
             }
             self.check_tool_pairs(&scratch, &decoded)?;
         }
-        if self.store.session_len(&self.id).unwrap_or(0) != self.len {
+        if self.log.as_ref().appended_len(&self.id)?.unwrap_or(0) != self.len {
             return Err(Error::Refused(format!(
                 "session {:?} was appended to by another handle; reopen it",
                 self.id
             )));
         }
-        // Large content blocks out of line (FORMAT.md §15): each blob is
-        // durable before its event is appended.
-        let mut outlined = Vec::with_capacity(items.len());
-        for (_, _, p) in &items {
-            outlined.push(crate::session::blob_refs::outline(self.store.blobs(), p)?);
-        }
-        let group: Vec<(u16, u16, &[u8])> = items
-            .iter()
-            .zip(&outlined)
-            .map(|((c, f, p), o)| (*c, *f, o.as_deref().unwrap_or(p.as_slice())))
-            .collect();
-        let mut seqs = Vec::with_capacity(items.len());
-        let mut last_end = self.last_end;
+        // Large content blocks go out of line on the embedded store
+        // (FORMAT.md §15); a log that indexes text gets each event's.
         let expected_first = self.len;
-        self.store.append_group(&self.id, &group, |a| {
-            seqs.push(a.seq.0);
-            last_end = a.end;
-        })?;
+        let (seqs, last_end) = self
+            .log
+            .append_group(&self.id, &items, |i| match &self.log {
+                LogHandle::Embedded(_) => None,
+                LogHandle::Other(_) => crate::session::query::searchable_text(&decoded[i]),
+            })?;
         if seqs.first() != Some(&expected_first) {
             // Another handle appended to this session: its state is unknown here.
             return Err(Error::Refused(format!(
@@ -923,15 +960,20 @@ impl Session {
     /// can tell open state inherited from that history from open state of
     /// the current run.
     pub fn create_with_history(
-        store: Arc<Store>,
+        log: impl Into<LogHandle>,
         id: &str,
         registry: Arc<Registry>,
         history: &[HistoryEvent],
     ) -> Result<Session> {
-        if store.session_len(id).is_some() {
+        let log = log.into();
+        if log.as_ref().appended_len(id)?.is_some() {
             return Err(Error::SessionExists(id.to_string()));
         }
-        let mut s = Self::empty(store, id, registry);
+        if let LogHandle::Other(l) = &log {
+            // The claim below needs the session to exist there.
+            l.create_session(id)?;
+        }
+        let mut s = Self::empty(log, id, registry);
         s.claim()?;
         s.append_history(history)?;
         Ok(s)
@@ -960,9 +1002,18 @@ impl Session {
     pub fn is_empty(&self) -> bool {
         self.len == 0
     }
-    /// The store this session lives in.
-    pub fn store(&self) -> &Arc<Store> {
-        &self.store
+    /// The embedded store this session lives in; `None` on another log
+    /// ([`Session::log`]).
+    pub fn store(&self) -> Option<&Arc<Store>> {
+        self.log.store()
+    }
+    /// The log this session lives in.
+    pub fn log(&self) -> &LogHandle {
+        &self.log
+    }
+    /// A borrowed view of the log, for the free functions (replay, fork).
+    pub(crate) fn log_ref(&self) -> LogRef<'_> {
+        self.log.as_ref()
     }
     /// The current surface: the logged events the model sees, in order (a
     /// replace swaps nodes; replaced events stay in the log). The messages
@@ -1003,9 +1054,24 @@ impl Session {
     pub fn is_seed(&self, seq: u64) -> bool {
         self.is_history(seq)
     }
-    /// Where this handle's last append ended.
+    /// Where this handle's last append ended in the embedded store's log
+    /// (`LogPos(0)`: nothing appended, or another log).
     pub fn last_end(&self) -> LogPos {
-        self.last_end
+        match self.last_end {
+            AppendEnd::At(p) => p,
+            _ => LogPos(0),
+        }
+    }
+
+    /// What [`Session::flush`] would wait for, as a value to wait on once
+    /// the session's lock is released (so that other appenders share the
+    /// same flush): every event this handle appended so far.
+    pub fn durability_point(&self) -> DurabilityPoint {
+        DurabilityPoint {
+            log: self.log.clone(),
+            id: self.id.clone(),
+            end: self.last_end,
+        }
     }
 
     /// The model's messages, derived from the surface. Incremental: after
@@ -1044,19 +1110,15 @@ impl Session {
         let mut out =
             Vec::with_capacity((range.end.saturating_sub(range.start)).min(1 << 16) as usize);
         let mut failed = None;
-        self.store.visit_range(&self.id, range, |e| {
-            let ev = crate::session::blob_refs::resolve(self.store.blobs(), e.payload).and_then(
-                |payload| {
-                    if self.is_read_only() {
-                        event::decode_view(e.seq.0, e.kind, e.flags, &payload, &self.registry)
-                            .map_err(|err| {
-                                crate::session::replay::decode_error(&self.id, e.seq.0, err)
-                            })
-                    } else {
-                        self.decode(e.seq.0, e.kind, e.flags, &payload)
-                    }
-                },
-            );
+        self.log.as_ref().visit(&self.id, range, |e| {
+            let ev = e.payload.and_then(|payload| {
+                if self.is_read_only() {
+                    event::decode_view(e.seq, e.kind, e.flags, &payload, &self.registry)
+                        .map_err(|err| crate::session::replay::decode_error(&self.id, e.seq, err))
+                } else {
+                    self.decode(e.seq, e.kind, e.flags, &payload)
+                }
+            });
             match ev {
                 Ok(ev) => {
                     out.push(ev);
@@ -1081,10 +1143,7 @@ impl Session {
     /// does), and before the next pre-step; on error, do not go on.
     #[doc(alias = "checkpoint")]
     pub fn flush(&self) -> Result<()> {
-        if self.last_end == LogPos(0) {
-            return Ok(());
-        }
-        self.store.wait_durable(self.last_end)
+        self.log.wait(&self.id, self.last_end)
     }
 
     /// A new agent loop takes over this session (hot swap): the running turn

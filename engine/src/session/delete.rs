@@ -11,35 +11,43 @@
 
 use crate::error::{Error, Result};
 use crate::session::event::{self, CoreKind};
-use crate::store::Store;
+use crate::session::log::LogRef;
 
 /// Seq of the session's tombstone, if it is deleted: one read of its last
 /// durable event (the tombstone is always last, and a delete returns only
 /// once it is durable). Like every view it reads only durable events and
 /// causes no sync. `Error::UnknownSession` if the store has no such session.
-pub fn deleted_at(store: &Store, id: &str) -> Result<Option<u64>> {
-    let len = store
-        .session_meta(id)
-        .ok_or_else(|| Error::UnknownSession(id.to_string()))?
-        .durable_len;
+pub fn deleted_at<'a>(log: impl Into<LogRef<'a>>, id: &str) -> Result<Option<u64>> {
+    let log = log.into();
+    let len = log
+        .durable_len(id)?
+        .ok_or_else(|| Error::UnknownSession(id.to_string()))?;
     let Some(last) = len.checked_sub(1) else {
         return Ok(None);
     };
-    let e = store.read(id, last)?;
-    Ok((e.kind == CoreKind::SessionDelete.code()).then_some(last))
+    let kind = match log {
+        LogRef::Embedded(store) => store.read(id, last)?.kind,
+        LogRef::Other(_) => log.kind_at(id, last)?,
+    };
+    Ok((kind == CoreKind::SessionDelete.code()).then_some(last))
 }
 
 /// `Ok(())` if `id` exists, is not deleted and is not expired by the
 /// store's retention policy; else the typed not-found error
 /// ([`Error::UnknownSession`], [`Error::SessionDeleted`] or
 /// [`Error::SessionExpired`]).
-pub fn check_not_deleted(store: &Store, id: &str) -> Result<()> {
-    match deleted_at(store, id)? {
+pub fn check_not_deleted<'a>(log: impl Into<LogRef<'a>>, id: &str) -> Result<()> {
+    let log = log.into();
+    match deleted_at(log, id)? {
         Some(seq) => Err(Error::SessionDeleted {
             session: id.to_string(),
             seq,
         }),
-        None => crate::session::retention::check_not_expired(store, id),
+        None => match log {
+            LogRef::Embedded(store) => crate::session::retention::check_not_expired(store, id),
+            // Retention policies are the embedded store's (retention.json).
+            LogRef::Other(_) => Ok(()),
+        },
     }
 }
 
@@ -63,29 +71,27 @@ pub fn check_not_deleted(store: &Store, id: &str) -> Result<()> {
 ///     .is_not_found());
 /// assert!(query::list_sessions(&store, &Registry::new()).unwrap().is_empty());
 /// ```
-pub fn delete(store: &Store, id: &str) -> Result<u64> {
-    check_not_deleted(store, id)?;
-    let handle = store
-        .live_sessions()
-        .claim(id, event::now_ms())
-        .map_err(|since_ms| Error::SessionLive {
-            session: id.to_string(),
-            since_ms,
-        })?;
+pub fn delete<'a>(log: impl Into<LogRef<'a>>, id: &str) -> Result<u64> {
+    let log = log.into();
+    check_not_deleted(log, id)?;
+    let l = log.as_log();
+    let claim = l.claim(id)?;
     let result = (|| {
-        let len = store
-            .session_len(id)
+        let len = log
+            .appended_len(id)?
             .ok_or_else(|| Error::UnknownSession(id.to_string()))?;
         let payload = event::encode_core(&event::SessionDelete {}, None);
-        let a = store.append(id, CoreKind::SessionDelete.code(), 0, &payload)?;
-        if a.seq.0 != len {
+        let seq = l.append_group(id, &[(CoreKind::SessionDelete.code(), 0, &payload)])?;
+        if seq != len {
             return Err(Error::Refused(format!(
                 "session {id:?} was appended to while it was being deleted"
             )));
         }
-        store.wait_durable(a.end)?;
-        Ok(a.seq.0)
+        l.sync_session(id)?;
+        Ok(seq)
     })();
-    store.live_sessions().release(id, handle);
-    result
+    l.release(id, claim.id);
+    let seq = result?;
+    l.mark_deleted(id)?;
+    Ok(seq)
 }

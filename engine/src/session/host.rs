@@ -14,6 +14,7 @@ use parking_lot::Mutex;
 use crate::error::{Error, Result};
 use crate::session::core::{HistoryEvent, Session};
 use crate::session::event::Registry;
+use crate::session::log::LogHandle;
 use crate::session::repair::{repair, PluginRepair, RepairReport};
 use crate::store::Store;
 
@@ -22,17 +23,18 @@ pub type SharedSession = Arc<Mutex<Session>>;
 
 /// The sessions of one store in this process.
 pub struct Host {
-    store: Arc<Store>,
+    log: LogHandle,
     registry: Arc<Registry>,
     plugins: Vec<Box<dyn PluginRepair + Send + Sync>>,
     live: Mutex<HashMap<String, Weak<Mutex<Session>>>>,
 }
 
 impl Host {
-    /// A host of the sessions of `store`, decoding with `registry`.
-    pub fn new(store: Arc<Store>, registry: Arc<Registry>) -> Host {
+    /// A host of the sessions of `log` (an `Arc<Store>`, or any other
+    /// [`crate::backend::EventLog`]), decoding with `registry`.
+    pub fn new(log: impl Into<LogHandle>, registry: Arc<Registry>) -> Host {
         Host {
-            store,
+            log: log.into(),
             registry,
             plugins: Vec::new(),
             live: Mutex::new(HashMap::new()),
@@ -44,9 +46,22 @@ impl Host {
         self.plugins.push(p);
     }
 
-    /// The store.
-    pub fn store(&self) -> &Arc<Store> {
-        &self.store
+    /// The embedded store, if the host runs on one.
+    pub fn store(&self) -> Option<&Arc<Store>> {
+        self.log.store()
+    }
+
+    /// The log the host runs on.
+    pub fn log(&self) -> &LogHandle {
+        &self.log
+    }
+
+    /// The names of the log's sessions.
+    fn names(&self) -> Result<Vec<String>> {
+        match &self.log {
+            LogHandle::Embedded(s) => Ok(s.sessions().into_iter().map(|i| i.name).collect()),
+            LogHandle::Other(l) => l.sessions(),
+        }
     }
 
     fn register(&self, s: Session) -> SharedSession {
@@ -71,12 +86,16 @@ impl Host {
     /// holds `id` for writing: such a session is not inactive, and is
     /// neither loaded nor repaired here.
     fn live_elsewhere(&self, id: &str) -> bool {
-        !self.is_active(id) && self.store.live_sessions().live_since(id).is_some()
+        !self.is_active(id)
+            && self
+                .log
+                .store()
+                .is_some_and(|s| s.live_sessions().live_since(id).is_some())
     }
 
     /// Create a new session and make it live.
     pub fn create(&self, id: &str) -> Result<SharedSession> {
-        let s = Session::create(self.store.clone(), id, self.registry.clone())?;
+        let s = Session::create(self.log.clone(), id, self.registry.clone())?;
         Ok(self.register(s))
     }
 
@@ -84,8 +103,7 @@ impl Host {
     /// `session/end-seed` marker, in one atomic batch (see
     /// [`Session::create_with_history`]).
     pub fn create_with_history(&self, id: &str, history: &[HistoryEvent]) -> Result<SharedSession> {
-        let s =
-            Session::create_with_history(self.store.clone(), id, self.registry.clone(), history)?;
+        let s = Session::create_with_history(self.log.clone(), id, self.registry.clone(), history)?;
         Ok(self.register(s))
     }
 
@@ -159,14 +177,16 @@ impl Host {
     /// [`Host::repair_inactive_each`] to repair the others anyway).
     pub fn repair_inactive(&self) -> Result<Vec<RepairReport>> {
         let mut out = Vec::new();
-        for info in self.store.sessions() {
-            if self.is_active(&info.name)
-                || self.live_elsewhere(&info.name)
-                || self.is_deleted(&info.name)?
-            {
+        for name in self.names()? {
+            if self.is_active(&name) || self.live_elsewhere(&name) || self.is_deleted(&name)? {
                 continue;
             }
-            out.push(self.repair_one(&info.name)?);
+            match self.repair_one(&name) {
+                Ok(r) => out.push(r),
+                // Another worker holds the session's lease: it is live there.
+                Err(Error::Fenced { .. }) if self.log.store().is_none() => {}
+                Err(e) => return Err(e),
+            }
         }
         Ok(out)
     }
@@ -177,30 +197,36 @@ impl Host {
     /// creation order. A store-level failure (a poisoned store) fails every
     /// session after it.
     pub fn repair_inactive_each(&self) -> Vec<(String, Result<RepairReport>)> {
-        self.store
-            .sessions()
+        let names = match self.names() {
+            Ok(n) => n,
+            Err(e) => return vec![(String::new(), Err(e))],
+        };
+        names
             .into_iter()
-            .filter(|info| {
-                !self.is_active(&info.name)
-                    && !self.live_elsewhere(&info.name)
-                    && !matches!(self.is_deleted(&info.name), Ok(true))
+            .filter(|name| {
+                !self.is_active(name)
+                    && !self.live_elsewhere(name)
+                    && !matches!(self.is_deleted(name), Ok(true))
             })
-            .map(|info| {
-                let r = self.repair_one(&info.name);
-                (info.name, r)
+            .map(|name| {
+                let r = self.repair_one(&name);
+                (name, r)
+            })
+            .filter(|(_, r)| {
+                !(matches!(r, Err(Error::Fenced { .. })) && self.log.store().is_none())
             })
             .collect()
     }
 
     /// Whether `id` carries a tombstone (deleted sessions are not repaired).
     fn is_deleted(&self, id: &str) -> Result<bool> {
-        Ok(crate::session::delete::deleted_at(&self.store, id)?.is_some())
+        Ok(crate::session::delete::deleted_at(&self.log, id)?.is_some())
     }
 
     /// Delete session `id` (see [`crate::session::delete()`]). Refused while
     /// a handle holds it for writing, in this host or elsewhere.
     pub fn delete(&self, id: &str) -> Result<u64> {
-        crate::session::delete::delete(&self.store, id)
+        crate::session::delete::delete(&self.log, id)
     }
 
     fn repair_one(&self, id: &str) -> Result<RepairReport> {
@@ -209,7 +235,7 @@ impl Host {
 
     /// Restore an inactive session and repair it (core, then plugins).
     fn open_and_repair(&self, id: &str) -> Result<(Session, RepairReport)> {
-        let mut s = Session::open(self.store.clone(), id, self.registry.clone())?;
+        let mut s = Session::open(self.log.clone(), id, self.registry.clone())?;
         let plugins: Vec<&dyn PluginRepair> = self
             .plugins
             .iter()

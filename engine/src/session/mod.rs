@@ -20,6 +20,7 @@ pub mod event;
 pub mod gc;
 pub mod header;
 pub mod host;
+pub mod log;
 pub mod messages;
 pub mod parallel;
 pub mod projection;
@@ -52,6 +53,7 @@ pub use event::{
 };
 pub use header::{Difference, Request, RequestSpec};
 pub use host::{Host, SharedSession};
+pub use log::{DurabilityPoint, LogHandle, LogRef};
 pub use messages::{Message, Role};
 pub use parallel::run_tools_parallel;
 pub use projection::{Projection, ProjectionRegistry, RunState, RunStatus, TokenMeter, TokenState};

@@ -9,8 +9,6 @@
 //! `TOOL_OUTCOME_UNKNOWN` for calls that were durable (a body may have run),
 //! and `TOOL_NOT_STARTED` for uses whose call never became durable.
 
-use std::sync::Arc;
-
 use crate::error::Result;
 use crate::session::core::Session;
 use crate::session::durability::{record_result, CancelToken, ToolBody, ToolOutcome};
@@ -103,9 +101,11 @@ pub fn run_tools_parallel<T: Send>(
     body: impl Fn(&ToolCall) -> ToolBody<T> + Sync,
 ) -> Result<Vec<ToolOutcome<T>>> {
     let mut outcomes: Vec<Option<ToolOutcome<T>>> = (0..calls.len()).map(|_| None).collect();
-    let (store, durable_at, runnable) = {
+    let (durable_at, runnable) = {
         let mut s = session.lock();
-        let end = s.record_tool_calls(&calls)?;
+        s.record_tool_calls(&calls)?;
+        // Taken now: the calls' durability is what the bodies wait for.
+        let durable_at = s.durability_point();
         let mut runnable = Vec::new();
         for (i, call) in calls.iter().enumerate() {
             if let Err(reason) = guard(call) {
@@ -125,10 +125,10 @@ pub fn run_tools_parallel<T: Send>(
                 runnable.push(i);
             }
         }
-        (Arc::clone(s.store()), end, runnable)
+        (durable_at, runnable)
     };
     // One durability wait covers every call; no lock held.
-    store.wait_durable(durable_at)?;
+    durable_at.wait()?;
     if cancel.is_cancelled() {
         let mut s = session.lock();
         for &i in &runnable {

@@ -17,14 +17,14 @@ use rand::RngCore;
 
 use crate::error::{Error, Result};
 use crate::session::event::{self, CoreKind, DecodeError, Registry, SessionEvent};
-use crate::store::Store;
+use crate::session::log::LogRef;
 
 /// Events read per store call while replaying.
 const REPLAY_CHUNK: u64 = 1024;
 
 /// An iterator over a session's events in seq order.
 pub struct Replay<'a> {
-    store: &'a Store,
+    log: LogRef<'a>,
     id: String,
     registry: Arc<Registry>,
     next: u64,
@@ -57,40 +57,42 @@ pub struct Replay<'a> {
 /// assert_eq!(kinds, ["user/message", "assistant/chunk"]);
 /// ```
 pub fn replay<'a>(
-    store: &'a Store,
+    log: impl Into<LogRef<'a>>,
     id: &str,
     registry: Arc<Registry>,
     from: u64,
 ) -> Result<Replay<'a>> {
-    replay_range(store, id, registry, from..u64::MAX)
+    replay_range(log, id, registry, from..u64::MAX)
 }
 
 /// Replay the durable events of session `id` with seq in `range`, reading
 /// nothing past it.
 pub fn replay_range<'a>(
-    store: &'a Store,
+    log: impl Into<LogRef<'a>>,
     id: &str,
     registry: Arc<Registry>,
     range: std::ops::Range<u64>,
 ) -> Result<Replay<'a>> {
-    crate::session::delete::check_not_deleted(store, id)?;
-    replay_range_of_any(store, id, registry, range)
+    let log = log.into();
+    crate::session::delete::check_not_deleted(log, id)?;
+    replay_range_of_any(log, id, registry, range)
 }
 
 /// [`replay_range`] without the deleted check: for derived indexes, which
 /// keep the text of a deleted session that fork children inherit.
 pub(crate) fn replay_range_of_any<'a>(
-    store: &'a Store,
+    log: impl Into<LogRef<'a>>,
     id: &str,
     registry: Arc<Registry>,
     range: std::ops::Range<u64>,
 ) -> Result<Replay<'a>> {
-    let meta = store
-        .session_meta(id)
+    let log = log.into();
+    let durable = log
+        .durable_len(id)?
         .ok_or_else(|| Error::UnknownSession(id.to_string()))?;
-    let end = meta.durable_len.min(range.end);
+    let end = durable.min(range.end);
     Ok(Replay {
-        store,
+        log,
         id: id.to_string(),
         registry,
         next: range.start.min(end),
@@ -109,24 +111,23 @@ impl Iterator for Replay<'_> {
             }
             let to = (self.next + REPLAY_CHUNK).min(self.end);
             let (id, registry, buf) = (&self.id, &self.registry, &mut self.buf);
-            let blobs = self.store.blobs();
             // Decode straight from the log's bytes (no payload copies). Events
             // before a bad one are still yielded, then its error.
-            let walked = self.store.visit_range(id, self.next..to, |e| {
-                let payload = match crate::session::blob_refs::resolve(blobs, e.payload) {
+            let walked = self.log.visit(id, self.next..to, |e| {
+                let payload = match e.payload {
                     Ok(p) => p,
                     Err(err) => {
                         buf.push_back(Err(err));
                         return ControlFlow::Break(());
                     }
                 };
-                match event::decode_view(e.seq.0, e.kind, e.flags, &payload, registry) {
+                match event::decode_view(e.seq, e.kind, e.flags, &payload, registry) {
                     Ok(ev) => {
                         buf.push_back(Ok(ev));
                         ControlFlow::Continue(())
                     }
                     Err(err) => {
-                        buf.push_back(Err(decode_error(id, e.seq.0, err)));
+                        buf.push_back(Err(decode_error(id, e.seq, err)));
                         ControlFlow::Break(())
                     }
                 }
@@ -173,7 +174,7 @@ pub(crate) fn decode_error(id: &str, seq: u64, e: DecodeError) -> Error {
 /// Walks back from `limit` and stops at the first marker that decides (a
 /// `turn/end`, or the start of the log): the cost is the length of the last
 /// turn, not of the session.
-fn closed_boundaries(store: &Store, id: &str, limit: u64) -> Result<(u64, bool)> {
+fn closed_boundaries(log: LogRef<'_>, id: &str, limit: u64) -> Result<(u64, bool)> {
     let (start, end) = (CoreKind::TurnStart.code(), CoreKind::TurnEnd.code());
     // The earliest turn/start seen so far with only turn/starts after it
     // (up to `limit`): once one is seen, a turn is open at `limit`, and the
@@ -186,8 +187,8 @@ fn closed_boundaries(store: &Store, id: &str, limit: u64) -> Result<(u64, bool)>
         let lo = hi.saturating_sub(chunk);
         // Only kinds are needed: collect them without copying payloads.
         let mut kinds = Vec::with_capacity((hi - lo) as usize);
-        store.visit_range(id, lo..hi, |e| {
-            kinds.push((e.seq.0, e.kind));
+        log.visit(id, lo..hi, |e| {
+            kinds.push((e.seq, e.kind));
             ControlFlow::Continue(())
         })?;
         for (seq, kind) in kinds.into_iter().rev() {
@@ -213,17 +214,22 @@ fn closed_boundaries(store: &Store, id: &str, limit: u64) -> Result<(u64, bool)>
 /// Whether a turn is open at the end of session `id`: its last `turn/start`
 /// or `turn/end` is a `turn/start` (the rule [`fork`] cuts by). Reads back
 /// from the end only as far as the last turn marker.
-pub fn turn_open(store: &Store, id: &str) -> Result<bool> {
-    let len = store
-        .session_len(id)
+pub fn turn_open<'a>(log: impl Into<LogRef<'a>>, id: &str) -> Result<bool> {
+    let log = log.into();
+    let len = log
+        .appended_len(id)?
         .ok_or_else(|| Error::UnknownSession(id.to_string()))?;
-    Ok(!closed_boundaries(store, id, len)?.1)
+    Ok(!closed_boundaries(log, id, len)?.1)
 }
 
 /// Whether a turn is open at the end of the durable events `0..limit`
 /// (no read past `limit`).
-pub(crate) fn turn_open_before(store: &Store, id: &str, limit: u64) -> Result<bool> {
-    Ok(!closed_boundaries(store, id, limit)?.1)
+pub(crate) fn turn_open_before<'a>(
+    log: impl Into<LogRef<'a>>,
+    id: &str,
+    limit: u64,
+) -> Result<bool> {
+    Ok(!closed_boundaries(log.into(), id, limit)?.1)
 }
 
 /// What [`fork`] created.
@@ -259,15 +265,16 @@ pub struct Forked {
 /// let mut child = Session::open(store, &f.child, reg).unwrap();
 /// assert_eq!(child.derive_messages().len(), 1);
 /// ```
-pub fn fork(
-    store: &Store,
+pub fn fork<'a>(
+    log: impl Into<LogRef<'a>>,
     source: &str,
     boundary: Option<u64>,
     child: Option<&str>,
 ) -> Result<Forked> {
-    crate::session::delete::check_not_deleted(store, source)?;
-    let len = store
-        .session_len(source)
+    let log = log.into();
+    crate::session::delete::check_not_deleted(log, source)?;
+    let len = log
+        .appended_len(source)?
         .ok_or_else(|| Error::UnknownSession(source.to_string()))?;
     let upto = match boundary {
         Some(b) if b > len => {
@@ -278,7 +285,7 @@ pub fn fork(
             })
         }
         Some(b) => {
-            let (_, closed) = closed_boundaries(store, source, b)?;
+            let (_, closed) = closed_boundaries(log, source, b)?;
             if !closed {
                 return Err(Error::Refused(format!(
                     "fork boundary {b} of session {source:?} lies inside an unfinished turn"
@@ -287,7 +294,7 @@ pub fn fork(
             b
         }
         None => {
-            let (last_closed, closed) = closed_boundaries(store, source, len)?;
+            let (last_closed, closed) = closed_boundaries(log, source, len)?;
             if closed {
                 len
             } else {
@@ -304,13 +311,17 @@ pub fn fork(
             format!("{source}.fork-{hex}")
         }
     };
-    store.fork(source, upto, &child)?;
+    match log {
+        LogRef::Embedded(store) => store.fork(source, upto, &child).map(|_| ())?,
+        LogRef::Other(l) => l.fork(source, upto, &child)?,
+    }
     Ok(Forked { child, upto })
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::Store;
     use rand::{Rng, SeedableRng};
 
     /// The forward definition: fold every event from seq 0.
@@ -362,7 +373,7 @@ mod tests {
             }
             for limit in 0..=n as u64 {
                 assert_eq!(
-                    closed_boundaries(&store, &id, limit).unwrap(),
+                    closed_boundaries((&store).into(), &id, limit).unwrap(),
                     forward(&kinds, limit),
                     "case {case}, limit {limit}, kinds {kinds:?}"
                 );

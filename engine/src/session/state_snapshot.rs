@@ -400,20 +400,18 @@ impl Session {
             let mut k = 0;
             let mut failed: Option<Error> = None;
             let (id, registry) = (&self.id, &self.registry);
-            let blobs = self.store.blobs();
             let walked = self
-                .store
-                .visit_range(id, want[0]..want[want.len() - 1] + 1, |e| {
-                    if k < want.len() && e.seq.0 == want[k] {
+                .log
+                .as_ref()
+                .visit(id, want[0]..want[want.len() - 1] + 1, |e| {
+                    if k < want.len() && e.seq == want[k] {
                         k += 1;
                         // Blob references resolved, as on every read (FORMAT.md §15).
-                        let m = crate::session::blob_refs::resolve(blobs, e.payload).and_then(
-                            |payload| {
-                                message_of(id, registry, view, e.seq.0, e.kind, e.flags, &payload)
-                            },
-                        );
+                        let m = e.payload.and_then(|payload| {
+                            message_of(id, registry, view, e.seq, e.kind, e.flags, &payload)
+                        });
                         match m {
-                            Ok(m) => loaded.push((e.seq.0, m)),
+                            Ok(m) => loaded.push((e.seq, m)),
                             Err(err) => {
                                 failed = Some(err);
                                 return std::ops::ControlFlow::Break(());
@@ -464,17 +462,20 @@ impl Session {
     /// session is durable and this handle has folded all of them. Returns
     /// whether one was written.
     pub(super) fn write_state_snapshot_if_durable(&mut self) -> Result<bool> {
-        if self.is_read_only() || self.store.is_read_only() || self.len == self.state_covered {
+        let Some(store) = self.log.store().cloned() else {
+            // State snapshots are the embedded store's cache.
+            return Ok(false);
+        };
+        if self.is_read_only() || store.is_read_only() || self.len == self.state_covered {
             return Ok(false);
         }
-        let meta = self
-            .store
+        let meta = store
             .session_meta(&self.id)
             .ok_or_else(|| Error::UnknownSession(self.id.to_string()))?;
         if meta.len != self.len || meta.durable_len != self.len {
             return Ok(false);
         }
-        save(&self.store, &self.id, &self.parts())?;
+        save(&store, &self.id, &self.parts())?;
         self.state_covered = self.len;
         Ok(true)
     }

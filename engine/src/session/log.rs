@@ -1,0 +1,340 @@
+//! Where a session's events live (issue 18, docs/BACKENDS.md): the
+//! embedded [`Store`] or any other [`EventLog`] (PostgreSQL).
+//!
+//! The session layer reads, appends, waits and claims through this one
+//! seam. The embedded store keeps its own paths (zero-copy reads, large
+//! blocks out of line in blob files, state snapshots, the retention
+//! policy); any other log gets the same fold, the same rules and the same
+//! events through the trait's methods, and does without those caches.
+
+use std::borrow::Cow;
+use std::ops::{ControlFlow, Range};
+use std::sync::Arc;
+
+use crate::backend::{Claim, EventLog};
+use crate::error::{Error, Result};
+use crate::store::Store;
+use crate::types::LogPos;
+
+/// Events read per call from a non-embedded log.
+const LOG_CHUNK: u64 = 4096;
+
+/// A log the session layer runs on: the embedded store, or another
+/// [`EventLog`]. Every `Session` constructor takes `impl Into<LogHandle>`,
+/// so an `Arc<Store>` and an `Arc<PgEventLog>` are both accepted.
+#[derive(Clone)]
+pub enum LogHandle {
+    /// The embedded store.
+    Embedded(Arc<Store>),
+    /// Any other log, through the trait.
+    Other(Arc<dyn EventLog>),
+}
+
+impl std::fmt::Debug for LogHandle {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "LogHandle({})", self.as_log().backend())
+    }
+}
+
+impl<T: EventLog + 'static> From<Arc<T>> for LogHandle {
+    fn from(log: Arc<T>) -> LogHandle {
+        let dynamic: Arc<dyn EventLog> = log;
+        LogHandle::from(dynamic)
+    }
+}
+
+impl From<Arc<dyn EventLog>> for LogHandle {
+    fn from(log: Arc<dyn EventLog>) -> LogHandle {
+        match log.clone().embedded() {
+            Some(store) => LogHandle::Embedded(store),
+            None => LogHandle::Other(log),
+        }
+    }
+}
+
+impl From<&LogHandle> for LogHandle {
+    fn from(log: &LogHandle) -> LogHandle {
+        log.clone()
+    }
+}
+
+impl LogHandle {
+    /// The embedded store, if this is one.
+    pub fn store(&self) -> Option<&Arc<Store>> {
+        match self {
+            LogHandle::Embedded(s) => Some(s),
+            LogHandle::Other(_) => None,
+        }
+    }
+
+    /// The log behind the trait.
+    pub fn as_log(&self) -> &dyn EventLog {
+        match self {
+            LogHandle::Embedded(s) => &**s,
+            LogHandle::Other(l) => &**l,
+        }
+    }
+
+    /// A borrowed view, for the functions that take `impl Into<LogRef>`.
+    pub fn as_ref(&self) -> LogRef<'_> {
+        match self {
+            LogHandle::Embedded(s) => LogRef::Embedded(s),
+            LogHandle::Other(l) => LogRef::Other(&**l),
+        }
+    }
+}
+
+/// A borrowed [`LogHandle`]: what the session layer's free functions
+/// (replay, fork, delete) read through.
+#[derive(Clone, Copy)]
+pub enum LogRef<'a> {
+    /// The embedded store.
+    Embedded(&'a Store),
+    /// Any other log.
+    Other(&'a dyn EventLog),
+}
+
+impl<'a> From<&'a Store> for LogRef<'a> {
+    fn from(s: &'a Store) -> Self {
+        LogRef::Embedded(s)
+    }
+}
+
+impl<'a> From<&'a Arc<Store>> for LogRef<'a> {
+    fn from(s: &'a Arc<Store>) -> Self {
+        LogRef::Embedded(s)
+    }
+}
+
+impl<'a> From<&'a dyn EventLog> for LogRef<'a> {
+    fn from(l: &'a dyn EventLog) -> Self {
+        LogRef::Other(l)
+    }
+}
+
+impl<'a> From<&'a Arc<dyn EventLog>> for LogRef<'a> {
+    fn from(l: &'a Arc<dyn EventLog>) -> Self {
+        LogRef::Other(&**l)
+    }
+}
+
+impl<'a> From<&'a LogHandle> for LogRef<'a> {
+    fn from(l: &'a LogHandle) -> Self {
+        l.as_ref()
+    }
+}
+
+/// One event as the session layer reads it: blob references already
+/// resolved (embedded store), or the error of resolving them.
+pub(crate) struct Raw<'p> {
+    pub seq: u64,
+    pub kind: u16,
+    pub flags: u16,
+    pub payload: Result<Cow<'p, [u8]>>,
+}
+
+impl<'a> LogRef<'a> {
+    /// The embedded store, if this is one.
+    pub fn store(self) -> Option<&'a Store> {
+        match self {
+            LogRef::Embedded(s) => Some(s),
+            LogRef::Other(_) => None,
+        }
+    }
+
+    pub(crate) fn as_log(self) -> &'a dyn EventLog {
+        match self {
+            LogRef::Embedded(s) => s,
+            LogRef::Other(l) => l,
+        }
+    }
+
+    /// Events appended so far, durable or not; `None`: no such session.
+    pub(crate) fn appended_len(self, id: &str) -> Result<Option<u64>> {
+        match self {
+            LogRef::Embedded(s) => Ok(s.session_len(id)),
+            LogRef::Other(l) => l.appended_len(id),
+        }
+    }
+
+    /// Durable events; `None`: no such session.
+    pub(crate) fn durable_len(self, id: &str) -> Result<Option<u64>> {
+        match self {
+            LogRef::Embedded(s) => Ok(s.session_meta(id).map(|m| m.durable_len)),
+            LogRef::Other(l) => l.durable_len(id),
+        }
+    }
+
+    /// Walk events `range` of `id` in seq order (appended ones included:
+    /// on a non-embedded log this makes the caller's own appends durable
+    /// first). Returns the number visited.
+    pub(crate) fn visit(
+        self,
+        id: &str,
+        range: Range<u64>,
+        mut f: impl FnMut(Raw<'_>) -> ControlFlow<()>,
+    ) -> Result<u64> {
+        match self {
+            LogRef::Embedded(s) => {
+                let blobs = s.blobs();
+                s.visit_range(id, range, |e| {
+                    f(Raw {
+                        seq: e.seq.0,
+                        kind: e.kind,
+                        flags: e.flags,
+                        payload: crate::session::blob_refs::resolve(blobs, e.payload),
+                    })
+                })
+            }
+            LogRef::Other(l) => {
+                if range.start >= range.end {
+                    return Ok(0);
+                }
+                let durable = l
+                    .durable_len(id)?
+                    .ok_or_else(|| Error::UnknownSession(id.to_string()))?;
+                if range.end > durable {
+                    l.sync_session(id)?;
+                }
+                let mut n = 0;
+                let mut at = range.start;
+                while at < range.end {
+                    let to = (at + LOG_CHUNK).min(range.end);
+                    for e in l.read_range(id, at..to)? {
+                        n += 1;
+                        let step = f(Raw {
+                            seq: e.seq,
+                            kind: e.kind,
+                            flags: e.flags,
+                            payload: Ok(Cow::Borrowed(&e.payload)),
+                        });
+                        if step.is_break() {
+                            return Ok(n);
+                        }
+                    }
+                    at = to;
+                }
+                Ok(n)
+            }
+        }
+    }
+
+    /// The kind of event `seq` of `id`.
+    pub(crate) fn kind_at(self, id: &str, seq: u64) -> Result<u16> {
+        let mut kind = None;
+        self.visit(id, seq..seq + 1, |e| {
+            kind = Some(e.kind);
+            ControlFlow::Break(())
+        })?;
+        kind.ok_or_else(|| Error::SeqOutOfRange {
+            session: id.to_string(),
+            seq,
+            len: seq,
+        })
+    }
+}
+
+/// Where an append ended, for the durability wait that covers it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub(crate) enum AppendEnd {
+    /// Nothing appended by this handle yet.
+    #[default]
+    Nothing,
+    /// The embedded store's log position.
+    At(LogPos),
+    /// Appended to a non-embedded log (its `sync_session` covers it).
+    Queued,
+}
+
+impl LogHandle {
+    /// Claim `id` for writing ([`EventLog::claim`]).
+    pub(crate) fn claim(&self, id: &str) -> Result<Claim> {
+        self.as_log().claim(id)
+    }
+
+    /// Release a claim.
+    pub(crate) fn release(&self, id: &str, claim: u64) {
+        self.as_log().release(id, claim)
+    }
+
+    /// Append `group` to `id` as one atomic group. Large blocks go out of
+    /// line first on the embedded store (FORMAT.md §15; each blob durable
+    /// before its event is appended); another log stores them inline and
+    /// indexes each event's searchable text. Returns the seqs and where
+    /// the group ended.
+    pub(crate) fn append_group(
+        &self,
+        id: &str,
+        items: &[(u16, u16, Vec<u8>)],
+        texts: impl Fn(usize) -> Option<String>,
+    ) -> Result<(Vec<u64>, AppendEnd)> {
+        match self {
+            LogHandle::Embedded(store) => {
+                let mut outlined = Vec::with_capacity(items.len());
+                for (_, _, p) in items {
+                    outlined.push(crate::session::blob_refs::outline(store.blobs(), p)?);
+                }
+                let group: Vec<(u16, u16, &[u8])> = items
+                    .iter()
+                    .zip(&outlined)
+                    .map(|((c, f, p), o)| (*c, *f, o.as_deref().unwrap_or(p.as_slice())))
+                    .collect();
+                let mut seqs = Vec::with_capacity(items.len());
+                let mut end = AppendEnd::Nothing;
+                store.append_group(id, &group, |a| {
+                    seqs.push(a.seq.0);
+                    end = AppendEnd::At(a.end);
+                })?;
+                Ok((seqs, end))
+            }
+            LogHandle::Other(log) => {
+                let texts: Vec<Option<String>> = (0..items.len()).map(texts).collect();
+                let group: Vec<(u16, u16, &[u8], Option<&str>)> = items
+                    .iter()
+                    .zip(&texts)
+                    .map(|((c, f, p), t)| (*c, *f, p.as_slice(), t.as_deref()))
+                    .collect();
+                let first = log.append_group_indexed(id, &group)?;
+                let seqs = (first..first + items.len() as u64).collect();
+                Ok((seqs, AppendEnd::Queued))
+            }
+        }
+    }
+
+    /// Wait until what this handle appended (up to `end`) is durable.
+    pub(crate) fn wait(&self, id: &str, end: AppendEnd) -> Result<()> {
+        match (self, end) {
+            (_, AppendEnd::Nothing) => Ok(()),
+            (LogHandle::Embedded(store), AppendEnd::At(pos)) => store.wait_durable(pos),
+            (LogHandle::Embedded(store), AppendEnd::Queued) => store.sync_session(id),
+            (LogHandle::Other(log), _) => log.sync_session(id),
+        }
+    }
+}
+
+/// A durability wait that outlives the lock of the session it came from
+/// ([`crate::session::Session::durability_point`]): wait on it with no
+/// lock held, so that other appenders share the same flush.
+#[derive(Debug, Clone)]
+pub struct DurabilityPoint {
+    pub(crate) log: LogHandle,
+    pub(crate) id: Arc<str>,
+    pub(crate) end: AppendEnd,
+}
+
+impl DurabilityPoint {
+    /// Return once every event appended before this point was taken is
+    /// durable.
+    pub fn wait(&self) -> Result<()> {
+        self.log.wait(&self.id, self.end)
+    }
+
+    /// The embedded store's log position of the point, if there is one
+    /// (for an async wait on [`Store::wait_durable_async`]).
+    pub fn log_pos(&self) -> Option<(Arc<Store>, LogPos)> {
+        match (&self.log, self.end) {
+            (LogHandle::Embedded(s), AppendEnd::At(p)) => Some((s.clone(), p)),
+            _ => None,
+        }
+    }
+}

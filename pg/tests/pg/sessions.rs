@@ -1,0 +1,517 @@
+//! The session layer on both logs, from one test body (issue 18 §4): the
+//! same workload through `turnstone::session` on the embedded store and on
+//! PostgreSQL must give the same events, the same derived messages and the
+//! same provider request bodies, live and after a reopen; a crash at every
+//! point of a turn must be repaired the same way; forks and deletion mean
+//! the same. Each body takes a [`Kit`], which says how to reach a backend.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde_json::{json, Value};
+use turnstone::session::*;
+use turnstone::Store;
+use turnstone_pg::{PgEventLog, PgLog, PgOptions};
+
+use super::Ctx;
+
+/// One backend: how to get a worker's log, and how a worker dies.
+pub struct Kit {
+    name: &'static str,
+    /// The first worker's log.
+    log: LogHandle,
+    /// Another worker (embedded: the same store, one process; PostgreSQL:
+    /// another connection pool with another lease owner, as another
+    /// machine would have).
+    second: Box<dyn Fn() -> LogHandle>,
+    /// Kill the first worker: what it appended and flushed stays, nothing
+    /// is released (PostgreSQL: its pool closes and its leases run out).
+    crash: Box<dyn Fn()>,
+    /// A takeover is visible ([`Session::took_over`]) on this backend.
+    detects_takeover: bool,
+    /// Keeps the embedded store's directory.
+    _dir: Option<tempfile::TempDir>,
+}
+
+impl Kit {
+    pub fn embedded() -> Kit {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Arc::new(Store::open(dir.path()).unwrap());
+        let second = store.clone();
+        Kit {
+            name: "embedded",
+            log: LogHandle::from(store),
+            second: Box::new(move || LogHandle::from(second.clone())),
+            crash: Box::new(|| {}),
+            detects_takeover: false,
+            _dir: Some(dir),
+        }
+    }
+
+    pub fn postgres(cx: &Ctx) -> Kit {
+        let opts = PgOptions {
+            lease_ttl: Duration::from_millis(400),
+            ..PgOptions::default()
+        };
+        let first = PgLog::connect(&cx.url, opts.clone()).unwrap();
+        let closer = first.clone();
+        let url = cx.url.clone();
+        Kit {
+            name: "postgres",
+            log: LogHandle::from(Arc::new(PgEventLog::new(first, "worker-1"))),
+            second: Box::new(move || {
+                let log = PgLog::connect(&url, opts.clone()).unwrap();
+                LogHandle::from(Arc::new(PgEventLog::new(log, "worker-2")))
+            }),
+            crash: Box::new(move || {
+                closer.close();
+                // Its leases run out.
+                std::thread::sleep(Duration::from_millis(600));
+            }),
+            detects_takeover: true,
+            _dir: None,
+        }
+    }
+}
+
+fn registry() -> Arc<Registry> {
+    let mut r = Registry::new();
+    r.register("todo/update", false).unwrap();
+    r.register("ui/hint", true).unwrap();
+    Arc::new(r)
+}
+
+/// What a backend produced, compared across backends.
+#[derive(Debug, PartialEq)]
+pub struct Outcome {
+    /// Every event: (seq, kind name, data, surface op) — everything but the
+    /// append time.
+    events: Vec<(u64, String, Value, Option<String>)>,
+    messages: Value,
+    bodies: Vec<Value>,
+}
+
+fn outcome(s: &mut Session) -> Outcome {
+    let events = s
+        .events(0..s.len())
+        .unwrap()
+        .into_iter()
+        .map(|e| {
+            (
+                e.seq,
+                e.kind.name().to_string(),
+                e.data.clone(),
+                e.surface.map(|op| format!("{op:?}")),
+            )
+        })
+        .collect();
+    let messages = serde_json::to_value(
+        s.derive_messages()
+            .iter()
+            .map(|m| (**m).clone())
+            .collect::<Vec<_>>(),
+    )
+    .unwrap();
+    let bodies = Provider::ALL.iter().map(|p| s.request_body(*p)).collect();
+    Outcome {
+        events,
+        messages,
+        bodies,
+    }
+}
+
+/// Provider-native content that must come back unchanged: a thinking
+/// block with its signature, an image, an OpenAI reasoning item, and a
+/// block type no adapter knows.
+fn native_blocks(i: u64) -> Vec<ContentBlock> {
+    [
+        json!({"type": "thinking", "thinking": format!("plan {i}"), "signature": format!("sig-{i}==")}),
+        json!({"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": "iVBORw0KGgo="}}),
+        json!({"type": "reasoning", "id": format!("rs_{i}"), "summary": [], "encrypted_content": "gAAA"}),
+        json!({"type": "hologram", "depth": i, "frames": [1, 2, 3]}),
+        json!({"type": "text", "text": format!("answer {i}")}),
+    ]
+    .into_iter()
+    .map(ContentBlock::from_json)
+    .collect()
+}
+
+/// One turn of a harness: header, user message, a step with a tool call
+/// and its result, a final answer. `upto` cuts it after that many appends
+/// (a crash); returns the appends made.
+fn turn(s: &mut Session, t: u64, upto: usize) -> usize {
+    let tid = format!("t{t}");
+    let call = format!("call-{t}");
+    let mut n = 0;
+    let mut step = |s: &mut Session, f: &dyn Fn(&mut Session)| {
+        if n < upto {
+            f(s);
+            n += 1;
+        }
+    };
+    step(s, &|s| {
+        s.append(
+            TurnStart {
+                turn_id: tid.clone(),
+            },
+            (),
+        )
+        .map(|_| ())
+        .unwrap()
+    });
+    step(s, &|s| {
+        let mut spec = match s.header() {
+            Some(h) => RequestSpec::carry_forward(h),
+            None => RequestSpec {
+                provider: "anthropic".into(),
+                ..Default::default()
+            },
+        };
+        spec.model = format!("m{}", t % 2);
+        spec.system = Some("be brief".into());
+        spec.tools = vec![ToolSchema {
+            name: "sh".into(),
+            description: "run".into(),
+            input_schema: json!({"type": "object"}),
+            extra: Default::default(),
+        }];
+        s.prepare_request(&spec).unwrap();
+    });
+    step(s, &|s| {
+        s.append(
+            UserMessage {
+                content: vec![ContentBlock::text(format!("question {t} é😀"))],
+            },
+            SurfaceOp::Append,
+        )
+        .map(|_| ())
+        .unwrap()
+    });
+    step(s, &|s| {
+        s.append(
+            StepStart {
+                turn_id: tid.clone(),
+                step_id: "1".into(),
+            },
+            (),
+        )
+        .map(|_| ())
+        .unwrap()
+    });
+    step(s, &|s| {
+        s.append(
+            AssistantChunk {
+                index: 0,
+                text: "thinking…".into(),
+            },
+            (),
+        )
+        .map(|_| ())
+        .unwrap()
+    });
+    step(s, &|s| {
+        let mut content = native_blocks(t);
+        content.push(ContentBlock::ToolUse {
+            id: call.clone(),
+            name: "sh".into(),
+            input: json!({"cmd": format!("ls {t}")}),
+            extra: Default::default(),
+        });
+        s.append(
+            AssistantMessage {
+                content,
+                usage: Some(Usage::new(10, 3)),
+                stop_reason: Some("tool_use".into()),
+                extra: Default::default(),
+            },
+            SurfaceOp::Append,
+        )
+        .map(|_| ())
+        .unwrap()
+    });
+    step(s, &|s| {
+        s.append(
+            ToolCall {
+                call_id: call.clone(),
+                name: "sh".into(),
+                input: json!({"cmd": format!("ls {t}")}),
+            },
+            (),
+        )
+        .map(|_| ())
+        .unwrap()
+    });
+    step(s, &|s| {
+        s.append(
+            ToolResult {
+                call_id: call.clone(),
+                content: vec![ContentBlock::text("a b c")],
+                is_error: false,
+                status: None,
+            },
+            SurfaceOp::Append,
+        )
+        .map(|_| ())
+        .unwrap()
+    });
+    step(s, &|s| {
+        s.append(
+            StepEnd {
+                turn_id: tid.clone(),
+                step_id: "1".into(),
+                reason: StepEndReason::ToolUse,
+            },
+            (),
+        )
+        .map(|_| ())
+        .unwrap()
+    });
+    step(s, &|s| {
+        s.append(
+            AssistantMessage {
+                content: vec![ContentBlock::text(format!("done {t}"))],
+                usage: None,
+                stop_reason: Some("end_turn".into()),
+                extra: Default::default(),
+            },
+            SurfaceOp::Append,
+        )
+        .map(|_| ())
+        .unwrap()
+    });
+    step(s, &|s| {
+        s.append(
+            TurnEnd {
+                turn_id: tid.clone(),
+                reason: TurnEndReason::Completed,
+            },
+            (),
+        )
+        .map(|_| ())
+        .unwrap()
+    });
+    n
+}
+
+/// Appends in one full turn.
+const TURN_APPENDS: usize = 11;
+
+/// A deterministic mix of the session layer's writes after some turns:
+/// compaction, a prune, plugin events, metadata, a replace.
+fn workload(s: &mut Session) {
+    for t in 0..3 {
+        assert_eq!(turn(s, t, usize::MAX), TURN_APPENDS);
+    }
+    s.append_plugin("todo/update", &json!({"items": ["a", "b"]}))
+        .unwrap();
+    s.append_plugin("ui/hint", &json!({"k": 1})).unwrap();
+    s.set_meta("cwd", "/work").unwrap();
+    // Prune the first tool result (surface: user, assistant, tool result,
+    // assistant, per turn), then compact the first turn's messages.
+    s.prune_tool_result(2, "[pruned]", 5).unwrap();
+    s.compact("c1", 0, 4, "summary of the start").unwrap();
+    turn(s, 3, usize::MAX);
+    s.flush().unwrap();
+}
+
+/// Model-visible iff logged, on this backend: the live handle and a
+/// reopened one (by another worker) agree on everything.
+pub fn live_and_reopened_agree(kit: &Kit) -> Outcome {
+    let mut s = Session::create(kit.log.clone(), "main", registry()).unwrap();
+    workload(&mut s);
+    let live = outcome(&mut s);
+    drop(s);
+    let mut again = Session::open(kit.log.clone(), "main", registry()).unwrap();
+    assert_eq!(outcome(&mut again), live, "{}: reopened", kit.name);
+    assert!(!again.took_over(), "{}: a released session", kit.name);
+    drop(again);
+    let other = (kit.second)();
+    let mut view = Session::open_read_only(other.clone(), "main", registry()).unwrap();
+    assert_eq!(
+        outcome(&mut view),
+        live,
+        "{}: another worker's view",
+        kit.name
+    );
+    // The provider-native blocks came back as they went in.
+    let ev = view
+        .events(0..view.len())
+        .unwrap()
+        .into_iter()
+        .find(|e| e.kind.name() == "assistant/message")
+        .unwrap();
+    let content = &ev.data["content"];
+    for (i, want) in native_blocks(0).iter().enumerate() {
+        assert_eq!(&content[i], &want.to_json(), "{}: block {i}", kit.name);
+    }
+    validate_messages(view.derive_messages()).unwrap();
+    live
+}
+
+/// A crash after every append of a turn; another worker loads each
+/// session (repairing it). Returns what each repaired session holds.
+pub fn every_crash_point_is_repaired(kit: &Kit) -> Vec<(RepairReport, Outcome)> {
+    let reg = registry();
+    let mut held = Vec::new();
+    for k in 0..=TURN_APPENDS {
+        let name = format!("crash-{k}");
+        let mut s = Session::create(kit.log.clone(), &name, reg.clone()).unwrap();
+        turn(&mut s, 0, usize::MAX);
+        turn(&mut s, 1, k);
+        s.flush().unwrap();
+        held.push(s);
+    }
+    // The worker dies holding all of them.
+    (kit.crash)();
+    drop(held);
+    let other = (kit.second)();
+    let host = Host::new(other.clone(), reg.clone());
+    let mut out = Vec::new();
+    for k in 0..=TURN_APPENDS {
+        let name = format!("crash-{k}");
+        let (s, report) = host.load(&name).unwrap();
+        let report = report.expect("an inactive session is repaired");
+        let mut s = s.lock();
+        if kit.detects_takeover {
+            assert!(s.took_over(), "{}: {name} was taken over", kit.name);
+        }
+        assert!(s.open_state().is_idle(), "{}: {name}", kit.name);
+        assert!(s.open_state().calls.is_empty(), "{}: {name}", kit.name);
+        validate_messages(s.derive_messages()).unwrap();
+        let mid_turn = k > 0 && k < TURN_APPENDS;
+        assert_eq!(
+            report.turns_interrupted, mid_turn as u32,
+            "{}: {name}",
+            kit.name
+        );
+        // The repair is in the log: a third open finds nothing to do.
+        let o = outcome(&mut s);
+        out.push((report, o));
+    }
+    drop(host);
+    let third = Host::new((kit.second)(), reg);
+    for k in 0..=TURN_APPENDS {
+        let (_, report) = third.load(&format!("crash-{k}")).unwrap();
+        assert!(
+            report.unwrap().is_noop(),
+            "{}: crash-{k} repaired twice",
+            kit.name
+        );
+    }
+    out
+}
+
+/// Forks by turn and by message, and deletion: the same on both.
+pub fn forks_and_deletion(kit: &Kit) -> (Outcome, Outcome) {
+    let reg = registry();
+    let mut s = Session::create(kit.log.clone(), "p", reg.clone()).unwrap();
+    turn(&mut s, 0, usize::MAX);
+    turn(&mut s, 1, usize::MAX);
+    turn(&mut s, 2, 3); // a turn still running
+    s.flush().unwrap();
+    let f = s.fork_after_turn("t0", Some("p-after-t0")).unwrap();
+    assert_eq!(f.upto as usize, TURN_APPENDS);
+    // The default boundary is the end of the last closed turn.
+    let g = fork(s.log(), "p", None, Some("p-closed")).unwrap();
+    assert_eq!(g.upto as usize, 2 * TURN_APPENDS);
+    assert!(
+        fork(s.log(), "p", Some(2 * TURN_APPENDS as u64 + 1), None).is_err(),
+        "{}: a fork inside a running turn",
+        kit.name
+    );
+    let mut child = Session::open(kit.log.clone(), "p-after-t0", reg.clone()).unwrap();
+    turn(&mut child, 7, usize::MAX);
+    child.flush().unwrap();
+    let child_out = outcome(&mut child);
+    drop(child);
+    let closed = {
+        let mut c = Session::open_read_only(kit.log.clone(), "p-closed", reg.clone()).unwrap();
+        outcome(&mut c)
+    };
+    // Deleting the parent: not found from then on; its forks still read
+    // what they inherit.
+    let tomb = s.delete().unwrap();
+    assert_eq!(tomb as usize, 2 * TURN_APPENDS + 3);
+    let err = Session::open(kit.log.clone(), "p", reg.clone()).unwrap_err();
+    assert!(err.is_not_found(), "{}: {err}", kit.name);
+    let err = Session::open_read_only((kit.second)(), "p", reg.clone()).unwrap_err();
+    assert!(err.is_not_found(), "{}: {err}", kit.name);
+    let mut again = Session::open_read_only((kit.second)(), "p-after-t0", reg).unwrap();
+    assert_eq!(
+        outcome(&mut again),
+        child_out,
+        "{}: a fork of a deleted parent",
+        kit.name
+    );
+    (child_out, closed)
+}
+
+/// Writers exclude each other the way the backend promises: one writable
+/// handle per session in a process, and (PostgreSQL) across processes.
+pub fn one_writer_per_session(kit: &Kit) {
+    let reg = registry();
+    let s = Session::create(kit.log.clone(), "w", reg.clone()).unwrap();
+    let err = Session::open(kit.log.clone(), "w", reg.clone()).unwrap_err();
+    assert!(
+        matches!(err, turnstone::Error::SessionLive { .. }),
+        "{}: {err}",
+        kit.name
+    );
+    if kit.detects_takeover {
+        let err = Session::open((kit.second)(), "w", reg.clone()).unwrap_err();
+        assert!(
+            matches!(err, turnstone::Error::Fenced { .. }),
+            "{}: {err}",
+            kit.name
+        );
+    }
+    drop(s);
+    // Released: another writer gets it at once, and it is no takeover.
+    let s = Session::open((kit.second)(), "w", reg).unwrap();
+    assert!(!s.took_over());
+}
+
+/// The same bodies on both backends; the outcomes must be equal.
+pub fn session_layer_on_both_backends(cx: &Ctx) {
+    let (e, p) = (Kit::embedded(), Kit::postgres(cx));
+    let live = live_and_reopened_agree(&e);
+    assert_eq!(live, live_and_reopened_agree(&p));
+    // What the session layer appends on PostgreSQL is indexed for its
+    // text search, at the seq the session holds it.
+    let log = PgLog::connect(&cx.url, PgOptions::default()).unwrap();
+    let hits = log.search("question", 100).unwrap();
+    let want: Vec<u64> = live
+        .events
+        .iter()
+        .filter(|e| e.1 == "user/message" && e.2.to_string().contains("question"))
+        .map(|e| e.0)
+        .collect();
+    let mut got: Vec<u64> = hits
+        .iter()
+        .filter(|h| h.session == "main")
+        .map(|h| h.seq)
+        .collect();
+    got.sort();
+    assert!(!want.is_empty());
+    assert_eq!(got, want, "{hits:?}");
+    log.close();
+    let (e, p) = (Kit::embedded(), Kit::postgres(cx));
+    let (er, pr) = (
+        every_crash_point_is_repaired(&e),
+        every_crash_point_is_repaired(&p),
+    );
+    for (k, (a, b)) in er.iter().zip(&pr).enumerate() {
+        assert_eq!(a.0.appended, b.0.appended, "crash-{k}: repair");
+        assert_eq!(
+            a.0.tools_outcome_unknown, b.0.tools_outcome_unknown,
+            "crash-{k}"
+        );
+        assert_eq!(a.0.tools_not_started, b.0.tools_not_started, "crash-{k}");
+        assert_eq!(a.1, b.1, "crash-{k}: repaired session");
+    }
+    let (e, p) = (Kit::embedded(), Kit::postgres(cx));
+    assert_eq!(forks_and_deletion(&e), forks_and_deletion(&p));
+    let (e, p) = (Kit::embedded(), Kit::postgres(cx));
+    one_writer_per_session(&e);
+    one_writer_per_session(&p);
+}
