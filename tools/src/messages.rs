@@ -14,7 +14,7 @@ use crate::Failure;
 
 #[derive(Debug, Args)]
 pub struct MessagesArgs {
-    /// Store directory.
+    /// Store directory, or a postgres:// (postgresql://) URL.
     pub dir: PathBuf,
     /// Session id.
     #[arg(long)]
@@ -38,6 +38,11 @@ fn parse_provider(s: &str) -> Result<Provider, String> {
 
 /// Open `id` in the store at `dir` read-only and restore it from the log.
 pub fn open_session(dir: &std::path::Path, id: &str) -> Result<Session, Failure> {
+    if let Some(url) = crate::place::url_of(dir) {
+        let log = crate::place::session_log(url, false)?;
+        return Session::open_read_only(log, id, Arc::new(Registry::new()))
+            .map_err(|e| crate::place::on_url(url, e));
+    }
     let store = crate::store_open::read_only(dir)?;
     if store.session_len(id).is_none() {
         return Err(Failure::usage(format!(

@@ -14,7 +14,7 @@ use crate::Failure;
 
 #[derive(Debug, Args)]
 pub struct MetaArgs {
-    /// Store directory.
+    /// Store directory, or a postgres:// (postgresql://) URL.
     pub dir: PathBuf,
     /// Session id.
     #[arg(long)]
@@ -41,7 +41,7 @@ pub struct MetaArgs {
 
 #[derive(Debug, Args)]
 pub struct DeleteArgs {
-    /// Store directory.
+    /// Store directory, or a postgres:// (postgresql://) URL.
     pub dir: PathBuf,
     /// Session id.
     #[arg(long)]
@@ -94,6 +94,29 @@ pub fn run_meta(a: &MetaArgs) -> Result<ExitCode, Failure> {
     for k in &a.unset {
         update.fields.insert(k.clone(), None);
     }
+    if let Some(url) = crate::place::url_of(&a.dir) {
+        let fail = |e| crate::place::on_url(url, e);
+        let read_only = update == MetaUpdate::default();
+        if !read_only {
+            update.check().map_err(Failure::usage)?;
+        }
+        let log = crate::place::session_log(url, !read_only)?;
+        let registry = Arc::new(Registry::new());
+        let meta = if read_only {
+            Session::open_read_only(log, &a.session, registry)
+                .map_err(fail)?
+                .metadata()
+                .clone()
+        } else {
+            // Leased for the update, released when the handle drops.
+            let mut s = Session::open(log, &a.session, registry).map_err(fail)?;
+            s.update_metadata(update).map_err(fail)?;
+            s.flush().map_err(fail)?;
+            s.metadata().clone()
+        };
+        print(&a.session, &meta, a.json);
+        return Ok(ExitCode::SUCCESS);
+    }
     if update == MetaUpdate::default() {
         // Read only: print.
         let store = crate::store_open::read_only(&a.dir)?;
@@ -119,6 +142,16 @@ pub fn run_meta(a: &MetaArgs) -> Result<ExitCode, Failure> {
 }
 
 pub fn run_delete(a: &DeleteArgs) -> Result<ExitCode, Failure> {
+    if let Some(url) = crate::place::url_of(&a.dir) {
+        let log = crate::place::session_log(url, true)?;
+        let seq = turnstone::session::delete(&log, &a.session)
+            .map_err(|e| crate::place::on_url(url, e))?;
+        eprintln!(
+            "deleted {:?} (tombstone at seq {seq}); its forks keep working",
+            a.session
+        );
+        return Ok(ExitCode::SUCCESS);
+    }
     existing_dir(&a.dir)?;
     let store = Store::open(&a.dir)?;
     let seq = turnstone::session::delete(&store, &a.session)?;

@@ -79,6 +79,41 @@ pub fn connect_reader(url: &str) -> Result<PgLog, Failure> {
     .map_err(|e| pg_failure(url, e))
 }
 
+/// The session layer's log on a database (issue 18): a reader's
+/// connection (`writer` false) or a writer's, whose leases are held as
+/// `turnstone-cli:<pid>@<host>` and released when the command ends (a
+/// command killed midway leaves its leases to expire).
+pub fn session_log(url: &str, writer: bool) -> Result<turnstone::session::LogHandle, Failure> {
+    let log = if writer {
+        PgLog::connect(
+            url,
+            PgOptions {
+                lanes: 1,
+                ..PgOptions::default()
+            },
+        )
+        .map_err(|e| pg_failure(url, e))?
+    } else {
+        connect_reader(url)?
+    };
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|h| h.trim().to_string())
+        .unwrap_or_else(|_| "localhost".into());
+    let owner = format!("turnstone-cli:{}@{host}", std::process::id());
+    Ok(turnstone::session::LogHandle::from(std::sync::Arc::new(
+        turnstone_pg::PgEventLog::new(log, &owner),
+    )))
+}
+
+/// A session-layer error on a database, naming it.
+pub fn on_url(url: &str, e: turnstone::Error) -> Failure {
+    let f = Failure::from(e);
+    Failure {
+        msg: format!("{}: {}", redact(url), f.msg),
+        ..f
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -37,7 +37,7 @@ pub struct ReplayArgs {
 
 #[derive(Debug, Args)]
 pub struct ForkArgs {
-    /// Store directory.
+    /// Store directory, or a postgres:// (postgresql://) URL.
     pub dir: PathBuf,
     /// Session to fork.
     #[arg(long)]
@@ -174,12 +174,19 @@ pub fn run_replay(a: &ReplayArgs) -> Result<ExitCode, Failure> {
 }
 
 pub fn run_fork(a: &ForkArgs) -> Result<ExitCode, Failure> {
-    existing_dir(&a.dir)?;
-    let store = Store::open(&a.dir)?;
-    known(&store, &a.dir, &a.session)?;
-    let f = fork(&store, &a.session, a.at, a.child.as_deref())?;
-    store.sync()?;
-    store.close()?;
+    let f = if let Some(url) = crate::place::url_of(&a.dir) {
+        let log = crate::place::session_log(url, true)?;
+        fork(&log, &a.session, a.at, a.child.as_deref())
+            .map_err(|e| crate::place::on_url(url, e))?
+    } else {
+        existing_dir(&a.dir)?;
+        let store = Store::open(&a.dir)?;
+        known(&store, &a.dir, &a.session)?;
+        let f = fork(&store, &a.session, a.at, a.child.as_deref())?;
+        store.sync()?;
+        store.close()?;
+        f
+    };
     eprintln!(
         "forked {:?} at seq {} (the child holds seqs 0..{})",
         a.session, f.upto, f.upto

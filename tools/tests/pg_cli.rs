@@ -414,6 +414,96 @@ fn read_commands_on_a_url_print_what_they_print_on_the_directory(cx: &Ctx) {
     assert!(stderr(&out).contains("--salvage"));
 }
 
+/// Run `args` (the command, then its arguments) on the directory and on
+/// the URL; both must succeed and print the same.
+fn same_on_both(dir: &Path, url: &str, args: &[&str]) -> String {
+    let with = |target: &str| {
+        let mut v = vec![args[0], target];
+        v.extend_from_slice(&args[1..]);
+        let out = turnstone(&v);
+        assert_eq!(code(&out), 0, "{v:?}: {}", stderr(&out));
+        stdout(&out)
+    };
+    let (d, u) = (with(p(dir)), with(url));
+    assert_eq!(d, u, "{args:?}");
+    d
+}
+
+/// The session layer on a URL (issue 18): `messages`, `meta`, `fork` and
+/// `delete` do on the database what they do on the directory.
+fn session_commands_on_a_url_do_what_they_do_on_the_directory(cx: &Ctx) {
+    let a = cx.tmp.path().join("a");
+    build_source(&a);
+    copy(p(&a), &cx.url);
+    let url = cx.url.as_str();
+    for s in ["root", "child", "grandchild", "orphan", "other"] {
+        let m = same_on_both(&a, url, &["messages", "--session", s, "--json"]);
+        assert!(m.lines().count() >= 2, "{s}: {m}");
+        same_on_both(&a, url, &["messages", "--session", s]);
+        same_on_both(
+            &a,
+            url,
+            &["messages", "--session", s, "--format", "anthropic"],
+        );
+        same_on_both(&a, url, &["meta", "--session", s, "--json"]);
+    }
+    // A blob-stored block on one side, inline on the other: the same message.
+    assert!(
+        same_on_both(&a, url, &["messages", "--session", "root", "--json"])
+            .contains(&"y".repeat(1000))
+    );
+    // Writes through the session layer, leased on the database.
+    let meta = same_on_both(
+        &a,
+        url,
+        &[
+            "meta",
+            "--session",
+            "other",
+            "--set",
+            "team=infra",
+            "--tag",
+            "t2",
+            "--json",
+        ],
+    );
+    assert!(meta.contains("infra"), "{meta}");
+    assert_eq!(
+        same_on_both(&a, url, &["sessions", "--tag", "t2"])
+            .lines()
+            .count(),
+        1
+    );
+    let child = same_on_both(
+        &a,
+        url,
+        &[
+            "fork",
+            "--session",
+            "root",
+            "--at",
+            "3",
+            "--child",
+            "root-3",
+        ],
+    );
+    assert_eq!(child.trim(), "root-3");
+    let m = same_on_both(&a, url, &["messages", "--session", "root-3", "--json"]);
+    assert_eq!(m.lines().count(), 3, "{m}");
+    same_on_both(&a, url, &["delete", "--session", "other"]);
+    for target in [p(&a), url] {
+        let out = turnstone(&["messages", target, "--session", "other"]);
+        assert_eq!(code(&out), 2, "{target}: {}", stderr(&out));
+        let out = turnstone(&["delete", target, "--session", "other"]);
+        assert_eq!(code(&out), 2, "deleted twice on {target}");
+        let out = turnstone(&["fork", target, "--session", "nope"]);
+        assert_eq!(code(&out), 2, "{target}");
+    }
+    let listed = same_on_both(&a, url, &["sessions"]);
+    assert!(!listed.contains("other"), "{listed}");
+    assert!(listed.contains("root-3"), "{listed}");
+}
+
 fn main() {
     type Test = fn(&Ctx);
     let tests: Vec<(&str, Test)> = vec![
@@ -424,6 +514,10 @@ fn main() {
         (
             "read_commands_on_a_url_print_what_they_print_on_the_directory",
             read_commands_on_a_url_print_what_they_print_on_the_directory,
+        ),
+        (
+            "session_commands_on_a_url_do_what_they_do_on_the_directory",
+            session_commands_on_a_url_do_what_they_do_on_the_directory,
         ),
         (
             "a_missing_blob_stops_the_copy_naming_session_and_seq",
