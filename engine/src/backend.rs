@@ -92,6 +92,23 @@ pub trait EventLog: Send + Sync {
         self.append_group(session, &plain)
     }
 
+    /// Keep a snapshot (FORMAT.md §12's bytes) of `session` under `name`,
+    /// replacing the one there; `covered` is the number of events it
+    /// folds. Returns whether the log keeps snapshots: the default keeps
+    /// none (every read folds from seq 0), PostgreSQL keeps them in
+    /// `turnstone_snapshots`. The embedded store's are files, written by
+    /// the session layer itself.
+    fn put_snapshot(&self, session: &str, name: &str, covered: u64, data: &[u8]) -> Result<bool> {
+        let _ = (session, name, covered, data);
+        Ok(false)
+    }
+
+    /// The snapshot kept under `name` for `session`, if any.
+    fn snapshot(&self, session: &str, name: &str) -> Result<Option<Vec<u8>>> {
+        let _ = (session, name);
+        Ok(None)
+    }
+
     /// The session layer deleted `session` (its `session/delete` tombstone
     /// is durable): a log with its own notion of deletion applies it
     /// (PostgreSQL: the session leaves lists and its writers are fenced;

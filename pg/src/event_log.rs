@@ -187,6 +187,21 @@ impl EventLog for PgEventLog {
         }
     }
 
+    fn put_snapshot(&self, session: &str, name: &str, covered: u64, data: &[u8]) -> Result<bool> {
+        self.log
+            .put_snapshot(session, name, covered, data)
+            .map_err(engine_error)?;
+        Ok(true)
+    }
+
+    fn snapshot(&self, session: &str, name: &str) -> Result<Option<Vec<u8>>> {
+        Ok(self
+            .log
+            .snapshot(session, name)
+            .map_err(engine_error)?
+            .map(|(_, data)| data))
+    }
+
     fn mark_deleted(&self, session: &str) -> Result<()> {
         self.log.delete(session).map_err(engine_error)
     }

@@ -248,13 +248,11 @@ impl Session {
             .ok_or_else(|| Error::UnknownSession(id.to_string()))?;
         let mut s = Self::empty(log.clone(), id, registry);
         // Start from the state snapshot when one matches (FORMAT.md §17;
-        // the embedded store keeps them).
-        if let Some(store) = log.store() {
-            match state_snapshot::load(store, id, &s.registry)? {
-                Loaded::Use(r) => s.install(*r),
-                Loaded::None => {}
-                Loaded::Discarded(why) => s.snapshot_discarded = Some(why),
-            }
+        // files of the embedded store, or the log's own snapshot table).
+        match state_snapshot::load(log.as_ref(), id, &s.registry)? {
+            Loaded::Use(r) => s.install(*r),
+            Loaded::None => {}
+            Loaded::Discarded(why) => s.snapshot_discarded = Some(why),
         }
         // Decode straight from the log's bytes (`visit_range` lends each
         // payload; nothing is copied), in chunks so that no walk holds the

@@ -14,9 +14,9 @@ use std::path::{Path, PathBuf};
 use crate::derived::{write_atomic, DerivedKind};
 use crate::error::{Error, Result};
 use crate::session::event::{self, Registry};
+use crate::session::log::LogRef;
 use crate::session::projection::Projection;
 use crate::session::replay::decode_error;
-use crate::store::Store;
 use crate::types::LogPos;
 
 /// Directory of snapshot files inside the store (FORMAT.md §12).
@@ -227,9 +227,9 @@ pub struct CacheRead<S> {
 /// (`None`: no file).
 type Loaded<S> = std::result::Result<(u64, S), Option<String>>;
 
-fn load_snapshot<P: Projection>(store: &Store, session: &str, p: &P) -> Result<Loaded<P::State>> {
-    let path = snapshot_path(store.dir(), session, p.name());
-    let (h, state) = match read_checked(store, session, &path, p.name(), p.version())? {
+fn load_snapshot<P: Projection>(log: LogRef<'_>, session: &str, p: &P) -> Result<Loaded<P::State>> {
+    let slot = Slot::of(log, |dir| snapshot_path(dir, session, p.name()));
+    let (h, state) = match read_checked(log, session, &slot, p.name(), p.version())? {
         Ok(x) => x,
         Err(why) => return Ok(Err(why)),
     };
@@ -244,34 +244,100 @@ fn load_snapshot<P: Projection>(store: &Store, session: &str, p: &P) -> Result<L
 /// is none to use (`None`: no file).
 pub(crate) type Checked = std::result::Result<(SnapshotHeader, Vec<u8>), Option<String>>;
 
-/// Read the snapshot file at `path` and check it against the log of
-/// `session` by every rule of FORMAT.md §12: checksum and layout; store id,
-/// session id, `name` and `version`; the session's current `define_pos`;
-/// `covered` at most the session's length; the log's event `covered - 1`
-/// has `last_event_crc`. `Ok(Err(None))`: no file; `Ok(Err(Some(why)))`:
-/// a file that is not to be used; `Err`: the file or the log could not be
-/// read.
+/// Where a snapshot is kept: a file of the embedded store's `snapshots/`
+/// directory, or (any other log) the log's own snapshot table under the
+/// header's name.
+pub(crate) enum Slot {
+    File(PathBuf),
+    Log,
+}
+
+impl Slot {
+    /// The slot of a snapshot in `log`; `path` names the file from the
+    /// store's directory.
+    pub(crate) fn of(log: LogRef<'_>, path: impl FnOnce(&Path) -> PathBuf) -> Slot {
+        match log.store() {
+            Some(store) => Slot::File(path(store.dir())),
+            None => Slot::Log,
+        }
+    }
+}
+
+/// The identity a snapshot kept by a log other than the embedded store
+/// carries in §12's header: no store id, no define position (such a log
+/// never reuses a session name, so a name is one incarnation).
+const OTHER_LOG_ID: [u8; 16] = [0; 16];
+
+/// Event `seq` of `session` as the log stores it (kind, flags, payload:
+/// blob references unresolved, which is what `last_event_crc` covers).
+fn stored_event(log: LogRef<'_>, session: &str, seq: u64) -> Result<(u16, u16, Vec<u8>)> {
+    match log {
+        LogRef::Embedded(store) => {
+            let e = store.read(session, seq)?;
+            Ok((e.kind, e.flags, e.payload))
+        }
+        LogRef::Other(l) => {
+            let e =
+                l.read_range(session, seq..seq + 1)?
+                    .pop()
+                    .ok_or_else(|| Error::SeqOutOfRange {
+                        session: session.to_string(),
+                        seq,
+                        len: seq,
+                    })?;
+            Ok((e.kind, e.flags, e.payload))
+        }
+    }
+}
+
+/// Read the snapshot in `slot` and check it against the log of `session`
+/// by every rule of FORMAT.md §12: checksum and layout; store id, session
+/// id, `name` and `version`; the session's current `define_pos`; `covered`
+/// at most the session's length; the log's event `covered - 1` has
+/// `last_event_crc`. `Ok(Err(None))`: no snapshot; `Ok(Err(Some(why)))`:
+/// one that is not to be used; `Err`: it or the log could not be read.
 pub(crate) fn read_checked(
-    store: &Store,
+    log: LogRef<'_>,
     session: &str,
-    path: &Path,
+    slot: &Slot,
     name: &str,
     version: u32,
 ) -> Result<Checked> {
-    let vfs = store.vfs();
-    if !vfs.exists(path) {
-        return Ok(Err(None));
-    }
-    let bytes = crate::vfs::read_whole(vfs.as_ref(), path)
-        .map_err(|e| Error::io("read snapshot", path, e))?;
+    let bytes = match (log, slot) {
+        (LogRef::Embedded(store), Slot::File(path)) => {
+            let vfs = store.vfs();
+            if !vfs.exists(path) {
+                return Ok(Err(None));
+            }
+            crate::vfs::read_whole(vfs.as_ref(), path)
+                .map_err(|e| Error::io("read snapshot", path, e))?
+        }
+        (LogRef::Other(l), _) => match l.snapshot(session, name)? {
+            Some(b) => b,
+            None => return Ok(Err(None)),
+        },
+        (LogRef::Embedded(_), Slot::Log) => return Ok(Err(None)),
+    };
     let (h, state) = match decode(&bytes) {
         Ok(x) => x,
         Err(why) => return Ok(Err(Some(why))),
     };
-    let meta = store
-        .session_meta(session)
-        .ok_or_else(|| Error::UnknownSession(session.to_string()))?;
-    let why = if h.store_id != store.store_id() {
+    // The identity the snapshot must carry, and the session's length.
+    let (store_id, define_pos, len) = match log {
+        LogRef::Embedded(store) => {
+            let meta = store
+                .session_meta(session)
+                .ok_or_else(|| Error::UnknownSession(session.to_string()))?;
+            (store.store_id(), meta.define_pos, meta.len)
+        }
+        LogRef::Other(l) => {
+            let len = l
+                .appended_len(session)?
+                .ok_or_else(|| Error::UnknownSession(session.to_string()))?;
+            (OTHER_LOG_ID, LogPos(0), len)
+        }
+    };
+    let why = if h.store_id != store_id {
         Some("snapshot belongs to another store".to_string())
     } else if h.session != session || h.projection != name {
         Some("snapshot names another session or projection".to_string())
@@ -280,12 +346,12 @@ pub(crate) fn read_checked(
             "snapshot of projection version {}, current is {}",
             h.projection_version, version
         ))
-    } else if h.define_pos != meta.define_pos {
+    } else if h.define_pos != define_pos {
         Some("snapshot of an earlier incarnation of this session".to_string())
-    } else if h.covered > meta.len {
+    } else if h.covered > len {
         Some(format!(
             "snapshot covers {} events but the log has {}: it leads the log",
-            h.covered, meta.len
+            h.covered, len
         ))
     } else {
         None
@@ -294,8 +360,8 @@ pub(crate) fn read_checked(
         return Ok(Err(Some(why)));
     }
     if h.covered > 0 {
-        let e = store.read(session, h.covered - 1)?;
-        if event_crc(e.kind, e.flags, &e.payload) != h.last_event_crc {
+        let (kind, flags, payload) = stored_event(log, session, h.covered - 1)?;
+        if event_crc(kind, flags, &payload) != h.last_event_crc {
             return Ok(Err(Some(
                 "the log's event at the snapshot point differs: the source changed".into(),
             )));
@@ -307,16 +373,17 @@ pub(crate) fn read_checked(
 
 /// Read projection `p` of `session`: from its snapshot if one matches, then
 /// folding only the events after it; otherwise from seq 0.
-pub fn read<P: Projection>(
-    store: &Store,
+pub fn read<'a, P: Projection>(
+    log: impl Into<LogRef<'a>>,
     registry: &Registry,
     session: &str,
     p: &P,
 ) -> Result<CacheRead<P::State>> {
-    let len = store
-        .session_len(session)
+    let log = log.into();
+    let len = log
+        .appended_len(session)?
         .ok_or_else(|| Error::UnknownSession(session.to_string()))?;
-    let (start, mut state, snapshot_covered, discarded) = match load_snapshot(store, session, p)? {
+    let (start, mut state, snapshot_covered, discarded) = match load_snapshot(log, session, p)? {
         Ok((covered, s)) => (covered, s, Some(covered), None),
         Err(why) => (0, P::State::default(), None, why),
     };
@@ -325,15 +392,15 @@ pub fn read<P: Projection>(
         let to = (at + 4096).min(len);
         // Decoded straight from the log's bytes (payloads lent, not copied).
         let mut failed = None;
-        store.visit_range(session, at..to, |e| {
-            let payload = match crate::session::blob_refs::resolve(store.blobs(), e.payload) {
+        log.visit(session, at..to, |e| {
+            let payload = match e.payload {
                 Ok(p) => p,
                 Err(err) => {
                     failed = Some(err);
                     return std::ops::ControlFlow::Break(());
                 }
             };
-            match event::decode(e.seq.0, e.kind, e.flags, &payload, registry) {
+            match event::decode(e.seq, e.kind, e.flags, &payload, registry) {
                 Ok(ev) => {
                     if let Some(next) = p.fold(&state, &ev) {
                         state = next;
@@ -341,7 +408,7 @@ pub fn read<P: Projection>(
                     std::ops::ControlFlow::Continue(())
                 }
                 Err(err) => {
-                    failed = Some(decode_error(session, e.seq.0, err));
+                    failed = Some(decode_error(session, e.seq, err));
                     std::ops::ControlFlow::Break(())
                 }
             }
@@ -362,58 +429,72 @@ pub fn read<P: Projection>(
 /// Write a snapshot of `state`, which must be `p` folded over events
 /// `0..covered`. Refused unless those events are durable (a cache never
 /// leads the log). Atomic: temp file, fsync, rename, fsync directory.
-pub fn write<P: Projection>(
-    store: &Store,
+pub fn write<'a, P: Projection>(
+    log: impl Into<LogRef<'a>>,
     session: &str,
     p: &P,
     state: &P::State,
     covered: u64,
 ) -> Result<()> {
+    let log = log.into();
     let state_bytes = bincode::serde::encode_to_vec(state, bincode::config::standard())
         .map_err(|e| Error::InvalidArgument(format!("projection state does not encode: {e}")))?;
-    let path = snapshot_path(store.dir(), session, p.name());
+    let slot = Slot::of(log, |dir| snapshot_path(dir, session, p.name()));
     write_file(
-        store,
+        log,
         session,
-        &path,
+        &slot,
         p.name(),
         p.version(),
         covered,
         &state_bytes,
     )
+    .map(|_| ())
 }
 
-/// Write the snapshot file `path` (in `snapshots/`) holding `state_bytes`,
-/// the state of `name` at `version` over events `0..covered` of `session`.
-/// Refused unless those events are durable (a cache never leads the log).
-/// Atomic: temp file, fsync, rename, fsync directory.
+/// Write the snapshot in `slot` holding `state_bytes`, the state of
+/// `name` at `version` over events `0..covered` of `session`. Refused
+/// unless those events are durable (a cache never leads the log). A file
+/// is written atomically: temp file, fsync, rename, fsync directory; a log
+/// with its own snapshot table replaces the row in one statement. Returns
+/// whether the snapshot is kept (a log may keep none).
 pub(crate) fn write_file(
-    store: &Store,
+    log: LogRef<'_>,
     session: &str,
-    path: &Path,
+    slot: &Slot,
     name: &str,
     version: u32,
     covered: u64,
     state_bytes: &[u8],
-) -> Result<()> {
-    let meta = store
-        .session_meta(session)
-        .ok_or_else(|| Error::UnknownSession(session.to_string()))?;
-    if covered > meta.durable_len {
+) -> Result<bool> {
+    let (store_id, define_pos, durable) = match log {
+        LogRef::Embedded(store) => {
+            let meta = store
+                .session_meta(session)
+                .ok_or_else(|| Error::UnknownSession(session.to_string()))?;
+            (store.store_id(), meta.define_pos, meta.durable_len)
+        }
+        LogRef::Other(l) => {
+            let durable = l
+                .durable_len(session)?
+                .ok_or_else(|| Error::UnknownSession(session.to_string()))?;
+            (OTHER_LOG_ID, LogPos(0), durable)
+        }
+    };
+    if covered > durable {
         return Err(Error::Refused(format!(
-            "snapshot would cover {covered} events of {session:?} but only {} are durable",
-            meta.durable_len
+            "snapshot would cover {covered} events of {session:?} but only {durable} are durable"
         )));
     }
     let last_event_crc = if covered > 0 {
-        let e = store.read(session, covered - 1)?;
-        event_crc(e.kind, e.flags, &e.payload)
+        let (kind, flags, payload) = stored_event(log, session, covered - 1)?;
+        event_crc(kind, flags, &payload)
     } else {
         0
     };
     let header = SnapshotHeader {
-        store_id: store.store_id(),
-        define_pos: meta.define_pos,
+        store_id,
+        define_pos,
         covered,
         projection_version: version,
         last_event_crc,
@@ -421,32 +502,39 @@ pub(crate) fn write_file(
         session: session.to_string(),
     };
     let bytes = encode(&header, state_bytes);
-    let vfs = store.vfs();
-    let dir = store.dir().join(SNAPSHOT_DIR);
-    vfs.create_dir_all(&dir)
-        .map_err(|e| Error::io("create snapshot directory", &dir, e))?;
-    let mut tmp = path.as_os_str().to_owned();
-    tmp.push(".tmp");
-    let tmp = PathBuf::from(tmp);
-    write_atomic(vfs.as_ref(), DerivedKind::Snapshot, &tmp, path, &bytes)?;
-    Ok(())
+    match (log, slot) {
+        (LogRef::Embedded(store), Slot::File(path)) => {
+            let vfs = store.vfs();
+            let dir = store.dir().join(SNAPSHOT_DIR);
+            vfs.create_dir_all(&dir)
+                .map_err(|e| Error::io("create snapshot directory", &dir, e))?;
+            let mut tmp = path.as_os_str().to_owned();
+            tmp.push(".tmp");
+            let tmp = PathBuf::from(tmp);
+            write_atomic(vfs.as_ref(), DerivedKind::Snapshot, &tmp, path, &bytes)?;
+            Ok(true)
+        }
+        (LogRef::Other(l), _) => l.put_snapshot(session, name, covered, &bytes),
+        (LogRef::Embedded(_), Slot::Log) => Ok(false),
+    }
 }
 
 /// Read through the cache and, when the durable prefix has grown past the
 /// snapshot, write a fresh snapshot of that prefix.
-pub fn refresh<P: Projection>(
-    store: &Store,
+pub fn refresh<'a, P: Projection>(
+    log: impl Into<LogRef<'a>>,
     registry: &Registry,
     session: &str,
     p: &P,
 ) -> Result<CacheRead<P::State>> {
-    let r = read(store, registry, session, p)?;
-    let meta = store
-        .session_meta(session)
-        .ok_or_else(|| Error::UnknownSession(session.to_string()))?;
+    let log = log.into();
+    let r = read(log, registry, session, p)?;
+    let missing = || Error::UnknownSession(session.to_string());
+    let len = log.appended_len(session)?.ok_or_else(missing)?;
+    let durable = log.durable_len(session)?.ok_or_else(missing)?;
     let covered = r.snapshot_covered.unwrap_or(0);
-    if meta.durable_len > covered && meta.durable_len == meta.len {
-        write(store, session, p, &r.state, meta.len)?;
+    if durable > covered && durable == len {
+        write(log, session, p, &r.state, len)?;
     }
     Ok(r)
 }

@@ -33,9 +33,9 @@ use crate::session::core::OpenState;
 use crate::session::event::{
     EpochHeader, Registry, RequestContext, SessionMetadata, TurnEndReason,
 };
-use crate::session::snapshot::{read_checked, write_file, SNAPSHOT_DIR};
+use crate::session::log::LogRef;
+use crate::session::snapshot::{read_checked, write_file, Slot, SNAPSHOT_DIR};
 use crate::session::surface::Surface;
-use crate::store::Store;
 
 /// The name a state snapshot carries in the §12 header's projection field
 /// (not a valid projection file name, so it never meets one).
@@ -322,12 +322,12 @@ pub(crate) enum Loaded {
 
 /// Load the state snapshot of `session` and check it (§12's rules, then the
 /// state's own).
-pub(crate) fn load(store: &Store, session: &str, registry: &Registry) -> Result<Loaded> {
-    let path = state_snapshot_path(store.dir(), session);
+pub(crate) fn load(log: LogRef<'_>, session: &str, registry: &Registry) -> Result<Loaded> {
+    let slot = Slot::of(log, |dir| state_snapshot_path(dir, session));
     let (h, state) = match read_checked(
-        store,
+        log,
         session,
-        &path,
+        &slot,
         STATE_SNAPSHOT_NAME,
         STATE_SNAPSHOT_VERSION,
     )? {
@@ -342,14 +342,15 @@ pub(crate) fn load(store: &Store, session: &str, registry: &Registry) -> Result<
 }
 
 /// Write the state snapshot of `session` (its fold over `0..parts.len`,
-/// all durable), atomically.
-pub(crate) fn save(store: &Store, session: &str, parts: &Parts<'_>) -> Result<()> {
+/// all durable): a file written atomically, or the log's snapshot row.
+/// Returns whether the log keeps it.
+pub(crate) fn save(log: LogRef<'_>, session: &str, parts: &Parts<'_>) -> Result<bool> {
     let bytes = encode_state(parts)?;
-    let path = state_snapshot_path(store.dir(), session);
+    let slot = Slot::of(log, |dir| state_snapshot_path(dir, session));
     write_file(
-        store,
+        log,
         session,
-        &path,
+        &slot,
         STATE_SNAPSHOT_NAME,
         STATE_SNAPSHOT_VERSION,
         parts.len,
@@ -462,20 +463,21 @@ impl Session {
     /// session is durable and this handle has folded all of them. Returns
     /// whether one was written.
     pub(super) fn write_state_snapshot_if_durable(&mut self) -> Result<bool> {
-        let Some(store) = self.log.store().cloned() else {
-            // State snapshots are the embedded store's cache.
-            return Ok(false);
-        };
-        if self.is_read_only() || store.is_read_only() || self.len == self.state_covered {
+        let log = self.log.as_ref();
+        let store_read_only = log.store().is_some_and(|s| s.is_read_only());
+        if self.is_read_only() || store_read_only || self.len == self.state_covered {
             return Ok(false);
         }
-        let meta = store
-            .session_meta(&self.id)
-            .ok_or_else(|| Error::UnknownSession(self.id.to_string()))?;
-        if meta.len != self.len || meta.durable_len != self.len {
+        let missing = || Error::UnknownSession(self.id.to_string());
+        let len = log.appended_len(&self.id)?.ok_or_else(missing)?;
+        let durable = log.durable_len(&self.id)?.ok_or_else(missing)?;
+        if len != self.len || durable != self.len {
             return Ok(false);
         }
-        save(&store, &self.id, &self.parts())?;
+        if !save(log, &self.id, &self.parts())? {
+            // This log keeps no snapshots.
+            return Ok(false);
+        }
         self.state_covered = self.len;
         Ok(true)
     }

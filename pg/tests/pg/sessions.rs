@@ -471,6 +471,63 @@ pub fn one_writer_per_session(kit: &Kit) {
     assert!(!s.took_over());
 }
 
+/// Projection caches and session state snapshots (FORMAT.md §12, §17):
+/// written once the events are durable, used by the next read or open,
+/// which folds only the tail; a snapshot that no longer matches the log
+/// is discarded. Returns the projection states, compared across backends.
+pub fn snapshots_cover_what_is_durable(kit: &Kit) -> (RunState, TokenState) {
+    let reg = registry();
+    let mut s = Session::create(kit.log.clone(), "snap", reg.clone()).unwrap();
+    for t in 0..4 {
+        turn(&mut s, t, usize::MAX);
+    }
+    s.flush().unwrap();
+    let len = s.len();
+    let log = kit.log.as_ref();
+    let full = snapshot::read(log, &reg, "snap", &RunStatus).unwrap();
+    assert_eq!(full.snapshot_covered, None, "{}", kit.name);
+    assert_eq!(full.folded, len);
+    snapshot::refresh(log, &reg, "snap", &RunStatus).unwrap();
+    snapshot::refresh(log, &reg, "snap", &TokenMeter).unwrap();
+    let cached = snapshot::read(log, &reg, "snap", &RunStatus).unwrap();
+    assert_eq!(cached.snapshot_covered, Some(len), "{}", kit.name);
+    assert_eq!(cached.folded, 0, "{}", kit.name);
+    assert_eq!(cached.state, full.state);
+    // More turns: only the tail is folded, to the same state as from 0.
+    turn(&mut s, 4, usize::MAX);
+    s.flush().unwrap();
+    let tail = snapshot::read(log, &reg, "snap", &RunStatus).unwrap();
+    assert_eq!(tail.snapshot_covered, Some(len));
+    assert_eq!(tail.folded as usize, TURN_APPENDS);
+    assert_eq!(tail.state.turns_completed, 5, "{}", kit.name);
+    // The session's own state: saved, and the next open starts from it.
+    assert!(s.save_state_snapshot().unwrap(), "{}", kit.name);
+    let live = outcome(&mut s);
+    let len = s.len();
+    drop(s);
+    let mut again = Session::open((kit.second)(), "snap", reg.clone()).unwrap();
+    assert_eq!(again.restored_from_snapshot(), Some(len), "{}", kit.name);
+    assert_eq!(
+        outcome(&mut again),
+        live,
+        "{}: from the state snapshot",
+        kit.name
+    );
+    // A snapshot that leads the log is refused; one of a session whose
+    // log changed under it would be discarded (checked by `read`).
+    assert!(
+        matches!(
+            snapshot::write(log, "snap", &RunStatus, &tail.state, len + 5),
+            Err(turnstone::Error::Refused(_))
+        ),
+        "{}",
+        kit.name
+    );
+    let tokens = snapshot::read(log, &reg, "snap", &TokenMeter).unwrap();
+    assert_eq!(tokens.snapshot_covered, Some(len - TURN_APPENDS as u64));
+    (tail.state, tokens.state)
+}
+
 /// The same bodies on both backends; the outcomes must be equal.
 pub fn session_layer_on_both_backends(cx: &Ctx) {
     let (e, p) = (Kit::embedded(), Kit::postgres(cx));
@@ -511,6 +568,11 @@ pub fn session_layer_on_both_backends(cx: &Ctx) {
     }
     let (e, p) = (Kit::embedded(), Kit::postgres(cx));
     assert_eq!(forks_and_deletion(&e), forks_and_deletion(&p));
+    let (e, p) = (Kit::embedded(), Kit::postgres(cx));
+    assert_eq!(
+        snapshots_cover_what_is_durable(&e),
+        snapshots_cover_what_is_durable(&p)
+    );
     let (e, p) = (Kit::embedded(), Kit::postgres(cx));
     one_writer_per_session(&e);
     one_writer_per_session(&p);
