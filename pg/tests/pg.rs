@@ -929,6 +929,11 @@ fn main() {
             false,
         ),
         (
+            "random_histories_agree_on_both_backends",
+            sessions::random_histories_agree_on_both_backends,
+            false,
+        ),
+        (
             "search_finds_text_across_sessions_and_along_a_fork_chain",
             search_finds_text_across_sessions_and_along_a_fork_chain,
             false,
