@@ -219,6 +219,48 @@ impl<'a> LogRef<'a> {
         }
     }
 
+    /// Event `seq` of `id` as the log stores it: kind, flags and payload
+    /// (blob references unresolved).
+    pub(crate) fn stored_event(self, id: &str, seq: u64) -> Result<(u16, u16, Vec<u8>)> {
+        match self {
+            LogRef::Embedded(store) => {
+                let e = store.read(id, seq)?;
+                Ok((e.kind, e.flags, e.payload))
+            }
+            LogRef::Other(l) => {
+                let e =
+                    l.read_range(id, seq..seq + 1)?
+                        .pop()
+                        .ok_or_else(|| Error::SeqOutOfRange {
+                            session: id.to_string(),
+                            seq,
+                            len: seq,
+                        })?;
+                Ok((e.kind, e.flags, e.payload))
+            }
+        }
+    }
+
+    /// The names of the sessions with their `(parent, fork seq)`, in
+    /// creation order.
+    pub(crate) fn sessions(self) -> Result<Vec<(String, Option<(String, u64)>)>> {
+        match self {
+            LogRef::Embedded(store) => Ok(store
+                .sessions()
+                .into_iter()
+                .map(|i| (i.name, i.parent))
+                .collect()),
+            LogRef::Other(l) => l
+                .sessions()?
+                .into_iter()
+                .map(|n| {
+                    let parent = l.parent(&n)?;
+                    Ok((n, parent))
+                })
+                .collect(),
+        }
+    }
+
     /// The kind of event `seq` of `id`.
     pub(crate) fn kind_at(self, id: &str, seq: u64) -> Result<u16> {
         let mut kind = None;

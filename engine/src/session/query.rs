@@ -17,6 +17,7 @@ use crate::session::event::{
     AssistantMessage, CompactionSummary, ContentBlock, CoreKind, EventKind, Registry, SessionEvent,
     ToolResult, UserMessage,
 };
+use crate::session::log::LogRef;
 use crate::session::replay::{replay_range, replay_range_of_any, turn_open_before};
 use crate::store::Store;
 
@@ -42,20 +43,20 @@ pub struct SessionSummary {
 
 /// An event's `ts`; one that holds blob references gives its envelope's
 /// without reading the blobs.
-fn event_ts(registry: &Registry, e: &crate::Event) -> Option<u64> {
-    if crate::session::blob_refs::has_refs(&e.payload) {
-        return serde_json::from_slice::<crate::session::event::Envelope>(&e.payload)
+fn event_ts(registry: &Registry, seq: u64, kind: u16, flags: u16, payload: &[u8]) -> Option<u64> {
+    if crate::session::blob_refs::has_refs(payload) {
+        return serde_json::from_slice::<crate::session::event::Envelope>(payload)
             .ok()
             .and_then(|env| env.ts);
     }
-    crate::session::event::decode(e.seq.0, e.kind, e.flags, &e.payload, registry)
+    crate::session::event::decode(seq, kind, flags, payload, registry)
         .ok()
         .and_then(|ev| ev.ts)
 }
 
-fn ts_of(store: &Store, registry: &Registry, id: &str, seq: u64) -> Result<Option<u64>> {
-    let e = store.read(id, seq)?;
-    Ok(event_ts(registry, &e))
+fn ts_of(log: LogRef<'_>, registry: &Registry, id: &str, seq: u64) -> Result<Option<u64>> {
+    let (kind, flags, payload) = log.stored_event(id, seq)?;
+    Ok(event_ts(registry, seq, kind, flags, &payload))
 }
 
 /// Every session of the store, in creation order, as its durable events
@@ -64,41 +65,57 @@ fn ts_of(store: &Store, registry: &Registry, id: &str, seq: u64) -> Result<Optio
 /// last turn marker, so a listing costs the sessions' last turns, not their
 /// whole logs. A fork child's creation time is that of its first own
 /// event (inherited events keep their parent's times).
-pub fn list_sessions(store: &Store, registry: &Registry) -> Result<Vec<SessionSummary>> {
-    let policy = crate::session::retention::Policy::of(store)?;
+///
+/// On any [`crate::backend::EventLog`] (PostgreSQL) the same summaries come
+/// from the log's own list; the retention policy is the embedded store's.
+pub fn list_sessions<'a>(
+    log: impl Into<LogRef<'a>>,
+    registry: &Registry,
+) -> Result<Vec<SessionSummary>> {
+    let log = log.into();
+    let policy = match log.store() {
+        Some(store) => Some(crate::session::retention::Policy::of(store)?),
+        None => None,
+    };
     let now = crate::session::event::now_ms();
     let mut out = Vec::new();
-    for info in store.sessions() {
-        let Some(meta) = store.session_meta(&info.name) else {
-            continue;
+    for (name, parent) in log.sessions()? {
+        let end = match log.durable_len(&name) {
+            Ok(Some(n)) => n,
+            // Gone since the list was read.
+            Ok(None) => continue,
+            Err(e) if e.is_not_found() => continue,
+            Err(e) => return Err(e),
         };
-        let end = meta.durable_len;
         // One read of the last event: the tombstone check and its time.
         let updated_ms = if end == 0 {
             None
         } else {
-            let e = store.read(&info.name, end - 1)?;
-            if e.kind == CoreKind::SessionDelete.code() {
+            let (kind, flags, payload) = log.stored_event(&name, end - 1)?;
+            if kind == CoreKind::SessionDelete.code() {
                 continue; // deleted: not listed
             }
-            event_ts(registry, &e)
+            event_ts(registry, end - 1, kind, flags, &payload)
         };
-        let first_own = info.parent.as_ref().map_or(0, |(_, n)| *n);
+        let first_own = parent.as_ref().map_or(0, |(_, n)| *n);
         let created_ms = if end > first_own {
-            ts_of(store, registry, &info.name, first_own)?
+            ts_of(log, registry, &name, first_own)?
         } else {
             None
         };
-        if policy.expired(&info.name, created_ms, updated_ms, now) {
+        if policy
+            .as_ref()
+            .is_some_and(|p| p.expired(&name, created_ms, updated_ms, now))
+        {
             continue; // expired (retention.json): not listed
         }
         out.push(SessionSummary {
-            id: info.name.clone(),
+            open_turn: turn_open_before(log, &name, end)?,
+            id: name,
             events: end,
             created_ms,
             updated_ms,
-            open_turn: turn_open_before(store, &info.name, end)?,
-            parent: info.parent.clone(),
+            parent,
         });
     }
     Ok(out)
@@ -107,15 +124,15 @@ pub fn list_sessions(store: &Store, registry: &Registry) -> Result<Vec<SessionSu
 /// Durable events of `session` with seq in `range`, optionally only of the
 /// given kinds (by name, e.g. `"tool/call"`). Reads only that range and
 /// never causes a sync (see [`crate::session::replay`]).
-pub fn events(
-    store: &Store,
+pub fn events<'a>(
+    log: impl Into<LogRef<'a>>,
     registry: &Registry,
     session: &str,
     range: Range<u64>,
     kinds: Option<&[&str]>,
 ) -> Result<Vec<SessionEvent>> {
     let mut out = Vec::new();
-    let it = replay_range(store, session, std::sync::Arc::new(registry.clone()), range)?;
+    let it = replay_range(log, session, std::sync::Arc::new(registry.clone()), range)?;
     for ev in it {
         let ev = ev?;
         if kinds.is_none_or(|k| k.contains(&ev.kind.name())) {

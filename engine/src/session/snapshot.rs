@@ -268,28 +268,6 @@ impl Slot {
 /// never reuses a session name, so a name is one incarnation).
 const OTHER_LOG_ID: [u8; 16] = [0; 16];
 
-/// Event `seq` of `session` as the log stores it (kind, flags, payload:
-/// blob references unresolved, which is what `last_event_crc` covers).
-fn stored_event(log: LogRef<'_>, session: &str, seq: u64) -> Result<(u16, u16, Vec<u8>)> {
-    match log {
-        LogRef::Embedded(store) => {
-            let e = store.read(session, seq)?;
-            Ok((e.kind, e.flags, e.payload))
-        }
-        LogRef::Other(l) => {
-            let e =
-                l.read_range(session, seq..seq + 1)?
-                    .pop()
-                    .ok_or_else(|| Error::SeqOutOfRange {
-                        session: session.to_string(),
-                        seq,
-                        len: seq,
-                    })?;
-            Ok((e.kind, e.flags, e.payload))
-        }
-    }
-}
-
 /// Read the snapshot in `slot` and check it against the log of `session`
 /// by every rule of FORMAT.md §12: checksum and layout; store id, session
 /// id, `name` and `version`; the session's current `define_pos`; `covered`
@@ -360,7 +338,7 @@ pub(crate) fn read_checked(
         return Ok(Err(Some(why)));
     }
     if h.covered > 0 {
-        let (kind, flags, payload) = stored_event(log, session, h.covered - 1)?;
+        let (kind, flags, payload) = log.stored_event(session, h.covered - 1)?;
         if event_crc(kind, flags, &payload) != h.last_event_crc {
             return Ok(Err(Some(
                 "the log's event at the snapshot point differs: the source changed".into(),
@@ -487,7 +465,7 @@ pub(crate) fn write_file(
         )));
     }
     let last_event_crc = if covered > 0 {
-        let (kind, flags, payload) = stored_event(log, session, covered - 1)?;
+        let (kind, flags, payload) = log.stored_event(session, covered - 1)?;
         event_crc(kind, flags, &payload)
     } else {
         0

@@ -854,6 +854,27 @@ pub fn session_layer_on_both_backends(cx: &Ctx) {
     }
     let (e, p) = (Kit::embedded(), Kit::postgres(cx));
     assert_eq!(forks_and_deletion(&e), forks_and_deletion(&p));
+    // The listing: the deleted parent is gone, its forks are listed with
+    // their parent and length, the same on both.
+    let listed = |kit: &Kit| -> Vec<(String, u64, bool, Option<(String, u64)>)> {
+        list_sessions(kit.log.as_ref(), &registry())
+            .unwrap()
+            .into_iter()
+            // One database holds every body's sessions.
+            .filter(|s| s.id.starts_with("p"))
+            .map(|s| {
+                // A fork's creation is its first own event (p-closed has none).
+                assert!(s.updated_ms.is_some() && s.updated_ms >= s.created_ms);
+                (s.id, s.events, s.open_turn, s.parent)
+            })
+            .collect()
+    };
+    let (le, lp) = (listed(&e), listed(&p));
+    assert_eq!(le, lp);
+    assert_eq!(
+        le.iter().map(|l| l.0.as_str()).collect::<Vec<_>>(),
+        ["p-after-t0", "p-closed"]
+    );
     let (e, p) = (Kit::embedded(), Kit::postgres(cx));
     assert_eq!(
         snapshots_cover_what_is_durable(&e),
