@@ -243,7 +243,7 @@ impl<'a> LogRef<'a> {
 
     /// The names of the sessions with their `(parent, fork seq)`, in
     /// creation order.
-    pub(crate) fn sessions(self) -> Result<Vec<(String, Option<(String, u64)>)>> {
+    pub(crate) fn sessions(self) -> Result<Vec<Listed>> {
         match self {
             LogRef::Embedded(store) => Ok(store
                 .sessions()
@@ -275,6 +275,9 @@ impl<'a> LogRef<'a> {
         })
     }
 }
+
+/// A session's name and its `(parent, fork seq)`.
+pub(crate) type Listed = (String, Option<(String, u64)>);
 
 /// Where an append ended, for the durability wait that covers it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
