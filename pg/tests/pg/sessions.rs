@@ -856,7 +856,8 @@ pub fn session_layer_on_both_backends(cx: &Ctx) {
     assert_eq!(forks_and_deletion(&e), forks_and_deletion(&p));
     // The listing: the deleted parent is gone, its forks are listed with
     // their parent and length, the same on both.
-    let listed = |kit: &Kit| -> Vec<(String, u64, bool, Option<(String, u64)>)> {
+    type Row = (String, u64, bool, Option<(String, u64)>);
+    let listed = |kit: &Kit| -> Vec<Row> {
         list_sessions(kit.log.as_ref(), &registry())
             .unwrap()
             .into_iter()
