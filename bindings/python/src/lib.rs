@@ -17,10 +17,11 @@ use pyo3::prelude::*;
 use serde_json::{json, Value};
 use turnstone::session::query::{list_sessions, SearchIndex};
 use turnstone::session::{
-    self as ts, Host, Provider, Registry, SessionEvent, SessionSubscription, SharedSession,
-    SurfaceOp,
+    self as ts, Host, LogHandle, Provider, Registry, SessionEvent, SessionSubscription,
+    SharedSession, SurfaceOp,
 };
 use turnstone::{Error, Options, Store};
+use turnstone_pg::{PgEventLog, PgLog, PgOptions};
 
 create_exception!(
     _native,
@@ -140,17 +141,49 @@ fn event_json(ev: &SessionEvent) -> Value {
     ev.to_json()
 }
 
-/// An open store.
+/// An open store: a store directory, or a PostgreSQL database (issue 18).
 #[pyclass(frozen, module = "turnstone._native")]
 struct NativeStore {
-    store: Mutex<Option<Arc<Store>>>,
+    log: Mutex<Option<LogHandle>>,
     host: Mutex<Option<Arc<Host>>>,
+    /// The database's connection pool, closed by `close`.
+    pg: Option<PgLog>,
     registry: Arc<Registry>,
 }
 
+/// Whether `path` is a PostgreSQL connection URL.
+fn is_url(path: &str) -> bool {
+    let lower = path.get(..13).unwrap_or(path).to_ascii_lowercase();
+    lower.starts_with("postgres://") || lower.starts_with("postgresql://")
+}
+
+/// `postgres://user:secret@host/db` without the password, for messages.
+fn redact(url: &str) -> String {
+    match (url.split_once("://"), url.rfind('@')) {
+        (Some((scheme, rest)), Some(_)) => match rest.split_once('@') {
+            Some((auth, host)) => match auth.split_once(':') {
+                Some((user, _)) => format!("{scheme}://{user}:***@{host}"),
+                None => url.to_string(),
+            },
+            None => url.to_string(),
+        },
+        _ => url.to_string(),
+    }
+}
+
 impl NativeStore {
-    fn store(&self) -> PyResult<Arc<Store>> {
-        self.store.lock().clone().ok_or_else(|| err(Error::Closed))
+    fn log(&self) -> PyResult<LogHandle> {
+        self.log.lock().clone().ok_or_else(|| err(Error::Closed))
+    }
+    /// The embedded store, for what only it has (its search index, live
+    /// follow).
+    fn store(&self, what: &str) -> PyResult<Arc<Store>> {
+        match self.log()? {
+            LogHandle::Embedded(s) => Ok(s),
+            LogHandle::Other(_) => Err(err(Error::Refused(format!(
+                "{what} is not available on a database yet"
+            )))),
+        }
     }
     fn host(&self) -> PyResult<Arc<Host>> {
         self.host.lock().clone().ok_or_else(|| err(Error::Closed))
@@ -160,9 +193,40 @@ impl NativeStore {
 #[pymethods]
 impl NativeStore {
     #[new]
-    #[pyo3(signature = (path, read_only = false, plugins = None))]
-    fn new(py: Python<'_>, path: String, read_only: bool, plugins: Option<&str>) -> PyResult<Self> {
-        let registry = registry_from(plugins)?;
+    #[pyo3(signature = (path, read_only = false, plugins = None, owner = None, lease_ttl_ms = None))]
+    fn new(
+        py: Python<'_>,
+        path: String,
+        read_only: bool,
+        plugins: Option<&str>,
+        owner: Option<String>,
+        lease_ttl_ms: Option<u64>,
+    ) -> PyResult<Self> {
+        let registry = Arc::new(registry_from(plugins)?);
+        if is_url(&path) {
+            // A database: sessions are leased by `owner` (this process by
+            // default) while a handle holds them for writing.
+            let mut opts = PgOptions::default();
+            if let Some(ms) = lease_ttl_ms {
+                opts.lease_ttl = std::time::Duration::from_millis(ms.max(1));
+            }
+            let pg = py.detach(|| PgLog::connect(&path, opts)).map_err(|e| {
+                err(Error::Backend {
+                    backend: "postgres",
+                    op: "connect".into(),
+                    detail: format!("{}: {e}", redact(&path)),
+                })
+            })?;
+            let owner = owner.unwrap_or_else(|| format!("python:{}", std::process::id()));
+            let log = LogHandle::from(Arc::new(PgEventLog::new(pg.clone(), &owner)));
+            let host = Arc::new(Host::new(log.clone(), registry.clone()));
+            return Ok(NativeStore {
+                log: Mutex::new(Some(log)),
+                host: Mutex::new(Some(host)),
+                pg: Some(pg),
+                registry,
+            });
+        }
         let store = py
             .detach(|| {
                 Store::open_with(
@@ -174,14 +238,19 @@ impl NativeStore {
                 )
             })
             .map_err(err)?;
-        let store = Arc::new(store);
-        let registry = Arc::new(registry);
-        let host = Arc::new(Host::new(store.clone(), registry.clone()));
+        let log = LogHandle::from(Arc::new(store));
+        let host = Arc::new(Host::new(log.clone(), registry.clone()));
         Ok(NativeStore {
-            store: Mutex::new(Some(store)),
+            log: Mutex::new(Some(log)),
             host: Mutex::new(Some(host)),
+            pg: None,
             registry,
         })
+    }
+
+    /// `"embedded"` or `"postgres"`.
+    fn backend(&self) -> PyResult<&'static str> {
+        Ok(self.log()?.as_log().backend())
     }
 
     /// Create a new session.
@@ -210,19 +279,17 @@ impl NativeStore {
 
     /// A read-only view of a session (live or not).
     fn open_read_only(&self, py: Python<'_>, id: String) -> PyResult<NativeSession> {
-        let (store, registry) = (self.store()?, self.registry.clone());
+        let (log, registry) = (self.log()?, self.registry.clone());
         let s = py
-            .detach(|| ts::Session::open_read_only(store, &id, registry))
+            .detach(|| ts::Session::open_read_only(log, &id, registry))
             .map_err(err)?;
         Ok(NativeSession::new(Arc::new(Mutex::new(s))))
     }
 
     /// Every session as JSON: id, events, created/updated ms, open turn, parent.
     fn sessions(&self, py: Python<'_>) -> PyResult<String> {
-        let (store, registry) = (self.store()?, self.registry.clone());
-        let list = py
-            .detach(|| list_sessions(&store, &registry))
-            .map_err(err)?;
+        let (log, registry) = (self.log()?, self.registry.clone());
+        let list = py.detach(|| list_sessions(&log, &registry)).map_err(err)?;
         let out: Vec<Value> = list
             .into_iter()
             .map(|s| {
@@ -246,9 +313,9 @@ impl NativeStore {
         at: Option<u64>,
         child: Option<String>,
     ) -> PyResult<(String, u64)> {
-        let store = self.store()?;
+        let log = self.log()?;
         let f = py
-            .detach(|| ts::fork(&store, &source, at, child.as_deref()))
+            .detach(|| ts::fork(&log, &source, at, child.as_deref()))
             .map_err(err)?;
         Ok((f.child, f.upto))
     }
@@ -256,10 +323,10 @@ impl NativeStore {
     /// Events `start..end` of a session (durable ones), as a JSON array.
     #[pyo3(signature = (id, start = 0, end = None))]
     fn replay(&self, py: Python<'_>, id: String, start: u64, end: Option<u64>) -> PyResult<String> {
-        let (store, registry) = (self.store()?, self.registry.clone());
+        let (log, registry) = (self.log()?, self.registry.clone());
         let events = py
             .detach(|| {
-                ts::replay_range(&store, &id, registry, start..end.unwrap_or(u64::MAX))?
+                ts::replay_range(&log, &id, registry, start..end.unwrap_or(u64::MAX))?
                     .map(|e| e.map(|e| event_json(&e)))
                     .collect::<turnstone::Result<Vec<Value>>>()
             })
@@ -277,7 +344,21 @@ impl NativeStore {
         limit: usize,
         session: Option<String>,
     ) -> PyResult<String> {
-        let (store, registry) = (self.store()?, self.registry.clone());
+        if let Some(pg) = &self.pg {
+            // PostgreSQL's own text search: the same hit shape.
+            let hits = py
+                .detach(|| match &session {
+                    Some(s) => pg.search_session(s, &query, limit),
+                    None => pg.search(&query, limit),
+                })
+                .map_err(|e| err(turnstone_pg::engine_error(e)))?;
+            let hits: Vec<Value> = hits
+                .into_iter()
+                .map(|h| json!({"session": h.session, "seq": h.seq, "snippet": h.snippet}))
+                .collect();
+            return Ok(Value::Array(hits).to_string());
+        }
+        let (store, registry) = (self.store("search")?, self.registry.clone());
         let hits = py
             .detach(|| {
                 let mut ix = SearchIndex::open(&store)?;
@@ -302,7 +383,7 @@ impl NativeStore {
     /// Follow a session live from `from_seq`.
     #[pyo3(signature = (id, from_seq = 0))]
     fn subscribe(&self, id: String, from_seq: u64) -> PyResult<NativeSubscription> {
-        let store = self.store()?;
+        let store = self.store("subscribe")?;
         let sub = ts::subscribe(&store, &id, self.registry.clone(), from_seq).map_err(err)?;
         Ok(NativeSubscription {
             sub: Mutex::new(Some(sub)),
@@ -313,13 +394,21 @@ impl NativeStore {
     /// opened from it stop working (their calls raise `closed`).
     fn close(&self, py: Python<'_>) -> PyResult<()> {
         let host = self.host.lock().take();
-        let store = self.store.lock().take();
+        let log = self.log.lock().take();
+        let pg = self.pg.clone();
         py.detach(move || {
             drop(host);
-            match store {
+            if let Some(pg) = pg {
+                // What was queued is committed first; sessions opened from
+                // it stop working (their writers are closed).
+                drop(log);
+                pg.close();
+                return Ok(());
+            }
+            match log {
                 // Sessions may still hold it: close it for them too.
-                Some(s) => s.shutdown(),
-                None => Ok(()),
+                Some(LogHandle::Embedded(s)) => s.shutdown(),
+                _ => Ok(()),
             }
         })
         .map_err(err)

@@ -57,18 +57,34 @@ def _surface(surface: Surface) -> Optional[str]:
 
 
 class Store:
-    """An open store directory (created if missing, unless ``read_only``).
+    """An open store directory (created if missing, unless ``read_only``),
+    or a PostgreSQL database given by its URL (``postgres://…``).
 
-    Many threads may use one Store; one process writes a store at a time
-    (a second writer gets ``TurnstoneError`` of kind ``"locked"``)."""
+    Many threads may use one Store. A directory is written by one process
+    at a time (a second writer gets ``TurnstoneError`` of kind
+    ``"locked"``). A database is shared by many processes on many machines:
+    a session opened for writing is leased to this process (``owner``), and
+    another process gets kind ``"fenced"`` until the lease is released or
+    expires; ``open_session`` of a session whose previous writer died
+    repairs it, as after a crash on a directory."""
 
     def __init__(self, path: str, *, read_only: bool = False,
-                 plugins: Optional[dict] = None) -> None:
+                 plugins: Optional[dict] = None, owner: Optional[str] = None,
+                 lease_ttl_ms: Optional[int] = None) -> None:
         """``plugins``: the harness's own event kinds, ``{"name": ignorable}``
-        (an ignorable kind is skipped by processes that do not know it)."""
+        (an ignorable kind is skipped by processes that do not know it).
+        ``owner``: on a database, the name this process's leases carry
+        (default ``python:<pid>``); ``lease_ttl_ms``: how long a lease
+        outlives a process that stops renewing it (default 30 s)."""
         self._native = NativeStore(
-            str(path), read_only, None if plugins is None else json.dumps(plugins)
+            str(path), read_only, None if plugins is None else json.dumps(plugins), owner,
+            lease_ttl_ms,
         )
+
+    @property
+    def backend(self) -> str:
+        """``"embedded"`` (a store directory) or ``"postgres"``."""
+        return self._native.backend()
 
     def create_session(self, id: str) -> "Session":
         """Create a new, empty session."""
@@ -111,7 +127,9 @@ class Store:
         return self._native.delete(id)
 
     def subscribe(self, id: str, from_seq: int = 0) -> "Subscription":
-        """Follow a session live: each event once, in order, once durable."""
+        """Follow a session live: each event once, in order, once durable.
+        (A store directory only, for now: on a database, ``turnstone replay
+        URL --session ID --follow`` follows by LISTEN/NOTIFY.)"""
         return Subscription(self._native.subscribe(id, from_seq))
 
     def close(self) -> None:
