@@ -13,7 +13,8 @@ export class ToolRefused extends Error { reason: string }
 export class ToolAborted extends Error {}
 
 export class Store {
-  constructor(path: string, options?: { readOnly?: boolean; plugins?: Record<string, boolean> })
+  constructor(path: string, options?: { readOnly?: boolean; plugins?: Record<string, boolean>; owner?: string; leaseTtlMs?: number })
+  readonly backend: 'embedded' | 'postgres'
   createSession(id: string): Session
   openSession(id: string): Promise<Session>
   openReadOnly(id: string): Promise<Session>

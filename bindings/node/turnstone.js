@@ -80,10 +80,21 @@ function utf8(text) {
 }
 
 class Store {
-  /** Open (or create, unless readOnly) the store in `path`. */
-  constructor(path, { readOnly = false, plugins } = {}) {
+  /**
+   * Open (or create, unless readOnly) the store in `path`, or a PostgreSQL
+   * database given by its URL (`postgres://…`): sessions opened for writing
+   * are then leased to `owner` (default `node:<pid>`; another owner gets
+   * kind 'fenced'), and a dead worker's session is taken over once its
+   * lease (`leaseTtlMs`, default 30 s) expires and repaired by openSession.
+   */
+  constructor(path, { readOnly = false, plugins, owner, leaseTtlMs } = {}) {
     // plugins: the harness's own event kinds, {name: ignorable}.
-    this._n = call(() => new native.NativeStore(String(path), readOnly, plugins ? JSON.stringify(plugins) : null))
+    this._n = call(() => new native.NativeStore(String(path), readOnly, plugins ? JSON.stringify(plugins) : null,
+      owner ?? null, leaseTtlMs ?? null))
+  }
+  /** 'embedded' (a store directory) or 'postgres'. */
+  get backend() {
+    return call(() => this._n.backend())
   }
   createSession(id) {
     return new Session(call(() => this._n.createSession(id)))

@@ -17,10 +17,11 @@ use parking_lot::Mutex;
 use serde_json::{json, Value};
 use turnstone::session::query::{list_sessions, SearchIndex};
 use turnstone::session::{
-    self as ts, Host, Provider, Registry, SessionEvent, SessionSubscription, SharedSession,
-    SurfaceOp,
+    self as ts, Host, LogHandle, Provider, Registry, SessionEvent, SessionSubscription,
+    SharedSession, SurfaceOp,
 };
 use turnstone::{Error as TsError, Options, Store as TsStore};
+use turnstone_pg::{PgEventLog, PgLog, PgOptions};
 
 fn kind_of(e: &TsError) -> (&'static str, Option<String>, Option<u64>) {
     let (path, offset) = e.location();
@@ -87,17 +88,46 @@ impl<T: Send + ToNapiValue + TypeName + 'static> Task for Job<T> {
 /// An open store (the wrapper's `Store`).
 #[napi]
 pub struct NativeStore {
-    store: Mutex<Option<Arc<TsStore>>>,
+    log: Mutex<Option<LogHandle>>,
     host: Mutex<Option<Arc<Host>>>,
+    /// A database's connection pool (issue 18), closed by `close`.
+    pg: Option<PgLog>,
     registry: Arc<Registry>,
 }
 
+/// Whether `path` is a PostgreSQL connection URL.
+fn is_url(path: &str) -> bool {
+    let lower = path.get(..13).unwrap_or(path).to_ascii_lowercase();
+    lower.starts_with("postgres://") || lower.starts_with("postgresql://")
+}
+
+/// A URL without its password, for messages.
+fn redact(url: &str) -> String {
+    match url.split_once("://") {
+        Some((scheme, rest)) => match rest.split_once('@') {
+            Some((auth, host)) => match auth.split_once(':') {
+                Some((user, _)) => format!("{scheme}://{user}:***@{host}"),
+                None => url.to_string(),
+            },
+            None => url.to_string(),
+        },
+        None => url.to_string(),
+    }
+}
+
 impl NativeStore {
-    fn store(&self) -> napi::Result<Arc<TsStore>> {
-        self.store
-            .lock()
-            .clone()
-            .ok_or_else(|| err(TsError::Closed))
+    fn log(&self) -> napi::Result<LogHandle> {
+        self.log.lock().clone().ok_or_else(|| err(TsError::Closed))
+    }
+    /// The embedded store, for what only it has (its search index, live
+    /// follow).
+    fn store(&self, what: &str) -> napi::Result<Arc<TsStore>> {
+        match self.log()? {
+            LogHandle::Embedded(s) => Ok(s),
+            LogHandle::Other(_) => Err(err(TsError::Refused(format!(
+                "{what} is not available on a database yet"
+            )))),
+        }
     }
     fn host(&self) -> napi::Result<Arc<Host>> {
         self.host.lock().clone().ok_or_else(|| err(TsError::Closed))
@@ -112,6 +142,8 @@ impl NativeStore {
         path: String,
         read_only: Option<bool>,
         plugins: Option<String>,
+        owner: Option<String>,
+        lease_ttl_ms: Option<u32>,
     ) -> napi::Result<Self> {
         let mut registry = Registry::new();
         if let Some(text) = plugins {
@@ -125,6 +157,30 @@ impl NativeStore {
                 registry.register(&name, ignorable).map_err(usage)?;
             }
         }
+        let registry = Arc::new(registry);
+        if is_url(&path) {
+            // A database: sessions opened for writing are leased by `owner`.
+            let mut opts = PgOptions::default();
+            if let Some(ms) = lease_ttl_ms {
+                opts.lease_ttl = std::time::Duration::from_millis(ms.max(1) as u64);
+            }
+            let pg = PgLog::connect(&path, opts).map_err(|e| {
+                err(TsError::Backend {
+                    backend: "postgres",
+                    op: "connect".into(),
+                    detail: format!("{}: {e}", redact(&path)),
+                })
+            })?;
+            let owner = owner.unwrap_or_else(|| format!("node:{}", std::process::id()));
+            let log = LogHandle::from(Arc::new(PgEventLog::new(pg.clone(), &owner)));
+            let host = Arc::new(Host::new(log.clone(), registry.clone()));
+            return Ok(NativeStore {
+                log: Mutex::new(Some(log)),
+                host: Mutex::new(Some(host)),
+                pg: Some(pg),
+                registry,
+            });
+        }
         let store = TsStore::open_with(
             &path,
             Options {
@@ -133,14 +189,20 @@ impl NativeStore {
             },
         )
         .map_err(err)?;
-        let store = Arc::new(store);
-        let registry = Arc::new(registry);
-        let host = Arc::new(Host::new(store.clone(), registry.clone()));
+        let log = LogHandle::from(Arc::new(store));
+        let host = Arc::new(Host::new(log.clone(), registry.clone()));
         Ok(NativeStore {
-            store: Mutex::new(Some(store)),
+            log: Mutex::new(Some(log)),
             host: Mutex::new(Some(host)),
+            pg: None,
             registry,
         })
+    }
+
+    /// `"embedded"` or `"postgres"`.
+    #[napi(catch_unwind)]
+    pub fn backend(&self) -> napi::Result<String> {
+        Ok(self.log()?.as_log().backend().to_string())
     }
 
     /// Create a new session.
@@ -167,9 +229,9 @@ impl NativeStore {
     /// A read-only view of a session.
     #[napi(catch_unwind, ts_return_type = "Promise<NativeSession>")]
     pub fn open_read_only(&self, id: String) -> napi::Result<AsyncTask<Job<NativeSession>>> {
-        let (store, registry) = (self.store()?, self.registry.clone());
+        let (log, registry) = (self.log()?, self.registry.clone());
         Ok(Job::new(move || {
-            let s = ts::Session::open_read_only(store, &id, registry).map_err(err)?;
+            let s = ts::Session::open_read_only(log, &id, registry).map_err(err)?;
             Ok(session_handle(
                 Arc::new(parking_lot::Mutex::new(s)),
                 "null".into(),
@@ -180,9 +242,9 @@ impl NativeStore {
     /// Every session, as JSON.
     #[napi(catch_unwind, ts_return_type = "Promise<string>")]
     pub fn sessions(&self) -> napi::Result<AsyncTask<Job<String>>> {
-        let (store, registry) = (self.store()?, self.registry.clone());
+        let (log, registry) = (self.log()?, self.registry.clone());
         Ok(Job::new(move || {
-            let list = list_sessions(&store, &registry).map_err(err)?;
+            let list = list_sessions(&log, &registry).map_err(err)?;
             let out: Vec<Value> = list
                 .into_iter()
                 .map(|s| {
@@ -203,10 +265,10 @@ impl NativeStore {
         at: Option<i64>,
         child: Option<String>,
     ) -> napi::Result<AsyncTask<Job<String>>> {
-        let store = self.store()?;
+        let log = self.log()?;
         let at = at.map(|a| a.max(0) as u64);
         Ok(Job::new(move || {
-            ts::fork(&store, &source, at, child.as_deref())
+            ts::fork(&log, &source, at, child.as_deref())
                 .map(|f| f.child)
                 .map_err(err)
         }))
@@ -220,13 +282,13 @@ impl NativeStore {
         start: Option<i64>,
         end: Option<i64>,
     ) -> napi::Result<AsyncTask<Job<String>>> {
-        let (store, registry) = (self.store()?, self.registry.clone());
+        let (log, registry) = (self.log()?, self.registry.clone());
         let (start, end) = (
             start.unwrap_or(0).max(0) as u64,
             end.map_or(u64::MAX, |e| e.max(0) as u64),
         );
         Ok(Job::new(move || {
-            let events = ts::replay_range(&store, &id, registry, start..end)
+            let events = ts::replay_range(&log, &id, registry, start..end)
                 .map_err(err)?
                 .map(|e| e.map(|e| event_json(&e)))
                 .collect::<turnstone::Result<Vec<Value>>>()
@@ -243,8 +305,23 @@ impl NativeStore {
         limit: Option<u32>,
         session: Option<String>,
     ) -> napi::Result<AsyncTask<Job<String>>> {
-        let (store, registry) = (self.store()?, self.registry.clone());
         let limit = limit.unwrap_or(20) as usize;
+        if let Some(pg) = self.pg.clone() {
+            // PostgreSQL's own text search: the same hit shape.
+            return Ok(Job::new(move || {
+                let hits = match &session {
+                    Some(s) => pg.search_session(s, &query, limit),
+                    None => pg.search(&query, limit),
+                }
+                .map_err(|e| err(turnstone_pg::engine_error(e)))?;
+                let hits: Vec<Value> = hits
+                    .into_iter()
+                    .map(|h| json!({"session": h.session, "seq": h.seq, "snippet": h.snippet}))
+                    .collect();
+                Ok(Value::Array(hits).to_string())
+            }));
+        }
+        let (store, registry) = (self.store("search")?, self.registry.clone());
         Ok(Job::new(move || {
             let mut ix = SearchIndex::open(&store).map_err(err)?;
             ix.update(&store, &registry).map_err(err)?;
@@ -269,7 +346,7 @@ impl NativeStore {
     /// Follow a session live from `fromSeq`.
     #[napi(catch_unwind)]
     pub fn subscribe(&self, id: String, from_seq: Option<i64>) -> napi::Result<NativeSubscription> {
-        let store = self.store()?;
+        let store = self.store("subscribe")?;
         let from = from_seq.unwrap_or(0).max(0) as u64;
         let sub = ts::subscribe(&store, &id, self.registry.clone(), from).map_err(err)?;
         Ok(NativeSubscription {
@@ -282,12 +359,20 @@ impl NativeStore {
     #[napi(catch_unwind, ts_return_type = "Promise<void>")]
     pub fn close(&self) -> AsyncTask<Job<()>> {
         let host = self.host.lock().take();
-        let store = self.store.lock().take();
+        let log = self.log.lock().take();
+        let pg = self.pg.clone();
         Job::new(move || {
             drop(host);
-            match store {
-                Some(s) => s.shutdown().map_err(err),
-                None => Ok(()),
+            if let Some(pg) = pg {
+                // What was queued is committed first; sessions opened from
+                // it stop working.
+                drop(log);
+                pg.close();
+                return Ok(());
+            }
+            match log {
+                Some(LogHandle::Embedded(s)) => s.shutdown().map_err(err),
+                _ => Ok(()),
             }
         })
     }

@@ -874,7 +874,19 @@ impl Session {
             .log
             .append_group(&self.id, &items, |i| match &self.log {
                 LogHandle::Embedded(_) => None,
-                LogHandle::Other(_) => crate::session::query::searchable_text(&decoded[i]),
+                LogHandle::Other(_) => {
+                    let ev = &decoded[i];
+                    if ev.data.is_null() {
+                        // A fast-path append carries no data value (release
+                        // builds): the text comes from the logged bytes.
+                        let (code, flags, payload) = &items[i];
+                        event::decode(ev.seq, *code, *flags, payload, &self.registry)
+                            .ok()
+                            .and_then(|ev| crate::session::query::searchable_text(&ev))
+                    } else {
+                        crate::session::query::searchable_text(ev)
+                    }
+                }
             })?;
         if seqs.first() != Some(&expected_first) {
             // Another handle appended to this session: its state is unknown here.
