@@ -109,6 +109,19 @@ pub trait EventLog: Send + Sync {
         Ok(None)
     }
 
+    /// Follow `session` live from seq `from`: its durable events, each
+    /// once and in order, as they become durable. The default cannot
+    /// ([`Error::Refused`]); PostgreSQL follows by LISTEN/NOTIFY. (The
+    /// embedded store's followers are [`Store::subscribe`], which the
+    /// session layer uses directly.)
+    fn follow(&self, session: &str, from: u64) -> Result<Box<dyn Follow>> {
+        let _ = (session, from);
+        Err(Error::Refused(format!(
+            "the {} log cannot follow a session",
+            self.backend()
+        )))
+    }
+
     /// The session layer deleted `session` (its `session/delete` tombstone
     /// is durable): a log with its own notion of deletion applies it
     /// (PostgreSQL: the session leaves lists and its writers are fenced;
@@ -124,6 +137,13 @@ pub trait EventLog: Send + Sync {
     fn embedded(self: std::sync::Arc<Self>) -> Option<std::sync::Arc<Store>> {
         None
     }
+}
+
+/// A live follower of one session ([`EventLog::follow`]).
+pub trait Follow: Send {
+    /// The next durable event, waiting up to `timeout` for one: `Ok(None)`
+    /// if none came. [`Error::Closed`] once the log is closed.
+    fn next_timeout(&mut self, timeout: std::time::Duration) -> Result<Option<LogEvent>>;
 }
 
 /// A writer's hold on a session ([`EventLog::claim`]).

@@ -5,7 +5,7 @@ use std::collections::HashMap;
 use std::ops::Range;
 
 use parking_lot::Mutex;
-use turnstone::backend::{Claim, EventLog, LogEvent};
+use turnstone::backend::{Claim, EventLog, Follow, LogEvent};
 use turnstone::{Error, Result};
 
 use crate::{PgError, PgLog, Writer};
@@ -48,6 +48,40 @@ impl PgEventLog {
         );
         self.writers.lock().insert(session.to_string(), w.clone());
         Ok(w)
+    }
+}
+
+/// A LISTEN/NOTIFY follower, ended when its log closes.
+struct PgFollow {
+    sub: crate::Subscription,
+    log: PgLog,
+}
+
+impl Follow for PgFollow {
+    fn next_timeout(&mut self, timeout: std::time::Duration) -> Result<Option<LogEvent>> {
+        // Waits in short steps so that closing the log ends a follower
+        // that is waiting (it has its own connection).
+        let deadline = std::time::Instant::now() + timeout;
+        loop {
+            if *self.log.inner.stopped.lock() {
+                return Err(Error::Closed);
+            }
+            let now = std::time::Instant::now();
+            let step = deadline
+                .saturating_duration_since(now)
+                .min(std::time::Duration::from_millis(200));
+            if let Some(e) = self.sub.next_timeout(step).map_err(engine_error)? {
+                return Ok(Some(LogEvent {
+                    seq: e.seq,
+                    kind: e.kind,
+                    flags: e.flags,
+                    payload: e.payload,
+                }));
+            }
+            if std::time::Instant::now() >= deadline {
+                return Ok(None);
+            }
+        }
     }
 }
 
@@ -200,6 +234,14 @@ impl EventLog for PgEventLog {
             .snapshot(session, name)
             .map_err(engine_error)?
             .map(|(_, data)| data))
+    }
+
+    fn follow(&self, session: &str, from: u64) -> Result<Box<dyn Follow>> {
+        let sub = self.log.subscribe(session, from).map_err(engine_error)?;
+        Ok(Box::new(PgFollow {
+            sub,
+            log: self.log.clone(),
+        }))
     }
 
     fn mark_deleted(&self, session: &str) -> Result<()> {

@@ -346,9 +346,9 @@ impl NativeStore {
     /// Follow a session live from `fromSeq`.
     #[napi(catch_unwind)]
     pub fn subscribe(&self, id: String, from_seq: Option<i64>) -> napi::Result<NativeSubscription> {
-        let store = self.store("subscribe")?;
+        let log = self.log()?;
         let from = from_seq.unwrap_or(0).max(0) as u64;
-        let sub = ts::subscribe(&store, &id, self.registry.clone(), from).map_err(err)?;
+        let sub = ts::subscribe(&log, &id, self.registry.clone(), from).map_err(err)?;
         Ok(NativeSubscription {
             sub: Arc::new(Mutex::new(Some(sub))),
         })

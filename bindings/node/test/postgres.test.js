@@ -100,3 +100,27 @@ test('a session has one writer across owners', async () => {
   await a.close()
   await b.close()
 })
+
+test('a follower on another store sees what the writer commits, then the tombstone', async () => {
+  const url = database()
+  const w = new Store(url, { owner: 'writer' })
+  const r = new Store(url, { owner: 'reader' })
+  const s = w.createSession('followed')
+  s.user('one')
+  await s.flush()
+  const sub = r.subscribe('followed')
+  assert.equal((await sub.next()).seq, 0)
+  assert.equal(sub.tryNext(), null)
+  const rest = []
+  const following = (async () => {
+    for await (const e of sub) rest.push(e.kind)
+  })()
+  s.user('two')
+  await s.flush()
+  s.close()
+  await w.delete('followed')
+  await following
+  assert.deepEqual(rest, ['user/message', 'session/delete'])
+  await r.close()
+  await w.close()
+})

@@ -383,8 +383,8 @@ impl NativeStore {
     /// Follow a session live from `from_seq`.
     #[pyo3(signature = (id, from_seq = 0))]
     fn subscribe(&self, id: String, from_seq: u64) -> PyResult<NativeSubscription> {
-        let store = self.store("subscribe")?;
-        let sub = ts::subscribe(&store, &id, self.registry.clone(), from_seq).map_err(err)?;
+        let log = self.log()?;
+        let sub = ts::subscribe(&log, &id, self.registry.clone(), from_seq).map_err(err)?;
         Ok(NativeSubscription {
             sub: Mutex::new(Some(sub)),
         })

@@ -203,3 +203,30 @@ def test_a_killed_workers_session_is_taken_over_and_repaired(db, tmp_path):
     assert again.repair_report is None or again.repair_report["appended"] == 0
     again.close()
     st.close()
+
+
+def test_a_follower_on_another_process_sees_the_writers_events(db):
+    import threading
+
+    w = turnstone.Store(db, owner="writer")
+    r = turnstone.Store(db, owner="reader")
+    s = w.create_session("followed")
+    s.user("one")
+    s.flush()
+    sub = r.subscribe("followed")
+    assert next(sub)["seq"] == 0
+    assert sub.try_next() is None
+
+    def write():
+        s.user("two")
+        s.flush()
+        s.close()
+        w.delete("followed")
+
+    t = threading.Thread(target=write)
+    t.start()
+    rest = [e["kind"] for e in sub]          # ends after the tombstone
+    t.join()
+    assert rest == ["user/message", "session/delete"]
+    r.close()
+    w.close()

@@ -128,8 +128,7 @@ class Store:
 
     def subscribe(self, id: str, from_seq: int = 0) -> "Subscription":
         """Follow a session live: each event once, in order, once durable.
-        (A store directory only, for now: on a database, ``turnstone replay
-        URL --session ID --follow`` follows by LISTEN/NOTIFY.)"""
+        On a database it follows by LISTEN/NOTIFY what any process commits."""
         return Subscription(self._native.subscribe(id, from_seq))
 
     def close(self) -> None:

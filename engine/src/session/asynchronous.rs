@@ -24,8 +24,9 @@ use crate::session::durability::{
     record_result, tool_dispatch, tool_prologue, CancelToken, ToolBody, ToolOutcome, ToolScope,
 };
 use crate::session::event::{self, CoreKind, EventKind, Registry, SessionEvent, ToolCall};
+use crate::session::log::LogRef;
 use crate::session::replay::decode_error;
-use crate::store::{DurableWait, Store, Subscription};
+use crate::store::{DurableWait, Subscription};
 
 impl Session {
     /// [`Session::flush`] as a future: every event this handle appended is
@@ -126,42 +127,86 @@ pub async fn run_tool_async<T>(
 /// durable, decoded (events of kinds this process does not know come as
 /// opaque plugin events, as in [`crate::session::replay`]), each once and in
 /// seq order. Blocking as an [`Iterator`], or
-/// [`SessionSubscription::next_async`]. Built on [`Store::subscribe`]: it
-/// never causes an fdatasync, resumes from any seq (a fork's inherited
-/// prefix included), and ends when the store closes or after it yields the
-/// session's `session/delete` tombstone. Subscribing to a deleted session
-/// is an error, as loading it is.
-pub fn subscribe(
-    store: &Store,
+/// [`SessionSubscription::next_async`]. On the embedded store it is built
+/// on [`crate::Store::subscribe`]: it never causes an fdatasync, resumes from any
+/// seq (a fork's inherited prefix included), and ends when the store closes.
+/// On another log it is [`crate::backend::EventLog::follow`] (PostgreSQL:
+/// LISTEN/NOTIFY, ended when the log closes), and `next_async` waits on the
+/// calling thread. Either way it ends after it yields the session's
+/// `session/delete` tombstone; subscribing to a deleted session is an
+/// error, as loading it is.
+pub fn subscribe<'a>(
+    log: impl Into<LogRef<'a>>,
     id: &str,
     registry: Arc<Registry>,
     from: u64,
 ) -> Result<SessionSubscription> {
-    crate::session::delete::check_not_deleted(store, id)?;
+    let log = log.into();
+    crate::session::delete::check_not_deleted(log, id)?;
+    let inner = match log {
+        LogRef::Embedded(store) => Inner::Embedded {
+            sub: Box::new(store.subscribe(id, from)?),
+            blobs: crate::blobs::BlobDir::new(store.dir()),
+        },
+        LogRef::Other(l) => Inner::Other {
+            follow: l.follow(id, from)?,
+            next: from,
+        },
+    };
     Ok(SessionSubscription {
-        inner: store.subscribe(id, from)?,
+        inner,
+        session: id.to_string(),
         registry,
         failed: false,
-        blobs: crate::blobs::BlobDir::new(store.dir()),
     })
 }
 
+/// Where a subscription's events come from.
+enum Inner {
+    /// The embedded store's follower, and its blobs (events holding
+    /// references are resolved).
+    Embedded {
+        sub: Box<Subscription>,
+        blobs: crate::blobs::BlobDir,
+    },
+    /// Another log's follower, and the seq it yields next.
+    Other {
+        follow: Box<dyn crate::backend::Follow>,
+        next: u64,
+    },
+}
+
+/// How long a blocking wait on another log's follower sleeps between
+/// looks at whether the log closed (the follower itself returns sooner
+/// when an event comes).
+const FOLLOW_STEP: std::time::Duration = std::time::Duration::from_secs(1);
+
 /// A live, decoded follower of one session ([`subscribe`]).
-#[derive(Debug)]
 pub struct SessionSubscription {
-    inner: Subscription,
+    inner: Inner,
+    session: String,
     registry: Arc<Registry>,
     /// A decode error or the session's deletion was yielded: the
     /// subscription is over.
     failed: bool,
-    /// The store's blobs (events holding references are resolved).
-    blobs: crate::blobs::BlobDir,
+}
+
+impl std::fmt::Debug for SessionSubscription {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SessionSubscription")
+            .field("session", &self.session)
+            .field("next_seq", &self.next_seq())
+            .finish()
+    }
 }
 
 impl SessionSubscription {
     /// The seq of the next event it yields.
     pub fn next_seq(&self) -> u64 {
-        self.inner.next_seq()
+        match &self.inner {
+            Inner::Embedded { sub, .. } => sub.next_seq(),
+            Inner::Other { next, .. } => *next,
+        }
     }
 
     /// The next durable event without waiting (`Ok(None)`: none yet).
@@ -169,29 +214,71 @@ impl SessionSubscription {
         if self.failed {
             return Ok(None);
         }
-        match self.inner.try_next()? {
+        let raw = match &mut self.inner {
+            Inner::Embedded { sub, .. } => sub.try_next()?.map(Raw::from),
+            Inner::Other { follow, .. } => match follow.next_timeout(std::time::Duration::ZERO) {
+                Ok(e) => e.map(Raw::from),
+                Err(crate::Error::Closed) => None,
+                Err(e) => return Err(e),
+            },
+        };
+        match raw {
             Some(e) => self.decode(e).map(Some),
             None => Ok(None),
         }
     }
 
     /// The next durable event as a future; `None` when the store closes.
+    /// (On a log other than the embedded store, the wait blocks the
+    /// calling thread.)
     pub async fn next_async(&mut self) -> Option<Result<SessionEvent>> {
         if self.failed {
             return None;
         }
-        let e = self.inner.next_async().await?;
-        Some(e.and_then(|e| self.decode(e)))
+        let raw = match &mut self.inner {
+            Inner::Embedded { sub, .. } => sub.next_async().await?.map(Raw::from),
+            Inner::Other { .. } => self.next_blocking()?,
+        };
+        Some(raw.and_then(|e| self.decode(e)))
     }
 
-    fn decode(&mut self, e: crate::Event) -> Result<SessionEvent> {
-        let e = crate::session::blob_refs::resolve_event(&self.blobs, e).inspect_err(|_| {
-            self.failed = true;
-        })?;
-        let ev = event::decode_view(e.seq.0, e.kind, e.flags, &e.payload, &self.registry).map_err(
+    /// Wait on another log's follower until an event comes (`None`: the
+    /// log closed).
+    fn next_blocking(&mut self) -> Option<Result<Raw>> {
+        let Inner::Other { follow, .. } = &mut self.inner else {
+            return None;
+        };
+        loop {
+            match follow.next_timeout(FOLLOW_STEP) {
+                Ok(Some(e)) => return Some(Ok(Raw::from(e))),
+                Ok(None) => continue,
+                Err(crate::Error::Closed) => return None,
+                Err(e) => return Some(Err(e)),
+            }
+        }
+    }
+
+    fn decode(&mut self, e: Raw) -> Result<SessionEvent> {
+        let payload = match &self.inner {
+            Inner::Embedded { blobs, .. } => {
+                match crate::session::blob_refs::resolve(blobs, &e.payload) {
+                    Ok(std::borrow::Cow::Borrowed(_)) => e.payload,
+                    Ok(std::borrow::Cow::Owned(p)) => p,
+                    Err(err) => {
+                        self.failed = true;
+                        return Err(err);
+                    }
+                }
+            }
+            Inner::Other { .. } => e.payload,
+        };
+        if let Inner::Other { next, .. } = &mut self.inner {
+            *next = e.seq + 1;
+        }
+        let ev = event::decode_view(e.seq, e.kind, e.flags, &payload, &self.registry).map_err(
             |err| {
                 self.failed = true;
-                decode_error(self.inner.session(), e.seq.0, err)
+                decode_error(&self.session, e.seq, err)
             },
         )?;
         if ev.kind == EventKind::Core(CoreKind::SessionDelete) {
@@ -202,6 +289,36 @@ impl SessionSubscription {
     }
 }
 
+/// One event as a follower yields it, before decoding.
+struct Raw {
+    seq: u64,
+    kind: u16,
+    flags: u16,
+    payload: Vec<u8>,
+}
+
+impl From<crate::Event> for Raw {
+    fn from(e: crate::Event) -> Raw {
+        Raw {
+            seq: e.seq.0,
+            kind: e.kind,
+            flags: e.flags,
+            payload: e.payload,
+        }
+    }
+}
+
+impl From<crate::backend::LogEvent> for Raw {
+    fn from(e: crate::backend::LogEvent) -> Raw {
+        Raw {
+            seq: e.seq,
+            kind: e.kind,
+            flags: e.flags,
+            payload: e.payload,
+        }
+    }
+}
+
 impl Iterator for SessionSubscription {
     type Item = Result<SessionEvent>;
 
@@ -209,8 +326,11 @@ impl Iterator for SessionSubscription {
         if self.failed {
             return None;
         }
-        let e = self.inner.next()?;
-        Some(e.and_then(|e| self.decode(e)))
+        let raw = match &mut self.inner {
+            Inner::Embedded { sub, .. } => sub.next()?.map(Raw::from),
+            Inner::Other { .. } => self.next_blocking()?,
+        };
+        Some(raw.and_then(|e| self.decode(e)))
     }
 }
 
@@ -221,6 +341,7 @@ pub mod tokio {
     use super::*;
     use crate::error::Error;
     use crate::session::repair::RepairReport;
+    use crate::store::Store;
 
     async fn blocking<T: Send + 'static>(
         f: impl FnOnce() -> Result<T> + Send + 'static,

@@ -814,6 +814,53 @@ pub fn random_histories_agree_on_both_backends(cx: &Ctx) {
         .unwrap();
 }
 
+/// A follower on another worker sees every durable event once, in order,
+/// as the writer makes it durable, and ends after the tombstone.
+pub fn a_follower_sees_every_event_once(kit: &Kit) -> Vec<(u64, String)> {
+    let reg = registry();
+    let mut s = Session::create(kit.log.clone(), "fol", reg.clone()).unwrap();
+    turn(&mut s, 0, usize::MAX);
+    s.flush().unwrap();
+    let other = (kit.second)();
+    let mut sub = subscribe(&other, "fol", reg.clone(), 0).unwrap();
+    let mut seen = Vec::new();
+    let mut take = |sub: &mut SessionSubscription, n: usize| {
+        for _ in 0..n {
+            let e = sub.next().expect("the follower ended").unwrap();
+            seen.push((e.seq, e.kind.name().to_string()));
+        }
+    };
+    take(&mut sub, TURN_APPENDS);
+    assert!(
+        sub.try_next().unwrap().is_none(),
+        "{}: nothing more yet",
+        kit.name
+    );
+    // The writer goes on, from another thread, while the follower waits.
+    let writer = std::thread::spawn(move || {
+        turn(&mut s, 1, usize::MAX);
+        s.flush().unwrap();
+        s.delete().unwrap();
+    });
+    take(&mut sub, TURN_APPENDS + 1);
+    writer.join().unwrap();
+    assert!(
+        sub.next().is_none(),
+        "{}: ends after the tombstone",
+        kit.name
+    );
+    assert_eq!(
+        seen.iter().map(|e| e.0).collect::<Vec<_>>(),
+        (0..2 * TURN_APPENDS as u64 + 1).collect::<Vec<_>>(),
+        "{}",
+        kit.name
+    );
+    assert_eq!(seen.last().unwrap().1, "session/delete");
+    // A deleted session cannot be followed.
+    assert!(subscribe(&other, "fol", reg, 0).unwrap_err().is_not_found());
+    seen
+}
+
 /// The same bodies on both backends; the outcomes must be equal.
 pub fn session_layer_on_both_backends(cx: &Ctx) {
     let (e, p) = (Kit::embedded(), Kit::postgres(cx));
@@ -880,6 +927,11 @@ pub fn session_layer_on_both_backends(cx: &Ctx) {
     assert_eq!(
         snapshots_cover_what_is_durable(&e),
         snapshots_cover_what_is_durable(&p)
+    );
+    let (e, p) = (Kit::embedded(), Kit::postgres(cx));
+    assert_eq!(
+        a_follower_sees_every_event_once(&e),
+        a_follower_sees_every_event_once(&p)
     );
     let (e, p) = (Kit::embedded(), Kit::postgres(cx));
     one_writer_per_session(&e);
