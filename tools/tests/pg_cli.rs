@@ -358,17 +358,9 @@ fn read_commands_on_a_url_print_what_they_print_on_the_directory(cx: &Ctx) {
     build_source(&a);
     copy(p(&a), &cx.url);
     let same = |args: &[&str]| {
-        let with = |target: &str| {
-            let mut v = vec![args[0], target];
-            v.extend_from_slice(&args[1..]);
-            let out = turnstone(&v);
-            assert_eq!(code(&out), 0, "{v:?}: {}", stderr(&out));
-            stdout(&out)
-        };
-        let (dir, url) = (with(p(&a)), with(&cx.url));
-        assert!(!dir.is_empty(), "{args:?} printed nothing");
-        assert_eq!(dir, url, "{args:?}");
-        dir
+        let out = same_on_both(&a, &cx.url, args);
+        assert!(!out.is_empty(), "{args:?} printed nothing");
+        out
     };
     let listed = same(&["sessions", "--json"]);
     assert_eq!(listed.lines().count(), 5, "{listed}");
