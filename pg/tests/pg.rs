@@ -14,72 +14,9 @@ use std::time::Duration;
 use turnstone::backend::EventLog;
 use turnstone_pg::{PgError, PgLog, PgOptions, SCHEMA_VERSION};
 
-struct Server {
-    url: String,
-    /// The private server's directory (None: an outside server).
-    dir: Option<String>,
-}
-
-fn script() -> String {
-    format!("{}/../.ci/postgres.sh", env!("CARGO_MANIFEST_DIR"))
-}
-
-impl Server {
-    fn start() -> Server {
-        if let Ok(url) = std::env::var("TURNSTONE_PG_URL") {
-            return Server { url, dir: None };
-        }
-        let out = Command::new("bash")
-            .arg(script())
-            .arg("start")
-            .output()
-            .expect("run .ci/postgres.sh");
-        assert!(
-            out.status.success(),
-            "could not start a private PostgreSQL (install Debian's postgresql, or set \
-             TURNSTONE_PG_URL): {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        let line = String::from_utf8(out.stdout).unwrap();
-        let mut url = None;
-        let mut dir = None;
-        for word in line.split_whitespace() {
-            if let Some(v) = word.strip_prefix("PGURL=") {
-                url = Some(v.to_string());
-            }
-            if let Some(v) = word.strip_prefix("PGDIR_TURNSTONE=") {
-                dir = Some(v.to_string());
-            }
-        }
-        Server {
-            url: url.expect("PGURL"),
-            dir,
-        }
-    }
-
-    fn control(&self, what: &str) {
-        let dir = self.dir.as_ref().expect("a private server");
-        let st = Command::new("bash")
-            .arg(script())
-            .arg(what)
-            .arg(dir)
-            .status()
-            .unwrap();
-        assert!(st.success(), "postgres.sh {what}");
-    }
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        if let Some(dir) = &self.dir {
-            let _ = Command::new("bash")
-                .arg(script())
-                .arg("stop")
-                .arg(dir)
-                .status();
-        }
-    }
-}
+#[path = "support/server.rs"]
+mod server;
+use server::Server;
 
 struct Ctx {
     server: Arc<Server>,

@@ -8,71 +8,19 @@
 //! argument is honoured, as with libtest).
 
 mod common;
+#[path = "../../pg/tests/support/server.rs"]
+mod server;
 
 use std::collections::BTreeMap;
 use std::path::Path;
-use std::process::Command;
 use std::sync::Arc;
 
 use common::*;
 use serde_json::Value;
+use server::Server;
 use turnstone::session::{ContentBlock, MetaUpdate, Registry, Session, SurfaceOp, UserMessage};
 use turnstone::{Options, Store};
 use turnstone_pg::{PgLog, PgOptions};
-
-struct Server {
-    url: String,
-    dir: Option<String>,
-}
-
-fn script() -> String {
-    format!("{}/../.ci/postgres.sh", env!("CARGO_MANIFEST_DIR"))
-}
-
-impl Server {
-    fn start() -> Server {
-        if let Ok(url) = std::env::var("TURNSTONE_PG_URL") {
-            return Server { url, dir: None };
-        }
-        let out = Command::new("bash")
-            .arg(script())
-            .arg("start")
-            .output()
-            .expect("run .ci/postgres.sh");
-        assert!(
-            out.status.success(),
-            "could not start a private PostgreSQL (install Debian's postgresql, or set \
-             TURNSTONE_PG_URL): {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        let line = String::from_utf8(out.stdout).unwrap();
-        let (mut url, mut dir) = (None, None);
-        for word in line.split_whitespace() {
-            if let Some(v) = word.strip_prefix("PGURL=") {
-                url = Some(v.to_string());
-            }
-            if let Some(v) = word.strip_prefix("PGDIR_TURNSTONE=") {
-                dir = Some(v.to_string());
-            }
-        }
-        Server {
-            url: url.expect("PGURL"),
-            dir,
-        }
-    }
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        if let Some(dir) = &self.dir {
-            let _ = Command::new("bash")
-                .arg(script())
-                .arg("stop")
-                .arg(dir)
-                .status();
-        }
-    }
-}
 
 struct Ctx {
     /// This test's database.
