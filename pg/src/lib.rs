@@ -26,10 +26,11 @@
 //!   `turnstone_events` with `"<session> <len>"`; [`Subscription`] listens
 //!   before it reads, so no commit is missed.
 //!
-//! Not built yet (said in the README): the storage trait that puts the
-//! session layer on this log, and `serve` on a connection URL. The CLI's
-//! `copy` and read commands on a URL use this crate (`tools/src/copy.rs`,
-//! `tools/src/pg_views.rs`).
+//! The session layer runs on this log through [`PgEventLog`] (the engine's
+//! `EventLog` trait; docs/BACKENDS.md), and so do the CLI's commands on a
+//! URL (`tools/src/copy.rs`, `tools/src/pg_views.rs`, `tools/src/place.rs`)
+//! and the Python and Node packages. Not built yet (said in the README):
+//! `serve` on a connection URL.
 
 mod error;
 mod event_log;

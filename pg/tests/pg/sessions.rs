@@ -31,6 +31,17 @@ pub struct Kit {
     detects_takeover: bool,
     /// Keeps the embedded store's directory.
     _dir: Option<tempfile::TempDir>,
+    /// Every connection pool the kit opened, closed when it drops (a test
+    /// run shares one server's connection slots).
+    pools: Arc<parking_lot::Mutex<Vec<PgLog>>>,
+}
+
+impl Drop for Kit {
+    fn drop(&mut self) {
+        for p in self.pools.lock().drain(..) {
+            p.close();
+        }
+    }
 }
 
 impl Kit {
@@ -45,6 +56,7 @@ impl Kit {
             crash: Box::new(|| {}),
             detects_takeover: false,
             _dir: Some(dir),
+            pools: Default::default(),
         }
     }
 
@@ -56,11 +68,15 @@ impl Kit {
         let first = PgLog::connect(&cx.url, opts.clone()).unwrap();
         let closer = first.clone();
         let url = cx.url.clone();
+        let pools: Arc<parking_lot::Mutex<Vec<PgLog>>> = Default::default();
+        pools.lock().push(first.clone());
+        let opened = pools.clone();
         Kit {
             name: "postgres",
             log: LogHandle::from(Arc::new(PgEventLog::new(first, "worker-1"))),
             second: Box::new(move || {
                 let log = PgLog::connect(&url, opts.clone()).unwrap();
+                opened.lock().push(log.clone());
                 LogHandle::from(Arc::new(PgEventLog::new(log, "worker-2")))
             }),
             crash: Box::new(move || {
@@ -70,6 +86,7 @@ impl Kit {
             }),
             detects_takeover: true,
             _dir: None,
+            pools,
         }
     }
 }
