@@ -134,7 +134,7 @@ def test_a_session_has_one_writer_across_processes(db):
 WORKER = r"""
 import sys, turnstone
 url, acks = sys.argv[1:3]
-st = turnstone.Store(url, owner="doomed-worker", lease_ttl_ms=500)
+st = turnstone.Store(url, owner="doomed-worker", lease_ttl_ms=2000)
 s = st.create_session("agent")
 ack = open(acks, "a", buffering=1)
 turn = 0
@@ -185,7 +185,7 @@ def test_a_killed_workers_session_is_taken_over_and_repaired(db, tmp_path):
         p.send_signal(signal.SIGKILL)
         p.wait()
     acked = int(acks.read_text().split()[-1])
-    time.sleep(1.0)  # the dead worker's lease runs out
+    time.sleep(2.5)  # the dead worker's lease runs out
     s = st.open_session("agent")
     report = s.repair_report
     assert report is not None and report["turns_interrupted"] == 1, report

@@ -61,8 +61,10 @@ impl Kit {
     }
 
     pub fn postgres(cx: &Ctx) -> Kit {
+        // Long enough that a renewer delayed on a loaded machine still
+        // renews in time (every third of it); short enough to wait out.
         let opts = PgOptions {
-            lease_ttl: Duration::from_millis(400),
+            lease_ttl: Duration::from_millis(1500),
             ..PgOptions::default()
         };
         let first = PgLog::connect(&cx.url, opts.clone()).unwrap();
@@ -82,7 +84,7 @@ impl Kit {
             crash: Box::new(move || {
                 closer.close();
                 // Its leases run out.
-                std::thread::sleep(Duration::from_millis(600));
+                std::thread::sleep(Duration::from_millis(2000));
             }),
             detects_takeover: true,
             _dir: None,
