@@ -146,7 +146,7 @@ fn concurrent_writers_share_commits(cx: &Ctx) {
 fn a_writer_whose_lease_was_taken_over_is_fenced_and_writes_nothing(cx: &Ctx) {
     // a's process "pauses" (it renews nothing: a stopped process cannot).
     let opts = PgOptions {
-        lease_ttl: Duration::from_millis(300),
+        lease_ttl: Duration::from_millis(1000),
         renew_leases: false,
         ..PgOptions::default()
     };
@@ -164,7 +164,7 @@ fn a_writer_whose_lease_was_taken_over_is_fenced_and_writes_nothing(cx: &Ctx) {
         Ok(_) => panic!("two writers hold one session"),
     }
     // a pauses past its lease; b takes over.
-    std::thread::sleep(Duration::from_millis(450));
+    std::thread::sleep(Duration::from_millis(1300));
     let b = b_log.acquire("s", "b", false).unwrap();
     assert_eq!(b.previous_owner.as_deref(), Some("a"));
     let b = b.writer;
