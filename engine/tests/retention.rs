@@ -88,6 +88,7 @@ fn an_expired_session_vanishes_at_once_and_a_collection_reclaims_it() {
     };
     let ids: Vec<String> = cat.list(&q).sessions.into_iter().map(|e| e.id).collect();
     assert_eq!(ids, vec!["fresh", "kept"]);
+    assert_eq!(cat.len(), 2, "len counts what list shows");
     assert!(cat.get(&store, "old").is_none());
     assert!(delete::check_not_deleted(&store, "old")
         .unwrap_err()

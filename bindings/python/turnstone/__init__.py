@@ -93,7 +93,9 @@ class Store:
     def open_session(self, id: str) -> "Session":
         """Load a session for writing. A session a crash left open (a turn
         or a tool call without its end) is repaired first, durably; what
-        repair did is ``session.repair_report`` (None: nothing to repair)."""
+        repair did is ``session.repair_report``: a dict (``appended`` is 0
+        when there was nothing to repair), or None when the session was
+        already open in this process (it is returned as it is)."""
         native, report = self._native.open_session(id)
         return Session(native, json.loads(report))
 

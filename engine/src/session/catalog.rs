@@ -184,14 +184,23 @@ impl Catalog {
         Ok(c)
     }
 
-    /// Number of sessions listed (not deleted) as of the last refresh.
+    /// Number of sessions listed (not deleted as of the last refresh, and
+    /// not expired now under the store's retention policy: what `list`
+    /// would show unfiltered). With a policy this looks at every entry.
     pub fn len(&self) -> usize {
-        self.listed
+        if self.policy.is_empty() {
+            return self.listed;
+        }
+        self.slots
+            .iter()
+            .flatten()
+            .filter(|s| !s.deleted && !self.expired(&s.entry))
+            .count()
     }
 
     /// Whether no session is listed.
     pub fn is_empty(&self) -> bool {
-        self.listed == 0
+        self.len() == 0
     }
 
     /// One session's entry (`None`: unknown, not durable yet, or deleted).
