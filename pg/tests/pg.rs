@@ -893,63 +893,10 @@ fn main() {
             true,
         ),
     ];
-    let filter = std::env::args()
-        .skip(1)
-        .find(|a| !a.starts_with('-'))
-        .unwrap_or_default();
-    let listing = std::env::args().any(|a| a == "--list");
-    if listing {
-        for (name, ..) in tests {
-            println!("{name}: test");
-        }
-        return;
-    }
-    let server = Arc::new(Server::start());
-    let mut admin = postgres::Client::connect(&server.url, postgres::NoTls)
-        .expect("connect to the test server");
-    let (mut passed, mut failed, mut skipped) = (0, Vec::new(), 0);
-    for (i, (name, f, needs_private)) in tests.iter().enumerate() {
-        if !name.contains(&filter) {
-            continue;
-        }
-        if *needs_private && server.dir.is_none() {
-            println!("test {name} ... skipped (crashes the server: needs the private one)");
-            skipped += 1;
-            continue;
-        }
-        let db = format!("turnstone_test_{}_{i}", std::process::id());
-        admin
-            .batch_execute(&format!("CREATE DATABASE {db}"))
-            .expect("create a test database");
-        let url = format!("{}/{db}", server.url.rsplit_once('/').unwrap().0);
-        let cx = Ctx {
+    server::run_tests("turnstone_test", tests, |f, url, server| {
+        f(&Ctx {
             server: server.clone(),
             url,
-        };
-        let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| f(&cx)));
-        if admin.is_closed() {
-            admin = postgres::Client::connect(&server.url, postgres::NoTls).unwrap();
-        }
-        let _ = admin.batch_execute(&format!("DROP DATABASE IF EXISTS {db} WITH (FORCE)"));
-        match r {
-            Ok(()) => {
-                println!("test {name} ... ok");
-                passed += 1;
-            }
-            Err(_) => {
-                println!("test {name} ... FAILED");
-                failed.push(*name);
-            }
-        }
-    }
-    drop(admin);
-    println!(
-        "\ntest result: {}. {passed} passed; {} failed; {skipped} skipped",
-        if failed.is_empty() { "ok" } else { "FAILED" },
-        failed.len()
-    );
-    drop(server);
-    if !failed.is_empty() {
-        std::process::exit(1);
-    }
+        })
+    });
 }

@@ -17,7 +17,6 @@ use std::sync::Arc;
 
 use common::*;
 use serde_json::Value;
-use server::Server;
 use turnstone::session::{ContentBlock, MetaUpdate, Registry, Session, SurfaceOp, UserMessage};
 use turnstone::{Options, Store};
 use turnstone_pg::{PgLog, PgOptions};
@@ -446,77 +445,37 @@ fn session_commands_on_a_url_do_what_they_do_on_the_directory(cx: &Ctx) {
 
 fn main() {
     type Test = fn(&Ctx);
-    let tests: Vec<(&str, Test)> = vec![
+    let tests: Vec<(&str, Test, bool)> = vec![
         (
             "round_trip_dir_to_postgres_to_dir_keeps_everything",
             round_trip_dir_to_postgres_to_dir_keeps_everything,
+            false,
         ),
         (
             "read_commands_on_a_url_print_what_they_print_on_the_directory",
             read_commands_on_a_url_print_what_they_print_on_the_directory,
+            false,
         ),
         (
             "session_commands_on_a_url_do_what_they_do_on_the_directory",
             session_commands_on_a_url_do_what_they_do_on_the_directory,
+            false,
         ),
         (
             "a_missing_blob_stops_the_copy_naming_session_and_seq",
             a_missing_blob_stops_the_copy_naming_session_and_seq,
+            false,
         ),
         (
             "copy_into_a_destination_holding_a_session_writes_nothing",
             copy_into_a_destination_holding_a_session_writes_nothing,
+            false,
         ),
     ];
-    let filter = std::env::args()
-        .skip(1)
-        .find(|a| !a.starts_with('-'))
-        .unwrap_or_default();
-    if std::env::args().any(|a| a == "--list") {
-        for (name, _) in &tests {
-            println!("{name}: test");
-        }
-        return;
-    }
-    let server = Server::start();
-    let mut admin = postgres::Client::connect(&server.url, postgres::NoTls)
-        .expect("connect to the test server");
-    let (mut passed, mut failed) = (0, Vec::new());
-    for (i, (name, f)) in tests.iter().enumerate() {
-        if !name.contains(&filter) {
-            continue;
-        }
-        let db = format!("turnstone_cli_test_{}_{i}", std::process::id());
-        admin
-            .batch_execute(&format!("CREATE DATABASE {db}"))
-            .expect("create a test database");
-        let url = format!("{}/{db}", server.url.rsplit_once('/').unwrap().0);
-        let cx = Ctx {
+    server::run_tests("turnstone_cli_test", &tests, |f, url, _| {
+        f(&Ctx {
             url,
             tmp: tempfile::tempdir().unwrap(),
-        };
-        let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| f(&cx)));
-        drop(cx);
-        let _ = admin.batch_execute(&format!("DROP DATABASE IF EXISTS {db} WITH (FORCE)"));
-        match r {
-            Ok(()) => {
-                println!("test {name} ... ok");
-                passed += 1;
-            }
-            Err(_) => {
-                println!("test {name} ... FAILED");
-                failed.push(*name);
-            }
-        }
-    }
-    drop(admin);
-    println!(
-        "\ntest result: {}. {passed} passed; {} failed",
-        if failed.is_empty() { "ok" } else { "FAILED" },
-        failed.len()
-    );
-    drop(server);
-    if !failed.is_empty() {
-        std::process::exit(1);
-    }
+        })
+    });
 }

@@ -162,9 +162,10 @@ fn turn(s: &mut Session, t: u64, upto: usize) -> usize {
     let tid = format!("t{t}");
     let call = format!("call-{t}");
     let mut n = 0;
-    let mut step = |s: &mut Session, f: &dyn Fn(&mut Session)| {
+    // Each step is one append (its seq, unused).
+    let mut step = |s: &mut Session, f: &dyn Fn(&mut Session) -> turnstone::Result<u64>| {
         if n < upto {
-            f(s);
+            f(s).unwrap();
             n += 1;
         }
     };
@@ -175,8 +176,6 @@ fn turn(s: &mut Session, t: u64, upto: usize) -> usize {
             },
             (),
         )
-        .map(|_| ())
-        .unwrap()
     });
     step(s, &|s| {
         let mut spec = match s.header() {
@@ -194,7 +193,7 @@ fn turn(s: &mut Session, t: u64, upto: usize) -> usize {
             input_schema: json!({"type": "object"}),
             extra: Default::default(),
         }];
-        s.prepare_request(&spec).unwrap();
+        s.prepare_request(&spec).map(|_| 0)
     });
     step(s, &|s| {
         s.append(
@@ -203,8 +202,6 @@ fn turn(s: &mut Session, t: u64, upto: usize) -> usize {
             },
             SurfaceOp::Append,
         )
-        .map(|_| ())
-        .unwrap()
     });
     step(s, &|s| {
         s.append(
@@ -214,8 +211,6 @@ fn turn(s: &mut Session, t: u64, upto: usize) -> usize {
             },
             (),
         )
-        .map(|_| ())
-        .unwrap()
     });
     step(s, &|s| {
         s.append(
@@ -225,8 +220,6 @@ fn turn(s: &mut Session, t: u64, upto: usize) -> usize {
             },
             (),
         )
-        .map(|_| ())
-        .unwrap()
     });
     step(s, &|s| {
         let mut content = native_blocks(t);
@@ -245,8 +238,6 @@ fn turn(s: &mut Session, t: u64, upto: usize) -> usize {
             },
             SurfaceOp::Append,
         )
-        .map(|_| ())
-        .unwrap()
     });
     step(s, &|s| {
         s.append(
@@ -257,8 +248,6 @@ fn turn(s: &mut Session, t: u64, upto: usize) -> usize {
             },
             (),
         )
-        .map(|_| ())
-        .unwrap()
     });
     step(s, &|s| {
         s.append(
@@ -270,8 +259,6 @@ fn turn(s: &mut Session, t: u64, upto: usize) -> usize {
             },
             SurfaceOp::Append,
         )
-        .map(|_| ())
-        .unwrap()
     });
     step(s, &|s| {
         s.append(
@@ -282,8 +269,6 @@ fn turn(s: &mut Session, t: u64, upto: usize) -> usize {
             },
             (),
         )
-        .map(|_| ())
-        .unwrap()
     });
     step(s, &|s| {
         s.append(
@@ -295,8 +280,6 @@ fn turn(s: &mut Session, t: u64, upto: usize) -> usize {
             },
             SurfaceOp::Append,
         )
-        .map(|_| ())
-        .unwrap()
     });
     step(s, &|s| {
         s.append(
@@ -306,8 +289,6 @@ fn turn(s: &mut Session, t: u64, upto: usize) -> usize {
             },
             (),
         )
-        .map(|_| ())
-        .unwrap()
     });
     n
 }

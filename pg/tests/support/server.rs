@@ -76,3 +76,70 @@ impl Drop for Server {
         }
     }
 }
+
+/// The `main` of a `harness = false` test binary: runs each test whose
+/// name holds the first non-flag argument (libtest's filter; `--list`
+/// lists them) in its own database on one server, dropped afterwards, and
+/// exits 1 if any failed. A test that crashes the server (`needs_private`)
+/// is skipped on an outside one. `run` calls a test with its database's
+/// URL and the server.
+pub fn run_tests<F>(
+    prefix: &str,
+    tests: &[(&str, F, bool)],
+    run: impl Fn(&F, String, &std::sync::Arc<Server>),
+) {
+    let filter = std::env::args()
+        .skip(1)
+        .find(|a| !a.starts_with('-'))
+        .unwrap_or_default();
+    if std::env::args().any(|a| a == "--list") {
+        for (name, ..) in tests {
+            println!("{name}: test");
+        }
+        return;
+    }
+    let server = std::sync::Arc::new(Server::start());
+    let mut admin = postgres::Client::connect(&server.url, postgres::NoTls)
+        .expect("connect to the test server");
+    let (mut passed, mut failed, mut skipped) = (0, Vec::new(), 0);
+    for (i, (name, f, needs_private)) in tests.iter().enumerate() {
+        if !name.contains(&filter) {
+            continue;
+        }
+        if *needs_private && server.dir.is_none() {
+            println!("test {name} ... skipped (crashes the server: needs the private one)");
+            skipped += 1;
+            continue;
+        }
+        let db = format!("{prefix}_{}_{i}", std::process::id());
+        admin
+            .batch_execute(&format!("CREATE DATABASE {db}"))
+            .expect("create a test database");
+        let url = format!("{}/{db}", server.url.rsplit_once('/').unwrap().0);
+        let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| run(f, url, &server)));
+        if admin.is_closed() {
+            admin = postgres::Client::connect(&server.url, postgres::NoTls).unwrap();
+        }
+        let _ = admin.batch_execute(&format!("DROP DATABASE IF EXISTS {db} WITH (FORCE)"));
+        match r {
+            Ok(()) => {
+                println!("test {name} ... ok");
+                passed += 1;
+            }
+            Err(_) => {
+                println!("test {name} ... FAILED");
+                failed.push(*name);
+            }
+        }
+    }
+    drop(admin);
+    println!(
+        "\ntest result: {}. {passed} passed; {} failed; {skipped} skipped",
+        if failed.is_empty() { "ok" } else { "FAILED" },
+        failed.len()
+    );
+    drop(server);
+    if !failed.is_empty() {
+        std::process::exit(1);
+    }
+}
