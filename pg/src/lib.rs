@@ -35,6 +35,7 @@
 mod error;
 mod event_log;
 mod schema;
+mod url;
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
@@ -50,6 +51,7 @@ use postgres::{Client, NoTls};
 pub use error::{PgError, Result};
 pub use event_log::{engine_error, PgEventLog};
 pub use schema::SCHEMA_VERSION;
+pub use url::{is_url, redact};
 
 use error::db;
 

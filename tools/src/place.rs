@@ -3,6 +3,7 @@
 
 use std::path::PathBuf;
 
+pub use turnstone_pg::{is_url, redact};
 use turnstone_pg::{PgError, PgLog, PgOptions};
 
 use crate::Failure;
@@ -12,12 +13,6 @@ use crate::Failure;
 pub enum Place {
     Dir(PathBuf),
     Url(String),
-}
-
-/// Whether `s` is a PostgreSQL connection URL rather than a path.
-pub fn is_url(s: &str) -> bool {
-    let lower = s.get(..13).unwrap_or(s).to_ascii_lowercase();
-    lower.starts_with("postgres://") || lower.starts_with("postgresql://")
 }
 
 impl Place {
@@ -41,24 +36,6 @@ impl Place {
 /// The URL a path argument holds, if it is one.
 pub fn url_of(p: &std::path::Path) -> Option<&str> {
     p.to_str().filter(|s| is_url(s))
-}
-
-/// `postgres://user:secret@host/db` → `postgres://user:***@host/db`.
-pub fn redact(url: &str) -> String {
-    let Some((scheme, rest)) = url.split_once("://") else {
-        return url.to_string();
-    };
-    let (auth, tail) = match rest.find(['/', '?']) {
-        Some(i) => rest.split_at(i),
-        None => (rest, ""),
-    };
-    match auth.rsplit_once('@') {
-        Some((userinfo, host)) => match userinfo.split_once(':') {
-            Some((user, _)) => format!("{scheme}://{user}:***@{host}{tail}"),
-            None => url.to_string(),
-        },
-        None => url.to_string(),
-    }
 }
 
 /// The sentence for a PostgreSQL error, naming the database.
@@ -119,23 +96,11 @@ mod tests {
     use super::*;
 
     #[test]
-    fn urls_and_paths_are_told_apart() {
-        assert!(is_url("postgres://u@h/db"));
-        assert!(is_url("PostgreSQL://u@h/db"));
-        assert!(!is_url("./postgres://x"));
-        assert!(!is_url("/tmp/store"));
-        assert!(!is_url("postgres"));
+    fn a_url_is_a_place_of_its_own() {
         assert_eq!(Place::parse("dir"), Place::Dir(PathBuf::from("dir")));
-    }
-
-    #[test]
-    fn a_password_is_not_shown() {
         assert_eq!(
-            redact("postgres://me:s3cret@db.example:5432/app?sslmode=disable"),
-            "postgres://me:***@db.example:5432/app?sslmode=disable"
+            Place::parse("postgres://u@h/db"),
+            Place::Url("postgres://u@h/db".into())
         );
-        assert_eq!(redact("postgres://me@h/db"), "postgres://me@h/db");
-        assert_eq!(redact("postgresql://h/db"), "postgresql://h/db");
-        assert!(!redact("postgres://a:p@ss@h/db").contains("p@ss"));
     }
 }

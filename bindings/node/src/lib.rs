@@ -21,7 +21,7 @@ use turnstone::session::{
     SharedSession, SurfaceOp,
 };
 use turnstone::{Error as TsError, Options, Store as TsStore};
-use turnstone_pg::{PgEventLog, PgLog, PgOptions};
+use turnstone_pg::{is_url, redact, PgEventLog, PgLog, PgOptions};
 
 fn kind_of(e: &TsError) -> (&'static str, Option<String>, Option<u64>) {
     let (path, offset) = e.location();
@@ -93,26 +93,6 @@ pub struct NativeStore {
     /// A database's connection pool (issue 18), closed by `close`.
     pg: Option<PgLog>,
     registry: Arc<Registry>,
-}
-
-/// Whether `path` is a PostgreSQL connection URL.
-fn is_url(path: &str) -> bool {
-    let lower = path.get(..13).unwrap_or(path).to_ascii_lowercase();
-    lower.starts_with("postgres://") || lower.starts_with("postgresql://")
-}
-
-/// A URL without its password, for messages.
-fn redact(url: &str) -> String {
-    match url.split_once("://") {
-        Some((scheme, rest)) => match rest.split_once('@') {
-            Some((auth, host)) => match auth.split_once(':') {
-                Some((user, _)) => format!("{scheme}://{user}:***@{host}"),
-                None => url.to_string(),
-            },
-            None => url.to_string(),
-        },
-        None => url.to_string(),
-    }
 }
 
 impl NativeStore {

@@ -21,7 +21,7 @@ use turnstone::session::{
     SharedSession, SurfaceOp,
 };
 use turnstone::{Error, Options, Store};
-use turnstone_pg::{PgEventLog, PgLog, PgOptions};
+use turnstone_pg::{is_url, redact, PgEventLog, PgLog, PgOptions};
 
 create_exception!(
     _native,
@@ -149,26 +149,6 @@ struct NativeStore {
     /// The database's connection pool, closed by `close`.
     pg: Option<PgLog>,
     registry: Arc<Registry>,
-}
-
-/// Whether `path` is a PostgreSQL connection URL.
-fn is_url(path: &str) -> bool {
-    let lower = path.get(..13).unwrap_or(path).to_ascii_lowercase();
-    lower.starts_with("postgres://") || lower.starts_with("postgresql://")
-}
-
-/// `postgres://user:secret@host/db` without the password, for messages.
-fn redact(url: &str) -> String {
-    match (url.split_once("://"), url.rfind('@')) {
-        (Some((scheme, rest)), Some(_)) => match rest.split_once('@') {
-            Some((auth, host)) => match auth.split_once(':') {
-                Some((user, _)) => format!("{scheme}://{user}:***@{host}"),
-                None => url.to_string(),
-            },
-            None => url.to_string(),
-        },
-        _ => url.to_string(),
-    }
 }
 
 impl NativeStore {

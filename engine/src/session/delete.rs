@@ -25,10 +25,7 @@ pub fn deleted_at<'a>(log: impl Into<LogRef<'a>>, id: &str) -> Result<Option<u64
     let Some(last) = len.checked_sub(1) else {
         return Ok(None);
     };
-    let kind = match log {
-        LogRef::Embedded(store) => store.read(id, last)?.kind,
-        LogRef::Other(_) => log.kind_at(id, last)?,
-    };
+    let (kind, _, _) = log.stored_event(id, last)?;
     Ok((kind == CoreKind::SessionDelete.code()).then_some(last))
 }
 

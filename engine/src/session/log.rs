@@ -260,20 +260,6 @@ impl<'a> LogRef<'a> {
                 .collect(),
         }
     }
-
-    /// The kind of event `seq` of `id`.
-    pub(crate) fn kind_at(self, id: &str, seq: u64) -> Result<u16> {
-        let mut kind = None;
-        self.visit(id, seq..seq + 1, |e| {
-            kind = Some(e.kind);
-            ControlFlow::Break(())
-        })?;
-        kind.ok_or_else(|| Error::SeqOutOfRange {
-            session: id.to_string(),
-            seq,
-            len: seq,
-        })
-    }
 }
 
 /// A session's name and its `(parent, fork seq)`.
