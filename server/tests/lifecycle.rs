@@ -20,7 +20,10 @@ fn segment_bytes(dir: &Path) -> u64 {
         .unwrap()
         .flatten()
         .filter(|e| e.file_name().to_string_lossy().ends_with(".tseg"))
-        .map(|e| e.metadata().unwrap().len())
+        // The collector may remove a file between the listing and the stat:
+        // a file gone by then holds no bytes.
+        .filter_map(|e| e.metadata().ok())
+        .map(|m| m.len())
         .sum()
 }
 

@@ -58,7 +58,10 @@ fn dir_bytes(dir: &Path) -> u64 {
         .unwrap()
         .filter_map(|e| e.ok())
         .filter(|e| e.file_name().to_string_lossy().ends_with(".tseg"))
-        .map(|e| e.metadata().unwrap().len())
+        // The collector may remove a file between the listing and the stat:
+        // a file gone by then holds no bytes.
+        .filter_map(|e| e.metadata().ok())
+        .map(|m| m.len())
         .sum()
 }
 
