@@ -42,6 +42,18 @@ fn payload(i: u64) -> Vec<u8> {
 
 // ---- the tests
 
+/// The names of a table's constraints, sorted.
+fn constraints(sql: &mut postgres::Client, table: &str) -> Vec<String> {
+    sql.query(
+        "SELECT conname::text FROM pg_constraint WHERE conrelid = $1::text::regclass ORDER BY 1",
+        &[&table],
+    )
+    .unwrap()
+    .iter()
+    .map(|r| r.get(0))
+    .collect()
+}
+
 fn schema_is_created_once_and_a_newer_one_is_refused(cx: &Ctx) {
     let a = cx.log();
     a.close();
@@ -58,6 +70,10 @@ fn schema_is_created_once_and_a_newer_one_is_refused(cx: &Ctx) {
         .unwrap()
         .get(0);
     assert_eq!(v, SCHEMA_VERSION);
+    assert_eq!(
+        constraints(&mut sql, "turnstone_events"),
+        ["turnstone_events_pkey"]
+    );
     sql.execute("UPDATE turnstone_schema SET version = 99", &[])
         .unwrap();
     match PgLog::connect(&cx.url, PgOptions::default()) {
@@ -649,6 +665,18 @@ fn a_version_1_database_is_migrated_in_place(cx: &Ctx) {
         .unwrap()
         .get(0);
     assert_eq!(v, SCHEMA_VERSION);
+    // Step 3 dropped the events' foreign key; the snapshots keep theirs.
+    assert_eq!(
+        constraints(&mut sql, "turnstone_events"),
+        ["turnstone_events_pkey"]
+    );
+    assert_eq!(
+        constraints(&mut sql, "turnstone_snapshots"),
+        [
+            "turnstone_snapshots_pkey",
+            "turnstone_snapshots_session_fkey"
+        ]
+    );
     let evs = log.read_range("old", 0..2).unwrap();
     assert_eq!(
         evs.iter()
