@@ -47,6 +47,22 @@ pub trait EventLog: Send + Sync {
     /// Return once everything appended to `session` is durable.
     fn sync_session(&self, session: &str) -> Result<()>;
 
+    /// [`EventLog::sync_session`] for async callers, up to a point: `Ready`
+    /// once events `0..len` of `session` that this handle appended are
+    /// durable (or the wait failed, with its error); otherwise `Pending`,
+    /// having arranged for `cx`'s waker to be woken when that may have
+    /// changed. The default makes the whole wait in this call, blocking
+    /// the calling thread, and returns `Ready`.
+    fn poll_durable(
+        &self,
+        session: &str,
+        len: u64,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Result<()>> {
+        let _ = (len, cx);
+        std::task::Poll::Ready(self.sync_session(session))
+    }
+
     /// Events `0..n` of `session` are durable (inherited ones included);
     /// `None`: no such session.
     fn durable_len(&self, session: &str) -> Result<Option<u64>>;
@@ -144,6 +160,23 @@ pub trait Follow: Send {
     /// The next durable event, waiting up to `timeout` for one: `Ok(None)`
     /// if none came. [`Error::Closed`] once the log is closed.
     fn next_timeout(&mut self, timeout: std::time::Duration) -> Result<Option<LogEvent>>;
+
+    /// The next durable event for async callers: `Ready(Ok(event))`,
+    /// `Ready(Err(..))` ([`Error::Closed`] once the log is closed), or
+    /// `Pending`, having arranged for `cx`'s waker to be woken when an
+    /// event or the end comes. An event is never lost to a dropped future:
+    /// it stays with the follower until a poll returns it. The default
+    /// waits in this call, blocking the calling thread.
+    fn poll_next(&mut self, cx: &mut std::task::Context<'_>) -> std::task::Poll<Result<LogEvent>> {
+        let _ = cx;
+        loop {
+            match self.next_timeout(std::time::Duration::from_secs(1)) {
+                Ok(Some(e)) => return std::task::Poll::Ready(Ok(e)),
+                Ok(None) => continue,
+                Err(e) => return std::task::Poll::Ready(Err(e)),
+            }
+        }
+    }
 }
 
 /// A writer's hold on a session ([`EventLog::claim`]).

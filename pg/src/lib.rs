@@ -169,6 +169,9 @@ struct Queue {
     next_writer: u64,
     closed: bool,
     stats: PgStats,
+    /// Async waits ([`Writer::poll_sync`]) to wake after the next commit
+    /// (or when the lane stops), as `done` wakes the blocking ones.
+    wakers: Vec<std::task::Waker>,
 }
 
 struct Inner {
@@ -190,6 +193,18 @@ struct Lane {
     work: Condvar,
     /// Writers wait here for their commits.
     done: Condvar,
+}
+
+impl Lane {
+    /// Tell every waiter, blocking or async, that writers' states changed.
+    fn settle(&self, mut q: parking_lot::MutexGuard<'_, Queue>) {
+        let wakers = std::mem::take(&mut q.wakers);
+        drop(q);
+        self.done.notify_all();
+        for w in wakers {
+            w.wake();
+        }
+    }
 }
 
 impl Inner {
@@ -743,6 +758,29 @@ impl Writer {
         }
     }
 
+    /// [`Writer::sync`] for async callers, up to a point: `Ready` once the
+    /// database holds events `0..len` of this session (or the writer is
+    /// broken: fenced, deleted, failed or closed, with its error);
+    /// otherwise `Pending`, and `cx`'s waker is woken by the lane's next
+    /// commit or stop. No thread waits.
+    pub fn poll_sync(
+        &self,
+        len: u64,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Result<()>> {
+        let lane = &self.log.inner.lanes[self.lane];
+        let mut q = lane.queue.lock();
+        let st = &q.writers[&self.id];
+        if let Some(b) = &st.broken {
+            return std::task::Poll::Ready(Err(broken_error(&self.session, b)));
+        }
+        if st.committed >= len {
+            return std::task::Poll::Ready(Ok(()));
+        }
+        q.wakers.push(cx.waker().clone());
+        std::task::Poll::Pending
+    }
+
     /// Commit what is queued and give the lease up (only if this writer
     /// still holds it).
     pub fn release(self) -> Result<()> {
@@ -965,8 +1003,7 @@ fn committer(inner: Arc<Inner>, lane: usize) {
                     st.broken
                         .get_or_insert(Broken::Failed("the committer thread panicked".into()));
                 }
-                drop(q);
-                l.done.notify_all();
+                l.settle(q);
             }
         }
     }
@@ -983,8 +1020,7 @@ fn committer(inner: Arc<Inner>, lane: usize) {
                 for st in q.writers.values_mut() {
                     st.broken.get_or_insert(Broken::Closed);
                 }
-                drop(q);
-                l.done.notify_all();
+                l.settle(q);
                 return;
             }
             let mut batch = std::mem::take(&mut q.pending);
@@ -1053,8 +1089,7 @@ fn committer(inner: Arc<Inner>, lane: usize) {
             }
         }
         q.writers.retain(|_, st| !(st.dropped && st.settled()));
-        drop(q);
-        l.done.notify_all();
+        l.settle(q);
     }
 }
 

@@ -831,6 +831,9 @@ fn a_live_idle_writer_keeps_its_lease(cx: &Ctx) {
 #[path = "pg/sessions.rs"]
 mod sessions;
 
+#[path = "pg/asynchronous.rs"]
+mod asynchronous;
+
 type TestFn = fn(&Ctx);
 
 fn main() {
@@ -888,6 +891,16 @@ fn main() {
         (
             "event_log_conformance_postgres",
             event_log_conformance_postgres,
+            false,
+        ),
+        (
+            "an_async_flush_waits_without_a_thread",
+            asynchronous::an_async_flush_waits_without_a_thread,
+            false,
+        ),
+        (
+            "an_async_follower_waits_without_a_thread_and_loses_nothing_when_cancelled",
+            asynchronous::an_async_follower_waits_without_a_thread_and_loses_nothing_when_cancelled,
             false,
         ),
         (

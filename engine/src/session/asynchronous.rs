@@ -30,24 +30,33 @@ use crate::store::{DurableWait, Subscription};
 
 impl Session {
     /// [`Session::flush`] as a future: every event this handle appended is
-    /// durable when it completes. On the embedded store the task holds no
-    /// thread meanwhile; on another log ([`crate::session::LogHandle::Other`])
-    /// the wait is made in this call, blocking the calling thread, and the
-    /// future returns its result.
+    /// durable when it completes. The task holds no thread meanwhile: the
+    /// embedded store's flusher wakes it, or another log's
+    /// [`crate::backend::EventLog::poll_durable`] (PostgreSQL: the commit
+    /// lane that commits the events).
     pub fn flush_async(&self) -> FlushWait {
-        match self.durability_point().log_pos() {
-            Some((store, pos)) => FlushWait::Embedded(store.wait_durable_async(pos)),
-            None => FlushWait::Done(Some(self.flush())),
-        }
+        self.durability_point().wait_async()
     }
 }
 
-/// The future of [`Session::flush_async`].
+/// The future of [`Session::flush_async`] and
+/// [`crate::session::DurabilityPoint::wait_async`].
 #[must_use = "a future does nothing unless awaited"]
 pub enum FlushWait {
     /// Waiting on the embedded store's flusher.
     Embedded(DurableWait),
-    /// The wait was made when the future was created.
+    /// Waiting on another log until events `0..len` of `session` are
+    /// durable.
+    Other {
+        /// The log.
+        log: Arc<dyn crate::backend::EventLog>,
+        /// The session.
+        session: Arc<str>,
+        /// The length to wait for.
+        len: u64,
+    },
+    /// The wait was made when the future was created (or had nothing to
+    /// wait for).
     Done(Option<Result<()>>),
 }
 
@@ -60,6 +69,7 @@ impl std::future::Future for FlushWait {
     ) -> std::task::Poll<Result<()>> {
         match self.get_mut() {
             FlushWait::Embedded(w) => std::pin::Pin::new(w).poll(cx),
+            FlushWait::Other { log, session, len } => log.poll_durable(session, *len, cx),
             FlushWait::Done(r) => std::task::Poll::Ready(r.take().unwrap_or(Ok(()))),
         }
     }
@@ -131,8 +141,7 @@ pub async fn run_tool_async<T>(
 /// on [`crate::Store::subscribe`]: it never causes an fdatasync, resumes from any
 /// seq (a fork's inherited prefix included), and ends when the store closes.
 /// On another log it is [`crate::backend::EventLog::follow`] (PostgreSQL:
-/// LISTEN/NOTIFY, ended when the log closes), and `next_async` waits on the
-/// calling thread. Either way it ends after it yields the session's
+/// LISTEN/NOTIFY, ended when the log closes). Either way it ends after it yields the session's
 /// `session/delete` tombstone; subscribing to a deleted session is an
 /// error, as loading it is.
 pub fn subscribe<'a>(
@@ -228,16 +237,23 @@ impl SessionSubscription {
         }
     }
 
-    /// The next durable event as a future; `None` when the store closes.
-    /// (On a log other than the embedded store, the wait blocks the
-    /// calling thread.)
+    /// The next durable event as a future; `None` when the log closes. No
+    /// thread waits (on another log than the embedded store, as its
+    /// [`crate::backend::Follow::poll_next`] provides; PostgreSQL's does).
+    /// Cancel-safe: an event is not lost when the future is dropped.
     pub async fn next_async(&mut self) -> Option<Result<SessionEvent>> {
         if self.failed {
             return None;
         }
         let raw = match &mut self.inner {
             Inner::Embedded { sub, .. } => sub.next_async().await?.map(Raw::from),
-            Inner::Other { .. } => self.next_blocking()?,
+            Inner::Other { follow, .. } => {
+                match std::future::poll_fn(|cx| follow.poll_next(cx)).await {
+                    Ok(e) => Ok(Raw::from(e)),
+                    Err(crate::Error::Closed) => return None,
+                    Err(e) => Err(e),
+                }
+            }
         };
         Some(raw.and_then(|e| self.decode(e)))
     }

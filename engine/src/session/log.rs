@@ -273,8 +273,9 @@ pub(crate) enum AppendEnd {
     Nothing,
     /// The embedded store's log position.
     At(LogPos),
-    /// Appended to a non-embedded log (its `sync_session` covers it).
-    Queued,
+    /// Appended to a non-embedded log, ending before this seq (its
+    /// `sync_session` covers it; `poll_durable` waits for exactly it).
+    Queued(u64),
 }
 
 impl LogHandle {
@@ -326,8 +327,8 @@ impl LogHandle {
                     .map(|((c, f, p), t)| (*c, *f, p.as_slice(), t.as_deref()))
                     .collect();
                 let first = log.append_group_indexed(id, &group)?;
-                let seqs = (first..first + items.len() as u64).collect();
-                Ok((seqs, AppendEnd::Queued))
+                let end = first + items.len() as u64;
+                Ok(((first..end).collect(), AppendEnd::Queued(end)))
             }
         }
     }
@@ -337,7 +338,7 @@ impl LogHandle {
         match (self, end) {
             (_, AppendEnd::Nothing) => Ok(()),
             (LogHandle::Embedded(store), AppendEnd::At(pos)) => store.wait_durable(pos),
-            (LogHandle::Embedded(store), AppendEnd::Queued) => store.sync_session(id),
+            (LogHandle::Embedded(store), AppendEnd::Queued(_)) => store.sync_session(id),
             (LogHandle::Other(log), _) => log.sync_session(id),
         }
     }
@@ -366,6 +367,23 @@ impl DurabilityPoint {
         match (&self.log, self.end) {
             (LogHandle::Embedded(s), AppendEnd::At(p)) => Some((s.clone(), p)),
             _ => None,
+        }
+    }
+
+    /// The wait as a future that holds no thread: the embedded store's
+    /// flusher or another log's [`EventLog::poll_durable`] wakes it.
+    pub fn wait_async(&self) -> crate::session::FlushWait {
+        match (&self.log, self.end) {
+            (_, AppendEnd::Nothing) => crate::session::FlushWait::Done(Some(Ok(()))),
+            (LogHandle::Embedded(s), AppendEnd::At(p)) => {
+                crate::session::FlushWait::Embedded(s.wait_durable_async(p))
+            }
+            (LogHandle::Other(log), AppendEnd::Queued(len)) => crate::session::FlushWait::Other {
+                log: log.clone(),
+                session: self.id.clone(),
+                len,
+            },
+            _ => crate::session::FlushWait::Done(Some(self.wait())),
         }
     }
 }

@@ -36,7 +36,7 @@ pub mod surface;
 pub use self::core::SeedEvent;
 pub use self::core::{HistoryEvent, OpenState, Session};
 pub use adapter::Provider;
-pub use asynchronous::{run_tool_async, subscribe, SessionSubscription};
+pub use asynchronous::{run_tool_async, subscribe, FlushWait, SessionSubscription};
 pub use blob_refs::referenced_blobs;
 pub use catalog::{Catalog, CatalogEntry, Cursor, EntryFold, ListPage, ListQuery};
 pub use content::{ChatFunction, ContentBlock, Extra, MediaSource, ToolResultContent, Usage};
