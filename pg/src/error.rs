@@ -43,6 +43,11 @@ pub enum PgError {
     /// what the database holds) before writing more.
     #[error("session {session:?}: an earlier commit failed ({detail}); acquire the session again")]
     WriterBroken { session: String, detail: String },
+    /// A live follower stopped: its log's listening connection failed (a
+    /// notification may have been missed). Subscribe again from the seq
+    /// it reached.
+    #[error("a follower stopped: {0}")]
+    FollowerLost(String),
     /// The log was shut down.
     #[error("the log is closed")]
     Closed,

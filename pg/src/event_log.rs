@@ -51,151 +51,36 @@ impl PgEventLog {
     }
 }
 
-/// A LISTEN/NOTIFY follower, ended when its log closes. Its own thread
-/// holds the subscription (and its connection) and reads ahead into a
-/// bounded buffer, so that blocking waits ([`Follow::next_timeout`]) and
-/// async ones ([`Follow::poll_next`], which hold no thread) take from the
-/// same place.
+/// A LISTEN/NOTIFY follower ([`crate::Subscription`]), ended when its log
+/// closes.
 struct PgFollow {
-    shared: std::sync::Arc<FollowShared>,
+    sub: crate::Subscription,
 }
 
-/// Events the follower's thread read ahead, at most this many.
-const READ_AHEAD: usize = 1024;
-
-/// How often the follower's thread looks at whether the log closed or
-/// the follower was dropped while no event comes.
-const FOLLOW_STEP: std::time::Duration = std::time::Duration::from_millis(200);
-
-#[derive(Default)]
-struct FollowShared {
-    state: Mutex<FollowState>,
-    /// Signalled when an event or the end comes (for `next_timeout`) and
-    /// when the reader takes events or goes away (for the thread).
-    changed: parking_lot::Condvar,
-}
-
-#[derive(Default)]
-struct FollowState {
-    events: std::collections::VecDeque<LogEvent>,
-    /// Why the follower ended (an error, or `Closed`); taken once, then
-    /// `Closed` is reported.
-    end: Option<Error>,
-    ended: bool,
-    waker: Option<std::task::Waker>,
-    /// The follower was dropped: the thread stops.
-    dropped: bool,
-}
-
-impl PgFollow {
-    fn start(mut sub: crate::Subscription, log: PgLog) -> Result<PgFollow> {
-        let shared = std::sync::Arc::new(FollowShared::default());
-        let s = shared.clone();
-        std::thread::Builder::new()
-            .name("turnstone-pg-follow".into())
-            .spawn(move || {
-                let end = loop {
-                    {
-                        let mut st = s.state.lock();
-                        while st.events.len() >= READ_AHEAD && !st.dropped {
-                            s.changed.wait_for(&mut st, FOLLOW_STEP);
-                        }
-                        if st.dropped {
-                            return;
-                        }
-                    }
-                    if *log.inner.stopped.lock() {
-                        break Error::Closed;
-                    }
-                    match sub.next_timeout(FOLLOW_STEP) {
-                        Ok(Some(e)) => {
-                            let mut st = s.state.lock();
-                            st.events.push_back(LogEvent {
-                                seq: e.seq,
-                                kind: e.kind,
-                                flags: e.flags,
-                                payload: e.payload,
-                            });
-                            let w = st.waker.take();
-                            drop(st);
-                            s.changed.notify_all();
-                            if let Some(w) = w {
-                                w.wake();
-                            }
-                        }
-                        Ok(None) => {}
-                        Err(e) => break engine_error(e),
-                    }
-                };
-                let mut st = s.state.lock();
-                st.end = Some(end);
-                st.ended = true;
-                let w = st.waker.take();
-                drop(st);
-                s.changed.notify_all();
-                if let Some(w) = w {
-                    w.wake();
-                }
-            })
-            .map_err(|e| Error::Backend {
-                backend: "postgres",
-                op: "start a follower".into(),
-                detail: e.to_string(),
-            })?;
-        Ok(PgFollow { shared })
-    }
-
-    /// The next event or the end, if there is one now.
-    fn take(&self, st: &mut FollowState) -> Option<Result<LogEvent>> {
-        if let Some(e) = st.events.pop_front() {
-            self.shared.changed.notify_all();
-            return Some(Ok(e));
-        }
-        if st.ended {
-            return Some(Err(st.end.take().unwrap_or(Error::Closed)));
-        }
-        None
-    }
-}
-
-impl Drop for PgFollow {
-    fn drop(&mut self) {
-        self.shared.state.lock().dropped = true;
-        self.shared.changed.notify_all();
+fn log_event(e: crate::Event) -> LogEvent {
+    LogEvent {
+        seq: e.seq,
+        kind: e.kind,
+        flags: e.flags,
+        payload: e.payload,
     }
 }
 
 impl Follow for PgFollow {
     fn next_timeout(&mut self, timeout: std::time::Duration) -> Result<Option<LogEvent>> {
-        let deadline = std::time::Instant::now() + timeout;
-        let mut st = self.shared.state.lock();
-        loop {
-            if let Some(r) = self.take(&mut st) {
-                return r.map(Some);
-            }
-            if self
-                .shared
-                .changed
-                .wait_until(&mut st, deadline)
-                .timed_out()
-            {
-                return match self.take(&mut st) {
-                    Some(r) => r.map(Some),
-                    None => Ok(None),
-                };
-            }
+        match self.sub.next_timeout(timeout) {
+            Ok(e) => Ok(e.map(log_event)),
+            Err(PgError::Closed) => Err(Error::Closed),
+            Err(e) => Err(engine_error(e)),
         }
     }
 
     fn poll_next(&mut self, cx: &mut std::task::Context<'_>) -> std::task::Poll<Result<LogEvent>> {
-        let mut st = self.shared.state.lock();
-        match self.take(&mut st) {
-            Some(r) => std::task::Poll::Ready(r),
-            None => {
-                st.waker = Some(cx.waker().clone());
-                std::task::Poll::Pending
-            }
-        }
+        self.sub.poll_next(cx).map(|r| match r {
+            Ok(e) => Ok(log_event(e)),
+            Err(PgError::Closed) => Err(Error::Closed),
+            Err(e) => Err(engine_error(e)),
+        })
     }
 }
 
@@ -366,7 +251,7 @@ impl EventLog for PgEventLog {
 
     fn follow(&self, session: &str, from: u64) -> Result<Box<dyn Follow>> {
         let sub = self.log.subscribe(session, from).map_err(engine_error)?;
-        Ok(Box::new(PgFollow::start(sub, self.log.clone())?))
+        Ok(Box::new(PgFollow { sub }))
     }
 
     fn mark_deleted(&self, session: &str) -> Result<()> {

@@ -23,8 +23,10 @@
 //!   so its events commit in order. `synchronous_commit` is left on: a
 //!   commit returns once PostgreSQL has flushed its WAL.
 //! - **Live follow by LISTEN/NOTIFY**: each commit notifies channel
-//!   `turnstone_events` with `"<session> <len>"`; [`Subscription`] listens
-//!   before it reads, so no commit is missed.
+//!   `turnstone_events` with `"<session> <len>"`; a log's followers
+//!   ([`Subscription`]) share one listening connection and one reader
+//!   thread (`follow.rs`), and each reads its session's row after the log
+//!   listens, so no commit is missed.
 //!
 //! The session layer runs on this log through [`PgEventLog`] (the engine's
 //! `EventLog` trait; docs/BACKENDS.md), and so do the CLI's commands on a
@@ -34,6 +36,7 @@
 
 mod error;
 mod event_log;
+mod follow;
 mod schema;
 mod url;
 
@@ -44,12 +47,12 @@ use std::time::Duration;
 
 use parking_lot::{Condvar, Mutex};
 use postgres::binary_copy::BinaryCopyInWriter;
-use postgres::fallible_iterator::FallibleIterator;
 use postgres::types::Type;
 use postgres::{Client, NoTls};
 
 pub use error::{PgError, Result};
 pub use event_log::{engine_error, PgEventLog};
+pub use follow::Subscription;
 pub use schema::SCHEMA_VERSION;
 pub use url::{is_url, redact};
 
@@ -181,6 +184,8 @@ struct Inner {
     lanes: Vec<Lane>,
     /// Set by close: the lease renewer stops.
     stopped: Mutex<bool>,
+    /// The followers' hub, started by the first subscribe.
+    hub: Mutex<Option<Arc<follow::Hub>>>,
     stop: Condvar,
 }
 
@@ -242,6 +247,7 @@ impl PgLog {
                 })
                 .collect(),
             stopped: Mutex::new(false),
+            hub: Mutex::new(None),
             stop: Condvar::new(),
         });
         let mut handles: Vec<JoinHandle<()>> = (0..opts_lanes)
@@ -273,6 +279,9 @@ impl PgLog {
     pub fn close(&self) {
         *self.inner.stopped.lock() = true;
         self.inner.stop.notify_all();
+        if let Some(hub) = self.inner.hub.lock().as_ref() {
+            hub.poke();
+        }
         for l in &self.inner.lanes {
             l.queue.lock().closed = true;
             l.work.notify_all();
@@ -643,21 +652,28 @@ impl PgLog {
     }
 
     /// Follow a session from `from_seq`: committed events in order, woken
-    /// by the commits' notifications (no polling).
+    /// by the commits' notifications (no polling). All of a log's
+    /// followers share one listening connection and two threads
+    /// (`follow.rs`).
     pub fn subscribe(&self, session: &str, from_seq: u64) -> Result<Subscription> {
-        let mut client = Client::connect(&self.inner.url, NoTls).map_err(db("connect"))?;
-        // Listen first: a commit after this point is notified; one before
-        // it is found by the first read.
-        client
-            .batch_execute("LISTEN turnstone_events")
-            .map_err(db("listen"))?;
-        session_row(&mut client, session, true)?;
-        Ok(Subscription {
-            client,
-            session: session.to_string(),
-            next: from_seq,
-            buffer: std::collections::VecDeque::new(),
-        })
+        let hub = {
+            let mut h = self.inner.hub.lock();
+            match &*h {
+                Some(hub) if !hub.is_over() => hub.clone(),
+                _ => {
+                    if *self.inner.stopped.lock() {
+                        return Err(PgError::Closed);
+                    }
+                    let hub = follow::Hub::start(self)?;
+                    *h = Some(hub.clone());
+                    hub
+                }
+            }
+        };
+        // Read after the hub listens: a commit before this point is in
+        // the row's length, one after it is notified.
+        let row = self.with_client(|c| session_row(c, session, true))?;
+        Ok(hub.follow(session, from_seq, row.len))
     }
 }
 
@@ -887,55 +903,6 @@ fn read_chain(
         }));
     }
     Ok(())
-}
-
-/// A live follower of one session ([`PgLog::subscribe`]).
-pub struct Subscription {
-    client: Client,
-    session: String,
-    next: u64,
-    buffer: std::collections::VecDeque<Event>,
-}
-
-impl Subscription {
-    /// The next committed event, waiting up to `timeout` for one
-    /// (`None`: none came).
-    pub fn next_timeout(&mut self, timeout: Duration) -> Result<Option<Event>> {
-        let deadline = std::time::Instant::now() + timeout;
-        loop {
-            if let Some(e) = self.buffer.pop_front() {
-                self.next = e.seq + 1;
-                return Ok(Some(e));
-            }
-            let row = session_row(&mut self.client, &self.session, false)?;
-            if row.len > self.next {
-                let mut out = Vec::new();
-                let end = row.len;
-                read_chain(
-                    &mut self.client,
-                    &self.session,
-                    row,
-                    self.next..end,
-                    &mut out,
-                )?;
-                self.buffer.extend(out);
-                continue;
-            }
-            let now = std::time::Instant::now();
-            if now >= deadline {
-                return Ok(None);
-            }
-            // Wait for a notification about this session (others are
-            // dropped), then read again.
-            let mut notes = self.client.notifications();
-            let mut it = notes.timeout_iter(deadline - now);
-            while let Some(n) = it.next().map_err(db("wait for notification"))? {
-                if n.payload().rsplit_once(' ').map(|(s, _)| s) == Some(self.session.as_str()) {
-                    break;
-                }
-            }
-        }
-    }
 }
 
 /// Renews the leases of this process's live writers every third of the

@@ -315,6 +315,107 @@ fn a_subscriber_is_woken_by_commits(cx: &Ctx) {
     assert_eq!(sub.next_timeout(Duration::from_millis(50)).unwrap(), None);
 }
 
+/// Connections this test's database has open.
+fn connections(cx: &Ctx) -> i64 {
+    let mut sql = cx.sql();
+    let n: i64 = sql
+        .query_one(
+            "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()",
+            &[],
+        )
+        .unwrap()
+        .get(0);
+    n - 1 // this one
+}
+
+/// 250 followers (more than the server's 200 connections) share one
+/// listening connection: every follower gets its session's events, in
+/// order, each once; dropped followers are let go; closing the log ends
+/// the rest with `Closed`.
+fn many_followers_share_one_listening_connection(cx: &Ctx) {
+    let log = cx.log();
+    let sessions = 25u64;
+    for s in 0..sessions {
+        log.create_session(&format!("s{s}")).unwrap();
+    }
+    let before = connections(cx);
+    let mut subs: Vec<(u64, turnstone_pg::Subscription)> = (0..250)
+        .map(|i| {
+            (
+                i % sessions,
+                log.subscribe(&format!("s{}", i % sessions), 0).unwrap(),
+            )
+        })
+        .collect();
+    let grown = connections(cx) - before;
+    assert!(grown <= 3, "250 followers opened {grown} connections");
+    let writers: Vec<_> = (0..sessions)
+        .map(|s| log.acquire(&format!("s{s}"), "w", false).unwrap().writer)
+        .collect();
+    for round in 0..2u64 {
+        for (s, w) in writers.iter().enumerate() {
+            for i in 0..3 {
+                w.append(1, 0, format!("s{s} e{}", round * 3 + i).as_bytes())
+                    .unwrap();
+            }
+        }
+        for w in &writers {
+            w.sync().unwrap();
+        }
+        for (s, sub) in subs.iter_mut() {
+            for i in round * 3..round * 3 + 3 {
+                let e = sub
+                    .next_timeout(Duration::from_secs(20))
+                    .unwrap()
+                    .unwrap_or_else(|| panic!("s{s}: event {i} never came"));
+                assert_eq!((e.seq, e.payload), (i, format!("s{s} e{i}").into_bytes()));
+            }
+            assert_eq!(sub.next_timeout(Duration::ZERO).unwrap(), None);
+            assert_eq!(sub.next_seq(), round * 3 + 3);
+        }
+        // Half the followers go away before the second round.
+        subs.truncate(125);
+    }
+    assert!(connections(cx) - before <= 3);
+    log.close();
+    for (s, sub) in subs.iter_mut() {
+        match sub.next_timeout(Duration::from_secs(20)) {
+            Err(PgError::Closed) => {}
+            other => panic!("s{s}: after close: {other:?}"),
+        }
+    }
+}
+
+/// A follower far behind (3000 events, past the read-ahead bound) gets
+/// them all in order, as it takes them: the reader stops at the bound and
+/// resumes when the follower takes events.
+fn a_follower_far_behind_catches_up_in_order(cx: &Ctx) {
+    let log = cx.log();
+    let w = log.acquire("s", "w", true).unwrap().writer;
+    for i in 0..3000u64 {
+        w.append(1, 0, &payload(i)).unwrap();
+    }
+    w.sync().unwrap();
+    let mut sub = log.subscribe("s", 0).unwrap();
+    for i in 0..3000u64 {
+        let e = sub
+            .next_timeout(Duration::from_secs(20))
+            .unwrap()
+            .unwrap_or_else(|| panic!("event {i} never came"));
+        assert_eq!((e.seq, e.payload), (i, payload(i)));
+    }
+    assert_eq!(sub.next_timeout(Duration::from_millis(50)).unwrap(), None);
+    // From the middle, too.
+    let mut sub = log.subscribe("s", 2500).unwrap();
+    assert_eq!(
+        sub.next_timeout(Duration::from_secs(20))
+            .unwrap()
+            .unwrap()
+            .seq,
+        2500
+    );
+}
+
 fn snapshots_round_trip(cx: &Ctx) {
     let log = cx.log();
     log.create_session("s").unwrap();
@@ -880,6 +981,16 @@ fn main() {
         (
             "a_subscriber_is_woken_by_commits",
             a_subscriber_is_woken_by_commits,
+            false,
+        ),
+        (
+            "many_followers_share_one_listening_connection",
+            many_followers_share_one_listening_connection,
+            false,
+        ),
+        (
+            "a_follower_far_behind_catches_up_in_order",
+            a_follower_far_behind_catches_up_in_order,
             false,
         ),
         ("snapshots_round_trip", snapshots_round_trip, false),
