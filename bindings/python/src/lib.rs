@@ -367,6 +367,7 @@ impl NativeStore {
         let sub = ts::subscribe(&log, &id, self.registry.clone(), from_seq).map_err(err)?;
         Ok(NativeSubscription {
             sub: Mutex::new(Some(sub)),
+            ended_at: std::sync::atomic::AtomicU64::new(from_seq),
         })
     }
 
@@ -565,6 +566,8 @@ impl NativeSession {
 #[pyclass(frozen, module = "turnstone._native")]
 struct NativeSubscription {
     sub: Mutex<Option<SessionSubscription>>,
+    /// The seq it would have yielded next, once it ended.
+    ended_at: std::sync::atomic::AtomicU64,
 }
 
 #[pymethods]
@@ -581,6 +584,8 @@ impl NativeSubscription {
                 Some(Ok(e)) => Ok(Some(event_json(&e).to_string())),
                 Some(Err(e)) => Err(e),
                 None => {
+                    self.ended_at
+                        .store(sub.next_seq(), std::sync::atomic::Ordering::Relaxed);
                     *g = None;
                     Ok(None)
                 }
@@ -603,7 +608,10 @@ impl NativeSubscription {
 
     /// The seq of the next event it yields.
     fn next_seq(&self) -> u64 {
-        self.sub.lock().as_ref().map_or(0, |s| s.next_seq())
+        self.sub.lock().as_ref().map_or_else(
+            || self.ended_at.load(std::sync::atomic::Ordering::Relaxed),
+            |s| s.next_seq(),
+        )
     }
 }
 

@@ -165,6 +165,21 @@ def test_eight_threads_append_to_their_own_sessions(store):
     assert texts == [f"message {j}" for j in range(200)]
 
 
+def test_next_seq_stays_where_the_subscription_ended(store):
+    s = store.create_session("ends")
+    s.user("a")
+    s.user("b")
+    s.flush()
+    s.close()
+    sub = store.subscribe("ends")
+    tomb = store.delete("ends")
+    seen = [e["seq"] for e in sub]  # ends after the tombstone
+    assert seen == [0, 1, tomb]
+    assert sub.next_seq == tomb + 1
+    assert sub.try_next() is None
+    assert sub.next_seq == tomb + 1
+
+
 def test_subscribe_blocking_and_asyncio(store):
     s = store.create_session("live")
     sub = store.subscribe("live")
