@@ -11,9 +11,9 @@
 //!   polled [`Subscription::poll_next`]. No follower holds a connection or
 //!   a thread of its own.
 //!
-//! A follower reads the session's row when it subscribes, after the
-//! listener is listening: a commit before that is in the row's length, one
-//! after it is notified. If the listening connection fails (the database
+//! A subscriber registers its follower, then reads the session's row (the
+//! log listened before either): a commit before the read is in the row's
+//! length, one after the registration is notified. If the listening connection fails (the database
 //! restarted), every follower ends with [`PgError::FollowerLost`] (a
 //! notification may have been missed); the next subscribe listens again.
 //! Closing the log ends every follower with [`PgError::Closed`].
@@ -136,14 +136,14 @@ impl Hub {
         self.work.notify_all();
     }
 
-    /// Follow `session` from `from`, given its length read after the
-    /// listener was listening.
-    pub(crate) fn follow(self: &Arc<Hub>, session: &str, from: u64, len: u64) -> Subscription {
+    /// Follow `session` from `from`; the caller then reads the session's
+    /// length and passes it to [`Subscription::raise_known`].
+    pub(crate) fn follow(self: &Arc<Hub>, session: &str, from: u64) -> Subscription {
         let shared = Arc::new(Shared {
             session: session.to_string(),
             state: Mutex::new(FollowState {
                 next_read: from,
-                known: len,
+                known: from,
                 events: VecDeque::new(),
                 end: None,
                 ended: false,
@@ -333,6 +333,17 @@ impl Subscription {
             return (Some(Err(st.end.take().unwrap_or(PgError::Closed))), false);
         }
         (None, false)
+    }
+
+    /// The session holds at least `len` events (read by the subscriber).
+    pub(crate) fn raise_known(&self, len: u64) {
+        let mut st = self.shared.state.lock();
+        st.known = st.known.max(len);
+        let work = st.has_work();
+        drop(st);
+        if work {
+            self.wake_reader();
+        }
     }
 
     fn wake_reader(&self) {

@@ -670,10 +670,13 @@ impl PgLog {
                 }
             }
         };
-        // Read after the hub listens: a commit before this point is in
-        // the row's length, one after it is notified.
+        // Registered first, then the row read: a commit notified after the
+        // registration raises the follower's length, and one before the
+        // read is in the row's length (the hub listened before either).
+        let sub = hub.follow(session, from_seq);
         let row = self.with_client(|c| session_row(c, session, true))?;
-        Ok(hub.follow(session, from_seq, row.len))
+        sub.raise_known(row.len);
+        Ok(sub)
     }
 }
 
