@@ -392,3 +392,132 @@ fn collection_removes_the_blobs_no_live_event_references() {
     let again = gc::collect(dir.path(), &Default::default()).unwrap();
     assert_eq!((again.blobs_examined, again.blobs_removed), (2, 0));
 }
+
+fn big_image(seed: u8) -> ContentBlock {
+    ContentBlock::from_json(json!({"type": "image", "source": {"type": "base64",
+        "media_type": "image/png", "data": b64(BLOB_THRESHOLD_DEFAULT + 100, seed)}}))
+}
+
+#[test]
+fn an_online_collection_removes_the_blobs_no_live_event_references() {
+    use turnstone::session::gc;
+    let dir = tempfile::tempdir().unwrap();
+    let store = Arc::new(Store::open(dir.path()).unwrap());
+    let user = |blocks| UserMessage { content: blocks };
+    // a (deleted): its own image (1) and a shared one (2); b (live): the
+    // shared one; kid: a fork of a that inherits image 3.
+    let mut a = Session::create(store.clone(), "a", reg()).unwrap();
+    a.append(user(vec![big_image(3)]), SurfaceOp::Append)
+        .unwrap();
+    a.flush().unwrap();
+    let at = a.len();
+    a.append(user(vec![big_image(1), big_image(2)]), SurfaceOp::Append)
+        .unwrap();
+    a.flush().unwrap();
+    let mut b = Session::create(store.clone(), "b", reg()).unwrap();
+    b.append(user(vec![big_image(2)]), SurfaceOp::Append)
+        .unwrap();
+    b.flush().unwrap();
+    store.fork("a", at, "kid").unwrap();
+    drop(a);
+    turnstone::session::delete::delete(&store, "a").unwrap();
+    assert_eq!(store.blobs().list().unwrap().len(), 3);
+    let live = referenced_blobs(&store).unwrap();
+    let report = gc::collect_live(&store, &Default::default(), &Default::default()).unwrap();
+    assert_eq!((report.blobs_examined, report.blobs_removed), (3, 1));
+    let left: std::collections::BTreeSet<[u8; 32]> =
+        store.blobs().list().unwrap().into_iter().collect();
+    assert_eq!(left, live);
+    // The store stays open and usable: b appends image 1 again (its file
+    // was removed: written again), and everything reads back.
+    b.append(user(vec![big_image(1)]), SurfaceOp::Append)
+        .unwrap();
+    b.flush().unwrap();
+    assert_eq!(store.blobs().list().unwrap().len(), 3);
+    let blocks = blocks_json(&mut b);
+    assert_eq!(blocks[1][0], big_image(1).to_json());
+    drop(b);
+    assert_eq!(
+        blocks_json(&mut Session::open(store.clone(), "kid", reg()).unwrap())[0][0],
+        big_image(3).to_json()
+    );
+    let again = gc::collect_live(&store, &Default::default(), &Default::default()).unwrap();
+    assert_eq!((again.blobs_examined, again.blobs_removed), (3, 0));
+}
+
+/// Writers keep appending messages that re-send one of a few images (a
+/// blob file reused by many events) while sessions are deleted and a
+/// collector sweeps blobs as fast as it can: no event ever loses its blob,
+/// and the sweeps do remove the blobs that stop being referenced.
+#[test]
+fn writers_reusing_blobs_while_a_collector_sweeps_never_lose_one() {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use turnstone::session::gc;
+    let dir = tempfile::tempdir().unwrap();
+    let store = Arc::new(Store::open(dir.path()).unwrap());
+    let stop = Arc::new(AtomicBool::new(false));
+    let collector = {
+        let (store, stop) = (store.clone(), stop.clone());
+        std::thread::spawn(move || {
+            let mut removed = 0;
+            while !stop.load(Ordering::Relaxed) {
+                let r = gc::collect_live(&store, &Default::default(), &Default::default())
+                    .expect("an online collection");
+                removed += r.blobs_removed;
+            }
+            removed
+        })
+    };
+    let writers: Vec<_> = (0..3u8)
+        .map(|w| {
+            let store = store.clone();
+            std::thread::spawn(move || {
+                let mut live = Vec::new();
+                for i in 0..40u32 {
+                    let id = format!("w{w}-{i}");
+                    let mut s = Session::create(store.clone(), &id, reg()).unwrap();
+                    // Four images in all, each re-sent by many sessions.
+                    let img = ((i as u8).wrapping_mul(7) + w) % 4;
+                    s.append(
+                        UserMessage {
+                            content: vec![ContentBlock::text(id.clone()), big_image(img)],
+                        },
+                        SurfaceOp::Append,
+                    )
+                    .unwrap();
+                    s.flush().unwrap();
+                    drop(s);
+                    live.push((id, img));
+                    // Most sessions go again soon: their images stop being
+                    // referenced unless another session re-sends them.
+                    if i % 4 != 0 {
+                        let (gone, _) = live.remove(0);
+                        turnstone::session::delete::delete(&store, &gone).unwrap();
+                    }
+                }
+                live
+            })
+        })
+        .collect();
+    let live: Vec<(String, u8)> = writers
+        .into_iter()
+        .flat_map(|w| w.join().unwrap())
+        .collect();
+    stop.store(true, Ordering::Relaxed);
+    let removed = collector.join().unwrap();
+    for (id, img) in &live {
+        let blocks = blocks_json(&mut Session::open(store.clone(), id, reg()).unwrap());
+        assert_eq!(blocks[0][1], big_image(*img).to_json(), "{id}");
+    }
+    // Deleting the last sessions and collecting frees every blob.
+    for (id, _) in &live {
+        turnstone::session::delete::delete(&store, id).unwrap();
+    }
+    let last = gc::collect_live(&store, &Default::default(), &Default::default()).unwrap();
+    assert!(store.blobs().list().unwrap().is_empty());
+    eprintln!(
+        "{} live sessions checked; the concurrent sweeps removed {removed} blob files, the last one {}",
+        live.len(),
+        last.blobs_removed
+    );
+}

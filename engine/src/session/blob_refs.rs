@@ -26,7 +26,7 @@ use std::collections::BTreeSet;
 
 use serde_json::{json, Value};
 
-use crate::blobs::{hex, parse_hex, BlobDir};
+use crate::blobs::{hex, parse_hex, BlobDir, BlobPin};
 use crate::error::{Error, Result};
 use crate::session::event::{Envelope, SESSION_FORMAT_VERSION};
 use crate::store::Store;
@@ -44,19 +44,25 @@ fn ref_of(v: &Value) -> Option<&Value> {
     (v.get("type").and_then(Value::as_str) == Some(BLOB_REF_TYPE)).then_some(v)
 }
 
-fn outline_value(blobs: &BlobDir, v: &mut Value, threshold: usize) -> Result<usize> {
+fn outline_value<'a>(
+    blobs: &'a BlobDir,
+    v: &mut Value,
+    threshold: usize,
+    pins: &mut Vec<BlobPin<'a>>,
+) -> Result<usize> {
     let mut n = 0;
     match v {
         Value::Array(items) => {
             for it in items.iter_mut() {
-                n += outline_value(blobs, it, threshold)?;
+                n += outline_value(blobs, it, threshold, pins)?;
                 if !is_block(it) {
                     continue;
                 }
                 let escape = ref_of(it).is_some();
                 let bytes = serde_json::to_vec(it).expect("JSON serializes");
                 if escape || bytes.len() > threshold {
-                    let h = blobs.put(&bytes)?;
+                    let (h, pin) = blobs.put_pinned(&bytes)?;
+                    pins.push(pin);
                     *it = json!({"type": BLOB_REF_TYPE, "sha256": hex(&h), "bytes": bytes.len()});
                     n += 1;
                 }
@@ -64,7 +70,7 @@ fn outline_value(blobs: &BlobDir, v: &mut Value, threshold: usize) -> Result<usi
         }
         Value::Object(m) => {
             for x in m.values_mut() {
-                n += outline_value(blobs, x, threshold)?;
+                n += outline_value(blobs, x, threshold, pins)?;
             }
         }
         _ => {}
@@ -75,8 +81,14 @@ fn outline_value(blobs: &BlobDir, v: &mut Value, threshold: usize) -> Result<usi
 /// The payload to log for `payload` (a session envelope): `None` when it
 /// stays as it is (not larger than the threshold, not a `v: 0` envelope,
 /// or no block large enough), else the `v: 1` payload with its large
-/// blocks out of line. Every blob is durable before this returns.
-pub fn outline(blobs: &BlobDir, payload: &[u8]) -> Result<Option<Vec<u8>>> {
+/// blocks out of line. Every blob is durable before this returns, and
+/// pinned in `pins`: hold them until the event is appended, so that an
+/// online collection does not remove a blob in between.
+pub fn outline<'a>(
+    blobs: &'a BlobDir,
+    payload: &[u8],
+    pins: &mut Vec<BlobPin<'a>>,
+) -> Result<Option<Vec<u8>>> {
     let threshold = blobs.threshold();
     if payload.len() <= threshold {
         return Ok(None);
@@ -87,7 +99,7 @@ pub fn outline(blobs: &BlobDir, payload: &[u8]) -> Result<Option<Vec<u8>>> {
     if env.v != SESSION_FORMAT_VERSION {
         return Ok(None);
     }
-    if outline_value(blobs, &mut env.data, threshold)? == 0 {
+    if outline_value(blobs, &mut env.data, threshold, pins)? == 0 {
         return Ok(None);
     }
     env.v = ENVELOPE_VERSION_BLOBS;
@@ -344,8 +356,9 @@ pub fn session_blobs(store: &Store, session: &str) -> Result<BTreeSet<[u8; 32]>>
 /// Every blob a live event references: the events of every session that
 /// is not deleted, inherited ones included (so a fork keeps the blobs of
 /// its deleted parent's prefix). A collector frees the blobs of
-/// [`crate::blobs::BlobDir::list`] not in this set (collection itself is
-/// not built). Checks every referenced blob on the way.
+/// [`crate::blobs::BlobDir::list`] not in this set (`session::gc`; online,
+/// under a [`crate::blobs::BlobSweep`]). Checks every referenced blob on
+/// the way.
 pub fn referenced_blobs(store: &Store) -> Result<BTreeSet<[u8; 32]>> {
     let mut out = BTreeSet::new();
     for info in store.sessions() {

@@ -88,8 +88,9 @@ pub fn collect_with_rule(
 
 /// Collect `store` now, while it stays open (an online collection,
 /// [`Store::collect`]): deleted sessions, and the sessions `retention`
-/// expires now (never one a writable handle holds). Blob files are not
-/// collected online (the on-demand [`collect`] does).
+/// expires now (never one a writable handle holds), then the blob files no
+/// live event references (writers keep appending meanwhile; a blob a writer
+/// is about to reference is kept, see [`crate::blobs`]).
 pub fn collect_live(
     store: &Store,
     opts: &CollectOptions,
@@ -105,18 +106,67 @@ pub fn collect_live_with_rule(
     retention: &Retention,
     rule: &Rule,
 ) -> Result<CollectReport> {
+    collect_live_inner(store, opts, retention, rule, true)
+}
+
+/// An online collection; the blob sweep only if `blobs` or the collection
+/// reclaimed a session (a blob becomes unreferenced only when a session
+/// goes, or when a writer died between writing it and appending its event).
+fn collect_live_inner(
+    store: &Store,
+    opts: &CollectOptions,
+    retention: &Retention,
+    rule: &Rule,
+    blobs: bool,
+) -> Result<CollectReport> {
+    let started = std::time::Instant::now();
     let policy = Policy::of(store)?.overridden_by(retention);
     let now = retention.now_ms.unwrap_or_else(event::now_ms);
     let mut opts = opts.clone();
     opts.max_live_bytes = opts.max_live_bytes.or(policy.max_bytes);
-    let report = store.collect(&opts, &|c| rule(c, &policy, now))?;
+    let mut report = store.collect(&opts, &|c| rule(c, &policy, now))?;
     // Derived files: a failure only costs a rebuild of those snapshots.
     let _ = crate::session::snapshot::rebase_defines(
         store.vfs().as_ref(),
         store.dir(),
         &report.moved_defines,
     );
+    if !opts.dry_run && (blobs || report.sessions_reclaimed > 0) {
+        sweep_blobs(store, &mut report)?;
+        report.duration_us = started.elapsed().as_micros() as u64;
+    }
     Ok(report)
+}
+
+/// Remove, while the store stays open, the blob files no appended event of
+/// a live session references (inherited events included), keeping every
+/// blob a writer pinned since the sweep opened ([`crate::blobs`] says why
+/// that is enough). A referenced blob that is missing or damaged stops it
+/// with that error before anything is removed.
+fn sweep_blobs(store: &Store, report: &mut CollectReport) -> Result<()> {
+    let blobs = store.blobs();
+    let sweep = blobs.sweep();
+    // Listed after the sweep opened: a blob written since is pinned.
+    let present = blobs.list()?;
+    report.blobs_examined = present.len() as u64;
+    if present.is_empty() {
+        return Ok(());
+    }
+    let live = crate::session::blob_refs::referenced_blobs(store)?;
+    let mut removed = 0;
+    for h in present.iter().filter(|h| !live.contains(*h)) {
+        let freed = sweep.remove_unused(h)?;
+        if freed > 0 {
+            removed += 1;
+            report.blob_bytes_reclaimed += freed;
+        }
+    }
+    report.blobs_removed = removed;
+    if removed > 0 {
+        blobs.sync()?;
+    }
+    drop(sweep);
+    Ok(())
 }
 
 /// How a [`Background`] collector runs.
@@ -158,6 +208,10 @@ pub struct BackgroundStats {
     pub segment_files_removed: u64,
     /// Segment bytes freed, over all collections.
     pub bytes_reclaimed: u64,
+    /// Blob files removed, over all collections.
+    pub blobs_removed: u64,
+    /// Blob bytes freed, over all collections.
+    pub blob_bytes_reclaimed: u64,
     /// Sum of the collections' durations.
     pub busy_us: u64,
     /// Bytes of the sealed segments the collections looked at (most of
@@ -211,6 +265,10 @@ impl Background {
                 let mut copts = opts.collect.clone();
                 copts.vfs = store.vfs().clone();
                 copts.dry_run = false;
+                // Blobs are swept at the first run (what a writer that
+                // died between a blob and its event left) and after each
+                // run that reclaimed a session.
+                let mut first = true;
                 loop {
                     {
                         let (m, cv) = &*stop2;
@@ -222,17 +280,20 @@ impl Background {
                             return;
                         }
                     }
-                    let result = collect_live_with_rule(&store, &copts, &opts.retention, &*rule);
+                    let result = collect_live_inner(&store, &copts, &opts.retention, &*rule, first);
+                    first &= result.is_err();
                     let mut s = stats2.lock();
                     s.runs += 1;
                     match result {
                         Ok(r) => {
-                            if r.ranges_rewritten > 0 {
+                            if r.ranges_rewritten > 0 || r.blobs_removed > 0 {
                                 s.productive += 1;
                             }
                             s.sessions_reclaimed += r.sessions_reclaimed;
                             s.segment_files_removed += r.segment_files_removed as u64;
                             s.bytes_reclaimed += r.bytes_reclaimed;
+                            s.blobs_removed += r.blobs_removed;
+                            s.blob_bytes_reclaimed += r.blob_bytes_reclaimed;
                             s.bytes_examined += r.bytes_before;
                             s.bytes_io += r.bytes_io;
                             s.busy_us += r.duration_us;

@@ -302,9 +302,16 @@ impl LogHandle {
     ) -> Result<(Vec<u64>, AppendEnd)> {
         match self {
             LogHandle::Embedded(store) => {
+                // The blobs stay pinned until the group is appended (an
+                // online collection keeps pinned blobs).
+                let mut pins = Vec::new();
                 let mut outlined = Vec::with_capacity(items.len());
                 for (_, _, p) in items {
-                    outlined.push(crate::session::blob_refs::outline(store.blobs(), p)?);
+                    outlined.push(crate::session::blob_refs::outline(
+                        store.blobs(),
+                        p,
+                        &mut pins,
+                    )?);
                 }
                 let group: Vec<(u16, u16, &[u8])> = items
                     .iter()
@@ -317,6 +324,7 @@ impl LogHandle {
                     seqs.push(a.seq.0);
                     end = AppendEnd::At(a.end);
                 })?;
+                drop(pins);
                 Ok((seqs, end))
             }
             LogHandle::Other(log) => {

@@ -14,11 +14,20 @@
 //! Reading checks the header and the sha256 of the bytes: a missing or
 //! damaged blob is [`Error::Corrupt`] naming the blob's hash.
 //!
-//! Collection of unreferenced blobs is not done here: [`BlobDir::list`]
-//! and `session::blob_refs::referenced_blobs` give a collector
-//! what it needs.
+//! Collection of unreferenced blobs is the session layer's
+//! (`session::gc`); this module gives it what keeps a collection that runs
+//! while writers append from removing a blob an event is about to
+//! reference. A writer holds a [`BlobPin`] on each blob from before it
+//! looks for the file until its event is appended. A collector opens a
+//! [`BlobSweep`], which records every blob pinned at that moment or after
+//! it, then reads which blobs the appended events reference, and removes a
+//! blob only if neither holds it ([`BlobSweep::remove_unused`], under the
+//! same lock as pinning, and forgetting that the blob was durable). An
+//! event that references a blob was either appended before the collector
+//! read the events (so its blob is referenced), or appended later by a
+//! writer that held the pin while the sweep was open (so it is recorded).
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -81,6 +90,68 @@ pub struct BlobDir {
     /// Blobs this handle knows to be durable under their name.
     durable: Mutex<HashSet<[u8; 32]>>,
     threshold: AtomicUsize,
+    /// Pins and the open sweep (see the module's documentation).
+    guard: Mutex<Guard>,
+}
+
+#[derive(Debug, Default)]
+struct Guard {
+    /// Pinned blobs, with their number of pins.
+    pins: HashMap<[u8; 32], u32>,
+    /// While a sweep is open: every blob pinned since it opened, or
+    /// pinned when it did.
+    sweep: Option<HashSet<[u8; 32]>>,
+}
+
+/// A writer's hold on one blob ([`BlobDir::pin`]): while it lives, an
+/// online collection does not remove the blob.
+#[derive(Debug)]
+pub struct BlobPin<'a> {
+    dir: &'a BlobDir,
+    h: [u8; 32],
+}
+
+impl Drop for BlobPin<'_> {
+    fn drop(&mut self) {
+        let mut g = self.dir.guard.lock();
+        if let Some(n) = g.pins.get_mut(&self.h) {
+            *n -= 1;
+            if *n == 0 {
+                g.pins.remove(&self.h);
+            }
+        }
+    }
+}
+
+/// An online collection's view of the blobs ([`BlobDir::sweep`]): the
+/// blobs pinned while it is open are kept. One at a time per store.
+#[derive(Debug)]
+pub struct BlobSweep<'a> {
+    dir: &'a BlobDir,
+}
+
+impl BlobSweep<'_> {
+    /// Remove blob `h` unless it was pinned while this sweep was open (or
+    /// when it opened). The caller has found that no appended event
+    /// references it, after opening the sweep. Returns the bytes freed
+    /// (0: kept, or already gone). Call [`BlobDir::sync`] after a run.
+    pub fn remove_unused(&self, h: &[u8; 32]) -> Result<u64> {
+        let g = self.dir.guard.lock();
+        let held = g.pins.contains_key(h) || g.sweep.as_ref().is_some_and(|s| s.contains(h));
+        if held {
+            return Ok(0);
+        }
+        // Under the guard: a writer that pins `h` after this finds it gone
+        // (and not remembered as durable) and writes it again.
+        self.dir.durable.lock().remove(h);
+        self.dir.remove(h)
+    }
+}
+
+impl Drop for BlobSweep<'_> {
+    fn drop(&mut self) {
+        self.dir.guard.lock().sweep = None;
+    }
 }
 
 impl BlobDir {
@@ -91,6 +162,7 @@ impl BlobDir {
             dir: store_dir.join(BLOB_DIR),
             durable: Mutex::new(HashSet::new()),
             threshold: AtomicUsize::new(BLOB_THRESHOLD_DEFAULT),
+            guard: Mutex::new(Guard::default()),
         }
     }
 
@@ -157,10 +229,39 @@ impl BlobDir {
 
     /// Store `bytes` durably (or find them stored) and return their hash.
     /// Returns only once the blob file and its directory entry are durable.
+    /// While an online collection may run, use [`BlobDir::put_pinned`] and
+    /// hold the pin until the event that references the blob is appended.
     pub fn put(&self, bytes: &[u8]) -> Result<[u8; 32]> {
+        Ok(self.put_pinned(bytes)?.0)
+    }
+
+    /// [`BlobDir::put`], pinned: the blob is not collected while the pin
+    /// lives.
+    pub fn put_pinned(&self, bytes: &[u8]) -> Result<([u8; 32], BlobPin<'_>)> {
         let h = sha256(bytes);
+        let pin = self.pin(&h);
         self.put_hashed(&h, bytes)?;
-        Ok(h)
+        Ok((h, pin))
+    }
+
+    /// Pin blob `h` (present or not): an online collection does not remove
+    /// it while the pin lives.
+    pub fn pin(&self, h: &[u8; 32]) -> BlobPin<'_> {
+        let mut g = self.guard.lock();
+        *g.pins.entry(*h).or_insert(0) += 1;
+        if let Some(s) = g.sweep.as_mut() {
+            s.insert(*h);
+        }
+        BlobPin { dir: self, h: *h }
+    }
+
+    /// Open a sweep for an online collection: from now until it is
+    /// dropped, every blob pinned (and every blob pinned now) is kept.
+    pub fn sweep(&self) -> BlobSweep<'_> {
+        let mut g = self.guard.lock();
+        let held: HashSet<[u8; 32]> = g.pins.keys().copied().collect();
+        g.sweep = Some(held);
+        BlobSweep { dir: self }
     }
 
     /// [`BlobDir::put`] with the hash already computed (it must be the
@@ -357,6 +458,41 @@ mod tests {
         );
         assert_eq!(parse_hex(&hex(&h)), Some(h));
         assert_eq!(parse_hex("zz"), None);
+    }
+
+    #[test]
+    fn a_sweep_keeps_what_writers_pin_and_forgets_what_it_removes() {
+        let tmp = tempfile::tempdir().unwrap();
+        let b = BlobDir::new(tmp.path());
+        let [a, held, touched, d] = [b"aaa", b"bbb", b"ccc", b"ddd"].map(|x| b.put(x).unwrap());
+        // Pinned when the sweep opens, released during it.
+        let pin = b.pin(&held);
+        let sweep = b.sweep();
+        drop(pin);
+        // Pinned and released while the sweep is open.
+        drop(b.pin(&touched));
+        // Pinned now (a writer about to append).
+        let pin_d = b.pin(&d);
+        assert_eq!(sweep.remove_unused(&held).unwrap(), 0);
+        assert_eq!(sweep.remove_unused(&touched).unwrap(), 0);
+        assert_eq!(sweep.remove_unused(&d).unwrap(), 0);
+        assert!(sweep.remove_unused(&a).unwrap() > 0);
+        for h in [held, touched, d] {
+            assert!(b.path(&h).exists());
+        }
+        assert!(!b.path(&a).exists());
+        drop(sweep);
+        // The removed blob is not remembered as durable: putting its bytes
+        // again writes the file again.
+        assert_eq!(b.put(b"aaa").unwrap(), a);
+        assert_eq!(b.get(&a).unwrap(), b"aaa");
+        // A later sweep keeps only what is pinned then.
+        let sweep = b.sweep();
+        assert!(sweep.remove_unused(&held).unwrap() > 0);
+        assert!(sweep.remove_unused(&touched).unwrap() > 0);
+        assert_eq!(sweep.remove_unused(&d).unwrap(), 0);
+        drop((sweep, pin_d));
+        assert!(b.sweep().remove_unused(&d).unwrap() > 0);
     }
 
     #[test]

@@ -32,9 +32,9 @@
 //! - The crash argument is §14.4's unchanged: the files on disk go through
 //!   the same states, and frames appended meanwhile lie after the ranges.
 //!
-//! Blob files (FORMAT.md §15) are not collected online: an append may
-//! reuse a blob file that a collection has just found unreferenced. The
-//! on-demand `turnstone gc` collects them.
+//! Blob files (FORMAT.md §15) are not this module's: the session layer's
+//! `collect_live` sweeps them after the segments, under a
+//! [`crate::blobs::BlobSweep`] (a writer's pinned blobs are kept).
 
 use std::sync::atomic::Ordering;
 use std::time::Instant;
