@@ -535,3 +535,62 @@ fn state_snapshots_survive_a_collection_that_moves_their_define() {
         assert_eq!(s.derive_messages().len(), want);
     }
 }
+
+/// A read-only open (another process's `turnstone sessions` or `dump` on a
+/// live store) while a collector rewrites and removes segment files: every
+/// open succeeds and sees every session that stays live (an open that found
+/// the directory changed under it opens again).
+#[test]
+fn read_only_opens_racing_online_collections_succeed() {
+    let tmp = tempfile::tempdir().unwrap();
+    let opts = || Options {
+        segment_bytes: SEGMENT * 2,
+        preallocate: false,
+        ..Default::default()
+    };
+    let store = Arc::new(Store::open_with(tmp.path(), opts()).unwrap());
+    store.create_session("keep").unwrap();
+    for seq in 0..20 {
+        append_synced(&store, "keep", seq, 300);
+    }
+    let stop = Arc::new(AtomicBool::new(false));
+    let rounds = Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let churn = {
+        let (store, stop, rounds) = (store.clone(), stop.clone(), rounds.clone());
+        std::thread::spawn(move || {
+            let mut n = 0u64;
+            while !stop.load(Ordering::Relaxed) {
+                let id = format!("tmp{n}");
+                store.create_session(&id).unwrap();
+                for seq in 0..8 {
+                    append_synced(&store, &id, seq, 2000);
+                }
+                delete::delete(&store, &id).unwrap();
+                live(&store);
+                n += 1;
+                rounds.store(n, Ordering::Relaxed);
+            }
+        })
+    };
+    // Opens until the collector has run 40 rounds (at least 150 opens).
+    let mut opens = 0;
+    while opens < 150 || rounds.load(Ordering::Relaxed) < 40 {
+        let ro = Store::open_with(
+            tmp.path(),
+            Options {
+                read_only: true,
+                ..opts()
+            },
+        )
+        .unwrap_or_else(|e| panic!("read-only open {opens}: {e}"));
+        assert_eq!(ro.session_len("keep"), Some(20), "open {opens}");
+        drop(ro);
+        opens += 1;
+    }
+    stop.store(true, Ordering::Relaxed);
+    churn.join().unwrap();
+    eprintln!(
+        "{opens} read-only opens during {} create-delete-collect rounds",
+        rounds.load(Ordering::Relaxed)
+    );
+}

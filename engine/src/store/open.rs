@@ -27,8 +27,35 @@ impl Store {
     }
 
     /// Open (or create, unless read-only) the store in `dir`.
+    ///
+    /// A read-only open takes no lock, so the writer's online collection
+    /// may rewrite and remove segment files while it reads them; an open
+    /// that fails while the directory changed under it (its files or
+    /// `gc.manifest`) is tried again, up to [`READ_ONLY_OPEN_TRIES`] times.
     pub fn open_with(dir: impl AsRef<Path>, opts: Options) -> Result<Store> {
-        let dir = dir.as_ref().to_path_buf();
+        if !opts.read_only {
+            return Self::open_once(dir.as_ref(), opts);
+        }
+        let dir = dir.as_ref();
+        let mut tries = 1;
+        loop {
+            let before = dir_state(opts.vfs.as_ref(), dir);
+            match Self::open_once(dir, opts.clone()) {
+                Ok(s) => return Ok(s),
+                Err(e) => {
+                    if tries >= READ_ONLY_OPEN_TRIES || dir_state(opts.vfs.as_ref(), dir) == before
+                    {
+                        return Err(e);
+                    }
+                    tries += 1;
+                    std::thread::sleep(std::time::Duration::from_millis(tries as u64));
+                }
+            }
+        }
+    }
+
+    fn open_once(dir: &Path, opts: Options) -> Result<Store> {
+        let dir = dir.to_path_buf();
         let vfs = opts.vfs.clone();
         let min_segment = (SEGMENT_HEADER_BYTES + BATCH_HEADER_BYTES + 4096) as u32;
         if opts.segment_bytes < min_segment {
@@ -215,4 +242,32 @@ impl Store {
             gc_generation: Default::default(),
         }
     }
+}
+
+/// How many times a read-only open is tried while a collection changes the
+/// directory under it.
+pub const READ_ONLY_OPEN_TRIES: u32 = 20;
+
+/// What an online collection changes in a store directory: its files (names
+/// and lengths: a compacted segment is renamed over the first file of its
+/// range), the collection manifest and the index checkpoint it rewrites at
+/// its end.
+type DirState = (Vec<(String, Option<u64>)>, Option<Vec<u8>>, Option<Vec<u8>>);
+
+fn dir_state(vfs: &dyn crate::vfs::Vfs, dir: &Path) -> DirState {
+    let mut names = vfs.list(dir).unwrap_or_default();
+    names.sort();
+    let files = names
+        .into_iter()
+        .map(|n| {
+            let len = vfs.open(&dir.join(&n), false).and_then(|f| f.len()).ok();
+            (n, len)
+        })
+        .collect();
+    let read = |name: &str| crate::vfs::read_whole(vfs, &dir.join(name)).ok();
+    (
+        files,
+        read(crate::index::reclaimed::MANIFEST_FILE),
+        read(crate::index::checkpoint::CHECKPOINT_FILE),
+    )
 }
