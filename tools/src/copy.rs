@@ -467,7 +467,11 @@ impl<'a> SessionWriter<'a> {
         }
         let (payload, text) = match self.dst {
             Dest::Dir { store, show } => {
-                let p = blob_refs::outline(store.blobs(), &e.payload).map_err(|x| {
+                // The pins keep an online collection from removing the
+                // blobs before the event is appended; none runs here (this
+                // process holds the store's lock and starts no collector).
+                let mut pins = Vec::new();
+                let p = blob_refs::outline(store.blobs(), &e.payload, &mut pins).map_err(|x| {
                     CopyError::Event {
                         place: show.clone(),
                         session: self.id.to_string(),
