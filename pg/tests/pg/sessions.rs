@@ -1142,7 +1142,10 @@ pub fn search_and_catalog(kit: &Kit) -> (Found, Found) {
         kit.name
     );
     assert_eq!(before.listed[0].metadata.title.as_deref(), Some("Alpha"));
-    assert_eq!(before.listed[2].parent, Some(("s-beta".into(), forked.upto)));
+    assert_eq!(
+        before.listed[2].parent,
+        Some(("s-beta".into(), forked.upto))
+    );
 
     // More appends, and two deletions (one of them the fork's parent).
     talk(&mut a, 4, "zebra returns", "a second walrus");
@@ -1153,7 +1156,12 @@ pub fn search_and_catalog(kit: &Kit) -> (Found, Found) {
     g.delete().unwrap();
     b.delete().unwrap();
     let stale = catalog.list(&ListQuery::default());
-    assert_eq!(stale.sessions.len(), 4, "{}: as of the last refresh", kit.name);
+    assert_eq!(
+        stale.sessions.len(),
+        4,
+        "{}: as of the last refresh",
+        kit.name
+    );
     let read = catalog.refresh(kit.log.as_ref()).unwrap();
     assert!(read > 0, "{}: the refresh folds the new events", kit.name);
     let after = found(kit, &catalog, &["s-fork"]);
