@@ -18,7 +18,9 @@ use crate::session::event::{
     ToolResult, UserMessage,
 };
 use crate::session::log::LogRef;
-use crate::session::replay::{replay_range, replay_range_of_any, turn_open_before};
+#[cfg(feature = "search")]
+use crate::session::replay::replay_range_of_any;
+use crate::session::replay::{replay_range, turn_open_before};
 use crate::store::Store;
 
 pub use crate::session::catalog::{Catalog, CatalogEntry, Cursor, ListPage, ListQuery};
