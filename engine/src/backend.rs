@@ -148,6 +148,61 @@ pub trait EventLog: Send + Sync {
         Ok(())
     }
 
+    /// Full-text search over the searchable text the session layer gave
+    /// [`EventLog::append_group_indexed`], durable events only, best
+    /// matches first, at most `limit` hits, each snippet with the match in
+    /// brackets. `session: None` searches every session not deleted, an
+    /// event inherited by forks found once, under the session that wrote
+    /// it; `Some(id)` searches `id` with the events it inherits from its
+    /// fork ancestors (deleted ones included), every hit reported under
+    /// `id` ([`Error::SessionDeleted`] / [`Error::UnknownSession`] for a
+    /// deleted or unknown `id`). The default has no search
+    /// ([`Error::Refused`]); PostgreSQL searches with its text search. The
+    /// embedded store's index is the session layer's
+    /// (`session::query::search`).
+    fn search(
+        &self,
+        query: &str,
+        limit: usize,
+        session: Option<&str>,
+    ) -> Result<Vec<crate::session::query::Hit>> {
+        let _ = (query, limit, session);
+        Err(Error::Refused(format!(
+            "the {} log has no search",
+            self.backend()
+        )))
+    }
+
+    /// Every session [`EventLog::sessions`] lists, oldest first, with its
+    /// durable length (inherited events included) and `(parent, fork
+    /// seq)`: what a catalog refresh looks at. The default asks
+    /// [`EventLog::durable_len`] and [`EventLog::parent`] per session
+    /// (leaving out one gone since the list was read); PostgreSQL answers
+    /// with one query.
+    fn listing(&self) -> Result<Vec<Listing>> {
+        let mut out = Vec::new();
+        for name in self.sessions()? {
+            let gone = |e: &Error| e.is_not_found();
+            let durable_len = match self.durable_len(&name) {
+                Ok(Some(n)) => n,
+                Ok(None) => continue,
+                Err(e) if gone(&e) => continue,
+                Err(e) => return Err(e),
+            };
+            let parent = match self.parent(&name) {
+                Ok(p) => p,
+                Err(e) if gone(&e) => continue,
+                Err(e) => return Err(e),
+            };
+            out.push(Listing {
+                name,
+                durable_len,
+                parent,
+            });
+        }
+        Ok(out)
+    }
+
     /// The embedded store behind this log, if it is one: the session layer
     /// then uses the store directly.
     fn embedded(self: std::sync::Arc<Self>) -> Option<std::sync::Arc<Store>> {
@@ -177,6 +232,16 @@ pub trait Follow: Send {
             }
         }
     }
+}
+
+/// One session of [`EventLog::listing`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Listing {
+    pub name: String,
+    /// Durable events, inherited ones included.
+    pub durable_len: u64,
+    /// `(parent, fork seq)` of a fork.
+    pub parent: Option<(String, u64)>,
 }
 
 /// A writer's hold on a session ([`EventLog::claim`]).
@@ -265,6 +330,20 @@ impl EventLog for Store {
 
     fn embedded(self: std::sync::Arc<Self>) -> Option<std::sync::Arc<Store>> {
         Some(self)
+    }
+
+    /// The store's index (`search.sqlite`) is the session layer's: it
+    /// decodes events with the caller's registry.
+    fn search(
+        &self,
+        query: &str,
+        limit: usize,
+        session: Option<&str>,
+    ) -> Result<Vec<crate::session::query::Hit>> {
+        let _ = (query, limit, session);
+        Err(Error::Refused(
+            "the embedded store is searched through turnstone::session::query::search (its index needs the session registry)".into(),
+        ))
     }
 
     fn read_range(&self, session: &str, range: Range<u64>) -> Result<Vec<LogEvent>> {

@@ -180,6 +180,13 @@ async fn open_repair_and_replay_on_the_blocking_pool() {
     let events = ts::replay(store.clone(), "s", reg(), 0).await.unwrap();
     assert!(events.len() > 3);
     assert!(events.iter().any(|e| e.kind.name() == "tool/result"));
+    let hits = ts::search(store.clone(), reg(), "q", 10).await.unwrap();
+    assert_eq!(
+        hits.iter()
+            .map(|h| (h.session.as_str(), h.seq))
+            .collect::<Vec<_>>(),
+        [("s", 1)]
+    );
     let ro = ts::open_read_only(store.clone(), "s", reg()).await.unwrap();
     assert_eq!(ro.len() as usize, events.len());
     assert!(matches!(

@@ -357,3 +357,145 @@ fn entries_folded_from_events_list_like_the_store_catalog() {
         .filter(|e| e.parent.is_none())
         .all(|e| e.created_ms.is_some() && e.updated_ms.is_some()));
 }
+
+/// A log that is not recognised as the embedded store: the session layer
+/// goes through the trait alone (as on PostgreSQL).
+struct Opaque(Arc<Store>);
+
+impl turnstone::backend::EventLog for Opaque {
+    fn backend(&self) -> &'static str {
+        "opaque"
+    }
+    fn create_session(&self, s: &str) -> turnstone::Result<()> {
+        turnstone::backend::EventLog::create_session(&*self.0, s)
+    }
+    fn fork(&self, p: &str, upto: u64, c: &str) -> turnstone::Result<()> {
+        turnstone::backend::EventLog::fork(&*self.0, p, upto, c)
+    }
+    fn append_group(&self, s: &str, e: &[(u16, u16, &[u8])]) -> turnstone::Result<u64> {
+        turnstone::backend::EventLog::append_group(&*self.0, s, e)
+    }
+    fn sync_session(&self, s: &str) -> turnstone::Result<()> {
+        self.0.sync_session(s)
+    }
+    fn durable_len(&self, s: &str) -> turnstone::Result<Option<u64>> {
+        turnstone::backend::EventLog::durable_len(&*self.0, s)
+    }
+    fn parent(&self, s: &str) -> turnstone::Result<Option<(String, u64)>> {
+        turnstone::backend::EventLog::parent(&*self.0, s)
+    }
+    fn sessions(&self) -> turnstone::Result<Vec<String>> {
+        turnstone::backend::EventLog::sessions(&*self.0)
+    }
+    fn read_range(
+        &self,
+        s: &str,
+        r: std::ops::Range<u64>,
+    ) -> turnstone::Result<Vec<turnstone::backend::LogEvent>> {
+        turnstone::backend::EventLog::read_range(&*self.0, s, r)
+    }
+    fn claim(&self, s: &str) -> turnstone::Result<turnstone::backend::Claim> {
+        turnstone::backend::EventLog::claim(&*self.0, s)
+    }
+    fn release(&self, s: &str, c: u64) {
+        turnstone::backend::EventLog::release(&*self.0, s, c)
+    }
+}
+
+#[test]
+fn a_catalog_on_another_log_agrees_with_the_stores() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Arc::new(Store::open(dir.path()).unwrap());
+    let other: Arc<dyn turnstone::backend::EventLog> = Arc::new(Opaque(store.clone()));
+    let write = |name: &str, tag: &str, close: bool| {
+        let mut s = Session::create(store.clone(), name, reg()).unwrap();
+        s.add_tag(tag).unwrap();
+        s.append(
+            TurnStart {
+                turn_id: "t".into(),
+            },
+            (),
+        )
+        .unwrap();
+        s.append(user("hi"), SurfaceOp::Append).unwrap();
+        if close {
+            s.append(
+                TurnEnd {
+                    turn_id: "t".into(),
+                    reason: TurnEndReason::Completed,
+                },
+                (),
+            )
+            .unwrap();
+        }
+        s.flush().unwrap();
+    };
+    for i in 0..6 {
+        write(
+            &format!("s{i}"),
+            if i % 2 == 0 { "even" } else { "odd" },
+            i % 3 != 0,
+        );
+    }
+    fork(&store, "s1", None, Some("child-of-1")).unwrap();
+    store.sync().unwrap();
+    let everything = ListQuery {
+        limit: 1000,
+        ..Default::default()
+    };
+    let mut native = Catalog::build(&store).unwrap();
+    let mut through = Catalog::build(&other).unwrap();
+    assert_eq!(through.list(&everything), native.list(&everything));
+    assert_eq!(through.len(), 7);
+    // A listing paged through the other log's catalog while sessions come
+    // and go neither repeats nor skips one.
+    let first = through.list(&ListQuery {
+        limit: 3,
+        ..Default::default()
+    });
+    assert_eq!(ids(&first), ["s0", "s1", "s2"]);
+    write("s6", "even", true);
+    delete(&store, "s4").unwrap();
+    {
+        let mut s = Session::open(store.clone(), "s0", reg()).unwrap();
+        s.set_title("later").unwrap();
+        s.flush().unwrap();
+    }
+    assert!(through.refresh(&other).unwrap() > 0);
+    native.refresh(&store).unwrap();
+    assert_eq!(through.list(&everything), native.list(&everything));
+    let rest = all_pages(
+        &through,
+        ListQuery {
+            after: first.next,
+            limit: 2,
+            ..Default::default()
+        },
+    );
+    assert_eq!(rest, ["s3", "s5", "child-of-1", "s6"]);
+    let even = ListQuery {
+        tags: vec!["even".into()],
+        ..everything.clone()
+    };
+    assert_eq!(ids(&through.list(&even)), ["s0", "s2", "s6"]);
+    assert_eq!(
+        through.get(&other, "s0").unwrap().metadata.title.as_deref(),
+        Some("later")
+    );
+    assert_eq!(through.get(&other, "s0"), native.get(&store, "s0"));
+    assert!(through.get(&other, "s4").is_none());
+    // Nothing new: nothing read.
+    assert_eq!(through.refresh(&other).unwrap(), 0);
+    // Search is the log's own: this one has none, a typed refusal.
+    let err = query::search(&other, &Registry::new(), "hi", 10).unwrap_err();
+    assert!(matches!(err, turnstone::Error::Refused(_)), "{err}");
+    // The store's: one hit per session that wrote "hi", s4 deleted, the
+    // fork's inherited event found under s1.
+    let mut found: Vec<String> = query::search(&store, &Registry::new(), "hi", 10)
+        .unwrap()
+        .into_iter()
+        .map(|h| h.session)
+        .collect();
+    found.sort();
+    assert_eq!(found, ["s0", "s1", "s2", "s3", "s5", "s6"]);
+}

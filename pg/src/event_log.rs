@@ -5,7 +5,7 @@ use std::collections::HashMap;
 use std::ops::Range;
 
 use parking_lot::Mutex;
-use turnstone::backend::{Claim, EventLog, Follow, LogEvent};
+use turnstone::backend::{Claim, EventLog, Follow, Listing, LogEvent};
 use turnstone::{Error, Result};
 
 use crate::{PgError, PgLog, Writer};
@@ -269,6 +269,44 @@ impl EventLog for PgEventLog {
         self.writer(session)?
             .append_group_with_text(events)
             .map_err(engine_error)
+    }
+
+    /// PostgreSQL's text search ([`PgLog::search`],
+    /// [`PgLog::search_session`]).
+    fn search(
+        &self,
+        query: &str,
+        limit: usize,
+        session: Option<&str>,
+    ) -> Result<Vec<turnstone::session::Hit>> {
+        let hits = match session {
+            None => self.log.search(query, limit),
+            Some(s) => self.log.search_session(s, query, limit),
+        }
+        .map_err(engine_error)?;
+        Ok(hits
+            .into_iter()
+            .map(|h| turnstone::session::Hit {
+                session: h.session,
+                seq: h.seq,
+                snippet: h.snippet,
+            })
+            .collect())
+    }
+
+    /// One query ([`PgLog::sessions`]).
+    fn listing(&self) -> Result<Vec<Listing>> {
+        Ok(self
+            .log
+            .sessions()
+            .map_err(engine_error)?
+            .into_iter()
+            .map(|s| Listing {
+                name: s.id,
+                durable_len: s.len,
+                parent: s.parent,
+            })
+            .collect())
     }
 
     fn read_range(&self, session: &str, range: Range<u64>) -> Result<Vec<LogEvent>> {

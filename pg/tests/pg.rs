@@ -1034,6 +1034,11 @@ fn main() {
             false,
         ),
         (
+            "search_and_catalog_on_both_backends",
+            sessions::search_and_catalog_on_both_backends,
+            false,
+        ),
+        (
             "random_histories_agree_on_both_backends",
             sessions::random_histories_agree_on_both_backends,
             false,

@@ -1,13 +1,13 @@
-//! The read commands on a PostgreSQL URL (issue 18): `sessions`, `export`,
-//! `replay` and `search` read through [`PgLog`] what they read from a store
-//! directory otherwise. The session layer is not on the backend trait yet,
-//! so these fold and decode the events here, with the session layer's own
-//! functions ([`EntryFold`], [`decode`]).
+//! The read commands on a PostgreSQL URL (issue 18): `export` and `replay`
+//! read through [`PgLog`] what they read from a store directory otherwise,
+//! decoding with the session layer's own [`decode`]. (`sessions` and
+//! `search` go through the session layer on the database's log:
+//! `Catalog::build`, `query::search`.)
 
 use std::time::Duration;
 
 use turnstone::session::event::decode;
-use turnstone::session::{Catalog, CatalogEntry, EntryFold, Registry, SessionEvent};
+use turnstone::session::{Registry, SessionEvent};
 use turnstone_pg::{PgError, PgLog};
 
 use crate::place::{connect_reader, pg_failure, redact};
@@ -15,38 +15,6 @@ use crate::Failure;
 
 /// Events read per query.
 const CHUNK: u64 = 4096;
-
-/// The catalog of a database's live sessions, in creation order: each
-/// session's events (inherited ones included) folded as a store's catalog
-/// folds them. Reads every event once per session that holds it.
-pub fn catalog(url: &str) -> Result<Catalog, Failure> {
-    let log = connect_reader(url)?;
-    let fail = |e| pg_failure(url, e);
-    let mut entries: Vec<CatalogEntry> = Vec::new();
-    for s in log.sessions().map_err(fail)? {
-        let mut f = EntryFold::new(&s.id, s.parent.clone(), s.len);
-        let mut at = 0;
-        while at < s.len {
-            let end = (at + CHUNK).min(s.len);
-            match log.read_range(&s.id, at..end) {
-                Ok(events) => {
-                    for e in events {
-                        f.event(e.seq, e.kind, &e.payload);
-                    }
-                }
-                // Deleted since it was listed: not listed.
-                Err(PgError::SessionDeleted(_)) => break,
-                Err(e) => return Err(fail(e)),
-            }
-            at = end;
-        }
-        if let Some(entry) = f.finish() {
-            entries.push(entry);
-        }
-    }
-    log.close();
-    Ok(Catalog::from_entries(entries))
-}
 
 /// A connected log and the length of one of its live sessions.
 pub fn open_session(url: &str, session: &str) -> Result<(PgLog, u64), Failure> {
@@ -145,33 +113,4 @@ pub fn replay(
     }
     log.close();
     Ok(())
-}
-
-/// Search hits `(session, seq, snippet)`: PostgreSQL text search
-/// (`simple` configuration, web-search syntax).
-pub fn search(
-    url: &str,
-    query: &str,
-    session: Option<&str>,
-    limit: usize,
-) -> Result<Vec<(String, u64, String)>, Failure> {
-    let hits = match session {
-        Some(s) => {
-            let (log, _) = open_session(url, s)?;
-            let h = log.search_session(s, query, limit);
-            log.close();
-            h
-        }
-        None => {
-            let log = connect_reader(url)?;
-            let h = log.search(query, limit);
-            log.close();
-            h
-        }
-    }
-    .map_err(|e| pg_failure(url, e))?;
-    Ok(hits
-        .into_iter()
-        .map(|h| (h.session, h.seq, h.snippet))
-        .collect())
 }

@@ -9,8 +9,8 @@ use std::time::Duration;
 
 use clap::Args;
 use serde_json::{json, Value};
-use turnstone::session::query::{Catalog, Cursor, ListQuery, SearchIndex};
-use turnstone::session::{fork, replay, Registry, SessionEvent};
+use turnstone::session::query::{self, Catalog, Cursor, ListQuery};
+use turnstone::session::{fork, replay, LogHandle, Registry, SessionEvent};
 use turnstone::Store;
 
 use crate::failure::existing_dir;
@@ -103,6 +103,13 @@ pub struct SearchArgs {
 
 fn read_only(dir: &std::path::Path) -> Result<Arc<Store>, Failure> {
     crate::store_open::read_only(dir)
+}
+
+fn no_session_on(url: &str, id: &str) -> Failure {
+    Failure::usage(format!(
+        "database {} has no session {id:?} (`turnstone sessions URL` lists them)",
+        crate::place::redact(url)
+    ))
 }
 
 fn known(store: &Store, dir: &std::path::Path, id: &str) -> Result<(), Failure> {
@@ -218,7 +225,9 @@ pub fn run_sessions(a: &SessionsArgs) -> Result<ExitCode, Failure> {
         return Err(Failure::usage("--limit must be at least 1"));
     }
     let catalog = match crate::place::url_of(&a.dir) {
-        Some(url) => crate::pg_views::catalog(url)?,
+        // The session layer's catalog on the database's log.
+        Some(url) => Catalog::build(&crate::place::session_log(url, false)?)
+            .map_err(|e| crate::place::on_url(url, e))?,
         None => Catalog::build(&*read_only(&a.dir)?)?,
     };
     let page = catalog.list(&q);
@@ -267,31 +276,39 @@ pub fn run_sessions(a: &SessionsArgs) -> Result<ExitCode, Failure> {
 }
 
 pub fn run_search(a: &SearchArgs) -> Result<ExitCode, Failure> {
-    if let Some(url) = crate::place::url_of(&a.dir) {
-        let hits = crate::pg_views::search(url, &a.query, a.session.as_deref(), a.limit)?;
-        let stdout = io::stdout();
-        let mut out = BufWriter::new(stdout.lock());
-        for (session, seq, snippet) in &hits {
-            let line = if a.json {
-                json!({"session": session, "seq": seq, "snippet": snippet}).to_string()
-            } else {
-                format!("{session} #{seq}  {}", snippet.replace('\n', " "))
-            };
-            write_line(&mut out, &line)?;
+    // The session layer's search: the store's index, or the database's
+    // own text search (PostgreSQL, web-search syntax).
+    let url = crate::place::url_of(&a.dir);
+    let log: LogHandle = match url {
+        Some(url) => {
+            let log = crate::place::session_log(url, false)?;
+            if let Some(id) = &a.session {
+                match log.as_log().durable_len(id) {
+                    Ok(Some(_)) => {}
+                    Ok(None) => return Err(no_session_on(url, id)),
+                    Err(e) if e.is_not_found() => return Err(no_session_on(url, id)),
+                    Err(e) => return Err(crate::place::on_url(url, e)),
+                }
+            }
+            log
         }
-        out.flush().ok();
-        return Ok(ExitCode::SUCCESS);
-    }
-    let store = read_only(&a.dir)?;
-    let mut ix = SearchIndex::open(&store)?;
-    ix.update(&store, &Registry::new())?;
-    let hits = match &a.session {
-        Some(id) => {
-            known(&store, &a.dir, id)?;
-            ix.search_session(&store, id, &a.query, a.limit)?
+        None => {
+            let store = read_only(&a.dir)?;
+            if let Some(id) = &a.session {
+                known(&store, &a.dir, id)?;
+            }
+            LogHandle::from(store)
         }
-        None => ix.search(&a.query, a.limit)?,
     };
+    let registry = Registry::new();
+    let hits = match &a.session {
+        Some(id) => query::search_session(&log, &registry, id, &a.query, a.limit),
+        None => query::search(&log, &registry, &a.query, a.limit),
+    }
+    .map_err(|e| match url {
+        Some(url) => crate::place::on_url(url, e),
+        None => Failure::from(e),
+    })?;
     let stdout = io::stdout();
     let mut out = BufWriter::new(stdout.lock());
     for h in &hits {

@@ -342,6 +342,11 @@ fn read_commands_on_a_url_print_what_they_print_on_the_directory(cx: &Ctx) {
     let hits = json_lines(&out);
     // root's messages 0..4 are inherited through child (fork at 4, then at 6).
     assert_eq!(hits.len(), 4, "{hits:?}");
+    for s in ["nope", "doomed"] {
+        let out = turnstone(&["search", &cx.url, "root", "--session", s]);
+        assert_eq!(code(&out), 2, "{s}");
+        assert!(stderr(&out).contains("has no session"), "{}", stderr(&out));
+    }
     // Unknown, deleted, and a flag that only means something for a directory.
     for s in ["nope", "doomed", "gone"] {
         let out = turnstone(&["export", &cx.url, "--session", s]);

@@ -424,21 +424,18 @@ pub mod tokio {
         blocking(move || crate::session::replay(&store, &id, registry, from)?.collect()).await
     }
 
-    /// Bring the search index up to date and search it
-    /// ([`crate::session::query::SearchIndex`]) off the runtime's threads.
-    #[cfg(feature = "search")]
+    /// Search across sessions ([`crate::session::query::search`]) off the
+    /// runtime's threads: on the embedded store (an `Arc<Store>`) its
+    /// index brought up to date first, on another log (an
+    /// `Arc<PgEventLog>`) that log's own search.
     pub async fn search(
-        store: Arc<Store>,
+        log: impl Into<crate::session::LogHandle>,
         registry: Arc<Registry>,
         query: &str,
         limit: usize,
     ) -> Result<Vec<crate::session::query::Hit>> {
+        let log = log.into();
         let query = query.to_string();
-        blocking(move || {
-            let mut ix = crate::session::query::SearchIndex::open(&store)?;
-            ix.update(&store, &registry)?;
-            ix.search(&query, limit)
-        })
-        .await
+        blocking(move || crate::session::query::search(&log, &registry, &query, limit)).await
     }
 }

@@ -25,6 +25,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, Result};
 use crate::session::event::{CoreKind, MetaUpdate, SessionMetadata};
+use crate::session::log::LogRef;
 use crate::store::Store;
 use crate::types::LogPos;
 
@@ -158,6 +159,9 @@ pub struct Catalog {
     /// The store's retention policy at the last refresh: expired sessions
     /// are left out of listings and lookups.
     policy: crate::session::retention::Policy,
+    /// Built on another log ([`LogRef::Other`]): each session's rank by
+    /// name (given in the order the log first listed it).
+    ranks: Option<HashMap<String, u32>>,
 }
 
 #[derive(Deserialize)]
@@ -177,10 +181,11 @@ impl Catalog {
         Catalog::default()
     }
 
-    /// A catalog of `store`, folded up to its durable end.
-    pub fn build(store: &Store) -> Result<Catalog> {
+    /// A catalog of a log (an embedded store, or any other
+    /// [`crate::backend::EventLog`]), folded up to its durable end.
+    pub fn build<'a>(log: impl Into<LogRef<'a>>) -> Result<Catalog> {
         let mut c = Catalog::new();
-        c.refresh(store)?;
+        c.refresh(log)?;
         Ok(c)
     }
 
@@ -203,8 +208,19 @@ impl Catalog {
         self.len() == 0
     }
 
-    /// One session's entry (`None`: unknown, not durable yet, or deleted).
-    pub fn get(&self, store: &Store, id: &str) -> Option<&CatalogEntry> {
+    /// One session's entry (`None`: unknown, not durable yet, or deleted),
+    /// as of the last refresh. `log` is the one the catalog was built on
+    /// (on the embedded store it tells a session from a later one of the
+    /// same name; another log's catalog answers from its own names).
+    pub fn get<'a>(&self, log: impl Into<LogRef<'a>>, id: &str) -> Option<&CatalogEntry> {
+        let store = match log.into() {
+            LogRef::Embedded(store) => store,
+            LogRef::Other(_) => {
+                let rank = *self.ranks.as_ref()?.get(id)?;
+                let slot = self.slots.get(rank as usize)?.as_ref()?;
+                return (!slot.deleted).then_some(&slot.entry);
+            }
+        };
         let meta = store.session_meta(id)?;
         let slot = self.slots.get(meta.id.0 as usize)?.as_ref()?;
         (!slot.deleted && slot.define_pos == meta.define_pos && !self.expired(&slot.entry))
@@ -213,8 +229,25 @@ impl Catalog {
 
     /// Fold every durable event not folded yet. Returns the number of
     /// events read.
-    pub fn refresh(&mut self, store: &Store) -> Result<u64> {
-        if self.store_id != Some(store.store_id()) {
+    ///
+    /// On the embedded store this is incremental by log position (see the
+    /// module documentation). On another log ([`LogRef::Other`], e.g.
+    /// PostgreSQL) it asks for the listing ([`crate::backend::EventLog::listing`])
+    /// and folds the new durable events of each session whose length grew;
+    /// a session the log no longer lists (deleted) is dropped, and a new
+    /// one ranks after every session seen before, so cursors stay valid.
+    /// Refresh a catalog with the log it was built on: one built on a store
+    /// starts again when refreshed with another log, and the other way
+    /// round.
+    pub fn refresh<'a>(&mut self, log: impl Into<LogRef<'a>>) -> Result<u64> {
+        match log.into() {
+            LogRef::Embedded(store) => self.refresh_store(store),
+            LogRef::Other(l) => self.refresh_log(l),
+        }
+    }
+
+    fn refresh_store(&mut self, store: &Store) -> Result<u64> {
+        if self.store_id != Some(store.store_id()) || self.ranks.is_some() {
             *self = Catalog {
                 store_id: Some(store.store_id()),
                 ..Catalog::default()
@@ -566,4 +599,135 @@ impl Catalog {
         }
         c
     }
+}
+
+/// Events read per call from another log.
+const LOG_CHUNK: u64 = 4096;
+
+impl Catalog {
+    /// [`Catalog::refresh`] on another log: its listing, then the new
+    /// durable events of each session that grew.
+    fn refresh_log(&mut self, log: &dyn crate::backend::EventLog) -> Result<u64> {
+        if self.ranks.is_none() {
+            *self = Catalog {
+                ranks: Some(HashMap::new()),
+                ..Catalog::default()
+            };
+        }
+        let mut listed = vec![false; self.slots.len()];
+        let mut read = 0;
+        for item in log.listing()? {
+            let ranks = self.ranks.get_or_insert_with(HashMap::new);
+            let next = self.slots.len() as u32;
+            let rank = *ranks.entry(item.name.clone()).or_insert(next);
+            let i = rank as usize;
+            if self.slots.len() <= i {
+                self.slots.resize(i + 1, None);
+                listed.resize(i + 1, false);
+            }
+            let slot = match self.slots[i].take() {
+                Some(s) => {
+                    self.unindex(rank, &s);
+                    // The same session, never shorter (a log's sessions
+                    // only grow); anything else starts again.
+                    if s.entry.parent == item.parent && s.folded <= item.durable_len {
+                        s
+                    } else {
+                        fresh_listed(&item)
+                    }
+                }
+                None => fresh_listed(&item),
+            };
+            let slot = if !slot.deleted && item.durable_len > slot.folded {
+                let mut grown = slot.clone();
+                match fold_log(log, &item.name, item.durable_len, &mut grown) {
+                    Ok(n) => {
+                        read += n;
+                        grown
+                    }
+                    // Gone since the listing was read: left out.
+                    Err(e) if e.is_not_found() => {
+                        if let Some(r) = self.ranks.as_mut() {
+                            r.remove(&item.name);
+                        }
+                        continue;
+                    }
+                    Err(e) => {
+                        self.index(rank, &slot);
+                        self.slots[i] = Some(slot);
+                        return Err(e);
+                    }
+                }
+            } else {
+                slot
+            };
+            listed[i] = true;
+            self.index(rank, &slot);
+            self.slots[i] = Some(slot);
+        }
+        // Sessions no longer listed (deleted): dropped.
+        for (i, listed) in listed.into_iter().enumerate() {
+            if listed {
+                continue;
+            }
+            if let Some(s) = self.slots[i].take() {
+                self.unindex(i as u32, &s);
+                if let Some(r) = self.ranks.as_mut() {
+                    r.remove(&s.entry.id);
+                }
+            }
+        }
+        Ok(read)
+    }
+}
+
+fn fresh_listed(item: &crate::backend::Listing) -> Slot {
+    Slot {
+        define_pos: LogPos::default(),
+        folded: 0,
+        deleted: false,
+        entry: CatalogEntry {
+            id: item.name.clone(),
+            events: 0,
+            created_ms: None,
+            updated_ms: None,
+            open_turn: false,
+            parent: item.parent.clone(),
+            metadata: SessionMetadata::default(),
+        },
+    }
+}
+
+/// [`fold`] on another log: the durable events `slot.folded..end`, read in
+/// chunks.
+fn fold_log(
+    log: &dyn crate::backend::EventLog,
+    name: &str,
+    end: u64,
+    slot: &mut Slot,
+) -> Result<u64> {
+    let first_own = slot.entry.parent.as_ref().map_or(0, |(_, n)| *n);
+    let mut deleted = false;
+    let mut n = 0;
+    let mut at = slot.folded;
+    while at < end {
+        let to = (at + LOG_CHUNK).min(end);
+        for ev in log.read_range(name, at..to)? {
+            n += 1;
+            fold_event(
+                &mut slot.entry,
+                &mut deleted,
+                first_own,
+                end,
+                ev.seq,
+                ev.kind,
+                &ev.payload,
+            );
+        }
+        at = to;
+    }
+    slot.entry.events = end;
+    slot.folded = end;
+    slot.deleted |= deleted;
+    Ok(n)
 }

@@ -59,7 +59,10 @@ pub use parallel::run_tools_parallel;
 pub use projection::{Projection, ProjectionRegistry, RunState, RunStatus, TokenMeter, TokenState};
 #[cfg(feature = "search")]
 pub use query::SearchIndex;
-pub use query::{events, list_sessions, searchable_text, Hit, SessionSummary, SEARCH_FILE};
+pub use query::{
+    events, list_sessions, search, search_session, searchable_text, Hit, SessionSummary,
+    SEARCH_FILE,
+};
 pub use repair::{repair, validate_messages, MessageProblem, PluginRepair, RepairReport};
 pub use replay::{fork, replay, replay_range, turn_open, Forked, Replay};
 pub use surface::{Surface, SurfaceOp};

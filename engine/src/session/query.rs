@@ -18,7 +18,9 @@ use crate::session::event::{
     ToolResult, UserMessage,
 };
 use crate::session::log::LogRef;
-use crate::session::replay::{replay_range, replay_range_of_any, turn_open_before};
+#[cfg(feature = "search")]
+use crate::session::replay::replay_range_of_any;
+use crate::session::replay::{replay_range, turn_open_before};
 use crate::store::Store;
 
 pub use crate::session::catalog::{Catalog, CatalogEntry, Cursor, ListPage, ListQuery};
@@ -178,6 +180,88 @@ pub struct Hit {
     pub seq: u64,
     /// The matching text, with the match in brackets.
     pub snippet: String,
+}
+
+/// Full-text search across the sessions of any log, best matches first,
+/// at most `limit` hits, each snippet with the match in brackets.
+///
+/// The embedded store: its index ([`SearchIndex`], `DIR/search.sqlite`) is
+/// opened and brought up to the durable end, then searched (SQLite FTS5;
+/// needs the `search` feature, [`Error::Refused`] without it). Another log
+/// searches with its own index ([`crate::backend::EventLog::search`]:
+/// PostgreSQL's text search over the text the session layer gave it).
+///
+/// The same on both: durable events only; deleted sessions left out (and,
+/// on the embedded store, those its retention policy expires); the
+/// searchable text is [`searchable_text`]'s; an event that fork children
+/// inherit is found once, under the session that wrote it (so not at all
+/// once that session is deleted: [`search_session`] of a fork still finds
+/// it). A query of plain words (every one must match) or a `"quoted
+/// phrase"` finds the same events on both, case-insensitively. What
+/// differs: other query syntax (FTS5's `OR`, `NEAR`, `prefix*`;
+/// PostgreSQL's web-search `or`, `-word`), tokenisation beyond plain
+/// words (FTS5 folds accents, PostgreSQL's `simple` configuration does
+/// not), the ranking of equally good hits, and the snippet's words around
+/// the match.
+pub fn search<'a>(
+    log: impl Into<LogRef<'a>>,
+    registry: &Registry,
+    query: &str,
+    limit: usize,
+) -> Result<Vec<Hit>> {
+    match log.into() {
+        LogRef::Embedded(store) => embedded_search(store, registry, query, limit, None),
+        LogRef::Other(l) => l.search(query, limit, None),
+    }
+}
+
+/// Full-text search of one session, the events it inherits from its fork
+/// ancestors included (deleted ancestors too), every hit reported under
+/// `session` at the seq the event has there. A deleted or unknown session
+/// is an error ([`Error::is_not_found`]). See [`search`] for what both
+/// logs give.
+pub fn search_session<'a>(
+    log: impl Into<LogRef<'a>>,
+    registry: &Registry,
+    session: &str,
+    query: &str,
+    limit: usize,
+) -> Result<Vec<Hit>> {
+    match log.into() {
+        LogRef::Embedded(store) => embedded_search(store, registry, query, limit, Some(session)),
+        LogRef::Other(l) => l.search(query, limit, Some(session)),
+    }
+}
+
+#[cfg(feature = "search")]
+fn embedded_search(
+    store: &Store,
+    registry: &Registry,
+    query: &str,
+    limit: usize,
+    session: Option<&str>,
+) -> Result<Vec<Hit>> {
+    let mut ix = SearchIndex::open(store)?;
+    ix.update(store, registry)?;
+    match session {
+        None => ix.search(query, limit),
+        Some(s) => ix.search_session(store, s, query, limit),
+    }
+}
+
+#[cfg(not(feature = "search"))]
+fn embedded_search(
+    store: &Store,
+    registry: &Registry,
+    query: &str,
+    limit: usize,
+    session: Option<&str>,
+) -> Result<Vec<Hit>> {
+    let _ = (store, registry, query, limit, session);
+    Err(Error::Refused(
+        "turnstone was built without the `search` feature: the embedded store has no search index"
+            .into(),
+    ))
 }
 
 /// File name of the search index inside the store directory.
