@@ -118,10 +118,10 @@ impl Hub {
             .name("turnstone-pg-listen".into())
             .spawn(move || listen(h, i, listener))
             .map_err(|e| PgError::FollowerLost(format!("start the listener: {e}")))?;
-        let (h, log) = (hub.clone(), log.clone());
+        let (h, i) = (hub.clone(), inner.clone());
         std::thread::Builder::new()
             .name("turnstone-pg-follow".into())
-            .spawn(move || read(h, log))
+            .spawn(move || read(h, i))
             .map_err(|e| PgError::FollowerLost(format!("start the reader: {e}")))?;
         Ok(hub)
     }
@@ -233,7 +233,7 @@ fn listen(hub: Arc<Hub>, inner: Arc<Inner>, mut client: Client) {
 }
 
 /// The reader: read what followers have not read, a chunk at a time.
-fn read(hub: Arc<Hub>, log: PgLog) {
+fn read(hub: Arc<Hub>, inner: Arc<Inner>) {
     loop {
         let work: Vec<Arc<Shared>> = {
             let mut hs = hub.state.lock();
@@ -241,7 +241,7 @@ fn read(hub: Arc<Hub>, log: PgLog) {
                 if hs.over {
                     return;
                 }
-                if *log.inner.stopped.lock() {
+                if *inner.stopped.lock() {
                     drop(hs);
                     hub.end_all(|| PgError::Closed);
                     return;
@@ -271,7 +271,7 @@ fn read(hub: Arc<Hub>, log: PgLog) {
             };
             let to = known.min(from + CHUNK);
             let mut out = Vec::new();
-            let got = log.with_client(|c| {
+            let got = inner.with_client(|c| {
                 out.clear();
                 let row = session_row(c, &f.session, false)?;
                 let len = row.len;

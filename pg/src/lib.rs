@@ -222,11 +222,43 @@ impl Inner {
 }
 
 /// A connection to turnstone's tables in one PostgreSQL database. Cheap to
-/// clone; [`PgLog::close`] stops the committer once its queue is written.
+/// clone; [`PgLog::close`] stops the committer once its queue is written,
+/// and so does dropping the last clone (a [`Writer`] holds one).
 #[derive(Clone)]
 pub struct PgLog {
     inner: Arc<Inner>,
-    committers: Arc<Mutex<Vec<JoinHandle<()>>>>,
+    owner: Arc<Owner>,
+}
+
+/// What the handles share and the log's threads do not: when the last
+/// handle goes, the log closes (its threads hold only [`Inner`]).
+struct Owner {
+    inner: Arc<Inner>,
+    committers: Mutex<Vec<JoinHandle<()>>>,
+}
+
+impl Owner {
+    fn close(&self) {
+        *self.inner.stopped.lock() = true;
+        self.inner.stop.notify_all();
+        if let Some(hub) = self.inner.hub.lock().as_ref() {
+            hub.poke();
+        }
+        for l in &self.inner.lanes {
+            l.queue.lock().closed = true;
+            l.work.notify_all();
+        }
+        for h in std::mem::take(&mut *self.committers.lock()) {
+            let _ = h.join();
+        }
+        self.inner.idle.lock().clear();
+    }
+}
+
+impl Drop for Owner {
+    fn drop(&mut self) {
+        self.close();
+    }
 }
 
 impl PgLog {
@@ -269,26 +301,18 @@ impl PgLog {
             );
         }
         Ok(PgLog {
+            owner: Arc::new(Owner {
+                inner: inner.clone(),
+                committers: Mutex::new(handles),
+            }),
             inner,
-            committers: Arc::new(Mutex::new(handles)),
         })
     }
 
     /// Write what is queued, then stop the committer. Writers left get
-    /// [`PgError::Closed`].
+    /// [`PgError::Closed`]; followers end; pooled connections close.
     pub fn close(&self) {
-        *self.inner.stopped.lock() = true;
-        self.inner.stop.notify_all();
-        if let Some(hub) = self.inner.hub.lock().as_ref() {
-            hub.poke();
-        }
-        for l in &self.inner.lanes {
-            l.queue.lock().closed = true;
-            l.work.notify_all();
-        }
-        for h in std::mem::take(&mut *self.committers.lock()) {
-            let _ = h.join();
-        }
+        self.owner.close();
     }
 
     /// The committer's counters.
@@ -302,12 +326,19 @@ impl PgLog {
         total
     }
 
+    fn with_client<T>(&self, f: impl FnMut(&mut Client) -> Result<T>) -> Result<T> {
+        self.inner.with_client(f)
+    }
+}
+
+impl Inner {
+    /// Run `f` on a pooled connection (or a new one).
     fn with_client<T>(&self, mut f: impl FnMut(&mut Client) -> Result<T>) -> Result<T> {
-        let popped = self.inner.idle.lock().pop();
+        let popped = self.idle.lock().pop();
         let pooled = popped.is_some();
         let mut client = match popped {
             Some(c) if !c.is_closed() => c,
-            _ => Client::connect(&self.inner.url, NoTls).map_err(db("connect"))?,
+            _ => Client::connect(&self.url, NoTls).map_err(db("connect"))?,
         };
         let mut out = f(&mut client);
         // A pooled connection that turns out dead (the server restarted
@@ -316,21 +347,23 @@ impl PgLog {
         // a new connection.
         let dead = |r: &Result<T>| matches!(r, Err(PgError::Database { source, .. }) if source.is_closed());
         if pooled && (dead(&out) || client.is_closed()) && out.is_err() {
-            self.inner.idle.lock().clear();
-            client = Client::connect(&self.inner.url, NoTls).map_err(db("connect"))?;
+            self.idle.lock().clear();
+            client = Client::connect(&self.url, NoTls).map_err(db("connect"))?;
             out = f(&mut client);
         }
         // A connection whose statement failed at the protocol level is
         // closed; anything else goes back for reuse.
         if !client.is_closed() {
-            let mut idle = self.inner.idle.lock();
-            if idle.len() < self.inner.opts.read_pool {
+            let mut idle = self.idle.lock();
+            if idle.len() < self.opts.read_pool {
                 idle.push(client);
             }
         }
         out
     }
+}
 
+impl PgLog {
     /// Create an empty session; [`PgError::SessionExists`] if it exists
     /// (deleted or not: a deleted session keeps its name, as in the
     /// embedded store).

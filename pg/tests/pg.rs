@@ -386,6 +386,40 @@ fn many_followers_share_one_listening_connection(cx: &Ctx) {
     }
 }
 
+/// Dropping every handle of a log (its writers and followers included)
+/// closes it as `close` does: what was queued is committed, and its
+/// threads and connections go.
+fn dropping_the_last_handle_closes_the_log(cx: &Ctx) {
+    let before = connections(cx);
+    let log = cx.log();
+    let w = log.acquire("s", "w", true).unwrap().writer;
+    w.append(1, 0, b"queued").unwrap();
+    let mut sub = log.subscribe("s", 0).unwrap();
+    assert!(connections(cx) > before);
+    drop(log);
+    drop(w); // the last handle: its queued event is committed first
+             // The follower ends with the log.
+    loop {
+        match sub.next_timeout(Duration::from_secs(20)) {
+            Ok(Some(_)) => continue,
+            Err(PgError::Closed) => break,
+            other => panic!("after the last handle went: {other:?}"),
+        }
+    }
+    drop(sub);
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    while connections(cx) > before {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{} connections left open by a dropped log",
+            connections(cx) - before
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let evs = cx.log().read_range("s", 0..1).unwrap();
+    assert_eq!(evs[0].payload, b"queued");
+}
+
 /// A follower far behind (3000 events, past the read-ahead bound) gets
 /// them all in order, as it takes them: the reader stops at the bound and
 /// resumes when the follower takes events.
@@ -1000,6 +1034,11 @@ fn main() {
         (
             "many_followers_share_one_listening_connection",
             many_followers_share_one_listening_connection,
+            false,
+        ),
+        (
+            "dropping_the_last_handle_closes_the_log",
+            dropping_the_last_handle_closes_the_log,
             false,
         ),
         (
