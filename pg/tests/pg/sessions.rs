@@ -664,41 +664,13 @@ pub fn random_history(kit: &Kit, name: &str, ops: &[Op]) -> Outcome {
             }
             Op::ToolRound(t, n) => {
                 call += 1;
-                let id = format!("call-{call}");
-                s.append(
-                    AssistantMessage {
-                        content: vec![ContentBlock::ToolUse {
-                            id: id.clone(),
-                            name: "sh".into(),
-                            input: json!({"cmd": t}),
-                            extra: Default::default(),
-                        }],
-                        usage: None,
-                        stop_reason: Some("tool_use".into()),
-                        extra: Default::default(),
-                    },
-                    SurfaceOp::Append,
-                )
-                .unwrap();
-                s.append(
-                    ToolCall {
-                        call_id: id.clone(),
-                        name: "sh".into(),
-                        input: json!({"cmd": t}),
-                    },
-                    (),
-                )
-                .unwrap();
-                s.append(
-                    ToolResult {
-                        call_id: id,
-                        content: vec![ContentBlock::text("r".repeat(*n as usize))],
-                        is_error: n % 7 == 0,
-                        status: None,
-                    },
-                    SurfaceOp::Append,
-                )
-                .unwrap();
+                tool_round(
+                    &mut s,
+                    &format!("call-{call}"),
+                    json!({"cmd": t}),
+                    &"r".repeat(*n as usize),
+                    n % 7 == 0,
+                );
             }
             Op::Chunk(t) => {
                 s.append(
@@ -956,40 +928,7 @@ fn talk(s: &mut Session, t: u64, user: &str, tool: &str) {
         SurfaceOp::Append,
     )
     .unwrap();
-    s.append(
-        AssistantMessage {
-            content: vec![ContentBlock::ToolUse {
-                id: call.clone(),
-                name: "sh".into(),
-                input: json!({"cmd": "ls"}),
-                extra: Default::default(),
-            }],
-            usage: None,
-            stop_reason: Some("tool_use".into()),
-            extra: Default::default(),
-        },
-        SurfaceOp::Append,
-    )
-    .unwrap();
-    s.append(
-        ToolCall {
-            call_id: call.clone(),
-            name: "sh".into(),
-            input: json!({"cmd": "ls"}),
-        },
-        (),
-    )
-    .unwrap();
-    s.append(
-        ToolResult {
-            call_id: call,
-            content: vec![ContentBlock::text(tool)],
-            is_error: false,
-            status: None,
-        },
-        SurfaceOp::Append,
-    )
-    .unwrap();
+    tool_round(s, &call, json!({"cmd": "ls"}), tool, false);
     s.append(
         TurnEnd {
             turn_id: tid,
@@ -1202,4 +1141,43 @@ pub fn search_and_catalog(kit: &Kit) -> (Found, Found) {
 pub fn search_and_catalog_on_both_backends(cx: &Ctx) {
     let (e, p) = (Kit::embedded(), Kit::postgres(cx));
     assert_eq!(search_and_catalog(&e), search_and_catalog(&p));
+}
+
+/// The model calls tool `sh` with `input` (an assistant `tool_use`, the
+/// `tool/call`) and it answers `output`.
+fn tool_round(s: &mut Session, call: &str, input: Value, output: &str, is_error: bool) {
+    s.append(
+        AssistantMessage {
+            content: vec![ContentBlock::ToolUse {
+                id: call.to_string(),
+                name: "sh".into(),
+                input: input.clone(),
+                extra: Default::default(),
+            }],
+            usage: None,
+            stop_reason: Some("tool_use".into()),
+            extra: Default::default(),
+        },
+        SurfaceOp::Append,
+    )
+    .unwrap();
+    s.append(
+        ToolCall {
+            call_id: call.to_string(),
+            name: "sh".into(),
+            input,
+        },
+        (),
+    )
+    .unwrap();
+    s.append(
+        ToolResult {
+            call_id: call.to_string(),
+            content: vec![ContentBlock::text(output)],
+            is_error,
+            status: None,
+        },
+        SurfaceOp::Append,
+    )
+    .unwrap();
 }
