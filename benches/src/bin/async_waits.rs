@@ -82,87 +82,118 @@ async fn session_task(
     Ok((seq, lat))
 }
 
+/// Every session a task on a `workers`-thread runtime, running `task(s)`;
+/// returns each session's count and every wait latency.
+fn drive_async<F>(workers: usize, n: usize, task: impl Fn(u32) -> F) -> Result<(Vec<u64>, Vec<u64>)>
+where
+    F: std::future::Future<Output = Result<(u64, Vec<u64>)>> + Send + 'static,
+{
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(workers)
+        .build()?;
+    let results = rt.block_on(async {
+        let tasks: Vec<_> = (0..n as u32).map(|s| tokio::spawn(task(s))).collect();
+        let mut out = Vec::new();
+        for t in tasks {
+            out.push(t.await);
+        }
+        out
+    });
+    let (mut counts, mut waits) = (vec![0u64; n], Vec::new());
+    for (s, r) in results.into_iter().enumerate() {
+        let (c, lat) = r.map_err(|e| format!("task: {e}"))??;
+        counts[s] = c;
+        waits.extend(lat);
+    }
+    Ok((counts, waits))
+}
+
+/// Append one event: (session, seq, payload) to what its wait needs.
+type AppendFn<'a, T> = dyn Fn(u32, u64, &[u8]) -> Result<T> + Sync + 'a;
+
+/// The sessions spread over `threads` threads, each appending one event of
+/// its sessions in turn (`append(s, seq, payload)`) and waiting where the
+/// workload says (`wait(s, what append returned)`), from seq `first` until
+/// the deadline; returns each session's count and every wait latency.
+fn drive_blocking<T>(
+    threads: usize,
+    wl: &Workload,
+    first: u64,
+    deadline: Instant,
+    append: &AppendFn<'_, T>,
+    wait: &(dyn Fn(u32, T) -> Result<()> + Sync),
+) -> Result<(Vec<u64>, Vec<u64>)> {
+    let n = wl.sessions();
+    let outs = std::thread::scope(|scope| {
+        let handles: Vec<_> = (0..threads)
+            .map(|t| {
+                scope.spawn(move || -> Result<ThreadOut> {
+                    let mine: Vec<usize> = (0..n).filter(|s| s % threads == t).collect();
+                    let mut next = vec![first; mine.len()];
+                    let mut lat = Vec::new();
+                    let mut buf = Vec::new();
+                    'run: loop {
+                        for (i, &s) in mine.iter().enumerate() {
+                            if Instant::now() >= deadline {
+                                break 'run;
+                            }
+                            let (s32, seq) = (s as u32, next[i]);
+                            wl.payload_into(s32, seq, &mut buf);
+                            let mark = append(s32, seq, &buf)?;
+                            next[i] += 1;
+                            if wl.waits_after(s32, seq) {
+                                let t0 = Instant::now();
+                                wait(s32, mark)?;
+                                lat.push(t0.elapsed().as_micros() as u64);
+                            }
+                        }
+                        if mine.is_empty() {
+                            break;
+                        }
+                    }
+                    Ok((mine.into_iter().zip(next).collect(), lat))
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| h.join().expect("bench thread"))
+            .collect::<Vec<_>>()
+    });
+    let (mut counts, mut waits) = (vec![0u64; n], Vec::new());
+    for o in outs {
+        let (c, lat) = o?;
+        for (s, k) in c {
+            counts[s] = k;
+        }
+        waits.extend(lat);
+    }
+    Ok((counts, waits))
+}
+
 fn run(mode: Mode, wl: &Arc<Workload>, dir: &Path, seconds: f64) -> Result<Outcome> {
     let store = Arc::new(Store::open(dir)?);
     let n = wl.sessions();
     let syncs0 = store.stats().syncs;
     let start = Instant::now();
     let deadline = start + Duration::from_secs_f64(seconds);
-    let mut counts = vec![0u64; n];
-    let mut waits_us = Vec::new();
-    match mode {
-        Mode::Async { workers } => {
-            let rt = tokio::runtime::Builder::new_multi_thread()
-                .worker_threads(workers)
-                .build()?;
-            let results = rt.block_on(async {
-                let tasks: Vec<_> = (0..n as u32)
-                    .map(|s| tokio::spawn(session_task(store.clone(), wl.clone(), s, deadline)))
-                    .collect();
-                let mut out = Vec::new();
-                for t in tasks {
-                    out.push(t.await);
-                }
-                out
-            });
-            for (s, r) in results.into_iter().enumerate() {
-                let (c, lat) = r.map_err(|e| format!("task: {e}"))??;
-                counts[s] = c;
-                waits_us.extend(lat);
-            }
-        }
-        Mode::Blocking { threads } => {
-            let outs = std::thread::scope(|scope| {
-                let handles: Vec<_> = (0..threads)
-                    .map(|t| {
-                        let (store, wl) = (&store, &**wl);
-                        scope.spawn(move || -> Result<ThreadOut> {
-                            let mine: Vec<usize> = (0..n).filter(|s| s % threads == t).collect();
-                            let mut next = vec![0u64; mine.len()];
-                            let mut lat = Vec::new();
-                            let mut buf = Vec::new();
-                            'run: loop {
-                                for (i, &s) in mine.iter().enumerate() {
-                                    if Instant::now() >= deadline {
-                                        break 'run;
-                                    }
-                                    let (s32, seq) = (s as u32, next[i]);
-                                    wl.payload_into(s32, seq, &mut buf);
-                                    let a = store.append(
-                                        wl.name(s32),
-                                        wl.kind(s32, seq).code(),
-                                        0,
-                                        &buf,
-                                    )?;
-                                    next[i] += 1;
-                                    if wl.waits_after(s32, seq) {
-                                        let t0 = Instant::now();
-                                        store.wait_durable(a.end)?;
-                                        lat.push(t0.elapsed().as_micros() as u64);
-                                    }
-                                }
-                                if mine.is_empty() {
-                                    break;
-                                }
-                            }
-                            Ok((mine.into_iter().zip(next).collect(), lat))
-                        })
-                    })
-                    .collect();
-                handles
-                    .into_iter()
-                    .map(|h| h.join().expect("bench thread"))
-                    .collect::<Vec<_>>()
-            });
-            for o in outs {
-                let (c, lat) = o?;
-                for (s, k) in c {
-                    counts[s] = k;
-                }
-                waits_us.extend(lat);
-            }
-        }
-    }
+    let (counts, mut waits_us) = match mode {
+        Mode::Async { workers } => drive_async(workers, n, |s| {
+            session_task(store.clone(), wl.clone(), s, deadline)
+        })?,
+        Mode::Blocking { threads } => drive_blocking(
+            threads,
+            wl,
+            0,
+            deadline,
+            &|s, seq, buf| {
+                Ok(store
+                    .append(wl.name(s), wl.kind(s, seq).code(), 0, buf)?
+                    .end)
+            },
+            &|_, end| Ok(store.wait_durable(end)?),
+        )?,
+    };
     // Everything counted is durable once the last wait returned; sync the
     // tail appended after each session's last wait, then measure.
     store.sync()?;
@@ -230,79 +261,19 @@ fn run_pg(mode: Mode, wl: &Arc<Workload>, url: &str, db: &str, seconds: f64) -> 
     let commits0 = pg.stats().commits;
     let start = Instant::now();
     let deadline = start + Duration::from_secs_f64(seconds);
-    let mut counts = vec![0u64; n];
-    let mut waits_us = Vec::new();
-    match mode {
-        Mode::Async { workers } => {
-            let rt = tokio::runtime::Builder::new_multi_thread()
-                .worker_threads(workers)
-                .build()?;
-            let results = rt.block_on(async {
-                let tasks: Vec<_> = (0..n as u32)
-                    .map(|s| tokio::spawn(log_session_task(log.clone(), wl.clone(), s, deadline)))
-                    .collect();
-                let mut out = Vec::new();
-                for t in tasks {
-                    out.push(t.await);
-                }
-                out
-            });
-            for (s, r) in results.into_iter().enumerate() {
-                let (c, lat) = r.map_err(|e| format!("task: {e}"))??;
-                counts[s] = c;
-                waits_us.extend(lat);
-            }
-        }
-        Mode::Blocking { threads } => {
-            let outs = std::thread::scope(|scope| {
-                let handles: Vec<_> = (0..threads)
-                    .map(|t| {
-                        let (log, wl) = (&log, &**wl);
-                        scope.spawn(move || -> Result<ThreadOut> {
-                            let mine: Vec<usize> = (0..n).filter(|s| s % threads == t).collect();
-                            let mut next = vec![1u64; mine.len()];
-                            let mut lat = Vec::new();
-                            let mut buf = Vec::new();
-                            'run: loop {
-                                for (i, &s) in mine.iter().enumerate() {
-                                    if Instant::now() >= deadline {
-                                        break 'run;
-                                    }
-                                    let (s32, seq) = (s as u32, next[i]);
-                                    wl.payload_into(s32, seq, &mut buf);
-                                    log.append_group(
-                                        wl.name(s32),
-                                        &[(wl.kind(s32, seq).code(), 0, &buf)],
-                                    )?;
-                                    next[i] += 1;
-                                    if wl.waits_after(s32, seq) {
-                                        let t0 = Instant::now();
-                                        log.sync_session(wl.name(s32))?;
-                                        lat.push(t0.elapsed().as_micros() as u64);
-                                    }
-                                }
-                                if mine.is_empty() {
-                                    break;
-                                }
-                            }
-                            Ok((mine.into_iter().zip(next).collect(), lat))
-                        })
-                    })
-                    .collect();
-                handles
-                    .into_iter()
-                    .map(|h| h.join().expect("bench thread"))
-                    .collect::<Vec<_>>()
-            });
-            for o in outs {
-                let (c, lat) = o?;
-                for (s, k) in c {
-                    counts[s] = k;
-                }
-                waits_us.extend(lat);
-            }
-        }
-    }
+    let (counts, mut waits_us) = match mode {
+        Mode::Async { workers } => drive_async(workers, n, |s| {
+            log_session_task(log.clone(), wl.clone(), s, deadline)
+        })?,
+        Mode::Blocking { threads } => drive_blocking(
+            threads,
+            wl,
+            1,
+            deadline,
+            &|s, seq, buf| Ok(log.append_group(wl.name(s), &[(wl.kind(s, seq).code(), 0, buf)])?),
+            &|s, _| Ok(log.sync_session(wl.name(s))?),
+        )?,
+    };
     for s in 0..n as u32 {
         log.sync_session(wl.name(s))?;
     }
