@@ -36,6 +36,27 @@ impl PgEventLog {
         &self.log
     }
 
+    /// Connect to the database at `url` as lease owner `owner` (a lease
+    /// TTL of `lease_ttl`, or the default): what the bindings' `Store(url)`
+    /// opens. A failure is the engine's `Backend` error naming the URL
+    /// with its password left out.
+    pub fn connect(
+        url: &str,
+        owner: &str,
+        lease_ttl: Option<std::time::Duration>,
+    ) -> Result<PgEventLog> {
+        let mut opts = crate::PgOptions::default();
+        if let Some(ttl) = lease_ttl {
+            opts.lease_ttl = ttl.max(std::time::Duration::from_millis(1));
+        }
+        let log = PgLog::connect(url, opts).map_err(|e| Error::Backend {
+            backend: "postgres",
+            op: "connect".into(),
+            detail: format!("{}: {e}", crate::redact(url)),
+        })?;
+        Ok(PgEventLog::new(log, owner))
+    }
+
     fn writer(&self, session: &str) -> Result<std::sync::Arc<Writer>> {
         if let Some(w) = self.writers.lock().get(session) {
             return Ok(w.clone());

@@ -21,7 +21,7 @@ use turnstone::session::{
     SharedSession, SurfaceOp,
 };
 use turnstone::{Error as TsError, Options, Store as TsStore};
-use turnstone_pg::{is_url, redact, PgEventLog, PgLog, PgOptions};
+use turnstone_pg::{is_url, PgEventLog, PgLog};
 
 fn kind_of(e: &TsError) -> (&'static str, Option<String>, Option<u64>) {
     let (path, offset) = e.location();
@@ -140,19 +140,11 @@ impl NativeStore {
         let registry = Arc::new(registry);
         if is_url(&path) {
             // A database: sessions opened for writing are leased by `owner`.
-            let mut opts = PgOptions::default();
-            if let Some(ms) = lease_ttl_ms {
-                opts.lease_ttl = std::time::Duration::from_millis(ms.max(1) as u64);
-            }
-            let pg = PgLog::connect(&path, opts).map_err(|e| {
-                err(TsError::Backend {
-                    backend: "postgres",
-                    op: "connect".into(),
-                    detail: format!("{}: {e}", redact(&path)),
-                })
-            })?;
             let owner = owner.unwrap_or_else(|| format!("node:{}", std::process::id()));
-            let log = LogHandle::from(Arc::new(PgEventLog::new(pg.clone(), &owner)));
+            let ttl = lease_ttl_ms.map(|ms| std::time::Duration::from_millis(ms.max(1) as u64));
+            let ev = PgEventLog::connect(&path, &owner, ttl).map_err(err)?;
+            let pg = ev.log().clone();
+            let log = LogHandle::from(Arc::new(ev));
             let host = Arc::new(Host::new(log.clone(), registry.clone()));
             return Ok(NativeStore {
                 log: Mutex::new(Some(log)),

@@ -21,7 +21,7 @@ use turnstone::session::{
     SharedSession, SurfaceOp,
 };
 use turnstone::{Error, Options, Store};
-use turnstone_pg::{is_url, redact, PgEventLog, PgLog, PgOptions};
+use turnstone_pg::{is_url, PgEventLog, PgLog};
 
 create_exception!(
     _native,
@@ -186,19 +186,13 @@ impl NativeStore {
         if is_url(&path) {
             // A database: sessions are leased by `owner` (this process by
             // default) while a handle holds them for writing.
-            let mut opts = PgOptions::default();
-            if let Some(ms) = lease_ttl_ms {
-                opts.lease_ttl = std::time::Duration::from_millis(ms.max(1));
-            }
-            let pg = py.detach(|| PgLog::connect(&path, opts)).map_err(|e| {
-                err(Error::Backend {
-                    backend: "postgres",
-                    op: "connect".into(),
-                    detail: format!("{}: {e}", redact(&path)),
-                })
-            })?;
             let owner = owner.unwrap_or_else(|| format!("python:{}", std::process::id()));
-            let log = LogHandle::from(Arc::new(PgEventLog::new(pg.clone(), &owner)));
+            let ttl = lease_ttl_ms.map(std::time::Duration::from_millis);
+            let ev = py
+                .detach(|| PgEventLog::connect(&path, &owner, ttl))
+                .map_err(err)?;
+            let pg = ev.log().clone();
+            let log = LogHandle::from(Arc::new(ev));
             let host = Arc::new(Host::new(log.clone(), registry.clone()));
             return Ok(NativeStore {
                 log: Mutex::new(Some(log)),
