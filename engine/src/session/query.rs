@@ -209,10 +209,7 @@ pub fn search<'a>(
     query: &str,
     limit: usize,
 ) -> Result<Vec<Hit>> {
-    match log.into() {
-        LogRef::Embedded(store) => embedded_search(store, registry, query, limit, None),
-        LogRef::Other(l) => l.search(query, limit, None),
-    }
+    search_in(log.into(), registry, None, query, limit)
 }
 
 /// Full-text search of one session, the events it inherits from its fork
@@ -227,9 +224,20 @@ pub fn search_session<'a>(
     query: &str,
     limit: usize,
 ) -> Result<Vec<Hit>> {
-    match log.into() {
-        LogRef::Embedded(store) => embedded_search(store, registry, query, limit, Some(session)),
-        LogRef::Other(l) => l.search(query, limit, Some(session)),
+    search_in(log.into(), registry, Some(session), query, limit)
+}
+
+/// [`search`] (`session: None`) or [`search_session`] on either log.
+fn search_in(
+    log: LogRef<'_>,
+    registry: &Registry,
+    session: Option<&str>,
+    query: &str,
+    limit: usize,
+) -> Result<Vec<Hit>> {
+    match log {
+        LogRef::Embedded(store) => embedded_search(store, registry, query, limit, session),
+        LogRef::Other(l) => l.search(query, limit, session),
     }
 }
 

@@ -250,9 +250,14 @@ pub const READ_ONLY_OPEN_TRIES: u32 = 20;
 
 /// What an online collection changes in a store directory: its files (names
 /// and lengths: a compacted segment is renamed over the first file of its
-/// range), the collection manifest and the index checkpoint it rewrites at
-/// its end.
-type DirState = (Vec<(String, Option<u64>)>, Option<Vec<u8>>, Option<Vec<u8>>);
+/// range), the collection manifest, and the index checkpoint it rewrites at
+/// its end (its length, 64-byte header and closing CRC of the whole file,
+/// FORMAT.md §7: what identifies its content without reading it all).
+type DirState = (
+    Vec<(String, Option<u64>)>,
+    Option<Vec<u8>>,
+    Option<(u64, Vec<u8>)>,
+);
 
 fn dir_state(vfs: &dyn crate::vfs::Vfs, dir: &Path) -> DirState {
     let mut names = vfs.list(dir).unwrap_or_default();
@@ -264,10 +269,19 @@ fn dir_state(vfs: &dyn crate::vfs::Vfs, dir: &Path) -> DirState {
             (n, len)
         })
         .collect();
-    let read = |name: &str| crate::vfs::read_whole(vfs, &dir.join(name)).ok();
-    (
-        files,
-        read(crate::index::reclaimed::MANIFEST_FILE),
-        read(crate::index::checkpoint::CHECKPOINT_FILE),
-    )
+    let manifest =
+        crate::vfs::read_whole(vfs, &dir.join(crate::index::reclaimed::MANIFEST_FILE)).ok();
+    let ckpt = vfs
+        .open(&dir.join(crate::index::checkpoint::CHECKPOINT_FILE), false)
+        .ok()
+        .and_then(|f| {
+            let len = f.len().ok()?;
+            let head = len.min(64) as usize;
+            let mut bytes = vec![0u8; head + 4];
+            let n = f.read_at(&mut bytes[..head], 0).ok()?;
+            let m = f.read_at(&mut bytes[head..], len.saturating_sub(4)).ok()?;
+            bytes.truncate(head.min(n) + m.min(4));
+            Some((len, bytes))
+        });
+    (files, manifest, ckpt)
 }
