@@ -1,0 +1,863 @@
+//! Several `turnstone serve` instances over one PostgreSQL database (issue
+//! 18 §3): a client writes through one and reads or follows through
+//! another; creates race to one winner; concurrent writers through both
+//! never interleave; a SIGKILLed instance loses nothing it acknowledged and
+//! the other takes its streams over.
+//!
+//! Against a real server (no mocks), started the way turnstone-pg's tests
+//! start it: `TURNSTONE_PG_URL`, or a private server from `.ci/postgres.sh`
+//! (initdb into a temp dir, a loopback port), stopped at the end. Each test
+//! gets its own database. A server that cannot start fails the run (never a
+//! skip).
+//!
+//! `harness = false`: this main runs the tests (a name filter as the first
+//! argument is honoured, as with libtest). Run with the same binary and
+//! `TURNSTONE_PG_INSTANCES_CHILD` set, it is instead the instance that the
+//! kill -9 test starts in a child process and SIGKILLs.
+
+mod common;
+#[path = "../../pg/tests/support/server.rs"]
+mod pgserver;
+
+use std::collections::BTreeMap;
+use std::future::Future;
+use std::path::Path;
+use std::pin::Pin;
+use std::process::{Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use common::*;
+use futures_util::StreamExt;
+use reqwest::{Client, Method, Response};
+use serde_json::{json, Value};
+use turnstone_server::{Options, Server};
+
+/// One test's database and scratch directory.
+struct Ctx {
+    url: String,
+    tmp: tempfile::TempDir,
+}
+
+type TestFuture = Pin<Box<dyn Future<Output = ()>>>;
+
+/// A whole test, servers and all, must end within this.
+const TEST_LIMIT: Duration = Duration::from_secs(90);
+
+/// The kill -9 child: a directory to report its address in, and the URL.
+const CHILD_DIR_ENV: &str = "TURNSTONE_PG_INSTANCES_CHILD";
+const CHILD_URL_ENV: &str = "TURNSTONE_PG_INSTANCES_CHILD_URL";
+
+/// Server options on the database `url`. `dir` is given a path that does
+/// not exist: with `store_url` set the server must not use it (checked by
+/// `no_directory_was_made`).
+fn pg_options(url: &str, dir: &Path) -> Options {
+    let mut o = options(dir);
+    o.store_url = Some(url.to_string());
+    o.long_poll_timeout = Duration::from_secs(10);
+    o
+}
+
+async fn instance(cx: &Ctx, name: &str) -> Server {
+    let o = pg_options(&cx.url, &cx.tmp.path().join(name));
+    let s = turnstone_server::start(o)
+        .await
+        .unwrap_or_else(|e| panic!("instance {name} on {}: {e}", cx.url));
+    let r = s.rebuild_report();
+    assert_eq!(
+        (r.streams, r.deleted, r.incomplete, r.released),
+        (0, 0, 0, 0),
+        "instance {name}: no rebuild at start on PostgreSQL"
+    );
+    s
+}
+
+fn no_directory_was_made(cx: &Ctx, names: &[&str]) {
+    for n in names {
+        let p = cx.tmp.path().join(n);
+        assert!(
+            !p.exists(),
+            "{}: the server made its `dir` although it runs on PostgreSQL",
+            p.display()
+        );
+    }
+}
+
+/// A client on `addr` with a request timeout (a hang fails, not blocks).
+fn http(addr: std::net::SocketAddr) -> Http {
+    Http {
+        base: format!("http://{addr}"),
+        client: Client::builder()
+            .no_proxy()
+            .timeout(Duration::from_secs(30))
+            .build()
+            .unwrap(),
+        token: None,
+    }
+}
+
+async fn head(h: &Http, path: &str) -> Response {
+    h.req(Method::HEAD, path, &[], "").await
+}
+
+async fn close(h: &Http, path: &str) -> Response {
+    h.req(Method::POST, path, &[("stream-closed", "true")], "")
+        .await
+}
+
+async fn delete(h: &Http, path: &str) -> Response {
+    h.req(Method::DELETE, path, &[], "").await
+}
+
+/// A POST with producer headers.
+async fn produce(
+    h: &Http,
+    path: &str,
+    (id, epoch, seq): (&str, u64, u64),
+    ct: &str,
+    body: String,
+) -> Result<Response, reqwest::Error> {
+    h.client
+        .post(format!("{}{path}", h.base))
+        .header("content-type", ct)
+        .header("producer-id", id)
+        .header("producer-epoch", epoch.to_string())
+        .header("producer-seq", seq.to_string())
+        .body(body)
+        .send()
+        .await
+}
+
+/// Every message of a JSON stream, read in chunks from the start until up
+/// to date, and the final next offset.
+async fn read_json(h: &Http, path: &str) -> (Vec<Value>, String) {
+    let mut out = Vec::new();
+    let mut offset = "-1".to_string();
+    loop {
+        let r = h.get(&format!("{path}?offset={offset}")).await;
+        assert_eq!(r.status(), 200, "GET {path}?offset={offset} on {}", h.base);
+        let next = header(&r, "stream-next-offset");
+        let done = header(&r, "stream-up-to-date") == "true";
+        let text = r.text().await.unwrap();
+        let v: Vec<Value> = serde_json::from_str(&text)
+            .unwrap_or_else(|e| panic!("GET {path} on {}: not a JSON array ({e}): {text}", h.base));
+        out.extend(v);
+        if done {
+            return (out, next);
+        }
+        assert_ne!(next, offset, "GET {path} on {}: no progress", h.base);
+        offset = next;
+    }
+}
+
+/// A text stream's whole content and next offset, read as `read_json`.
+async fn read_text(h: &Http, path: &str) -> (String, String) {
+    let mut out = String::new();
+    let mut offset = "-1".to_string();
+    loop {
+        let r = h.get(&format!("{path}?offset={offset}")).await;
+        assert_eq!(r.status(), 200, "GET {path}?offset={offset} on {}", h.base);
+        let next = header(&r, "stream-next-offset");
+        let done = header(&r, "stream-up-to-date") == "true";
+        out.push_str(&r.text().await.unwrap());
+        if done {
+            return (out, next);
+        }
+        assert_ne!(next, offset, "GET {path} on {}: no progress", h.base);
+        offset = next;
+    }
+}
+
+// ---- the tests
+
+/// Instances started at the same moment on an empty database all come up
+/// (the schema is created once, whoever gets there first) and share it.
+async fn instances_start_at_once_on_a_fresh_database(cx: Ctx) {
+    let (a, b, c) = tokio::join!(instance(&cx, "a"), instance(&cx, "b"), instance(&cx, "c"));
+    let (ha, hb, hc) = (
+        http(a.local_addr()),
+        http(b.local_addr()),
+        http(c.local_addr()),
+    );
+    assert_eq!(hb.put("/x", "text/plain", "from b").await.status(), 201);
+    for h in [&ha, &hb, &hc] {
+        assert_eq!(read_text(h, "/x").await.0, "from b", "{}", h.base);
+    }
+    for s in [a, b, c] {
+        s.shutdown().await.unwrap();
+    }
+    no_directory_was_made(&cx, &["a", "b", "c"]);
+}
+
+async fn write_through_one_read_through_another(cx: Ctx) {
+    let a = instance(&cx, "a").await;
+    let b = instance(&cx, "b").await;
+    let (ha, hb) = (http(a.local_addr()), http(b.local_addr()));
+
+    // Created and appended to through A.
+    assert_eq!(
+        ha.put("/j", "application/json", r#"[{"n":0}]"#)
+            .await
+            .status(),
+        201
+    );
+    assert_eq!(ha.put("/t", "text/plain", "hello").await.status(), 201);
+    let r = ha.post("/j", "application/json", r#"{"n":1}"#).await;
+    assert_eq!(r.status(), 204);
+    let j1 = header(&r, "stream-next-offset");
+    let r = ha.post("/t", "text/plain", " world").await;
+    assert_eq!(r.status(), 204);
+    let t1 = header(&r, "stream-next-offset");
+
+    // B catches up on everything, at the same offsets.
+    let (st, next, body) = hb.read("/t").await;
+    assert_eq!(
+        (st, next.as_str(), body.as_str()),
+        (200, t1.as_str(), "hello world")
+    );
+    let (msgs, next) = read_json(&hb, "/j").await;
+    assert_eq!(msgs, vec![json!({"n":0}), json!({"n":1})]);
+    assert_eq!(next, j1);
+    // A create through B of what A created: exists, same or other config.
+    assert_eq!(hb.put("/t", "text/plain", "ignored").await.status(), 200);
+    assert_eq!(hb.put("/t", "application/json", "").await.status(), 409);
+    assert_eq!(hb.read("/t").await.2, "hello world");
+
+    // Appended through B, read through A (whole and from A's last offset).
+    let r = hb.post("/t", "text/plain", "!").await;
+    assert_eq!(r.status(), 204);
+    let t2 = header(&r, "stream-next-offset");
+    assert!(t2 > t1, "{t2} > {t1}");
+    let (st, next, body) = ha.read("/t").await;
+    assert_eq!(
+        (st, next.as_str(), body.as_str()),
+        (200, t2.as_str(), "hello world!")
+    );
+    assert_eq!(ha.read(&format!("/t?offset={t1}")).await.2, "!");
+    let r = hb
+        .post("/j", "application/json", r#"[{"n":2},{"n":3}]"#)
+        .await;
+    assert_eq!(r.status(), 204);
+    let (msgs, _) = read_json(&ha, "/j").await;
+    assert_eq!(msgs.len(), 4, "{msgs:?}");
+    assert_eq!(msgs[3], json!({"n":3}));
+
+    // HEAD agrees on both.
+    for path in ["/t", "/j"] {
+        let (ra, rb) = (head(&ha, path).await, head(&hb, path).await);
+        assert_eq!(
+            (ra.status().as_u16(), rb.status().as_u16()),
+            (200, 200),
+            "{path}"
+        );
+        for hd in ["content-type", "stream-next-offset"] {
+            assert_eq!(header(&ra, hd), header(&rb, hd), "HEAD {path}: {hd}");
+        }
+    }
+    assert_eq!(header(&head(&hb, "/t").await, "stream-next-offset"), t2);
+
+    // Producer state is the database's, not an instance's.
+    async fn p(h: &Http, epoch: u64, seq: u64, n: u64) -> Response {
+        let body = format!(r#"{{"p":{n}}}"#);
+        produce(h, "/j", ("w", epoch, seq), "application/json", body)
+            .await
+            .unwrap()
+    }
+    assert_eq!(p(&ha, 0, 0, 0).await.status(), 200);
+    assert_eq!(p(&ha, 0, 1, 1).await.status(), 200);
+    let dup = p(&hb, 0, 1, 1).await;
+    assert_eq!(
+        dup.status(),
+        204,
+        "a retry through B of seq 1 is a duplicate"
+    );
+    assert_eq!(header(&dup, "producer-seq"), "1");
+    assert_eq!(
+        read_json(&hb, "/j").await.0.len(),
+        6,
+        "the duplicate appended nothing"
+    );
+    assert_eq!(p(&hb, 0, 2, 2).await.status(), 200);
+    let gap = p(&ha, 0, 5, 9).await;
+    assert_eq!(gap.status(), 409, "A knows B accepted seq 2");
+    assert_eq!(header(&gap, "producer-expected-seq"), "3");
+    // A new epoch through B fences the old one through A.
+    assert_eq!(p(&hb, 1, 0, 10).await.status(), 200);
+    let stale = p(&ha, 0, 3, 9).await;
+    assert_eq!(
+        stale.status(),
+        403,
+        "epoch 0 is stale after epoch 1 through B"
+    );
+    assert_eq!(header(&stale, "producer-epoch"), "1");
+    let (msgs, _) = read_json(&ha, "/j").await;
+    let ps: Vec<&Value> = msgs.iter().filter_map(|m| m.get("p")).collect();
+    assert_eq!(
+        ps,
+        vec![&json!(0), &json!(1), &json!(2), &json!(10)],
+        "{msgs:?}"
+    );
+    assert_eq!(read_json(&hb, "/j").await.0, msgs);
+
+    // Closed through B: A refuses an append and reports the closure.
+    let r = close(&hb, "/t").await;
+    assert_eq!(r.status(), 204);
+    let t3 = header(&r, "stream-next-offset");
+    let r = ha.post("/t", "text/plain", "late").await;
+    assert_eq!(
+        r.status(),
+        409,
+        "append through A to a stream closed through B"
+    );
+    assert_eq!(header(&r, "stream-closed"), "true");
+    assert_eq!(header(&r, "stream-next-offset"), t3);
+    assert_eq!(header(&head(&ha, "/t").await, "stream-closed"), "true");
+    let r = ha.get("/t").await;
+    assert_eq!(header(&r, "stream-closed"), "true");
+    assert_eq!(r.text().await.unwrap(), "hello world!");
+
+    // Deleted through A: gone on B; re-created through B as a new stream.
+    assert_eq!(delete(&ha, "/t").await.status(), 204);
+    assert_eq!(hb.get("/t").await.status(), 404);
+    assert_eq!(head(&hb, "/t").await.status(), 404);
+    assert_eq!(hb.post("/t", "text/plain", "x").await.status(), 404);
+    assert_eq!(delete(&hb, "/t").await.status(), 404, "deleted once only");
+    assert_eq!(hb.put("/t", "text/plain", "new").await.status(), 201);
+    assert_eq!(read_text(&ha, "/t").await.0, "new");
+    assert_eq!(read_text(&hb, "/t").await.0, "new");
+    // Not closed: the closure belonged to the deleted stream.
+    assert_eq!(ha.post("/t", "text/plain", "+a").await.status(), 204);
+    assert_eq!(read_text(&hb, "/t").await.0, "new+a");
+    // The JSON stream was untouched by all that.
+    assert_eq!(read_json(&hb, "/j").await.0, msgs);
+
+    a.shutdown().await.unwrap();
+    b.shutdown().await.unwrap();
+    no_directory_was_made(&cx, &["a", "b"]);
+}
+
+async fn follow_through_another_instance(cx: Ctx) {
+    let a = instance(&cx, "a").await;
+    let b = instance(&cx, "b").await;
+    let (ha, hb) = (http(a.local_addr()), http(b.local_addr()));
+
+    // A long poll on one instance is answered by a write through the other
+    // with the data, long before its 10 s timeout.
+    for (name, writer, reader) in [("B", &ha, &hb), ("A", &hb, &ha)] {
+        let path = format!("/lp{name}");
+        let r = writer.put(&path, "text/plain", "before").await;
+        assert_eq!(r.status(), 201);
+        let tail = header(&r, "stream-next-offset");
+        let url = format!("{}{path}?offset={tail}&live=long-poll", reader.base);
+        let c = reader.client.clone();
+        let waiter = tokio::spawn(async move {
+            let r = c.get(url).send().await.unwrap();
+            let at = Instant::now();
+            let next = header(&r, "stream-next-offset");
+            (r.status().as_u16(), next, r.text().await.unwrap(), at)
+        });
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        assert!(
+            !waiter.is_finished(),
+            "the long poll on {name} answered before any data"
+        );
+        let r = writer.post(&path, "text/plain", "wake").await;
+        assert_eq!(r.status(), 204);
+        let written = Instant::now();
+        let tail2 = header(&r, "stream-next-offset");
+        let (status, next, body, at) = tokio::time::timeout(Duration::from_secs(9), waiter)
+            .await
+            .unwrap_or_else(|_| panic!("the long poll on {name} never saw the append"))
+            .unwrap();
+        assert_eq!(
+            (status, body.as_str()),
+            (200, "wake"),
+            "long poll on {name}"
+        );
+        assert_eq!(next, tail2);
+        let lag = at.saturating_duration_since(written);
+        assert!(
+            lag < Duration::from_secs(5),
+            "the long poll on {name} answered {lag:?} after the append"
+        );
+    }
+
+    // An SSE reader on B sees two appends made through A, in order.
+    assert_eq!(ha.put("/sse", "text/plain", "").await.status(), 201);
+    let r = hb.get("/sse?offset=-1&live=sse").await;
+    assert_eq!(r.status(), 200);
+    assert_eq!(header(&r, "content-type"), "text/event-stream");
+    let mut events = r.bytes_stream();
+    let mut seen = String::new();
+    sse_until(&mut events, &mut seen, "upToDate").await;
+    assert_eq!(ha.post("/sse", "text/plain", "one").await.status(), 204);
+    assert_eq!(ha.post("/sse", "text/plain", "two").await.status(), 204);
+    sse_until(&mut events, &mut seen, "data:two").await;
+    let (one, two) = (seen.find("data:one"), seen.find("data:two"));
+    assert!(
+        matches!((one, two), (Some(x), Some(y)) if x < y),
+        "SSE on B: one then two: {seen:?}"
+    );
+    assert_eq!(seen.matches("data:one").count(), 1, "{seen:?}");
+    drop(events);
+
+    a.shutdown().await.unwrap();
+    b.shutdown().await.unwrap();
+}
+
+/// Read an SSE response into `seen` until it holds `want` (8 s at most).
+async fn sse_until<S, B>(events: &mut S, seen: &mut String, want: &str)
+where
+    S: futures_util::Stream<Item = Result<B, reqwest::Error>> + Unpin,
+    B: AsRef<[u8]>,
+{
+    let found = tokio::time::timeout(Duration::from_secs(8), async {
+        while !seen.contains(want) {
+            let chunk = events.next().await.expect("SSE ended").unwrap();
+            seen.push_str(&String::from_utf8_lossy(chunk.as_ref()));
+        }
+    })
+    .await;
+    assert!(found.is_ok(), "SSE: no {want:?} within 8 s; saw {seen:?}");
+}
+
+async fn create_race_has_one_winner(cx: Ctx) {
+    let a = instance(&cx, "a").await;
+    let b = instance(&cx, "b").await;
+    let hs = Arc::new([http(a.local_addr()), http(b.local_addr())]);
+    const N: usize = 16;
+
+    // Concurrent PUTs, half through each instance, all alike but their
+    // initial bodies; `configs`: how many content types take part.
+    async fn race(hs: &Arc<[Http; 2]>, path: &str, configs: usize) -> Vec<(u16, &'static str)> {
+        let go = Arc::new(tokio::sync::Barrier::new(N));
+        let mut tasks = Vec::new();
+        for i in 0..N {
+            let (hs, go, path) = (hs.clone(), go.clone(), path.to_string());
+            tasks.push(tokio::spawn(async move {
+                let ct: &'static str = if i / 2 % configs == 0 {
+                    "text/plain"
+                } else {
+                    "application/json"
+                };
+                let body = if ct == "text/plain" {
+                    format!("from {i}")
+                } else {
+                    format!(r#"[{{"from":{i}}}]"#)
+                };
+                go.wait().await;
+                let r = hs[i % 2].put(&path, ct, &body).await;
+                (r.status().as_u16(), ct)
+            }));
+        }
+        let mut out = Vec::new();
+        for t in tasks {
+            out.push(t.await.unwrap());
+        }
+        out
+    }
+
+    for round in 0..4 {
+        // One configuration: one 201, the rest 200.
+        let path = format!("/race{round}");
+        let got = race(&hs, &path, 1).await;
+        let statuses: Vec<u16> = got.iter().map(|g| g.0).collect();
+        let winners: Vec<usize> = (0..N).filter(|&i| statuses[i] == 201).collect();
+        assert_eq!(winners.len(), 1, "{path}: one 201: {statuses:?}");
+        assert!(
+            statuses.iter().all(|&s| s == 200 || s == 201),
+            "{path}: the rest 200: {statuses:?}"
+        );
+        // Only the winner's initial body was written; both read it alike.
+        let (ta, oa) = read_text(&hs[0], &path).await;
+        let (tb, ob) = read_text(&hs[1], &path).await;
+        assert_eq!(ta, format!("from {}", winners[0]), "{path}");
+        assert_eq!((tb, ob), (ta, oa), "{path}: A and B agree");
+
+        // Two configurations: the losers of the other one get 409.
+        let path = format!("/mixed{round}");
+        let got = race(&hs, &path, 2).await;
+        let winners: Vec<usize> = (0..N).filter(|&i| got[i].0 == 201).collect();
+        assert_eq!(winners.len(), 1, "{path}: one 201: {got:?}");
+        let w = winners[0];
+        let ct = got[w].1;
+        for (i, (st, c)) in got.iter().enumerate() {
+            if i == w {
+                continue;
+            }
+            let want = if *c == ct { 200 } else { 409 };
+            assert_eq!(
+                *st, want,
+                "{path}: PUT {i} ({c}; winner {w}, {ct}): {got:?}"
+            );
+        }
+        let (ra, rb) = (head(&hs[0], &path).await, head(&hs[1], &path).await);
+        assert_eq!(header(&ra, "content-type"), ct, "{path}");
+        assert_eq!(header(&rb, "content-type"), ct, "{path}");
+        assert_eq!(
+            header(&ra, "stream-next-offset"),
+            header(&rb, "stream-next-offset")
+        );
+        if ct == "text/plain" {
+            let (ta, _) = read_text(&hs[0], &path).await;
+            assert_eq!(ta, format!("from {w}"), "{path}");
+            assert_eq!(read_text(&hs[1], &path).await.0, ta);
+        } else {
+            let (ja, _) = read_json(&hs[0], &path).await;
+            assert_eq!(ja, vec![json!({ "from": w })], "{path}");
+            assert_eq!(read_json(&hs[1], &path).await.0, ja);
+        }
+    }
+    drop(hs);
+    a.shutdown().await.unwrap();
+    b.shutdown().await.unwrap();
+}
+
+/// What one writer of `concurrent_writers_on_one_stream_never_interleave`
+/// saw.
+#[derive(Debug, Default)]
+struct WriterLog {
+    /// Highest seq answered 2xx (`None`: none).
+    acked: Option<u64>,
+    /// Answers 204 (a retry of an append that had landed).
+    duplicates: u64,
+    /// Non-2xx answers (retried): status (0: no answer) and count.
+    retried: BTreeMap<u16, u64>,
+}
+
+async fn concurrent_writers_on_one_stream_never_interleave(cx: Ctx) {
+    let a = instance(&cx, "a").await;
+    let b = instance(&cx, "b").await;
+    let hs = Arc::new([http(a.local_addr()), http(b.local_addr())]);
+    assert_eq!(hs[0].put("/w", "application/json", "").await.status(), 201);
+
+    const WRITERS: u64 = 8;
+    let deadline = Instant::now() + Duration::from_secs(2);
+    let mut tasks = Vec::new();
+    for p in 0..WRITERS {
+        let hs = hs.clone();
+        tasks.push(tokio::spawn(async move {
+            let h = &hs[(p % 2) as usize];
+            let id = format!("p{p}");
+            let mut log = WriterLog::default();
+            let mut seq = 0u64;
+            while Instant::now() < deadline {
+                // Two messages per append: they must stay adjacent.
+                let body = format!(r#"[{{"p":{p},"s":{seq},"k":0}},{{"p":{p},"s":{seq},"k":1}}]"#);
+                let mut attempts = 0;
+                loop {
+                    attempts += 1;
+                    let r = produce(h, "/w", (&id, 0, seq), "application/json", body.clone()).await;
+                    let status = r.map(|r| r.status().as_u16()).unwrap_or(0);
+                    match status {
+                        200 => break,
+                        204 => {
+                            log.duplicates += 1;
+                            break;
+                        }
+                        s => *log.retried.entry(s).or_default() += 1,
+                    }
+                    assert!(
+                        attempts < 200,
+                        "writer {p} through {}: seq {seq} never acknowledged: {log:?}",
+                        h.base
+                    );
+                    tokio::time::sleep(Duration::from_millis(10)).await;
+                }
+                log.acked = Some(seq);
+                seq += 1;
+            }
+            log
+        }));
+    }
+    let mut logs = Vec::new();
+    for t in tasks {
+        logs.push(t.await.unwrap());
+    }
+    println!("    writers: {logs:?}");
+    for (p, log) in logs.iter().enumerate() {
+        assert!(
+            log.acked.is_some(),
+            "writer {p} got no append through: {log:?}"
+        );
+        // A correct producer request is answered 200 or 204, or fails for
+        // want of the server (5xx, no answer); a 4xx means producer state
+        // was lost or misread between the instances.
+        assert!(
+            log.retried.keys().all(|&s| s == 0 || s >= 500),
+            "writer {p}: a 4xx to a correct producer request: {log:?}"
+        );
+    }
+
+    let (msgs, next_a) = read_json(&hs[0], "/w").await;
+    let (msgs_b, next_b) = read_json(&hs[1], "/w").await;
+    assert_eq!(next_a, next_b, "A and B agree on the tail");
+    assert!(msgs == msgs_b, "A and B read the same messages");
+    let total: u64 = logs.iter().map(|l| l.acked.unwrap() + 1).sum();
+    assert_eq!(
+        msgs.len() as u64,
+        2 * total,
+        "every acknowledged append once, nothing else"
+    );
+    let mut per: BTreeMap<u64, Vec<u64>> = BTreeMap::new();
+    for (i, m) in msgs.iter().enumerate() {
+        let (p, s, k) = (
+            m["p"].as_u64().unwrap(),
+            m["s"].as_u64().unwrap(),
+            m["k"].as_u64().unwrap(),
+        );
+        if k == 0 {
+            assert_eq!(
+                msgs.get(i + 1),
+                Some(&json!({"p":p,"s":s,"k":1})),
+                "message {i}: an append's two messages are adjacent"
+            );
+            per.entry(p).or_default().push(s);
+        } else {
+            assert!(
+                i > 0 && msgs[i - 1] == json!({"p":p,"s":s,"k":0}),
+                "message {i}"
+            );
+        }
+    }
+    for (p, log) in logs.iter().enumerate() {
+        let want: Vec<u64> = (0..=log.acked.unwrap()).collect();
+        assert_eq!(
+            per.get(&(p as u64)),
+            Some(&want),
+            "writer {p}: every seq once, in order"
+        );
+    }
+    drop(hs);
+    a.shutdown().await.unwrap();
+    b.shutdown().await.unwrap();
+}
+
+/// The child process of `kill_9_of_an_instance_loses_nothing_acknowledged`:
+/// an instance on the database, its address written to `dir/addr`, until
+/// it is killed.
+fn kill9_child(dir: &str) {
+    let url = std::env::var(CHILD_URL_ENV).expect("the database URL");
+    let dir = Path::new(dir);
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    rt.block_on(async {
+        let o = pg_options(&url, &dir.join("unused"));
+        let server = turnstone_server::start(o)
+            .await
+            .expect("child instance starts");
+        let tmp = dir.join("addr.tmp");
+        std::fs::write(&tmp, server.local_addr().to_string()).unwrap();
+        std::fs::rename(&tmp, dir.join("addr")).unwrap();
+        tokio::time::sleep(Duration::from_secs(120)).await;
+    });
+}
+
+/// Writer `w`'s append `seq` to `/k<w>` as producer `p<w>`, epoch 0.
+async fn append_k(h: &Http, w: u64, seq: u64) -> Result<Response, reqwest::Error> {
+    let (path, id) = (format!("/k{w}"), format!("p{w}"));
+    let body = format!(r#"{{"w":{w},"s":{seq}}}"#);
+    produce(h, &path, (&id, 0, seq), "application/json", body).await
+}
+
+async fn kill_9_of_an_instance_loses_nothing_acknowledged(cx: Ctx) {
+    let dir = cx.tmp.path();
+    let log = std::fs::File::create(dir.join("child.log")).unwrap();
+    let mut child = Command::new(std::env::current_exe().unwrap())
+        .env(CHILD_DIR_ENV, dir)
+        .env(CHILD_URL_ENV, &cx.url)
+        .stdout(Stdio::null())
+        .stderr(log)
+        .spawn()
+        .unwrap();
+    let started = Instant::now();
+    let addr = loop {
+        if let Ok(a) = std::fs::read_to_string(dir.join("addr")) {
+            break a;
+        }
+        if started.elapsed() > Duration::from_secs(20) || child.try_wait().unwrap().is_some() {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!(
+                "the child instance did not start: {}",
+                std::fs::read_to_string(dir.join("child.log")).unwrap_or_default()
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    let ha = Arc::new(http(addr.trim().parse().unwrap()));
+    let b = instance(&cx, "b").await;
+    let hb = http(b.local_addr());
+
+    const WRITERS: u64 = 6;
+    for w in 0..WRITERS {
+        let r = ha.put(&format!("/k{w}"), "application/json", "").await;
+        assert_eq!(r.status(), 201);
+    }
+    // Writers append through A with producer headers until A dies; each
+    // returns the highest seq answered 200, the seq then in flight, and
+    // any other answer A gave.
+    let killed = Arc::new(AtomicBool::new(false));
+    let mut tasks = Vec::new();
+    for w in 0..WRITERS {
+        let (ha, killed) = (ha.clone(), killed.clone());
+        tasks.push(tokio::spawn(async move {
+            let mut acked: Option<u64> = None;
+            let mut odd = Vec::new();
+            let mut seq = 0u64;
+            loop {
+                match append_k(&ha, w, seq).await {
+                    Ok(r) if r.status() == 200 => {
+                        acked = Some(seq);
+                        seq += 1;
+                    }
+                    Ok(r) => {
+                        // Retried with the same seq while A lives.
+                        odd.push(r.status().as_u16());
+                        tokio::time::sleep(Duration::from_millis(10)).await;
+                    }
+                    Err(_) if killed.load(Ordering::SeqCst) => break,
+                    Err(e) => {
+                        odd.push(0);
+                        assert!(odd.len() < 100, "writer {w}: A unreachable: {e}");
+                        tokio::time::sleep(Duration::from_millis(10)).await;
+                    }
+                }
+            }
+            (acked, seq, odd)
+        }));
+    }
+    tokio::time::sleep(Duration::from_millis(1000)).await;
+    killed.store(true, Ordering::SeqCst);
+    child.kill().unwrap(); // SIGKILL
+    child.wait().unwrap();
+    let mut writers = Vec::new();
+    for t in tasks {
+        writers.push(t.await.unwrap());
+    }
+    println!("    through A before the kill (acked, in flight, other answers): {writers:?}");
+    for (w, (acked, _, odd)) in writers.iter().enumerate() {
+        assert!(acked.is_some(), "writer {w} got no ack from A");
+        assert!(odd.is_empty(), "writer {w}: A's only writer got {odd:?}");
+    }
+
+    let seqs_of = |msgs: &[Value], w: u64| -> Vec<u64> {
+        msgs.iter()
+            .map(|m| {
+                assert_eq!(m["w"], json!(w), "{m}");
+                m["s"].as_u64().unwrap()
+            })
+            .collect()
+    };
+    let takeover = Instant::now();
+    for (w, (acked, in_flight, _)) in writers.iter().enumerate() {
+        let w = w as u64;
+        let acked = acked.unwrap();
+        // Through B: a prefix holding every acknowledged append, at most
+        // the one in flight past it.
+        let (msgs, _) = read_json(&hb, &format!("/k{w}")).await;
+        let seqs = seqs_of(&msgs, w);
+        let n = seqs.len() as u64;
+        assert_eq!(
+            seqs,
+            (0..n).collect::<Vec<_>>(),
+            "writer {w}: no holes or repeats"
+        );
+        assert!(
+            n > acked,
+            "writer {w}: acked {acked} but B reads {n} appends"
+        );
+        assert!(
+            n <= in_flight + 1,
+            "writer {w}: {n} appends, only {in_flight} sent"
+        );
+        // The append in flight at the kill, retried through B: a duplicate
+        // if it had landed, else accepted; never lost, never twice.
+        let r = append_k(&hb, w, *in_flight).await.unwrap();
+        let st = r.status().as_u16();
+        if n == in_flight + 1 {
+            assert_eq!(st, 204, "writer {w}: seq {in_flight} had landed");
+        } else {
+            assert!(
+                st == 200 || st == 204,
+                "writer {w}: retry of seq {in_flight}: {st}"
+            );
+        }
+        // And the writer carries on through B.
+        for seq in in_flight + 1..in_flight + 11 {
+            let st = append_k(&hb, w, seq).await.unwrap().status().as_u16();
+            assert_eq!(st, 200, "writer {w}: seq {seq} through B");
+        }
+        let (msgs, _) = read_json(&hb, &format!("/k{w}")).await;
+        assert_eq!(
+            seqs_of(&msgs, w),
+            (0..in_flight + 11).collect::<Vec<_>>(),
+            "writer {w}: every seq exactly once after the takeover"
+        );
+    }
+    println!(
+        "    B took over {WRITERS} streams in {:?}",
+        takeover.elapsed()
+    );
+    drop(ha);
+    b.shutdown().await.unwrap();
+}
+
+fn main() {
+    if let Ok(dir) = std::env::var(CHILD_DIR_ENV) {
+        kill9_child(&dir);
+        return;
+    }
+    type Test = fn(Ctx) -> TestFuture;
+    let tests: Vec<(&str, Test, bool)> = vec![
+        (
+            "instances_start_at_once_on_a_fresh_database",
+            |cx| Box::pin(instances_start_at_once_on_a_fresh_database(cx)),
+            false,
+        ),
+        (
+            "write_through_one_read_through_another",
+            |cx| Box::pin(write_through_one_read_through_another(cx)),
+            false,
+        ),
+        (
+            "follow_through_another_instance",
+            |cx| Box::pin(follow_through_another_instance(cx)),
+            false,
+        ),
+        (
+            "create_race_has_one_winner",
+            |cx| Box::pin(create_race_has_one_winner(cx)),
+            false,
+        ),
+        (
+            "concurrent_writers_on_one_stream_never_interleave",
+            |cx| Box::pin(concurrent_writers_on_one_stream_never_interleave(cx)),
+            false,
+        ),
+        (
+            "kill_9_of_an_instance_loses_nothing_acknowledged",
+            |cx| Box::pin(kill_9_of_an_instance_loses_nothing_acknowledged(cx)),
+            false,
+        ),
+    ];
+    pgserver::run_tests("turnstone_serve_test", &tests, |f, url, _| {
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(4)
+            .enable_all()
+            .build()
+            .unwrap();
+        let cx = Ctx {
+            url,
+            tmp: tempfile::tempdir().unwrap(),
+        };
+        let started = Instant::now();
+        rt.block_on(async {
+            tokio::time::timeout(TEST_LIMIT, f(cx))
+                .await
+                .unwrap_or_else(|_| panic!("the test took over {TEST_LIMIT:?}"))
+        });
+        rt.shutdown_timeout(Duration::from_secs(5));
+        println!("    ({:.1} s)", started.elapsed().as_secs_f64());
+    });
+}
