@@ -31,13 +31,14 @@
 //! The session layer runs on this log through [`PgEventLog`] (the engine's
 //! `EventLog` trait; docs/BACKENDS.md), and so do the CLI's commands on a
 //! URL (`tools/src/copy.rs`, `tools/src/pg_views.rs`, `tools/src/place.rs`)
-//! and the Python and Node packages. Not built yet (said in the README):
-//! `serve` on a connection URL.
+//! the Python and Node packages, and `turnstone serve` on a connection URL
+//! (several instances over one database; its path table is in `streams.rs`).
 
 mod error;
 mod event_log;
 mod follow;
 mod schema;
+mod streams;
 mod url;
 
 use std::collections::{HashMap, HashSet};
@@ -54,6 +55,7 @@ pub use error::{PgError, Result};
 pub use event_log::{engine_error, PgEventLog};
 pub use follow::Subscription;
 pub use schema::SCHEMA_VERSION;
+pub use streams::{LeaseRow, StreamRow};
 pub use url::{is_url, redact};
 
 use error::db;

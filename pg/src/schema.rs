@@ -50,6 +50,17 @@ pub(crate) const STEPS: &[&str] = &[
     // just found and locked their session's row, and session rows are
     // never removed (deletion is a flag).
     "ALTER TABLE turnstone_events DROP CONSTRAINT IF EXISTS turnstone_events_session_fkey;",
+    // 4: `turnstone serve` on a database (issue 18 §3): which session holds
+    // each stream path, when a stream was last accessed (sliding TTLs shared
+    // by every instance), and incarnation numbers for new streams' sessions
+    // (`ds/<n>`), handed out by the database so instances never collide.
+    "CREATE TABLE turnstone_streams (
+        path       text PRIMARY KEY,
+        session    text NOT NULL,
+        touched_ms bigint NOT NULL DEFAULT 0
+    );
+    CREATE INDEX turnstone_sessions_parent ON turnstone_sessions (parent) WHERE parent IS NOT NULL;
+    CREATE SEQUENCE turnstone_stream_incarnations;",
 ];
 
 /// The version this build writes.

@@ -7,7 +7,8 @@ use std::time::Duration;
 /// Arguments of `turnstone serve`.
 #[derive(Debug, Clone, clap::Args)]
 pub struct ServeArgs {
-    /// Store directory (created if missing).
+    /// Store directory (created if missing), or a PostgreSQL URL
+    /// (`postgres://user@host:port/db`) that several servers may share.
     pub dir: PathBuf,
     /// Address to listen on (loopback by default).
     #[arg(long, default_value = crate::DEFAULT_LISTEN)]
@@ -59,6 +60,9 @@ impl ServeArgs {
     /// Server options from the arguments.
     pub fn options(&self) -> crate::Options {
         let mut o = crate::Options::new(&self.dir);
+        if let Some(url) = self.dir.to_str().filter(|d| turnstone_pg::is_url(d)) {
+            o.store_url = Some(url.to_string());
+        }
         o.listen = self.listen;
         // An empty token is passed on, and refused at start (it would
         // otherwise silently disable auth).

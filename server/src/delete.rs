@@ -15,6 +15,9 @@ impl Streams {
     /// `Err((fail, wait))`: answer `fail` once `wait` is durable (a deletion
     /// already accepted but not yet durable).
     pub fn delete(&self, path: &str, now_ms: u64) -> Result<LogPos, (Fail, Option<LogPos>)> {
+        if self.log.is_shared() {
+            return self.delete_path_shared(path, now_ms).map_err(|f| (f, None));
+        }
         let mut reg = self.reg.lock();
         let s = reg
             .by_path
@@ -79,7 +82,7 @@ impl Streams {
         Ok((mode, end))
     }
 
-    fn unlink(reg: &mut Registry, s: &Arc<Stream>) {
+    pub(crate) fn unlink(reg: &mut Registry, s: &Arc<Stream>) {
         if reg.by_path.get(&s.path).is_some_and(|x| Arc::ptr_eq(x, s)) {
             reg.by_path.remove(&s.path);
         }
@@ -95,7 +98,7 @@ impl Streams {
     /// Write a tombstone. The deletion is accepted at once (no more writes)
     /// and becomes visible to readers when [`Streams::settle`] finds it
     /// durable.
-    fn tombstone(
+    pub(crate) fn tombstone(
         &self,
         s: &Arc<Stream>,
         st: &mut State,
@@ -112,7 +115,7 @@ impl Streams {
                 at_ms: now_ms,
             },
         );
-        let end = g.write(&self.store, &s.session)?;
+        let end = g.write(&self.log, &s.session, st.tail.seq)?;
         st.deleted = Some(mode);
         st.tail = Offset::new(st.tail.seq + 1, st.tail.bytes);
         st.last_end = end;
@@ -124,7 +127,7 @@ impl Streams {
     /// them) and forget hard-deleted ones. Called after every successful
     /// durability wait.
     pub fn settle(&self) {
-        let durable = self.store.durable_pos();
+        let durable = self.log.durable_pos();
         let ready: Vec<Arc<Stream>> = {
             let mut pending = self.pending_deletes.lock();
             if pending.is_empty() {
@@ -161,6 +164,10 @@ impl Streams {
     /// Expire every stream whose time has come; returns the last position
     /// written.
     pub fn sweep(&self, now_ms: u64) -> Option<LogPos> {
+        if self.log.is_shared() {
+            self.sweep_shared(now_ms);
+            return None;
+        }
         let candidates: Vec<Arc<Stream>> = self
             .reg
             .lock()

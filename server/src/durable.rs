@@ -32,9 +32,10 @@ impl WaitError {
     }
 }
 
-/// Handle to the waiter thread.
+/// Handle to the waiter thread (none on a shared database, whose writes
+/// return committed: every wait is answered at once).
 pub struct Durability {
-    store: Arc<Store>,
+    store: Option<Arc<Store>>,
     tx: parking_lot::Mutex<Option<mpsc::Sender<(LogPos, Reply)>>>,
     thread: parking_lot::Mutex<Option<JoinHandle<()>>>,
 }
@@ -47,16 +48,27 @@ impl Durability {
             .name("turnstone-serve-durable".into())
             .spawn(move || waiter_loop(&s, rx))?;
         Ok(Durability {
-            store,
+            store: Some(store),
             tx: parking_lot::Mutex::new(Some(tx)),
             thread: parking_lot::Mutex::new(Some(thread)),
         })
     }
 
+    /// No thread: every position is durable when written.
+    pub fn none() -> Durability {
+        Durability {
+            store: None,
+            tx: parking_lot::Mutex::new(None),
+            thread: parking_lot::Mutex::new(None),
+        }
+    }
+
     /// Resolve once the log is durable up to `pos`.
     pub async fn wait(&self, pos: LogPos) -> Result<(), WaitError> {
-        if self.store.durable_pos() >= pos {
-            return Ok(());
+        match &self.store {
+            None => return Ok(()),
+            Some(s) if s.durable_pos() >= pos => return Ok(()),
+            Some(_) => {}
         }
         let (tx, rx) = oneshot::channel();
         {

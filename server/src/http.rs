@@ -14,6 +14,7 @@ use hyper::{Method, Request, Response, StatusCode};
 
 use crate::body::Body;
 use crate::headers as h;
+use crate::log::Follower;
 use crate::offset::{self, Offset, Requested};
 use crate::read::{self, Chunk};
 use crate::record::now_ms;
@@ -76,6 +77,13 @@ impl From<Fail> for HttpError {
                 headers: vec![("retry-after", "1".into())],
             },
             Fail::After(f, _) => (*f).into(),
+            Fail::Retry => HttpError {
+                status: S::SERVICE_UNAVAILABLE,
+                message: "the stream is being written through another server instance at the \
+                          same time (nothing of this request was applied)"
+                    .into(),
+                headers: vec![("retry-after", "1".into())],
+            },
             Fail::Unknown(m) => HttpError {
                 status: S::INTERNAL_SERVER_ERROR,
                 message: format!(
@@ -327,9 +335,14 @@ fn health(app: &App) -> Response<Body> {
 
 /// `GET /.well-known/turnstone/metrics`: Prometheus text format.
 fn metrics(app: &App) -> Response<Body> {
-    let text = app
-        .metrics
-        .render(&app.streams.store.stats(), &app.health.state());
+    let text = app.metrics.render(
+        &app.streams
+            .log
+            .embedded()
+            .map(|s| s.stats())
+            .unwrap_or_default(),
+        &app.health.state(),
+    );
     let mut r = Response::new(Body::full(text));
     set(
         r.headers_mut(),
@@ -573,9 +586,16 @@ pub(crate) async fn after_durable(app: &App, fail: Fail, pos: turnstone::LogPos)
     }
 }
 
-/// The stream at `path`, once its creation is durable.
-pub(crate) async fn lookup(app: &App, path: &str) -> Result<Arc<Stream>> {
-    match app.streams.lookup(path, now_ms()) {
+/// The stream at `path`, once its creation is durable (on a shared
+/// database: brought up to what every instance committed).
+pub(crate) async fn lookup(app: &Arc<App>, path: &str) -> Result<Arc<Stream>> {
+    let found = if app.streams.log.is_shared() {
+        let (a, p) = (app.clone(), path.to_string());
+        blocking(move || a.streams.lookup(&p, now_ms())).await?
+    } else {
+        app.streams.lookup(path, now_ms())
+    };
+    match found {
         Ok(s) => {
             durable(app, s.create_end).await?;
             Ok(s)
@@ -587,6 +607,24 @@ pub(crate) async fn lookup(app: &App, path: &str) -> Result<Arc<Stream>> {
             Err(fail.into())
         }
     }
+}
+
+/// On a shared database: fold what other instances committed into `s`.
+pub(crate) async fn refresh(app: &Arc<App>, s: &Arc<Stream>) -> Result<()> {
+    if !app.streams.log.is_shared() {
+        return Ok(());
+    }
+    let (a, s2) = (app.clone(), s.clone());
+    Ok(blocking(move || a.streams.refresh(&s2)).await??)
+}
+
+/// A follower of `s` from `seq` (blocking on a shared database).
+pub(crate) async fn subscribe(app: &Arc<App>, s: &Arc<Stream>, seq: u64) -> Result<Follower> {
+    if !app.streams.log.is_shared() {
+        return Ok(app.streams.log.subscribe(&s.session, seq)?);
+    }
+    let (a, session) = (app.clone(), s.session.clone());
+    Ok(blocking(move || a.streams.log.subscribe(&session, seq)).await??)
 }
 
 pub(crate) fn content_type(hd: &HeaderMap) -> Result<Option<String>> {
@@ -601,7 +639,7 @@ pub(crate) fn content_type(hd: &HeaderMap) -> Result<Option<String>> {
 
 async fn head(app: &Arc<App>, path: String) -> Result<Response<Body>> {
     let s = lookup(app, &path).await?;
-    let st = s.visible(app.streams.store.durable_pos());
+    let st = s.visible(app.streams.log.durable_pos());
     let mut r = Response::new(Body::empty());
     let hd = r.headers_mut();
     set(hd, "content-type", &st.config.content_type);
@@ -621,13 +659,13 @@ async fn head(app: &Arc<App>, path: String) -> Result<Response<Body>> {
 
 /// Resolve `offset=` for a stream (validating real offsets against the log).
 async fn start_offset(app: &Arc<App>, s: &Arc<Stream>, requested: Requested) -> Result<Offset> {
-    let vis = s.visible(app.streams.store.durable_pos()).vis;
+    let vis = s.visible(app.streams.log.durable_pos()).vis;
     match requested {
         Requested::Start => Ok(Offset::ZERO),
         Requested::Now => Ok(vis),
         Requested::At(o) => {
             let (a, session) = (app.clone(), s.session.clone());
-            blocking(move || read::validate(&a.streams.store, &session, vis, o)).await??;
+            blocking(move || read::validate(&a.streams.log, &session, vis, o)).await??;
             Ok(o)
         }
     }
@@ -636,7 +674,7 @@ async fn start_offset(app: &Arc<App>, s: &Arc<Stream>, requested: Requested) -> 
 async fn read_chunk(app: &Arc<App>, s: &Arc<Stream>, from: Offset) -> Result<Chunk> {
     let (a, s2) = (app.clone(), s.clone());
     let max = app.opts.read_chunk_bytes;
-    Ok(blocking(move || read::read(&a.streams.store, &s2, from, max)).await??)
+    Ok(blocking(move || read::read(&a.streams.log, &s2, from, max)).await??)
 }
 
 async fn get(app: &Arc<App>, path: String, q: Query, req_hd: &HeaderMap) -> Result<Response<Body>> {
@@ -653,7 +691,12 @@ async fn get(app: &Arc<App>, path: String, q: Query, req_hd: &HeaderMap) -> Resu
         }
     };
     let s = lookup(app, &path).await?;
-    app.streams.touch(&s, now_ms());
+    if app.streams.log.is_shared() {
+        let (a, s2) = (app.clone(), s.clone());
+        blocking(move || a.streams.touch(&s2, now_ms())).await?;
+    } else {
+        app.streams.touch(&s, now_ms());
+    }
     let from = start_offset(app, &s, requested).await?;
     let ct = s.state.lock().config.content_type.clone();
     match live {
@@ -662,7 +705,7 @@ async fn get(app: &Arc<App>, path: String, q: Query, req_hd: &HeaderMap) -> Resu
         None => {}
     }
     if requested == Requested::Now {
-        let st = s.visible(app.streams.store.durable_pos());
+        let st = s.visible(app.streams.log.durable_pos());
         let body = if st.json { "[]" } else { "" };
         let mut r = Response::new(Body::full(body));
         let hd = r.headers_mut();
@@ -750,14 +793,11 @@ async fn long_poll(
     let mut shutdown = app.shutdown.clone();
     let mut from = from;
     loop {
+        refresh(app, s).await?;
         s.state.lock().check_visible()?;
         // Subscribed before the read: an event made durable after the read
         // looked is still waited for (the subscription starts at `from`).
-        let mut sub = app
-            .streams
-            .store
-            .subscribe(&s.session, from.seq)
-            .map_err(Fail::engine)?;
+        let mut sub = subscribe(app, s, from.seq).await?;
         let chunk = read_chunk(app, s, from).await?;
         if chunk.items > 0 {
             let cursor = offset::cursor(now_secs(), client_cursor);
@@ -779,7 +819,7 @@ async fn long_poll(
         tokio::select! {
             // Woken by the flusher when a batch holding this stream's
             // events is durable; `false`: the store stopped.
-            more = sub.ready_async(), if !deleting => {
+            more = sub.ready(), if !deleting => {
                 if !more {
                     return Ok(no_content(from, false, client_cursor));
                 }

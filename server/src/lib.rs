@@ -34,11 +34,13 @@ mod delete;
 pub mod durable;
 pub mod headers;
 mod http;
+pub mod log;
 pub mod offset;
 pub mod ops;
 pub mod read;
 pub mod rebuild;
 pub mod record;
+mod shared;
 mod sse;
 pub mod stream;
 pub mod streams;
@@ -54,6 +56,10 @@ pub const DEFAULT_LISTEN: &str = "127.0.0.1:4437";
 pub struct Options {
     /// The store directory.
     pub dir: PathBuf,
+    /// Serve from this PostgreSQL database instead (`postgres://…`; `dir`
+    /// is then not used): several servers may share it, and a client may
+    /// write through one and read or follow through another.
+    pub store_url: Option<String>,
     pub listen: SocketAddr,
     /// When set, every request (but CORS preflights) needs
     /// `Authorization: Bearer <token>`.
@@ -94,6 +100,7 @@ impl Options {
     pub fn new(dir: impl Into<PathBuf>) -> Options {
         Options {
             dir: dir.into(),
+            store_url: None,
             listen: DEFAULT_LISTEN.parse().expect("valid default address"),
             token: None,
             max_body_bytes: DEFAULT_MAX_BODY_BYTES,
@@ -202,25 +209,63 @@ pub async fn start(opts: Options) -> Result<Server, String> {
     let addr = listener
         .local_addr()
         .map_err(|e| format!("listener address: {e}"))?;
-    let (dir, store_opts) = (opts.dir.clone(), opts.store.clone());
-    let (store, reg, report) = tokio::task::spawn_blocking(move || {
-        let store = Store::open_with(&dir, store_opts)
-            .map_err(|e| format!("cannot open store {}: {e}", dir.display()))?;
-        let (reg, report) = rebuild::rebuild(&store, record::now_ms())?;
-        Ok::<_, String>((Arc::new(store), reg, report))
-    })
-    .await
-    .map_err(|e| format!("open task failed: {e}"))??;
-    let durable = durable::Durability::start(store.clone())
-        .map_err(|e| format!("cannot start the durability thread: {e}"))?;
-    let gc = match (&opts.gc, opts.store.read_only) {
-        (Some(g), false) => Some(collect::start(store.clone(), g.clone())?),
-        _ => None,
+    let (streams, durable, gc, health, report) = match &opts.store_url {
+        Some(url) => {
+            let url = url.clone();
+            let log = tokio::task::spawn_blocking(move || {
+                turnstone_pg::PgLog::connect(&url, turnstone_pg::PgOptions::default()).map_err(
+                    |e| {
+                        format!(
+                            "cannot open the database {}: {e}",
+                            turnstone_pg::redact(&url)
+                        )
+                    },
+                )
+            })
+            .await
+            .map_err(|e| format!("open task failed: {e}"))??;
+            (
+                streams::Streams::new(
+                    log::Log::Pg(log::Shared::new(log)),
+                    streams::Registry::default(),
+                ),
+                durable::Durability::none(),
+                None,
+                ops::Health::shared(),
+                RebuildReport::default(),
+            )
+        }
+        None => {
+            let (dir, store_opts) = (opts.dir.clone(), opts.store.clone());
+            let (store, reg, report) = tokio::task::spawn_blocking(move || {
+                let store = Arc::new(
+                    Store::open_with(&dir, store_opts)
+                        .map_err(|e| format!("cannot open store {}: {e}", dir.display()))?,
+                );
+                let (reg, report) = rebuild::rebuild(&store, record::now_ms())?;
+                Ok::<_, String>((store, reg, report))
+            })
+            .await
+            .map_err(|e| format!("open task failed: {e}"))??;
+            let durable = durable::Durability::start(store.clone())
+                .map_err(|e| format!("cannot start the durability thread: {e}"))?;
+            let gc = match (&opts.gc, opts.store.read_only) {
+                (Some(g), false) => Some(collect::start(store.clone(), g.clone())?),
+                _ => None,
+            };
+            let health = ops::Health::new(&opts.dir, opts.store.read_only);
+            (
+                streams::Streams::new(log::Log::Embedded(store), reg),
+                durable,
+                gc,
+                health,
+                report,
+            )
+        }
     };
     let (stop, shutdown) = watch::channel(false);
-    let health = ops::Health::new(&opts.dir, opts.store.read_only);
     let app = Arc::new(App {
-        streams: streams::Streams::new(store.clone(), reg),
+        streams,
         durable,
         opts,
         shutdown,
@@ -228,7 +273,6 @@ pub async fn start(opts: Options) -> Result<Server, String> {
         health,
         gc: parking_lot::Mutex::new(gc),
     });
-    drop(store);
     let task = tokio::spawn(accept_loop(listener, app));
     Ok(Server {
         addr,
@@ -393,11 +437,11 @@ async fn sweep_loop(app: Arc<App>) {
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         tick.tick().await;
-        if app.health.is_write_failing() {
+        if let (true, Some(store)) = (app.health.is_write_failing(), app.streams.log.embedded()) {
+            let store = store.clone();
             // Retry the engine's kept batch, so that writes resume once
             // the disk has room again.
-            let a = app.clone();
-            let retried = tokio::task::spawn_blocking(move || a.streams.store.sync()).await;
+            let retried = tokio::task::spawn_blocking(move || store.sync()).await;
             if matches!(retried, Ok(Ok(_))) {
                 app.health.write_ok();
                 app.streams.settle();
@@ -448,8 +492,15 @@ async fn close(app: Arc<App>) -> Result<(), String> {
     }
     durable.stop();
     drop(durable);
-    let store = streams.store.clone();
-    drop(streams);
+    let store = match streams.log {
+        log::Log::Embedded(store) => store,
+        log::Log::Pg(shared) => {
+            tokio::task::spawn_blocking(move || shared.log.close())
+                .await
+                .map_err(|e| format!("close task failed: {e}"))?;
+            return Ok(());
+        }
+    };
     match Arc::try_unwrap(store) {
         Ok(store) => tokio::task::spawn_blocking(move || store.close())
             .await

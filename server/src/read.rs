@@ -3,7 +3,7 @@
 
 use std::ops::ControlFlow;
 
-use turnstone::Store;
+use crate::log::Log;
 
 use crate::offset::Offset;
 use crate::record::{self, DATA_CONTINUES, KIND_DATA};
@@ -11,7 +11,7 @@ use crate::stream::{Fail, Stream};
 
 /// Check that `o` is a position of this stream: at most the visible tail,
 /// and with the byte count the log records there. Blocking (reads one event).
-pub fn validate(store: &Store, session: &str, vis: Offset, o: Offset) -> Result<(), Fail> {
+pub fn validate(log: &Log, session: &str, vis: Offset, o: Offset) -> Result<(), Fail> {
     let bad = || {
         Fail::BadRequest(format!(
             "offset {} is not a position of this stream",
@@ -28,9 +28,9 @@ pub fn validate(store: &Store, session: &str, vis: Offset, o: Offset) -> Result<
             Err(bad())
         };
     }
-    let e = store.read(session, o.seq).map_err(Fail::engine)?;
-    match record::decode(&e.payload) {
-        Some(d) if record::is_server_kind(e.kind) && d.bytes_before == o.bytes => Ok(()),
+    let (kind, payload) = log.read(session, o.seq)?;
+    match record::decode(&payload) {
+        Some(d) if record::is_server_kind(kind) && d.bytes_before == o.bytes => Ok(()),
         _ => Err(bad()),
     }
 }
@@ -47,7 +47,7 @@ pub struct Cut {
 /// Resolve `Stream-Fork-Sub-Offset: n` (n > 0): `n` bytes (or JSON
 /// messages) into the append that starts at `at`. Blocking.
 pub fn sub_offset(
-    store: &Store,
+    log: &Log,
     session: &str,
     vis: Offset,
     json: bool,
@@ -56,48 +56,54 @@ pub fn sub_offset(
 ) -> Result<Cut, Fail> {
     let mut remaining = n;
     let mut started = false;
-    let mut seq = at.seq;
-    while seq < vis.seq {
-        let to = (seq + 64).min(vis.seq);
-        for e in store.read_range(session, seq..to).map_err(Fail::engine)? {
-            let d = record::decode(&e.payload)
-                .ok_or_else(|| Fail::Internal(format!("undecodable event {}", e.seq.0)))?;
-            if e.kind != KIND_DATA {
-                if started {
-                    return Err(overshoot(n));
-                }
-                continue;
+    let mut out: Option<Result<Cut, Fail>> = None;
+    log.visit_range(session, at.seq..vis.seq, |e| {
+        let Some(d) = record::decode(e.payload) else {
+            out = Some(Err(Fail::Internal(format!(
+                "undecodable event {}",
+                e.seq.0
+            ))));
+            return ControlFlow::Break(());
+        };
+        if e.kind != KIND_DATA {
+            if started {
+                out = Some(Err(overshoot(n)));
+                return ControlFlow::Break(());
             }
-            if started && d.flags & DATA_CONTINUES == 0 {
-                return Err(overshoot(n));
-            }
-            started = true;
-            let units = if json { 1 } else { d.body.len() as u64 };
-            if remaining >= units {
-                remaining -= units;
-                if remaining == 0 {
-                    return Ok(Cut {
-                        upto: e.seq.0 + 1,
-                        bytes: d.bytes_before + d.body.len() as u64,
-                        partial: None,
-                    });
-                }
-            } else {
-                return Ok(Cut {
-                    upto: e.seq.0,
-                    bytes: d.bytes_before,
-                    partial: Some(d.body[..remaining as usize].to_vec()),
-                });
-            }
+            return ControlFlow::Continue(());
         }
-        seq = to;
-    }
-    if started {
-        Err(overshoot(n))
-    } else {
-        Err(Fail::BadRequest(
+        if started && d.flags & DATA_CONTINUES == 0 {
+            out = Some(Err(overshoot(n)));
+            return ControlFlow::Break(());
+        }
+        started = true;
+        let units = if json { 1 } else { d.body.len() as u64 };
+        if remaining >= units {
+            remaining -= units;
+            if remaining == 0 {
+                out = Some(Ok(Cut {
+                    upto: e.seq.0 + 1,
+                    bytes: d.bytes_before + d.body.len() as u64,
+                    partial: None,
+                }));
+                return ControlFlow::Break(());
+            }
+        } else {
+            out = Some(Ok(Cut {
+                upto: e.seq.0,
+                bytes: d.bytes_before,
+                partial: Some(d.body[..remaining as usize].to_vec()),
+            }));
+            return ControlFlow::Break(());
+        }
+        ControlFlow::Continue(())
+    })?;
+    match out {
+        Some(r) => r,
+        None if started => Err(overshoot(n)),
+        None => Err(Fail::BadRequest(
             "Stream-Fork-Sub-Offset: no append starts at the fork offset".into(),
-        ))
+        )),
     }
 }
 
@@ -123,9 +129,9 @@ pub struct Chunk {
 
 /// Read from `from` (validated) up to about `max_bytes` of data (at least one
 /// event when there is one). Blocking.
-pub fn read(store: &Store, s: &Stream, from: Offset, max_bytes: usize) -> Result<Chunk, Fail> {
+pub fn read(log: &Log, s: &Stream, from: Offset, max_bytes: usize) -> Result<Chunk, Fail> {
     let (vis, vis_closed, json) = {
-        let st = s.visible(store.durable_pos());
+        let st = s.visible(log.durable_pos());
         (st.vis, st.vis_closed, st.json)
     };
     let mut body = Vec::new();
@@ -145,32 +151,30 @@ pub fn read(store: &Store, s: &Stream, from: Offset, max_bytes: usize) -> Result
         let to = (seq + batch).min(vis.seq);
         let mut read_bytes = 0usize;
         let mut seen = 0u64;
-        store
-            .visit_range(&s.session, seq..to, |e| {
-                let Some(d) = record::decode(e.payload) else {
-                    bad = Some(e.seq.0);
+        log.visit_range(&s.session, seq..to, |e| {
+            let Some(d) = record::decode(e.payload) else {
+                bad = Some(e.seq.0);
+                return ControlFlow::Break(());
+            };
+            seen += 1;
+            read_bytes += d.body.len();
+            if e.kind == KIND_DATA {
+                if items > 0 && data_bytes + d.body.len() > max_bytes {
+                    full = true;
                     return ControlFlow::Break(());
-                };
-                seen += 1;
-                read_bytes += d.body.len();
-                if e.kind == KIND_DATA {
-                    if items > 0 && data_bytes + d.body.len() > max_bytes {
-                        full = true;
-                        return ControlFlow::Break(());
-                    }
-                    if json && items > 0 {
-                        body.push(b',');
-                    }
-                    body.extend_from_slice(d.body);
-                    items += 1;
-                    data_bytes += d.body.len();
-                    pos = Offset::new(e.seq.0 + 1, d.bytes_before + d.body.len() as u64);
-                } else {
-                    pos = Offset::new(e.seq.0 + 1, d.bytes_before);
                 }
-                ControlFlow::Continue(())
-            })
-            .map_err(Fail::engine)?;
+                if json && items > 0 {
+                    body.push(b',');
+                }
+                body.extend_from_slice(d.body);
+                items += 1;
+                data_bytes += d.body.len();
+                pos = Offset::new(e.seq.0 + 1, d.bytes_before + d.body.len() as u64);
+            } else {
+                pos = Offset::new(e.seq.0 + 1, d.bytes_before);
+            }
+            ControlFlow::Continue(())
+        })?;
         if let Some(seq) = bad {
             return Err(Fail::Internal(format!("undecodable event {seq}")));
         }

@@ -11,6 +11,8 @@ use std::sync::Arc;
 use tokio::sync::watch;
 use turnstone::Store;
 
+use crate::log::Log;
+
 use crate::offset::Offset;
 use crate::record::{
     self, CreateRecord, DeleteMode, DeleteRecord, StateRecord, KIND_CREATE, KIND_DATA, KIND_DELETE,
@@ -31,7 +33,8 @@ pub struct RebuildReport {
 }
 
 /// Replay the store into a registry.
-pub fn rebuild(store: &Store, now_ms: u64) -> Result<(Registry, RebuildReport), String> {
+pub fn rebuild(store: &Arc<Store>, now_ms: u64) -> Result<(Registry, RebuildReport), String> {
+    let log = Log::Embedded(store.clone());
     let mut reg = Registry::default();
     let mut report = RebuildReport::default();
     let mut order: Vec<Arc<Stream>> = Vec::new();
@@ -48,7 +51,7 @@ pub fn rebuild(store: &Store, now_ms: u64) -> Result<(Registry, RebuildReport), 
         };
         reg.next_incarnation = reg.next_incarnation.max(n + 1);
         let own_start = info.parent.as_ref().map_or(0, |(_, upto)| *upto);
-        let Some(state) = replay(store, &info.name, own_start, info.len, now_ms)? else {
+        let Some(state) = replay(&log, &info.name, own_start, info.len, now_ms)? else {
             report.incomplete += 1;
             continue;
         };
@@ -120,8 +123,8 @@ pub fn rebuild(store: &Store, now_ms: u64) -> Result<(Registry, RebuildReport), 
 }
 
 /// Replay one session's own events into its state.
-fn replay(
-    store: &Store,
+pub(crate) fn replay(
+    log: &Log,
     session: &str,
     start: u64,
     len: u64,
@@ -131,7 +134,7 @@ fn replay(
     // The first problem, or a session cut short before its create record;
     // either ends the walk.
     let mut stop: Option<Result<(), String>> = None;
-    let visited = store
+    let visited = log
         .visit_range(session, start..len, |e| {
             match apply(session, &mut state, &e, now_ms) {
                 Ok(true) => ControlFlow::Continue(()),
@@ -145,7 +148,7 @@ fn replay(
                 }
             }
         })
-        .map_err(|e| format!("reading session {session}: {e}"))?;
+        .map_err(|e| format!("reading session {session}: {e:?}"))?;
     match stop {
         Some(Err(err)) => return Err(err),
         Some(Ok(())) => return Ok(None),
@@ -161,7 +164,7 @@ fn replay(
 
 /// Fold one event of a server session into its state. `Ok(false)`: the
 /// session does not start with a create record (ignored).
-fn apply(
+pub(crate) fn apply(
     session: &str,
     state: &mut Option<State>,
     e: &turnstone::EventRef<'_>,
@@ -189,6 +192,28 @@ fn apply(
         *state = Some(State::new(config, at, turnstone::LogPos(0), now_ms));
         return Ok(true);
     };
+    fold(session, st, e)?;
+    Ok(true)
+}
+
+/// Fold one event after the create record into a stream's state.
+pub(crate) fn fold(
+    session: &str,
+    st: &mut State,
+    e: &turnstone::EventRef<'_>,
+) -> Result<(), String> {
+    let Some(d) = record::decode(e.payload) else {
+        return Err(format!(
+            "session {session} seq {}: not a server record",
+            e.seq.0
+        ));
+    };
+    let bad = |what: &str, err: serde_json::Error| {
+        format!(
+            "session {session} seq {}: bad {what} record: {err}",
+            e.seq.0
+        )
+    };
     match e.kind {
         KIND_DATA => {
             st.tail = Offset::new(e.seq.0 + 1, d.bytes_before + d.body.len() as u64);
@@ -214,5 +239,5 @@ fn apply(
             ))
         }
     }
-    Ok(true)
+    Ok(())
 }

@@ -181,18 +181,21 @@ async fn pump(
     // Whether the last control event already said "up to date" at `pos`.
     let mut announced = false;
     loop {
+        if crate::http::refresh(&app, &s).await.is_err() {
+            return;
+        }
         if s.state.lock().check_visible().is_err() {
             return;
         }
         // Subscribed before the read, so that nothing made durable after
         // the read looked is missed.
-        let Ok(mut sub) = app.streams.store.subscribe(&s.session, pos.seq) else {
+        let Ok(mut sub) = crate::http::subscribe(&app, &s, pos.seq).await else {
             return;
         };
         let max = app.opts.read_chunk_bytes.min(SSE_CHUNK_BYTES);
         let (a, s2) = (app.clone(), s.clone());
         let chunk =
-            match tokio::task::spawn_blocking(move || read::read(&a.streams.store, &s2, pos, max))
+            match tokio::task::spawn_blocking(move || read::read(&a.streams.log, &s2, pos, max))
                 .await
             {
                 Ok(Ok(c)) => c,
@@ -231,7 +234,7 @@ async fn pump(
             tokio::select! {
                 // Woken by the flusher when a batch holding this stream's
                 // events is durable; `false`: the store stopped.
-                more = sub.ready_async(), if !deleting => {
+                more = sub.ready(), if !deleting => {
                     if !more { return; }
                     break;
                 }

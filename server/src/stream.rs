@@ -43,6 +43,10 @@ pub enum Fail {
     /// Answer the inner failure once `LogPos` is durable: it rests on
     /// accepted state (a create or tombstone) that may not be durable yet.
     After(Box<Fail>, LogPos),
+    /// On a shared database: another server instance wrote the stream
+    /// since this one folded it, or took its lease; nothing was written.
+    /// Fold what the database holds and try again (503 if it escapes).
+    Retry,
     Internal(String),
 }
 
@@ -139,6 +143,8 @@ pub struct State {
     pub forks: u32,
     /// Last access (sliding TTL), ms since the epoch.
     pub last_access_ms: u64,
+    /// On a shared database: the last access this instance recorded there.
+    pub touched_db_ms: u64,
 }
 
 impl State {
@@ -161,6 +167,7 @@ impl State {
             vis_deleted: None,
             forks: 0,
             last_access_ms: now_ms,
+            touched_db_ms: 0,
         }
     }
 

@@ -12,9 +12,10 @@ use std::sync::Arc;
 use bytes::Bytes;
 use serde_json::value::RawValue;
 use tokio::sync::watch;
-use turnstone::{LogPos, Store};
+use turnstone::LogPos;
 
 use crate::headers::{self, essence};
+use crate::log::Log;
 use crate::offset::Offset;
 use crate::record::{
     self, CreateRecord, DeleteMode, ForkRecord, ProducerRecord, StateRecord, DATA_CONTINUES,
@@ -37,7 +38,7 @@ pub struct Registry {
 
 /// The server's streams over one store.
 pub struct Streams {
-    pub store: Arc<Store>,
+    pub log: Log,
     pub reg: parking_lot::Mutex<Registry>,
     /// Tombstones written but not yet known durable: (stream, end).
     pub(crate) pending_deletes: parking_lot::Mutex<Vec<(Arc<Stream>, LogPos)>>,
@@ -175,34 +176,19 @@ impl Group {
             .push((KIND_DATA, record::encode(flags, self.bytes, body)));
         self.bytes += body.len() as u64;
     }
-    /// Append to the engine; returns the end position of the last event.
-    pub(crate) fn write(&self, store: &Store, session: &str) -> Result<LogPos, Fail> {
+    /// Append to the log at `expect` (the session's length as the
+    /// stream's state has it); returns the position to wait for.
+    pub(crate) fn write(&self, log: &Log, session: &str, expect: u64) -> Result<LogPos, Fail> {
         let evs: Vec<(u16, u16, &[u8])> = self
             .events
             .iter()
             .map(|(k, p)| (*k, FLAG_IGNORABLE, p.as_slice()))
             .collect();
-        let mut end = None;
-        store
-            .append_group(session, &evs, |a| end = Some(a.end))
-            .map_err(|e| match e {
-                turnstone::Error::TooLarge {
-                    what: "event group",
-                    len,
-                    max,
-                } => Fail::TooLarge(format!(
-                    "this append takes {len} bytes in the log ({} events), over the {max} \
-                     bytes one append (one atomic commit group) can hold: send it in \
-                     several requests",
-                    evs.len()
-                )),
-                e => Fail::engine_write(e),
-            })?;
-        end.ok_or_else(|| Fail::Internal("empty event group".into()))
+        log.append_group(session, &evs, expect)
     }
 }
 
-fn new_stream(path: &str, session: &str, end: LogPos, state: State) -> Arc<Stream> {
+pub(crate) fn new_stream(path: &str, session: &str, end: LogPos, state: State) -> Arc<Stream> {
     let (changed, _) = watch::channel(0u64);
     Arc::new(Stream {
         path: path.to_string(),
@@ -214,9 +200,9 @@ fn new_stream(path: &str, session: &str, end: LogPos, state: State) -> Arc<Strea
 }
 
 impl Streams {
-    pub fn new(store: Arc<Store>, reg: Registry) -> Streams {
+    pub fn new(log: Log, reg: Registry) -> Streams {
         Streams {
-            store,
+            log,
             reg: parking_lot::Mutex::new(reg),
             pending_deletes: parking_lot::Mutex::new(Vec::new()),
         }
@@ -226,6 +212,9 @@ impl Streams {
     /// `Err((fail, Some(end)))`: it just expired; wait for `end` to be durable
     /// before answering.
     pub fn lookup(&self, path: &str, now_ms: u64) -> Result<Arc<Stream>, (Fail, Option<LogPos>)> {
+        if self.log.is_shared() {
+            return self.lookup_shared(path, now_ms).map_err(|f| (f, None));
+        }
         let s = self
             .reg
             .lock()
@@ -255,6 +244,9 @@ impl Streams {
     /// Create a stream (PUT), or confirm an existing one with the same
     /// configuration. Blocking (a fork reads the source's log).
     pub fn create(&self, req: &CreateReq, now_ms: u64) -> Result<Created, Fail> {
+        if self.log.is_shared() {
+            return self.create_shared(req, now_ms);
+        }
         let mut reg = self.reg.lock();
         // A hard-deleted stream (its tombstone maybe not durable yet) is
         // replaced: the new incarnation is logged after the tombstone.
@@ -304,7 +296,10 @@ impl Streams {
         let session = record::session_name(reg.next_incarnation);
         let created = match &req.fork {
             None => self.create_plain(req, &session, now_ms)?,
-            Some(f) => self.create_fork(&mut reg, req, f, &session, now_ms)?,
+            Some(f) => {
+                let source = self.fork_source(&mut reg, f, now_ms)?;
+                self.create_fork(&source, req, f, &session, now_ms)?
+            }
         };
         reg.next_incarnation += 1;
         reg.by_path.insert(req.path.clone(), created.stream.clone());
@@ -312,7 +307,12 @@ impl Streams {
         Ok(created)
     }
 
-    fn create_plain(&self, req: &CreateReq, session: &str, now_ms: u64) -> Result<Created, Fail> {
+    pub(crate) fn create_plain(
+        &self,
+        req: &CreateReq,
+        session: &str,
+        now_ms: u64,
+    ) -> Result<Created, Fail> {
         let content_type = req
             .content_type
             .clone()
@@ -332,7 +332,8 @@ impl Streams {
         let mut g = Group::new(0);
         g.json(KIND_CREATE, &config);
         g.data(units);
-        let end = g.write(&self.store, session)?;
+        self.log.create_session(session)?;
+        let end = g.write(&self.log, session, 0)?;
         let tail = Offset::new(g.events.len() as u64, g.bytes);
         let state = State::new(config, tail, end, now_ms);
         Ok(Created {
@@ -342,14 +343,13 @@ impl Streams {
         })
     }
 
-    fn create_fork(
+    /// The source of a fork, expired first when its time has come.
+    fn fork_source(
         &self,
         reg: &mut Registry,
-        req: &CreateReq,
         f: &ForkReq,
-        session: &str,
         now_ms: u64,
-    ) -> Result<Created, Fail> {
+    ) -> Result<Arc<Stream>, Fail> {
         let source = reg
             .by_path
             .get(&f.source_path)
@@ -366,6 +366,17 @@ impl Streams {
                 None => fail,
             });
         }
+        Ok(source)
+    }
+
+    pub(crate) fn create_fork(
+        &self,
+        source: &Arc<Stream>,
+        req: &CreateReq,
+        f: &ForkReq,
+        session: &str,
+        now_ms: u64,
+    ) -> Result<Created, Fail> {
         let (src_config, src_vis) = {
             let st = source.state.lock();
             match st.deleted {
@@ -379,7 +390,7 @@ impl Streams {
             }
             (st.config.clone(), st.vis)
         };
-        if self.store.durable_pos() < source.create_end {
+        if self.log.durable_pos() < source.create_end {
             return Err(Fail::Conflict(
                 "the fork source is still being created".into(),
             ));
@@ -399,19 +410,12 @@ impl Streams {
         let at = match f.offset {
             None => src_vis,
             Some(o) => {
-                crate::read::validate(&self.store, &source.session, src_vis, o)?;
+                crate::read::validate(&self.log, &source.session, src_vis, o)?;
                 o
             }
         };
         let cut = if f.sub_offset > 0 {
-            crate::read::sub_offset(
-                &self.store,
-                &source.session,
-                src_vis,
-                json,
-                at,
-                f.sub_offset,
-            )?
+            crate::read::sub_offset(&self.log, &source.session, src_vis, json, at, f.sub_offset)?
         } else {
             crate::read::Cut {
                 upto: at.seq,
@@ -442,16 +446,14 @@ impl Streams {
             }),
             created_ms: now_ms,
         };
-        self.store
-            .fork(&source.session, cut.upto, session)
-            .map_err(Fail::engine_write)?;
+        self.log.fork(&source.session, cut.upto, session)?;
         let mut g = Group::new(cut.bytes);
         g.json(KIND_CREATE, &config);
         if let Some(p) = &cut.partial {
             g.raw_data(0, p);
         }
         g.data(units);
-        let end = g.write(&self.store, session)?;
+        let end = g.write(&self.log, session, cut.upto)?;
         let tail = Offset::new(cut.upto + g.events.len() as u64, g.bytes);
         source.state.lock().forks += 1;
         let state = State::new(config, tail, end, now_ms);
@@ -462,8 +464,20 @@ impl Streams {
         })
     }
 
-    /// Append (POST), close, or both.
+    /// Append (POST), close, or both. Blocking on a shared database.
     pub fn append(&self, s: &Stream, req: &AppendReq, now_ms: u64) -> Result<Appended, Fail> {
+        if self.log.is_shared() {
+            return self.append_shared(s, req, now_ms);
+        }
+        self.append_once(s, req, now_ms)
+    }
+
+    pub(crate) fn append_once(
+        &self,
+        s: &Stream,
+        req: &AppendReq,
+        now_ms: u64,
+    ) -> Result<Appended, Fail> {
         let mut st = s.state.lock();
         st.check_live()?;
         let close_only = req.close && req.body.is_empty();
@@ -548,7 +562,7 @@ impl Streams {
         }
         let wrote_data = !units.is_empty();
         g.data(units);
-        let end = g.write(&self.store, &s.session)?;
+        let end = g.write(&self.log, &s.session, st.tail.seq)?;
         st.tail = Offset::new(st.tail.seq + g.events.len() as u64, g.bytes);
         st.apply(&state_rec);
         st.last_end = end;
@@ -572,17 +586,23 @@ impl Streams {
         s.state.lock().show(tail, closed);
     }
 
-    /// Renew a sliding TTL (reads and appends; not HEAD).
+    /// Renew a sliding TTL (reads and appends; not HEAD). Blocking on a
+    /// shared database (the renewal is recorded there, at most every
+    /// twentieth of the TTL).
     pub fn touch(&self, s: &Stream, now_ms: u64) {
-        let mut st = s.state.lock();
-        if st.deleted.is_none() {
+        {
+            let mut st = s.state.lock();
+            if st.deleted.is_some() {
+                return;
+            }
             st.last_access_ms = st.last_access_ms.max(now_ms);
         }
+        self.touch_shared(s, now_ms);
     }
 }
 
 /// Whether a PUT asks for the configuration an existing stream has.
-fn same_config(req: &CreateReq, have: &CreateRecord) -> bool {
+pub(crate) fn same_config(req: &CreateReq, have: &CreateRecord) -> bool {
     let inherit = req.fork.is_some();
     let ct_ok = match &req.content_type {
         Some(ct) => essence(ct) == essence(&have.content_type),

@@ -228,7 +228,13 @@ pub(crate) async fn post(
         stream_seq,
         producer,
     };
-    let done = match app.streams.append(&s, &areq, now_ms()) {
+    let appended = if app.streams.log.is_shared() {
+        let (a, s2, r) = (app.clone(), s.clone(), areq.clone());
+        blocking(move || a.streams.append(&s2, &r, now_ms())).await?
+    } else {
+        app.streams.append(&s, &areq, now_ms())
+    };
+    let done = match appended {
         Ok(done) => done,
         Err(fail @ Fail::Unavailable(_)) => return Err(refused(app, fail)),
         Err(fail) => {
@@ -275,7 +281,13 @@ pub(crate) async fn post(
 pub(crate) async fn delete(app: &Arc<App>, path: String) -> Result<Response<Body>> {
     check_writable(app)?;
     lookup(app, &path).await?;
-    let end = match app.streams.delete(&path, now_ms()) {
+    let deleted = if app.streams.log.is_shared() {
+        let a = app.clone();
+        blocking(move || a.streams.delete(&path, now_ms())).await?
+    } else {
+        app.streams.delete(&path, now_ms())
+    };
+    let end = match deleted {
         Ok(end) => end,
         Err((fail @ Fail::Unavailable(_), _)) => return Err(refused(app, fail)),
         Err((fail, Some(wait))) => return Err(after_durable(app, fail, wait).await),

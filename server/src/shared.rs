@@ -1,0 +1,440 @@
+//! The streams on a database several server instances share (issue 18 §3;
+//! docs/BACKENDS.md, "Stateless servers"). Every method here blocks (it
+//! talks to PostgreSQL) and is called from a blocking task.
+//!
+//! An instance's registry is a cache: a stream is loaded on first use
+//! (its path looked up in `turnstone_streams`, its session folded), and
+//! before each request the instance reads the session's row and folds the
+//! events another instance committed since ([`Streams::refresh`]). A write
+//! is checked against that state, then appended at the length the state
+//! has and committed under the stream's lease; if another instance wrote
+//! in between, or took the lease, nothing is written ([`Fail::Retry`]) and
+//! the request is folded and checked again. So two instances never
+//! interleave within a stream, and a request's answer rests on every
+//! event committed before it.
+
+use std::sync::Arc;
+
+use turnstone::LogPos;
+
+use crate::log::{pg_fail, Shared};
+use crate::record::{self, DeleteMode};
+use crate::stream::{Fail, Stream};
+use crate::streams::{same_config, AppendReq, Appended, CreateReq, Created, ForkReq, Streams};
+
+/// Attempts of a request that keeps meeting another instance's writes.
+const TRIES: usize = 16;
+
+/// Events folded per database read when catching a stream up.
+const FOLD_CHUNK: u64 = 1024;
+
+impl Streams {
+    fn pg(&self) -> &Shared {
+        self.log.shared().expect("a shared database")
+    }
+
+    /// Fold into `s` what the database committed past its state, and drop
+    /// this instance's writer if another instance took the lease since.
+    pub fn refresh(&self, s: &Stream) -> Result<(), Fail> {
+        let Some(pg) = self.log.shared() else {
+            return Ok(());
+        };
+        let row = pg.log.lease_row(&s.session).map_err(pg_fail)?;
+        pg.forget_unless(&s.session, row.epoch);
+        let mut at = s.state.lock().tail.seq;
+        if row.deleted && row.len > at {
+            // Deleted (its hard tombstone committed, then the session
+            // flagged): nothing more to read.
+            let mut st = s.state.lock();
+            st.deleted = Some(DeleteMode::Hard);
+            st.vis_deleted = st.deleted;
+            return Ok(());
+        }
+        while at < row.len {
+            let to = row.len.min(at + FOLD_CHUNK);
+            let mut evs = Vec::new();
+            self.log.visit_range(&s.session, at..to, |e| {
+                evs.push((e.seq, e.kind, e.flags, e.payload.to_vec()));
+                std::ops::ControlFlow::Continue(())
+            })?;
+            let mut st = s.state.lock();
+            if st.tail.seq != at {
+                // Another request folded or wrote meanwhile: it is newer.
+                return Ok(());
+            }
+            for (seq, kind, flags, payload) in &evs {
+                let e = turnstone::EventRef {
+                    seq: *seq,
+                    kind: *kind,
+                    flags: *flags,
+                    payload,
+                    pos: LogPos(0),
+                };
+                crate::rebuild::fold(&s.session, &mut st, &e).map_err(Fail::Internal)?;
+            }
+            st.pending.clear();
+            st.vis = st.tail;
+            st.vis_closed = st.closed;
+            st.vis_deleted = st.deleted;
+            if evs.is_empty() {
+                break;
+            }
+            at = to;
+        }
+        Ok(())
+    }
+
+    /// The stream a session holds, folded from the database (`None`: not
+    /// a stream, or hard-deleted).
+    fn load(&self, session: &str, now_ms: u64) -> Result<Option<Arc<Stream>>, Fail> {
+        let pg = self.pg();
+        let row = match pg.log.lease_row(session) {
+            Ok(r) => r,
+            Err(turnstone_pg::PgError::UnknownSession(_)) => return Ok(None),
+            Err(e) => return Err(pg_fail(e)),
+        };
+        if row.deleted {
+            return Ok(None);
+        }
+        let own_start = pg
+            .log
+            .parent(session)
+            .map_err(pg_fail)?
+            .map_or(0, |(_, upto)| upto);
+        let Some(mut state) =
+            crate::rebuild::replay(&self.log, session, own_start, row.len, now_ms)
+                .map_err(Fail::Internal)?
+        else {
+            return Ok(None);
+        };
+        if state.deleted == Some(DeleteMode::Hard) {
+            return Ok(None);
+        }
+        state.last_access_ms = state.config.created_ms;
+        let path = state.config.path.clone();
+        Ok(Some(crate::streams::new_stream(
+            &path,
+            session,
+            LogPos(0),
+            state,
+        )))
+    }
+
+    /// The stream at `path` (soft-deleted ones included), brought up to
+    /// what the database holds.
+    pub(crate) fn resolve(&self, path: &str, now_ms: u64) -> Result<Option<Arc<Stream>>, Fail> {
+        let cached = self.reg.lock().by_path.get(path).cloned();
+        if let Some(s) = cached {
+            self.refresh(&s)?;
+            if s.state.lock().deleted != Some(DeleteMode::Hard) {
+                return Ok(Some(s));
+            }
+            Self::unlink(&mut self.reg.lock(), &s);
+        }
+        let pg = self.pg();
+        let Some(row) = pg.log.stream_row(path).map_err(pg_fail)? else {
+            return Ok(None);
+        };
+        match self.load(&row.session, now_ms)? {
+            Some(s) => {
+                {
+                    let mut st = s.state.lock();
+                    st.last_access_ms = st.last_access_ms.max(row.touched_ms.max(0) as u64);
+                    st.touched_db_ms = st.last_access_ms;
+                }
+                let mut reg = self.reg.lock();
+                reg.by_path.insert(path.to_string(), s.clone());
+                reg.by_session.insert(s.session.clone(), s.clone());
+                Ok(Some(s))
+            }
+            None => {
+                // Mapped to a hard-deleted session (its instance stopped
+                // between the tombstone and the unmapping): finish that.
+                pg.log.unmap_stream(path, &row.session).map_err(pg_fail)?;
+                Ok(None)
+            }
+        }
+    }
+
+    /// Whether `s` has expired, by the last access any instance recorded.
+    fn expired(&self, s: &Stream, now_ms: u64) -> Result<bool, Fail> {
+        if !s.state.lock().is_expired(now_ms) {
+            return Ok(false);
+        }
+        if let Some(row) = self.pg().log.stream_row(&s.path).map_err(pg_fail)? {
+            if row.session == s.session {
+                let mut st = s.state.lock();
+                st.last_access_ms = st.last_access_ms.max(row.touched_ms.max(0) as u64);
+            }
+        }
+        Ok(s.state.lock().is_expired(now_ms))
+    }
+
+    pub(crate) fn lookup_shared(&self, path: &str, now_ms: u64) -> Result<Arc<Stream>, Fail> {
+        let s = self.resolve(path, now_ms)?.ok_or(Fail::NotFound)?;
+        if self.expired(&s, now_ms)? {
+            return Err(match self.delete_shared(&s, "expired", now_ms)? {
+                DeleteMode::Soft => Fail::Gone,
+                DeleteMode::Hard => Fail::NotFound,
+            });
+        }
+        s.state.lock().check_visible()?;
+        Ok(s)
+    }
+
+    pub(crate) fn create_shared(&self, req: &CreateReq, now_ms: u64) -> Result<Created, Fail> {
+        let pg = self.pg();
+        for _ in 0..TRIES {
+            if let Some(existing) = self.resolve(&req.path, now_ms)? {
+                if self.expired(&existing, now_ms)? {
+                    if self.delete_shared(&existing, "expired", now_ms)? == DeleteMode::Soft {
+                        return Err(Fail::Conflict(
+                            "the stream was deleted but forks still read through it".into(),
+                        ));
+                    }
+                    continue;
+                }
+                let st = existing.state.lock();
+                if st.deleted == Some(DeleteMode::Soft) {
+                    return Err(Fail::Conflict(
+                        "the stream was deleted but forks still read through it".into(),
+                    ));
+                }
+                if !same_config(req, &st.config) {
+                    return Err(Fail::Conflict(
+                        "the stream exists with a different configuration".into(),
+                    ));
+                }
+                drop(st);
+                return Ok(Created {
+                    created: false,
+                    stream: existing,
+                    end: LogPos(0),
+                });
+            }
+            let n = pg.log.next_stream_incarnation().map_err(pg_fail)?;
+            let session = record::session_name(n);
+            let made = match &req.fork {
+                None => self.create_plain(req, &session, now_ms),
+                Some(f) => self
+                    .fork_source_shared(f, now_ms)
+                    .and_then(|src| self.create_fork(&src, req, f, &session, now_ms)),
+            };
+            let created = match made {
+                Ok(c) => c,
+                Err(Fail::Retry) => {
+                    self.abandon(&session);
+                    continue;
+                }
+                Err(e) => {
+                    self.abandon(&session);
+                    return Err(e);
+                }
+            };
+            if pg
+                .log
+                .map_stream(&req.path, &session, None, now_ms as i64)
+                .map_err(pg_fail)?
+            {
+                created.stream.state.lock().touched_db_ms = now_ms;
+                let mut reg = self.reg.lock();
+                reg.by_path.insert(req.path.clone(), created.stream.clone());
+                reg.by_session.insert(session, created.stream.clone());
+                return Ok(created);
+            }
+            // Another instance created the path first: answer as for an
+            // existing stream.
+            self.abandon(&session);
+        }
+        Err(Fail::Retry)
+    }
+
+    /// A session made for a create that did not happen: flagged deleted
+    /// (never mapped, so never a stream).
+    fn abandon(&self, session: &str) {
+        let pg = self.pg();
+        pg.forget(session);
+        let _ = pg.log.delete(session);
+    }
+
+    fn fork_source_shared(&self, f: &ForkReq, now_ms: u64) -> Result<Arc<Stream>, Fail> {
+        let source = self
+            .resolve(&f.source_path, now_ms)?
+            .ok_or(Fail::NotFound)?;
+        if self.expired(&source, now_ms)? {
+            return Err(match self.delete_shared(&source, "expired", now_ms)? {
+                DeleteMode::Soft => Fail::Conflict("the fork source was deleted".into()),
+                DeleteMode::Hard => Fail::NotFound,
+            });
+        }
+        Ok(source)
+    }
+
+    pub(crate) fn append_shared(
+        &self,
+        s: &Stream,
+        req: &AppendReq,
+        now_ms: u64,
+    ) -> Result<Appended, Fail> {
+        for _ in 0..TRIES {
+            self.refresh(s)?;
+            match self.append_once(s, req, now_ms) {
+                Err(Fail::Retry) => continue,
+                Ok(done) => {
+                    self.touch_shared(s, now_ms);
+                    return Ok(done);
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        Err(Fail::Retry)
+    }
+
+    /// Record an access in the database when the stream has a sliding TTL
+    /// and the last recorded one is older than a twentieth of it.
+    pub(crate) fn touch_shared(&self, s: &Stream, now_ms: u64) {
+        let Some(pg) = self.log.shared() else {
+            return;
+        };
+        let due = {
+            let mut st = s.state.lock();
+            let Some(ttl) = st.config.ttl_secs else {
+                return;
+            };
+            let every = (ttl.saturating_mul(1000) / 20).clamp(1, 1000);
+            let due = st.deleted.is_none() && now_ms >= st.touched_db_ms.saturating_add(every);
+            if due {
+                st.touched_db_ms = now_ms;
+            }
+            due
+        };
+        if due {
+            // A renewal that fails is not an error of the request: the
+            // stream may expire a little early, as after a restart.
+            let _ = pg.log.touch_stream(&s.path, &s.session, now_ms as i64);
+        }
+    }
+
+    pub(crate) fn delete_path_shared(&self, path: &str, now_ms: u64) -> Result<LogPos, Fail> {
+        let s = self.resolve(path, now_ms)?.ok_or(Fail::NotFound)?;
+        s.state.lock().check_live()?;
+        self.delete_shared(&s, "delete", now_ms)?;
+        Ok(LogPos(0))
+    }
+
+    /// Tombstone `s`: soft while forks (mapped streams) read through it,
+    /// hard otherwise, then release soft-deleted sources nobody reads
+    /// through any more. Returns the mode (the earlier one if it was
+    /// deleted already).
+    pub(crate) fn delete_shared(
+        &self,
+        s: &Arc<Stream>,
+        reason: &str,
+        now_ms: u64,
+    ) -> Result<DeleteMode, Fail> {
+        let pg = self.pg();
+        let mut mode = None;
+        for _ in 0..TRIES {
+            self.refresh(s)?;
+            let forks = pg.log.mapped_forks(&s.session).map_err(pg_fail)?;
+            let mut st = s.state.lock();
+            if let Some(m) = st.deleted {
+                return Ok(m);
+            }
+            let m = if forks > 0 {
+                DeleteMode::Soft
+            } else {
+                DeleteMode::Hard
+            };
+            st.forks = forks as u32;
+            match self.tombstone(s, &mut st, m, reason, now_ms) {
+                Ok(_) => {
+                    st.vis_deleted = st.deleted;
+                    mode = Some(m);
+                    break;
+                }
+                Err(Fail::Retry) => continue,
+                Err(e) => return Err(e),
+            }
+        }
+        let mode = mode.ok_or(Fail::Retry)?;
+        s.changed.send_modify(|v| *v += 1);
+        if mode == DeleteMode::Hard {
+            self.bury(s);
+            let mut next = s
+                .state
+                .lock()
+                .config
+                .fork
+                .as_ref()
+                .map(|f| f.source_session.clone());
+            while let Some(p) = next.take() {
+                let cached = self.reg.lock().by_session.get(&p).cloned();
+                let ps = match cached {
+                    Some(ps) => ps,
+                    None => match self.load(&p, now_ms)? {
+                        Some(ps) => ps,
+                        None => break,
+                    },
+                };
+                self.refresh(&ps)?;
+                if ps.state.lock().deleted != Some(DeleteMode::Soft)
+                    || pg.log.mapped_forks(&p).map_err(pg_fail)? > 0
+                {
+                    break;
+                }
+                let released = {
+                    let mut pst = ps.state.lock();
+                    self.tombstone(&ps, &mut pst, DeleteMode::Hard, "released", now_ms)
+                        .is_ok()
+                };
+                if !released {
+                    // Another instance is at it, or the database failed:
+                    // the next deletion through it retries.
+                    break;
+                }
+                ps.state.lock().vis_deleted = Some(DeleteMode::Hard);
+                ps.changed.send_modify(|v| *v += 1);
+                self.bury(&ps);
+                next = ps
+                    .state
+                    .lock()
+                    .config
+                    .fork
+                    .as_ref()
+                    .map(|f| f.source_session.clone());
+            }
+        }
+        Ok(mode)
+    }
+
+    /// After a hard tombstone is committed: unmap the path (a new stream
+    /// may take it), flag the session deleted (fencing any writer), and
+    /// forget it here. A step that fails is finished by the next instance
+    /// that resolves the path.
+    fn bury(&self, s: &Arc<Stream>) {
+        let pg = self.pg();
+        let _ = pg.log.unmap_stream(&s.path, &s.session);
+        let _ = pg.log.delete(&s.session);
+        pg.forget(&s.session);
+        Self::unlink(&mut self.reg.lock(), s);
+    }
+
+    /// Expire the cached streams whose time has come (others are expired
+    /// when they are next used, by whichever instance uses them).
+    pub(crate) fn sweep_shared(&self, now_ms: u64) {
+        let candidates: Vec<Arc<Stream>> = self
+            .reg
+            .lock()
+            .by_path
+            .values()
+            .filter(|s| s.state.lock().is_expired(now_ms))
+            .cloned()
+            .collect();
+        for s in candidates {
+            if matches!(self.expired(&s, now_ms), Ok(true)) {
+                let _ = self.delete_shared(&s, "expired", now_ms);
+            }
+        }
+    }
+}
