@@ -851,13 +851,11 @@ fn main() {
             url,
             tmp: tempfile::tempdir().unwrap(),
         };
-        let started = Instant::now();
         rt.block_on(async {
             tokio::time::timeout(TEST_LIMIT, f(cx))
                 .await
                 .unwrap_or_else(|_| panic!("the test took over {TEST_LIMIT:?}"))
         });
         rt.shutdown_timeout(Duration::from_secs(5));
-        println!("    ({:.1} s)", started.elapsed().as_secs_f64());
     });
 }
