@@ -694,6 +694,33 @@ async fn kill_9_of_an_instance_loses_nothing_acknowledged(cx: Ctx) {
         let r = ha.put(&format!("/k{w}"), "application/json", "").await;
         assert_eq!(r.status(), 201);
     }
+    // A follower of /k0 on B throughout, by long polls: told how many
+    // messages the stream ends with, it stops once it has them.
+    let (target_tx, mut target) = tokio::sync::watch::channel(u64::MAX);
+    let follower = {
+        let (c, base) = (hb.client.clone(), hb.base.clone());
+        tokio::spawn(async move {
+            let mut got: Vec<Value> = Vec::new();
+            let mut offset = "-1".to_string();
+            while (got.len() as u64) < *target.borrow_and_update() {
+                let poll = c
+                    .get(format!("{base}/k0?offset={offset}&live=long-poll"))
+                    .send();
+                let r = tokio::select! {
+                    r = poll => r.expect("follower on B: no answer"),
+                    _ = target.changed() => continue,
+                };
+                let st = r.status().as_u16();
+                assert!(st == 200 || st == 204, "follower on B: {st}");
+                offset = header(&r, "stream-next-offset");
+                if st == 200 {
+                    let text = r.text().await.unwrap();
+                    got.extend(serde_json::from_str::<Vec<Value>>(&text).unwrap());
+                }
+            }
+            got
+        })
+    };
     // Writers append through A with producer headers until A dies; each
     // returns the highest seq answered 200, the seq then in flight, and
     // any other answer A gave.
@@ -795,6 +822,14 @@ async fn kill_9_of_an_instance_loses_nothing_acknowledged(cx: Ctx) {
             "writer {w}: every seq exactly once after the takeover"
         );
     }
+    // The follower saw A's appends, then B's, each once, in order.
+    let (k0, _) = read_json(&hb, "/k0").await;
+    target_tx.send(k0.len() as u64).unwrap();
+    let followed = tokio::time::timeout(Duration::from_secs(10), follower)
+        .await
+        .expect("the follower on B did not reach the end")
+        .unwrap();
+    assert!(followed == k0, "the follower on B saw what B reads");
     println!(
         "    B took over {WRITERS} streams in {:?}",
         takeover.elapsed()
