@@ -337,6 +337,78 @@ async fn write_through_one_read_through_another(cx: Ctx) {
     no_directory_was_made(&cx, &["a", "b"]);
 }
 
+/// PUT /fork, a fork of /src.
+async fn fork_src(h: &Http) -> Response {
+    let hd = [
+        ("stream-forked-from", "/src"),
+        ("content-type", "text/plain"),
+    ];
+    h.req(Method::PUT, "/fork", &hd, "").await
+}
+
+/// A fork made through one instance of a stream made through the other;
+/// the source's soft deletion and release seen across them.
+async fn forks_across_instances(cx: Ctx) {
+    let a = instance(&cx, "a").await;
+    let b = instance(&cx, "b").await;
+    let (ha, hb) = (http(a.local_addr()), http(b.local_addr()));
+    assert_eq!(ha.put("/src", "text/plain", "shared").await.status(), 201);
+    assert_eq!(fork_src(&hb).await.status(), 201);
+    assert_eq!(
+        fork_src(&ha).await.status(),
+        200,
+        "the fork exists for A too"
+    );
+    assert_eq!(read_text(&ha, "/fork").await.0, "shared");
+    assert_eq!(ha.post("/fork", "text/plain", "+mine").await.status(), 204);
+    assert_eq!(hb.post("/src", "text/plain", "+theirs").await.status(), 204);
+    assert_eq!(read_text(&hb, "/fork").await.0, "shared+mine");
+    assert_eq!(read_text(&ha, "/src").await.0, "shared+theirs");
+    // The source deleted through B: gone (410) for A while the fork reads
+    // through it; released when the fork is deleted through A.
+    assert_eq!(delete(&hb, "/src").await.status(), 204);
+    assert_eq!(ha.get("/src").await.status(), 410);
+    assert_eq!(ha.put("/src", "text/plain", "").await.status(), 409);
+    assert_eq!(read_text(&ha, "/fork").await.0, "shared+mine");
+    assert_eq!(delete(&ha, "/fork").await.status(), 204);
+    assert_eq!(hb.get("/fork").await.status(), 404);
+    assert_eq!(hb.get("/src").await.status(), 404);
+    assert_eq!(hb.put("/src", "text/plain", "again").await.status(), 201);
+    assert_eq!(read_text(&ha, "/src").await.0, "again");
+    a.shutdown().await.unwrap();
+    b.shutdown().await.unwrap();
+}
+
+/// A stream's TTL runs out for both instances at once: both expire it
+/// (concurrently), one new stream is made in its place.
+async fn expiry_seen_by_both_instances(cx: Ctx) {
+    let a = instance(&cx, "a").await;
+    let b = instance(&cx, "b").await;
+    let (ha, hb) = (http(a.local_addr()), http(b.local_addr()));
+    let hd = [("content-type", "text/plain"), ("stream-ttl", "1")];
+    let r = ha.req(Method::PUT, "/t", &hd, "gone soon").await;
+    assert_eq!(r.status(), 201);
+    assert_eq!(header(&head(&hb, "/t").await, "stream-ttl"), "1");
+    assert_eq!(read_text(&hb, "/t").await.0, "gone soon");
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let (ra, rb) = tokio::join!(ha.get("/t"), hb.get("/t"));
+    assert_eq!((ra.status().as_u16(), rb.status().as_u16()), (404, 404));
+    let (ra, rb) = tokio::join!(
+        ha.put("/t", "text/plain", "from a"),
+        hb.put("/t", "text/plain", "from b")
+    );
+    let st = (ra.status().as_u16(), rb.status().as_u16());
+    let winner = match st {
+        (201, 200) => "from a",
+        (200, 201) => "from b",
+        _ => panic!("one re-create wins: {st:?}"),
+    };
+    assert_eq!(read_text(&ha, "/t").await.0, winner);
+    assert_eq!(read_text(&hb, "/t").await.0, winner);
+    a.shutdown().await.unwrap();
+    b.shutdown().await.unwrap();
+}
+
 async fn follow_through_another_instance(cx: Ctx) {
     let a = instance(&cx, "a").await;
     let b = instance(&cx, "b").await;
@@ -831,7 +903,7 @@ async fn kill_9_of_an_instance_loses_nothing_acknowledged(cx: Ctx) {
         .unwrap();
     assert!(followed == k0, "the follower on B saw what B reads");
     println!(
-        "    B took over {WRITERS} streams in {:?}",
+        "    through B after the kill ({WRITERS} streams: reads, retries, 10 appends each): {:?}",
         takeover.elapsed()
     );
     drop(ha);
@@ -853,6 +925,16 @@ fn main() {
         (
             "write_through_one_read_through_another",
             |cx| Box::pin(write_through_one_read_through_another(cx)),
+            false,
+        ),
+        (
+            "forks_across_instances",
+            |cx| Box::pin(forks_across_instances(cx)),
+            false,
+        ),
+        (
+            "expiry_seen_by_both_instances",
+            |cx| Box::pin(expiry_seen_by_both_instances(cx)),
             false,
         ),
         (
