@@ -732,16 +732,29 @@ async fn append_k(h: &Http, w: u64, seq: u64) -> Result<Response, reqwest::Error
     produce(h, &path, (&id, 0, seq), "application/json", body).await
 }
 
+/// The child instance, SIGKILLed if the test fails before it does.
+struct KillOnDrop(std::process::Child);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
 async fn kill_9_of_an_instance_loses_nothing_acknowledged(cx: Ctx) {
     let dir = cx.tmp.path();
     let log = std::fs::File::create(dir.join("child.log")).unwrap();
-    let mut child = Command::new(std::env::current_exe().unwrap())
-        .env(CHILD_DIR_ENV, dir)
-        .env(CHILD_URL_ENV, &cx.url)
-        .stdout(Stdio::null())
-        .stderr(log)
-        .spawn()
-        .unwrap();
+    let mut child = KillOnDrop(
+        Command::new(std::env::current_exe().unwrap())
+            .env(CHILD_DIR_ENV, dir)
+            .env(CHILD_URL_ENV, &cx.url)
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .unwrap(),
+    );
+    let child = &mut child.0;
     let started = Instant::now();
     let addr = loop {
         if let Ok(a) = std::fs::read_to_string(dir.join("addr")) {
