@@ -110,6 +110,8 @@ pub fn pg_fail(e: PgError) -> Fail {
         PgError::Fenced { .. } | PgError::LeaseHeld { .. } => Fail::Retry,
         PgError::Closed => Fail::Unavailable("the server is shutting down".into()),
         PgError::Database { .. } => Fail::Unavailable(format!("the database: {e}")),
+        // A stream deleted through another instance meanwhile.
+        PgError::SessionDeleted(_) | PgError::UnknownSession(_) => Fail::NotFound,
         other => Fail::Internal(other.to_string()),
     }
 }
