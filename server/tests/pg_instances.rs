@@ -257,6 +257,27 @@ async fn write_through_one_read_through_another(cx: Ctx) {
     }
     assert_eq!(header(&head(&hb, "/t").await, "stream-next-offset"), t2);
 
+    // Stream-Seq (the writer's own sequence) is checked against what the
+    // other instance accepted.
+    assert_eq!(ha.put("/sq", "text/plain", "").await.status(), 201);
+    let seq_post = |h: &Http, sseq: &'static str| {
+        let hd = [("content-type", "text/plain"), ("stream-seq", sseq)];
+        let (c, url) = (h.client.clone(), format!("{}/sq", h.base));
+        async move {
+            let mut rb = c.post(url).body(sseq);
+            for (k, v) in hd {
+                rb = rb.header(k, v);
+            }
+            rb.send().await.unwrap().status().as_u16()
+        }
+    };
+    assert_eq!(seq_post(&ha, "5").await, 204);
+    assert_eq!(seq_post(&hb, "3").await, 409, "a regression through B");
+    assert_eq!(seq_post(&hb, "5").await, 409, "a repeat through B");
+    assert_eq!(seq_post(&hb, "6").await, 204);
+    assert_eq!(seq_post(&ha, "6").await, 409, "a repeat through A");
+    assert_eq!(read_text(&ha, "/sq").await.0, "56");
+
     // Producer state is the database's, not an instance's.
     async fn p(h: &Http, epoch: u64, seq: u64, n: u64) -> Response {
         let body = format!(r#"{{"p":{n}}}"#);
