@@ -493,7 +493,60 @@ async fn follow_through_another_instance(cx: Ctx) {
         "SSE on B: one then two: {seen:?}"
     );
     assert_eq!(seen.matches("data:one").count(), 1, "{seen:?}");
-    drop(events);
+    // Closed through A: the SSE response on B says so and ends.
+    assert_eq!(close(&ha, "/sse").await.status(), 204);
+    let ended = tokio::time::timeout(Duration::from_secs(5), async {
+        while let Some(chunk) = events.next().await {
+            seen.push_str(&String::from_utf8_lossy(&chunk.unwrap()));
+        }
+    })
+    .await;
+    assert!(
+        ended.is_ok(),
+        "SSE on B still open after the close: {seen:?}"
+    );
+    assert!(seen.contains("\"streamClosed\":true"), "{seen:?}");
+
+    // A long poll on B is ended by a close or a deletion through A, well
+    // before its timeout.
+    for (what, path) in [("close", "/lc"), ("delete", "/ld")] {
+        let r = ha.put(path, "text/plain", "x").await;
+        assert_eq!(r.status(), 201);
+        let tail = header(&r, "stream-next-offset");
+        let url = format!("{}{path}?offset={tail}&live=long-poll", hb.base);
+        let c = hb.client.clone();
+        let waiter = tokio::spawn(async move {
+            let r = c.get(url).send().await.unwrap();
+            (
+                r.status().as_u16(),
+                header(&r, "stream-closed"),
+                Instant::now(),
+            )
+        });
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        assert!(!waiter.is_finished(), "{what}: answered before");
+        let st = if what == "close" {
+            close(&ha, path).await.status()
+        } else {
+            delete(&ha, path).await.status()
+        };
+        assert_eq!(st, 204, "{what} through A");
+        let done = Instant::now();
+        let (status, closed, at) = tokio::time::timeout(Duration::from_secs(9), waiter)
+            .await
+            .unwrap_or_else(|_| panic!("{what} through A: the long poll on B waits on"))
+            .unwrap();
+        let lag = at.saturating_duration_since(done);
+        assert!(
+            lag < Duration::from_secs(5),
+            "{what}: answered {lag:?} after"
+        );
+        if what == "close" {
+            assert_eq!((status, closed.as_str()), (204, "true"), "{what}");
+        } else {
+            assert_eq!(status, 404, "{what}");
+        }
+    }
 
     a.shutdown().await.unwrap();
     b.shutdown().await.unwrap();
