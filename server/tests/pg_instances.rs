@@ -816,7 +816,9 @@ impl Drop for KillOnDrop {
     }
 }
 
-async fn kill_9_of_an_instance_loses_nothing_acknowledged(cx: Ctx) {
+/// Start an instance on the test's database in a child process (this
+/// binary, `kill9_child`); its address once it listens.
+async fn spawn_child(cx: &Ctx) -> (KillOnDrop, std::net::SocketAddr) {
     let dir = cx.tmp.path();
     let log = std::fs::File::create(dir.join("child.log")).unwrap();
     let mut child = KillOnDrop(
@@ -828,23 +830,26 @@ async fn kill_9_of_an_instance_loses_nothing_acknowledged(cx: Ctx) {
             .spawn()
             .unwrap(),
     );
-    let child = &mut child.0;
     let started = Instant::now();
-    let addr = loop {
+    loop {
         if let Ok(a) = std::fs::read_to_string(dir.join("addr")) {
-            break a;
+            return (child, a.trim().parse().unwrap());
         }
-        if started.elapsed() > Duration::from_secs(20) || child.try_wait().unwrap().is_some() {
-            let _ = child.kill();
-            let _ = child.wait();
+        if started.elapsed() > Duration::from_secs(20) || child.0.try_wait().unwrap().is_some() {
+            drop(child);
             panic!(
                 "the child instance did not start: {}",
                 std::fs::read_to_string(dir.join("child.log")).unwrap_or_default()
             );
         }
         tokio::time::sleep(Duration::from_millis(20)).await;
-    };
-    let ha = Arc::new(http(addr.trim().parse().unwrap()));
+    }
+}
+
+async fn kill_9_of_an_instance_loses_nothing_acknowledged(cx: Ctx) {
+    let (mut child, addr) = spawn_child(&cx).await;
+    let child = &mut child.0;
+    let ha = Arc::new(http(addr));
     let b = instance(&cx, "b").await;
     let hb = http(b.local_addr());
 
@@ -997,6 +1002,104 @@ async fn kill_9_of_an_instance_loses_nothing_acknowledged(cx: Ctx) {
     b.shutdown().await.unwrap();
 }
 
+/// Producers append to one stream through both instances; the child one
+/// is SIGKILLed mid-write and its producers go on through the other,
+/// retrying the append they had in flight. Every producer's appends end
+/// in the stream exactly once, in order: the dead instance's last commit
+/// and the survivor's fenced takeover never both land, nor neither.
+async fn kill_9_while_both_instances_write_one_stream(cx: Ctx) {
+    let (mut child, addr) = spawn_child(&cx).await;
+    let b = instance(&cx, "b").await;
+    let hs = Arc::new([http(addr), http(b.local_addr())]);
+    assert_eq!(
+        hs[1].put("/one", "application/json", "").await.status(),
+        201
+    );
+
+    const WRITERS: u64 = 6;
+    // After the kill, each producer makes this many more appends.
+    const AFTER: u64 = 5;
+    let killed = Arc::new(AtomicBool::new(false));
+    let mut tasks = Vec::new();
+    for p in 0..WRITERS {
+        let (hs, killed) = (hs.clone(), killed.clone());
+        tasks.push(tokio::spawn(async move {
+            // Even producers start on the child instance (0), odd on B.
+            let mut via = (p % 2) as usize;
+            let id = format!("p{p}");
+            let mut seq = 0u64;
+            let mut log = WriterLog::default();
+            let mut stop_at: Option<u64> = None;
+            let mut attempts = 0;
+            while stop_at.is_none_or(|s| seq < s) {
+                if stop_at.is_none() && killed.load(Ordering::SeqCst) {
+                    stop_at = Some(seq + AFTER);
+                }
+                let body = format!(r#"{{"p":{p},"s":{seq}}}"#);
+                let r = produce(&hs[via], "/one", (&id, 0, seq), "application/json", body).await;
+                match r.map(|r| r.status().as_u16()) {
+                    Ok(st @ (200 | 204)) => {
+                        log.duplicates += u64::from(st == 204);
+                        log.acked = Some(seq);
+                        seq += 1;
+                        attempts = 0;
+                        continue;
+                    }
+                    Ok(st) => *log.retried.entry(st).or_default() += 1,
+                    Err(_) if via == 0 && killed.load(Ordering::SeqCst) => {
+                        // The child is gone: on through B, same seq.
+                        via = 1;
+                        continue;
+                    }
+                    Err(_) => *log.retried.entry(0).or_default() += 1,
+                }
+                attempts += 1;
+                assert!(
+                    attempts < 200,
+                    "producer {p}: seq {seq} never acknowledged: {log:?}"
+                );
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+            (via, log)
+        }));
+    }
+    tokio::time::sleep(Duration::from_millis(1000)).await;
+    killed.store(true, Ordering::SeqCst);
+    let _ = child.0.kill(); // SIGKILL
+    let _ = child.0.wait();
+    let mut logs = Vec::new();
+    for t in tasks {
+        logs.push(t.await.unwrap());
+    }
+    println!("    producers (ending through, log): {logs:?}");
+    for (p, (via, log)) in logs.iter().enumerate() {
+        assert_eq!(*via, 1, "producer {p} ends on B");
+        assert!(
+            log.retried.keys().all(|&s| s == 0 || s >= 500),
+            "producer {p}: a 4xx to a correct producer request: {log:?}"
+        );
+    }
+    let (msgs, _) = read_json(&hs[1], "/one").await;
+    let mut per: BTreeMap<u64, Vec<u64>> = BTreeMap::new();
+    for m in &msgs {
+        per.entry(m["p"].as_u64().unwrap())
+            .or_default()
+            .push(m["s"].as_u64().unwrap());
+    }
+    for (p, (_, log)) in logs.iter().enumerate() {
+        let last = log.acked.expect("acknowledged appends");
+        assert!(last >= AFTER, "producer {p}: {log:?}");
+        assert_eq!(
+            per.get(&(p as u64)),
+            Some(&(0..=last).collect::<Vec<_>>()),
+            "producer {p}: every seq exactly once, in order"
+        );
+    }
+    assert_eq!(per.len() as u64, WRITERS, "nobody else wrote");
+    drop(hs);
+    b.shutdown().await.unwrap();
+}
+
 fn main() {
     if let Ok(dir) = std::env::var(CHILD_DIR_ENV) {
         kill9_child(&dir);
@@ -1037,6 +1140,11 @@ fn main() {
         (
             "concurrent_writers_on_one_stream_never_interleave",
             |cx| Box::pin(concurrent_writers_on_one_stream_never_interleave(cx)),
+            false,
+        ),
+        (
+            "kill_9_while_both_instances_write_one_stream",
+            |cx| Box::pin(kill_9_while_both_instances_write_one_stream(cx)),
             false,
         ),
         (
