@@ -741,6 +741,37 @@ impl Writer {
         self.epoch
     }
 
+    /// The length the database holds for this writer's session, as far as
+    /// this writer knows (its own commits included, others' fenced).
+    pub fn committed(&self) -> u64 {
+        self.log.inner.lanes[self.lane].queue.lock().writers[&self.id].committed
+    }
+
+    /// Wait until events `0..len` of the session are committed (blocking
+    /// [`Writer::poll_sync`]); an error if the writer broke first.
+    pub fn sync_to(&self, len: u64) -> Result<()> {
+        let inner = &self.log.inner.lanes[self.lane];
+        let mut q = inner.queue.lock();
+        loop {
+            let st = &q.writers[&self.id];
+            if let Some(b) = &st.broken {
+                return Err(broken_error(&self.session, b));
+            }
+            if st.committed >= len {
+                return Ok(());
+            }
+            inner.done.wait(&mut q);
+        }
+    }
+
+    /// Whether the writer can write no more (fenced, deleted, failed or
+    /// closed): its queued events that are not committed never will be.
+    pub fn is_broken(&self) -> bool {
+        self.log.inner.lanes[self.lane].queue.lock().writers[&self.id]
+            .broken
+            .is_some()
+    }
+
     /// The next seq (committed or queued events of this writer).
     pub fn len(&self) -> u64 {
         self.log.inner.lanes[self.lane].queue.lock().writers[&self.id].next

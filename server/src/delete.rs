@@ -5,6 +5,7 @@ use std::sync::Arc;
 
 use turnstone::LogPos;
 
+use crate::log::Written;
 use crate::offset::Offset;
 use crate::record::{DeleteMode, DeleteRecord, KIND_DELETE};
 use crate::stream::{Fail, State, Stream};
@@ -56,7 +57,7 @@ impl Streams {
         } else {
             DeleteMode::Hard
         };
-        let mut end = Some(self.tombstone(s, &mut st, mode, reason, now_ms)?);
+        let mut end = Some(self.tombstone(s, &mut st, mode, reason, now_ms)?.end);
         let parent = st.config.fork.as_ref().map(|f| f.source_session.clone());
         drop(st);
         if mode == DeleteMode::Hard {
@@ -73,7 +74,7 @@ impl Streams {
                     if let Ok(e) =
                         self.tombstone(&ps, &mut pst, DeleteMode::Hard, "released", now_ms)
                     {
-                        end = end.max(Some(e));
+                        end = end.max(Some(e.end));
                         next = pst.config.fork.as_ref().map(|f| f.source_session.clone());
                     }
                 }
@@ -105,7 +106,10 @@ impl Streams {
         mode: DeleteMode,
         reason: &str,
         now_ms: u64,
-    ) -> Result<LogPos, Fail> {
+    ) -> Result<Written, Fail> {
+        if st.stale {
+            return Err(Fail::Retry);
+        }
         let mut g = Group::new(st.tail.bytes);
         g.json(
             KIND_DELETE,
@@ -115,12 +119,14 @@ impl Streams {
                 at_ms: now_ms,
             },
         );
-        let end = g.write(&self.log, &s.session, st.tail.seq)?;
+        let written = g.write(&self.log, &s.session, st.tail.seq)?;
         st.deleted = Some(mode);
         st.tail = Offset::new(st.tail.seq + 1, st.tail.bytes);
-        st.last_end = end;
-        self.pending_deletes.lock().push((s.clone(), end));
-        Ok(end)
+        st.last_end = written.end;
+        if written.commit.is_none() {
+            self.pending_deletes.lock().push((s.clone(), written.end));
+        }
+        Ok(written)
     }
 
     /// Make durable deletions visible: hide the streams from readers (wake

@@ -589,9 +589,25 @@ pub(crate) async fn after_durable(app: &App, fail: Fail, pos: turnstone::LogPos)
 /// The stream at `path`, once its creation is durable (on a shared
 /// database: brought up to what every instance committed).
 pub(crate) async fn lookup(app: &Arc<App>, path: &str) -> Result<Arc<Stream>> {
+    lookup_with(app, path, true).await
+}
+
+/// [`lookup`] for an append: on a shared database a stream this instance
+/// has loaded is not folded first (the append is checked against the
+/// database at its commit, and folded and checked again if it raced).
+pub(crate) async fn lookup_for_append(app: &Arc<App>, path: &str) -> Result<Arc<Stream>> {
+    lookup_with(app, path, false).await
+}
+
+async fn lookup_with(app: &Arc<App>, path: &str, fresh: bool) -> Result<Arc<Stream>> {
     let found = if app.streams.log.is_shared() {
         let (a, p) = (app.clone(), path.to_string());
-        blocking(move || a.streams.lookup(&p, now_ms())).await?
+        blocking(move || {
+            a.streams
+                .lookup_shared(&p, now_ms(), fresh)
+                .map_err(|f| (f, None))
+        })
+        .await?
     } else {
         app.streams.lookup(path, now_ms())
     };
@@ -639,7 +655,7 @@ pub(crate) fn content_type(hd: &HeaderMap) -> Result<Option<String>> {
 
 async fn head(app: &Arc<App>, path: String) -> Result<Response<Body>> {
     let s = lookup(app, &path).await?;
-    let st = s.visible(app.streams.log.durable_pos());
+    let st = s.visible(app.streams.log.durable_for(&s.session));
     let mut r = Response::new(Body::empty());
     let hd = r.headers_mut();
     set(hd, "content-type", &st.config.content_type);
@@ -659,7 +675,7 @@ async fn head(app: &Arc<App>, path: String) -> Result<Response<Body>> {
 
 /// Resolve `offset=` for a stream (validating real offsets against the log).
 async fn start_offset(app: &Arc<App>, s: &Arc<Stream>, requested: Requested) -> Result<Offset> {
-    let vis = s.visible(app.streams.log.durable_pos()).vis;
+    let vis = s.visible(app.streams.log.durable_for(&s.session)).vis;
     match requested {
         Requested::Start => Ok(Offset::ZERO),
         Requested::Now => Ok(vis),
@@ -705,7 +721,7 @@ async fn get(app: &Arc<App>, path: String, q: Query, req_hd: &HeaderMap) -> Resu
         None => {}
     }
     if requested == Requested::Now {
-        let st = s.visible(app.streams.log.durable_pos());
+        let st = s.visible(app.streams.log.durable_for(&s.session));
         let body = if st.json { "[]" } else { "" };
         let mut r = Response::new(Body::full(body));
         let hd = r.headers_mut();

@@ -213,14 +213,12 @@ pub async fn start(opts: Options) -> Result<Server, String> {
         Some(url) => {
             let url = url.clone();
             let log = tokio::task::spawn_blocking(move || {
-                turnstone_pg::PgLog::connect(&url, turnstone_pg::PgOptions::default()).map_err(
-                    |e| {
-                        format!(
-                            "cannot open the database {}: {e}",
-                            turnstone_pg::redact(&url)
-                        )
-                    },
-                )
+                turnstone_pg::PgLog::connect(&url, pg_options()).map_err(|e| {
+                    format!(
+                        "cannot open the database {}: {e}",
+                        turnstone_pg::redact(&url)
+                    )
+                })
             })
             .await
             .map_err(|e| format!("open task failed: {e}"))??;
@@ -554,4 +552,14 @@ pub fn run(opts: Options) -> Result<(), String> {
         .build()
         .map_err(|e| format!("cannot start the async runtime: {e}"))?
         .block_on(serve(opts))
+}
+
+/// How a server connects to a shared database: idle connections enough
+/// for the blocking tasks that read and fold streams at once (a request
+/// that finds none idle opens one, which costs a connection handshake).
+fn pg_options() -> turnstone_pg::PgOptions {
+    turnstone_pg::PgOptions {
+        read_pool: 32,
+        ..Default::default()
+    }
 }

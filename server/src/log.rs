@@ -50,15 +50,6 @@ impl Shared {
         }
     }
 
-    /// Forget this instance's writer of `session` unless it holds `epoch`
-    /// (another instance acquired the session since).
-    pub fn forget_unless(&self, session: &str, epoch: i64) {
-        let mut w = self.writers.lock();
-        if w.get(session).is_some_and(|w| w.epoch() != epoch) {
-            w.remove(session);
-        }
-    }
-
     pub fn forget(&self, session: &str) {
         self.writers.lock().remove(session);
     }
@@ -77,31 +68,99 @@ impl Shared {
         Ok(w)
     }
 
-    /// Append and commit `events` at `expect` (the session's length as the
-    /// caller's state has it).
-    fn append(&self, session: &str, events: &[(u16, u16, &[u8])], expect: u64) -> Result<(), Fail> {
-        let w = self.writer(session)?;
-        if w.len() != expect {
-            // Another instance wrote since this one's state was folded.
-            self.forget(session);
-            return Err(Fail::Retry);
-        }
-        let done = w.append_group(events).and_then(|_| w.sync());
-        match done {
-            Ok(()) => Ok(()),
-            Err(e) => {
-                self.forget(session);
-                Err(match e {
-                    // Nothing written: fold and try again.
-                    PgError::Fenced { .. } | PgError::LeaseHeld { .. } => Fail::Retry,
-                    PgError::Closed => Fail::Unavailable("the server is shutting down".into()),
-                    PgError::SessionDeleted(_) => Fail::Retry,
-                    // A commit that failed may still have been applied.
-                    other => Fail::Unknown(format!("PostgreSQL commit: {other}")),
-                })
-            }
+    /// This instance's current writer of `session`.
+    pub fn current(&self, session: &str) -> Option<Arc<Writer>> {
+        self.writers.lock().get(session).cloned()
+    }
+
+    /// Forget `w` if it is still the current writer of `session`.
+    pub fn forget_writer(&self, session: &str, w: &Arc<Writer>) {
+        let mut ws = self.writers.lock();
+        if ws.get(session).is_some_and(|c| Arc::ptr_eq(c, w)) {
+            ws.remove(session);
         }
     }
+
+    /// Queue `events` at `expect` (the session's length as the caller's
+    /// state has it, this instance's queued events included); the commit
+    /// is waited for with [`Commit::wait`].
+    fn append(
+        &self,
+        session: &str,
+        events: &[(u16, u16, &[u8])],
+        expect: u64,
+    ) -> Result<Commit, Fail> {
+        let w = self.writer(session)?;
+        if w.len() != expect {
+            // Another instance wrote before this writer was acquired:
+            // fold, then check the request again.
+            return Err(Fail::Retry);
+        }
+        // A broken writer stays current until the stream's next fold
+        // settles it (its queued groups' ends stay invisible meanwhile).
+        let first = w.append_group(events).map_err(commit_fail)?;
+        Ok(Commit {
+            session: session.to_string(),
+            len: first + events.len() as u64,
+            writer: w,
+        })
+    }
+}
+
+/// A queued group's commit, to wait for (on PostgreSQL).
+#[derive(Clone)]
+pub struct Commit {
+    session: String,
+    /// The session's length once it is committed.
+    len: u64,
+    writer: Arc<Writer>,
+}
+
+impl std::fmt::Debug for Commit {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Commit")
+            .field("session", &self.session)
+            .field("len", &self.len)
+            .field("epoch", &self.writer.epoch())
+            .finish()
+    }
+}
+
+impl Commit {
+    /// Wait until the group is committed. `Err(Retry)`: it was not (another
+    /// instance took the lease first); `Err(Unknown)`: the commit failed
+    /// and may have been applied. Either way the stream's accepted state
+    /// no longer holds, and the writer is to be forgotten
+    /// ([`Commit::forget`]) once the state is marked so.
+    pub fn wait(&self) -> Result<(), Fail> {
+        self.writer.sync_to(self.len).map_err(commit_fail)
+    }
+
+    /// Forget this commit's writer (if it is still the session's current).
+    pub fn forget(&self, shared: &Shared) {
+        shared.forget_writer(&self.session, &self.writer);
+    }
+}
+
+/// What a failed append or commit means for the request.
+fn commit_fail(e: PgError) -> Fail {
+    match e {
+        // Nothing written: fold and try again.
+        PgError::Fenced { .. } | PgError::LeaseHeld { .. } | PgError::SessionDeleted(_) => {
+            Fail::Retry
+        }
+        PgError::Closed => Fail::Unavailable("the server is shutting down".into()),
+        // A commit that failed may still have been applied.
+        other => Fail::Unknown(format!("PostgreSQL commit: {other}")),
+    }
+}
+
+/// A group handed to the log: where it ends, and on PostgreSQL the commit
+/// to wait for.
+#[derive(Debug, Clone)]
+pub struct Written {
+    pub end: LogPos,
+    pub commit: Option<Commit>,
 }
 
 /// A PostgreSQL error of a read or of a write that wrote nothing.
@@ -135,8 +194,9 @@ impl Log {
         }
     }
 
-    /// Every position at or below this is durable (on PostgreSQL, every
-    /// position: writes return committed).
+    /// Every position at or below this is durable. On PostgreSQL every
+    /// position: a write's answer waits for its commit, and a stream's
+    /// visibility is decided by [`Log::durable_for`].
     pub fn durable_pos(&self) -> LogPos {
         match self {
             Log::Embedded(s) => s.durable_pos(),
@@ -144,14 +204,29 @@ impl Log {
         }
     }
 
+    /// What is durable of `session`, to compare with its stream's pending
+    /// ends: the store's durable position (embedded), or the session's
+    /// committed length as this instance's writer knows it (PostgreSQL;
+    /// everything when it has none: nothing of it is queued here).
+    pub fn durable_for(&self, session: &str) -> LogPos {
+        match self {
+            Log::Embedded(s) => s.durable_pos(),
+            Log::Pg(p) => p
+                .current(session)
+                .map_or(LogPos(u64::MAX), |w| LogPos(w.committed())),
+        }
+    }
+
     /// Append one atomic group to `session`, whose length the caller
-    /// expects to be `expect`; returns the position to wait for.
+    /// expects to be `expect`: the position to wait for (embedded), or the
+    /// commit to wait for (PostgreSQL; the position is then the session's
+    /// length after the group, see [`Log::durable_for`]).
     pub fn append_group(
         &self,
         session: &str,
         events: &[(u16, u16, &[u8])],
         expect: u64,
-    ) -> Result<LogPos, Fail> {
+    ) -> Result<Written, Fail> {
         match self {
             Log::Embedded(store) => {
                 let mut end = None;
@@ -170,7 +245,8 @@ impl Log {
                         )),
                         e => Fail::engine_write(e),
                     })?;
-                end.ok_or_else(|| Fail::Internal("empty event group".into()))
+                let end = end.ok_or_else(|| Fail::Internal("empty event group".into()))?;
+                Ok(Written { end, commit: None })
             }
             Log::Pg(p) => {
                 let bytes: usize = events.iter().map(|e| e.2.len()).sum();
@@ -181,7 +257,11 @@ impl Log {
                         events.len()
                     )));
                 }
-                p.append(session, events, expect).map(|()| LogPos(0))
+                let c = p.append(session, events, expect)?;
+                Ok(Written {
+                    end: LogPos(c.len),
+                    commit: Some(c),
+                })
             }
         }
     }

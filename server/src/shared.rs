@@ -17,7 +17,7 @@ use std::sync::Arc;
 
 use turnstone::LogPos;
 
-use crate::log::{pg_fail, Shared};
+use crate::log::{pg_fail, Commit, Shared};
 use crate::record::{self, DeleteMode};
 use crate::stream::{Fail, Stream};
 use crate::streams::{same_config, AppendReq, Appended, CreateReq, Created, ForkReq, Streams};
@@ -28,19 +28,36 @@ const TRIES: usize = 16;
 /// Events folded per database read when catching a stream up.
 const FOLD_CHUNK: u64 = 1024;
 
+/// An event read back: seq, kind, flags, payload.
+type Event = (turnstone::Seq, u16, u16, Vec<u8>);
+
 impl Streams {
     fn pg(&self) -> &Shared {
         self.log.shared().expect("a shared database")
     }
 
-    /// Fold into `s` what the database committed past its state, and drop
-    /// this instance's writer if another instance took the lease since.
+    /// Fold into `s` what the database committed past its state. If another
+    /// instance took the stream's lease since this one's writer got it,
+    /// that writer's queued groups are settled first (committed before the
+    /// takeover, or fenced), and a stream whose accepted state included a
+    /// group that did not commit is folded again from its start.
     pub fn refresh(&self, s: &Stream) -> Result<(), Fail> {
         let Some(pg) = self.log.shared() else {
             return Ok(());
         };
-        let row = pg.log.lease_row(&s.session).map_err(pg_fail)?;
-        pg.forget_unless(&s.session, row.epoch);
+        let mut row = pg.log.lease_row(&s.session).map_err(pg_fail)?;
+        if let Some(w) = pg.current(&s.session) {
+            if w.is_broken() || w.epoch() != row.epoch {
+                if w.sync_to(w.len()).is_err() {
+                    self.mark_stale(s);
+                }
+                pg.forget_writer(&s.session, &w);
+                row = pg.log.lease_row(&s.session).map_err(pg_fail)?;
+            }
+        }
+        if s.state.lock().stale {
+            return self.reload(s);
+        }
         let mut at = s.state.lock().tail.seq;
         if row.deleted && row.len > at {
             // Deleted (its hard tombstone committed, then the session
@@ -52,13 +69,9 @@ impl Streams {
         }
         while at < row.len {
             let to = row.len.min(at + FOLD_CHUNK);
-            let mut evs = Vec::new();
-            self.log.visit_range(&s.session, at..to, |e| {
-                evs.push((e.seq, e.kind, e.flags, e.payload.to_vec()));
-                std::ops::ControlFlow::Continue(())
-            })?;
+            let evs = self.events(&s.session, at..to)?;
             let mut st = s.state.lock();
-            if st.tail.seq != at {
+            if st.tail.seq != at || st.stale {
                 // Another request folded or wrote meanwhile: it is newer.
                 return Ok(());
             }
@@ -80,6 +93,89 @@ impl Streams {
                 break;
             }
             at = to;
+        }
+        Ok(())
+    }
+
+    /// Owned copies of events `range` of `session`.
+    fn events(&self, session: &str, range: std::ops::Range<u64>) -> Result<Vec<Event>, Fail> {
+        let mut evs = Vec::new();
+        self.log.visit_range(session, range, |e| {
+            evs.push((e.seq, e.kind, e.flags, e.payload.to_vec()));
+            std::ops::ControlFlow::Continue(())
+        })?;
+        Ok(evs)
+    }
+
+    /// A queued group of `s` did not commit (or its outcome is unknown):
+    /// hide what is not committed, and fold the stream again before it is
+    /// used.
+    pub(crate) fn mark_stale(&self, s: &Stream) {
+        let mut st = s.state.lock();
+        st.stale = true;
+        st.pending.clear();
+    }
+
+    /// Fold `s` again from the start of its own events.
+    fn reload(&self, s: &Stream) -> Result<(), Fail> {
+        let pg = self.pg();
+        if let Some(w) = pg.current(&s.session) {
+            // Whatever this instance still has queued settles first.
+            let _ = w.sync_to(w.len());
+            pg.forget_writer(&s.session, &w);
+        }
+        let row = pg.log.lease_row(&s.session).map_err(pg_fail)?;
+        let own_start = pg
+            .log
+            .parent(&s.session)
+            .map_err(pg_fail)?
+            .map_or(0, |(_, upto)| upto);
+        let fresh = if row.deleted {
+            None
+        } else {
+            crate::rebuild::replay(&self.log, &s.session, own_start, row.len, 0)
+                .map_err(Fail::Internal)?
+        };
+        let mut st = s.state.lock();
+        match fresh {
+            Some(mut f) => {
+                f.last_access_ms = st.last_access_ms;
+                f.touched_db_ms = st.touched_db_ms;
+                f.forks = st.forks;
+                *st = f;
+            }
+            None => {
+                st.stale = false;
+                st.deleted = Some(DeleteMode::Hard);
+                st.vis_deleted = st.deleted;
+            }
+        }
+        Ok(())
+    }
+
+    /// Wait for a queued group's commit; if it did not commit, the stream's
+    /// state is folded again before its next use.
+    fn wait_commit(&self, s: &Stream, commit: Option<&Commit>) -> Result<(), Fail> {
+        let Some(c) = commit else {
+            return Ok(());
+        };
+        c.wait().inspect_err(|_| {
+            self.mark_stale(s);
+            c.forget(self.pg());
+        })
+    }
+
+    /// Wait until everything this instance queued for `s` is committed
+    /// (what an answer that writes nothing rests on).
+    fn settle_writes(&self, s: &Stream) -> Result<(), Fail> {
+        let pg = self.pg();
+        let Some(w) = pg.current(&s.session) else {
+            return Ok(());
+        };
+        if w.sync_to(w.len()).is_err() {
+            self.mark_stale(s);
+            pg.forget_writer(&s.session, &w);
+            return Err(Fail::Retry);
         }
         Ok(())
     }
@@ -123,8 +219,21 @@ impl Streams {
     /// The stream at `path` (soft-deleted ones included), brought up to
     /// what the database holds.
     pub(crate) fn resolve(&self, path: &str, now_ms: u64) -> Result<Option<Arc<Stream>>, Fail> {
+        self.resolve_with(path, now_ms, true)
+    }
+
+    /// [`Streams::resolve`]; `fresh: false` takes a loaded stream as it is.
+    fn resolve_with(
+        &self,
+        path: &str,
+        now_ms: u64,
+        fresh: bool,
+    ) -> Result<Option<Arc<Stream>>, Fail> {
         let cached = self.reg.lock().by_path.get(path).cloned();
         if let Some(s) = cached {
+            if !fresh {
+                return Ok(Some(s));
+            }
             self.refresh(&s)?;
             if s.state.lock().deleted != Some(DeleteMode::Hard) {
                 return Ok(Some(s));
@@ -170,8 +279,17 @@ impl Streams {
         Ok(s.state.lock().is_expired(now_ms))
     }
 
-    pub(crate) fn lookup_shared(&self, path: &str, now_ms: u64) -> Result<Arc<Stream>, Fail> {
-        let s = self.resolve(path, now_ms)?.ok_or(Fail::NotFound)?;
+    /// The stream at `path` for a request (`fresh`: folded up to what the
+    /// database holds first).
+    pub(crate) fn lookup_shared(
+        &self,
+        path: &str,
+        now_ms: u64,
+        fresh: bool,
+    ) -> Result<Arc<Stream>, Fail> {
+        let s = self
+            .resolve_with(path, now_ms, fresh)?
+            .ok_or(Fail::NotFound)?;
         if self.expired(&s, now_ms)? {
             return Err(match self.delete_shared(&s, "expired", now_ms)? {
                 DeleteMode::Soft => Fail::Gone,
@@ -210,6 +328,7 @@ impl Streams {
                     created: false,
                     stream: existing,
                     end: LogPos(0),
+                    commit: None,
                 });
             }
             let n = pg.log.next_stream_incarnation().map_err(pg_fail)?;
@@ -220,6 +339,10 @@ impl Streams {
                     .fork_source_shared(f, now_ms)
                     .and_then(|src| self.create_fork(&src, req, f, &session, now_ms)),
             };
+            let made = made.and_then(|c| {
+                self.wait_commit(&c.stream, c.commit.as_ref())?;
+                Ok(c)
+            });
             let created = match made {
                 Ok(c) => c,
                 Err(Fail::Retry) => {
@@ -276,15 +399,43 @@ impl Streams {
         req: &AppendReq,
         now_ms: u64,
     ) -> Result<Appended, Fail> {
+        // The first attempt is checked against the state as loaded: if
+        // another instance wrote since, the commit finds it (the writer's
+        // length, or the fence) and writes nothing. Appends of one stream
+        // queue behind each other without waiting (their groups commit
+        // together); an answer that writes nothing (a duplicate, a
+        // conflict, a gap) is given only once what it rests on is
+        // committed, and after a fold that changed nothing.
+        let mut folded = false;
         for _ in 0..TRIES {
+            let r = self.append_once(s, req, now_ms);
+            let r = match r {
+                Ok(done) if !done.duplicate => match self.wait_commit(s, done.commit.as_ref()) {
+                    Ok(()) => {
+                        self.touch_shared(s, now_ms);
+                        return Ok(done);
+                    }
+                    Err(Fail::Retry) => Err(Fail::Retry),
+                    Err(e) => return Err(e),
+                },
+                other => other,
+            };
+            let r = match r {
+                Err(Fail::Retry) => Err(Fail::Retry),
+                other => match self.settle_writes(s) {
+                    Ok(()) if folded => return other,
+                    Ok(()) => other,
+                    Err(_) => Err(Fail::Retry),
+                },
+            };
+            let before = s.state.lock().tail.seq;
             self.refresh(s)?;
-            match self.append_once(s, req, now_ms) {
-                Err(Fail::Retry) => continue,
-                Ok(done) => {
+            folded = true;
+            if !matches!(r, Err(Fail::Retry)) && s.state.lock().tail.seq == before {
+                if r.is_ok() {
                     self.touch_shared(s, now_ms);
-                    return Ok(done);
                 }
-                Err(e) => return Err(e),
+                return r;
             }
         }
         Err(Fail::Retry)
@@ -347,8 +498,11 @@ impl Streams {
                 DeleteMode::Hard
             };
             st.forks = forks as u32;
-            match self.tombstone(s, &mut st, m, reason, now_ms) {
-                Ok(_) => {
+            let written = self.tombstone(s, &mut st, m, reason, now_ms);
+            drop(st);
+            match written.and_then(|w| self.wait_commit(s, w.commit.as_ref())) {
+                Ok(()) => {
+                    let mut st = s.state.lock();
                     st.vis_deleted = st.deleted;
                     mode = Some(m);
                     break;
@@ -383,11 +537,13 @@ impl Streams {
                 {
                     break;
                 }
-                let released = {
+                let written = {
                     let mut pst = ps.state.lock();
                     self.tombstone(&ps, &mut pst, DeleteMode::Hard, "released", now_ms)
-                        .is_ok()
                 };
+                let released = written
+                    .and_then(|w| self.wait_commit(&ps, w.commit.as_ref()))
+                    .is_ok();
                 if !released {
                     // Another instance is at it, or the database failed:
                     // the next deletion through it retries.

@@ -145,6 +145,10 @@ pub struct State {
     pub last_access_ms: u64,
     /// On a shared database: the last access this instance recorded there.
     pub touched_db_ms: u64,
+    /// On a shared database: a queued write of this instance failed, so
+    /// the accepted state is not what the database holds; it is folded
+    /// again from the start before anything else ([`crate::streams::Streams::refresh`]).
+    pub stale: bool,
 }
 
 impl State {
@@ -168,6 +172,7 @@ impl State {
             forks: 0,
             last_access_ms: now_ms,
             touched_db_ms: 0,
+            stale: false,
         }
     }
 

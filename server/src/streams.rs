@@ -15,7 +15,7 @@ use tokio::sync::watch;
 use turnstone::LogPos;
 
 use crate::headers::{self, essence};
-use crate::log::Log;
+use crate::log::{Commit, Log, Written};
 use crate::offset::Offset;
 use crate::record::{
     self, CreateRecord, DeleteMode, ForkRecord, ProducerRecord, StateRecord, DATA_CONTINUES,
@@ -73,6 +73,8 @@ pub struct Created {
     pub stream: Arc<Stream>,
     /// Wait for this before answering.
     pub end: LogPos,
+    /// On PostgreSQL: the commit to wait for first.
+    pub commit: Option<Commit>,
 }
 
 /// A POST.
@@ -97,6 +99,8 @@ pub struct Appended {
     pub closed: bool,
     /// Producer epoch and highest accepted seq, to echo.
     pub producer: Option<(u64, u64)>,
+    /// On PostgreSQL: the commit to wait for first.
+    pub commit: Option<Commit>,
 }
 
 /// Split a JSON body into messages: an array is flattened one level, any
@@ -178,7 +182,7 @@ impl Group {
     }
     /// Append to the log at `expect` (the session's length as the
     /// stream's state has it); returns the position to wait for.
-    pub(crate) fn write(&self, log: &Log, session: &str, expect: u64) -> Result<LogPos, Fail> {
+    pub(crate) fn write(&self, log: &Log, session: &str, expect: u64) -> Result<Written, Fail> {
         let evs: Vec<(u16, u16, &[u8])> = self
             .events
             .iter()
@@ -213,7 +217,9 @@ impl Streams {
     /// before answering.
     pub fn lookup(&self, path: &str, now_ms: u64) -> Result<Arc<Stream>, (Fail, Option<LogPos>)> {
         if self.log.is_shared() {
-            return self.lookup_shared(path, now_ms).map_err(|f| (f, None));
+            return self
+                .lookup_shared(path, now_ms, true)
+                .map_err(|f| (f, None));
         }
         let s = self
             .reg
@@ -290,6 +296,7 @@ impl Streams {
                     created: false,
                     stream: existing,
                     end,
+                    commit: None,
                 });
             }
         }
@@ -333,13 +340,14 @@ impl Streams {
         g.json(KIND_CREATE, &config);
         g.data(units);
         self.log.create_session(session)?;
-        let end = g.write(&self.log, session, 0)?;
+        let Written { end, commit } = g.write(&self.log, session, 0)?;
         let tail = Offset::new(g.events.len() as u64, g.bytes);
         let state = State::new(config, tail, end, now_ms);
         Ok(Created {
             created: true,
             stream: new_stream(&req.path, session, end, state),
             end,
+            commit,
         })
     }
 
@@ -453,7 +461,7 @@ impl Streams {
             g.raw_data(0, p);
         }
         g.data(units);
-        let end = g.write(&self.log, session, cut.upto)?;
+        let Written { end, commit } = g.write(&self.log, session, cut.upto)?;
         let tail = Offset::new(cut.upto + g.events.len() as u64, g.bytes);
         source.state.lock().forks += 1;
         let state = State::new(config, tail, end, now_ms);
@@ -461,6 +469,7 @@ impl Streams {
             created: true,
             stream: new_stream(&req.path, session, end, state),
             end,
+            commit,
         })
     }
 
@@ -479,6 +488,10 @@ impl Streams {
         now_ms: u64,
     ) -> Result<Appended, Fail> {
         let mut st = s.state.lock();
+        if st.stale {
+            // (On a shared database: folded again first.)
+            return Err(Fail::Retry);
+        }
         st.check_live()?;
         let close_only = req.close && req.body.is_empty();
         if !close_only {
@@ -515,6 +528,7 @@ impl Streams {
                         tail: st.tail,
                         closed: st.closed,
                         producer: Some((*epoch, highest)),
+                        commit: None,
                     });
                 }
                 ProducerCheck::Accept => {
@@ -538,6 +552,7 @@ impl Streams {
                     tail: st.tail,
                     closed: true,
                     producer: echo,
+                    commit: None,
                 });
             }
             return Err(Fail::Closed { tail: st.vis });
@@ -562,7 +577,7 @@ impl Streams {
         }
         let wrote_data = !units.is_empty();
         g.data(units);
-        let end = g.write(&self.log, &s.session, st.tail.seq)?;
+        let Written { end, commit } = g.write(&self.log, &s.session, st.tail.seq)?;
         st.tail = Offset::new(st.tail.seq + g.events.len() as u64, g.bytes);
         st.apply(&state_rec);
         st.last_end = end;
@@ -576,6 +591,7 @@ impl Streams {
             tail: st.tail,
             closed: st.closed,
             producer: echo,
+            commit,
         })
     }
 

@@ -9,8 +9,8 @@ use hyper::{Response, StatusCode};
 use crate::body::Body;
 use crate::headers as h;
 use crate::http::{
-    after_durable, blocking, content_type, durable, durable_write, header_str, lookup, read_body,
-    set, stream_path, BodySlot, HttpError, Result,
+    after_durable, blocking, content_type, durable, durable_write, header_str, lookup,
+    lookup_for_append, read_body, set, stream_path, BodySlot, HttpError, Result,
 };
 use crate::offset::{self, Offset, Requested};
 use crate::record::now_ms;
@@ -218,7 +218,7 @@ pub(crate) async fn post(
         header_str(hd, h::STREAM_SEQ)?.map(str::to_string),
         producer_headers(hd)?,
     );
-    let s = lookup(app, &path).await?;
+    let s = lookup_for_append(app, &path).await?;
     let body = read_body(app, hd, body).await?;
     let (content_type, close, stream_seq, producer) = areq_head;
     let areq = AppendReq {
