@@ -76,11 +76,14 @@ struct FollowState {
     end: Option<PgError>,
     ended: bool,
     waker: Option<Waker>,
+    /// A watcher ([`PgLog::watch`]): only its known length matters; the
+    /// reader reads nothing for it.
+    watch: bool,
 }
 
 impl FollowState {
     fn has_work(&self) -> bool {
-        !self.ended && self.known > self.next_read && self.events.len() < READ_AHEAD
+        !self.watch && !self.ended && self.known > self.next_read && self.events.len() < READ_AHEAD
     }
 }
 
@@ -139,6 +142,15 @@ impl Hub {
     /// Follow `session` from `from`; the caller then reads the session's
     /// length and passes it to [`Subscription::raise_known`].
     pub(crate) fn follow(self: &Arc<Hub>, session: &str, from: u64) -> Subscription {
+        self.register(session, from, false)
+    }
+
+    /// A watcher of `session`'s length from `from` (nothing is read).
+    pub(crate) fn watch(self: &Arc<Hub>, session: &str, from: u64) -> Subscription {
+        self.register(session, from, true)
+    }
+
+    fn register(self: &Arc<Hub>, session: &str, from: u64, watch: bool) -> Subscription {
         let shared = Arc::new(Shared {
             session: session.to_string(),
             state: Mutex::new(FollowState {
@@ -148,6 +160,7 @@ impl Hub {
                 end: None,
                 ended: false,
                 waker: None,
+                watch,
             }),
             changed: Condvar::new(),
         });
@@ -213,6 +226,14 @@ fn listen(hub: Arc<Hub>, inner: Arc<Inner>, mut client: Client) {
                             let mut st = f.state.lock();
                             st.known = st.known.max(len);
                             any |= st.has_work();
+                            if st.watch && st.known > st.next_read {
+                                let w = st.waker.take();
+                                drop(st);
+                                f.changed.notify_all();
+                                if let Some(w) = w {
+                                    w.wake();
+                                }
+                            }
                         }
                         if any {
                             hs.dirty = true;
@@ -333,6 +354,30 @@ impl Subscription {
             return (Some(Err(st.end.take().unwrap_or(PgError::Closed))), false);
         }
         (None, false)
+    }
+
+    /// For a watcher ([`PgLog::watch`]): `Ready` with the session's
+    /// committed length once it is past where the watch started (or the
+    /// end: the log closed, the listening connection failed); otherwise
+    /// `Pending`, with `cx`'s waker woken by the notification. No thread
+    /// waits and nothing is read.
+    pub fn poll_grown(&mut self, cx: &mut Context<'_>) -> Poll<Result<u64>> {
+        let mut st = self.shared.state.lock();
+        if st.known > st.next_read {
+            return Poll::Ready(Ok(st.known));
+        }
+        if st.ended {
+            return Poll::Ready(Err(st.end.take().unwrap_or(PgError::Closed)));
+        }
+        st.waker = Some(cx.waker().clone());
+        Poll::Pending
+    }
+
+    /// For a watcher: the caller has handled the session up to `len`;
+    /// [`Subscription::poll_grown`] waits for more than that.
+    pub fn seen(&mut self, len: u64) {
+        let mut st = self.shared.state.lock();
+        st.next_read = st.next_read.max(len);
     }
 
     /// The session holds at least `len` events (read by the subscriber).

@@ -691,20 +691,7 @@ impl PgLog {
     /// followers share one listening connection and two threads
     /// (`follow.rs`).
     pub fn subscribe(&self, session: &str, from_seq: u64) -> Result<Subscription> {
-        let hub = {
-            let mut h = self.inner.hub.lock();
-            match &*h {
-                Some(hub) if !hub.is_over() => hub.clone(),
-                _ => {
-                    if *self.inner.stopped.lock() {
-                        return Err(PgError::Closed);
-                    }
-                    let hub = follow::Hub::start(self)?;
-                    *h = Some(hub.clone());
-                    hub
-                }
-            }
-        };
+        let hub = self.hub()?;
         // Registered first, then the row read: a commit notified after the
         // registration raises the follower's length, and one before the
         // read is in the row's length (the hub listened before either).
@@ -712,6 +699,34 @@ impl PgLog {
         let row = self.with_client(|c| session_row(c, session, true))?;
         sub.raise_known(row.len);
         Ok(sub)
+    }
+
+    /// Watch a session's committed length grow past `from` without
+    /// reading its events ([`Subscription::poll_grown`],
+    /// [`Subscription::seen`]): a wake-up for a caller that reads by
+    /// itself (`turnstone serve`'s long polls and SSE). Registered, then
+    /// the session's row read, as for [`PgLog::subscribe`].
+    pub fn watch(&self, session: &str, from: u64) -> Result<Subscription> {
+        let hub = self.hub()?;
+        let sub = hub.watch(session, from);
+        let len = self.with_client(|c| session_row(c, session, false))?.len;
+        sub.raise_known(len);
+        Ok(sub)
+    }
+
+    fn hub(&self) -> Result<Arc<follow::Hub>> {
+        let mut h = self.inner.hub.lock();
+        match &*h {
+            Some(hub) if !hub.is_over() => Ok(hub.clone()),
+            _ => {
+                if *self.inner.stopped.lock() {
+                    return Err(PgError::Closed);
+                }
+                let hub = follow::Hub::start(self)?;
+                *h = Some(hub.clone());
+                Ok(hub)
+            }
+        }
     }
 }
 

@@ -315,6 +315,78 @@ fn a_subscriber_is_woken_by_commits(cx: &Ctx) {
     assert_eq!(sub.next_timeout(Duration::from_millis(50)).unwrap(), None);
 }
 
+/// Poll `f` until it is ready, parking this thread between polls (woken
+/// by the waker it was given), for at most `limit`.
+fn block_on_poll<T>(
+    limit: Duration,
+    mut f: impl FnMut(&mut std::task::Context<'_>) -> std::task::Poll<T>,
+) -> Option<T> {
+    struct Unpark(std::thread::Thread);
+    impl std::task::Wake for Unpark {
+        fn wake(self: Arc<Self>) {
+            self.0.unpark();
+        }
+    }
+    let waker = std::task::Waker::from(Arc::new(Unpark(std::thread::current())));
+    let mut cx = std::task::Context::from_waker(&waker);
+    let deadline = std::time::Instant::now() + limit;
+    loop {
+        if let std::task::Poll::Ready(v) = f(&mut cx) {
+            return Some(v);
+        }
+        let now = std::time::Instant::now();
+        if now >= deadline {
+            return None;
+        }
+        std::thread::park_timeout(deadline - now);
+    }
+}
+
+fn a_watcher_wakes_when_the_session_grows(cx: &Ctx) {
+    let log = cx.log();
+    log.create_session("w").unwrap();
+    let mut watch = log.watch("w", 0).unwrap();
+    assert!(
+        block_on_poll(Duration::from_millis(100), |c| watch.poll_grown(c)).is_none(),
+        "nothing committed yet"
+    );
+    // Another process's commits wake it (LISTEN/NOTIFY), with the length.
+    let other = cx.log();
+    let w = other.acquire("w", "other", false).unwrap().writer;
+    for i in 0..3 {
+        w.append(1, 0, &payload(i)).unwrap();
+    }
+    w.sync().unwrap();
+    let grown = block_on_poll(Duration::from_secs(10), |c| watch.poll_grown(c))
+        .expect("woken by the commit")
+        .unwrap();
+    assert_eq!(grown, 3);
+    // Told what was read, it waits for more than that.
+    watch.seen(3);
+    assert!(block_on_poll(Duration::from_millis(100), |c| watch.poll_grown(c)).is_none());
+    w.append(1, 0, &payload(3)).unwrap();
+    w.sync().unwrap();
+    let grown = block_on_poll(Duration::from_secs(10), |c| watch.poll_grown(c))
+        .expect("woken by the second commit")
+        .unwrap();
+    assert_eq!(grown, 4);
+    // A watch started at the end of what is committed waits; one started
+    // before it is ready at once.
+    let mut late = log.watch("w", 4).unwrap();
+    assert!(block_on_poll(Duration::from_millis(100), |c| late.poll_grown(c)).is_none());
+    let mut early = log.watch("w", 1).unwrap();
+    assert_eq!(
+        block_on_poll(Duration::from_secs(1), |c| early.poll_grown(c))
+            .unwrap()
+            .unwrap(),
+        4
+    );
+    // Closing the log ends it.
+    log.close();
+    let end = block_on_poll(Duration::from_secs(10), |c| late.poll_grown(c)).expect("ended");
+    assert!(matches!(end, Err(PgError::Closed)), "{end:?}");
+}
+
 /// Connections this test's database has open.
 fn connections(cx: &Ctx) -> i64 {
     let mut sql = cx.sql();
@@ -1029,6 +1101,11 @@ fn main() {
         (
             "a_subscriber_is_woken_by_commits",
             a_subscriber_is_woken_by_commits,
+            false,
+        ),
+        (
+            "a_watcher_wakes_when_the_session_grows",
+            a_watcher_wakes_when_the_session_grows,
             false,
         ),
         (

@@ -3,6 +3,7 @@
 # serve` and the reference Node server (@durable-streams/server, file-backed:
 # it fdatasyncs every append, as turnstone acknowledges only durable appends).
 #   bash server/load/run.sh [writers=32] [streams=8] [seconds=5] [readers=8]
+#   TURNSTONE_LOAD_STORE=postgres://… bash server/load/run.sh   # turnstone serve on PostgreSQL
 # Uses target/release/turnstone when present (else builds the debug binary).
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -30,7 +31,10 @@ wait_url() { # log file
   cat "$1" >&2; die "server did not start"
 }
 
-"$bin" serve "$work/turnstone" --listen 127.0.0.1:0 2>"$work/ts.log" & pid=$!
+# TURNSTONE_LOAD_STORE=postgres://… serves from that database instead of a
+# fresh store directory (use an empty database).
+store="${TURNSTONE_LOAD_STORE:-$work/turnstone}"
+"$bin" serve "$store" --listen 127.0.0.1:0 2>"$work/ts.log" & pid=$!
 wait_url "$work/ts.log"
 echo "load: turnstone serve ($(basename "$(dirname "$bin")") build)"
 ts="$(node "$here/load.mjs" "$url" "${args[@]}")"; echo "$ts"

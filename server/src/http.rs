@@ -808,12 +808,18 @@ async fn long_poll(
     let deadline = tokio::time::Instant::now() + app.opts.long_poll_timeout;
     let mut shutdown = app.shutdown.clone();
     let mut from = from;
+    // A watcher on a shared database is kept across the loop (it reads
+    // nothing; it is told what was read before each wait).
+    let mut kept: Option<Follower> = None;
     loop {
         refresh(app, s).await?;
         s.state.lock().check_visible()?;
         // Subscribed before the read: an event made durable after the read
         // looked is still waited for (the subscription starts at `from`).
-        let mut sub = subscribe(app, s, from.seq).await?;
+        let mut sub = match kept.take() {
+            Some(f) => f,
+            None => subscribe(app, s, from.seq).await?,
+        };
         let chunk = read_chunk(app, s, from).await?;
         if chunk.items > 0 {
             let cursor = offset::cursor(now_secs(), client_cursor);
@@ -824,9 +830,15 @@ async fn long_poll(
         if chunk.closed {
             return Ok(no_content(from, true, client_cursor));
         }
+        if sub.reusable() {
+            sub.seen(from.seq);
+        }
         if passed {
             // The read passed events without data (stream state): follow
             // from after them.
+            if sub.reusable() {
+                kept = Some(sub);
+            }
             continue;
         }
         // A deletion accepted but not yet visible: its tombstone is not
@@ -848,6 +860,9 @@ async fn long_poll(
             _ = shutdown.changed() => {
                 return Ok(no_content(from, false, client_cursor));
             }
+        }
+        if sub.reusable() {
+            kept = Some(sub);
         }
     }
 }

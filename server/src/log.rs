@@ -343,7 +343,8 @@ impl Log {
 }
 
 /// A live follower of one session: woken when events past where it
-/// started are durable (committed, on PostgreSQL).
+/// started are durable (committed, on PostgreSQL, where it is a watcher of
+/// the session's length that reads nothing itself).
 pub enum Follower {
     Embedded(turnstone::Subscription),
     Pg {
@@ -362,11 +363,26 @@ impl Follower {
     }
 
     /// Wait for new events; `false`: the log stopped (or, on PostgreSQL,
-    /// the follower was lost: the caller reads again and answers).
+    /// the watcher was lost: the caller reads again and answers).
     pub async fn ready(&mut self) -> bool {
         match self {
             Follower::Embedded(s) => s.ready_async().await,
-            Follower::Pg { sub, .. } => std::future::poll_fn(|cx| sub.poll_next(cx)).await.is_ok(),
+            Follower::Pg { sub, .. } => std::future::poll_fn(|cx| sub.poll_grown(cx)).await.is_ok(),
+        }
+    }
+
+    /// Whether it can follow on after a read (a PostgreSQL watcher can: it
+    /// is told what was read, [`Follower::seen`]); an embedded
+    /// subscription is made anew from where the read stopped.
+    pub fn reusable(&self) -> bool {
+        matches!(self, Follower::Pg { .. })
+    }
+
+    /// The caller read the session up to `len`: wait for more than that.
+    pub fn seen(&mut self, len: u64) {
+        if let Follower::Pg { sub, from } = self {
+            sub.seen(len);
+            *from = (*from).max(len);
         }
     }
 }
@@ -382,7 +398,7 @@ impl Log {
                 .map_err(Fail::engine),
             Log::Pg(p) => p
                 .log
-                .subscribe(session, from)
+                .watch(session, from)
                 .map(|sub| Follower::Pg { sub, from })
                 .map_err(pg_fail),
         }

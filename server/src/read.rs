@@ -142,7 +142,8 @@ pub fn read(log: &Log, s: &Stream, from: Offset, max_bytes: usize) -> Result<Chu
     let mut data_bytes = 0usize;
     let mut pos = from;
     let mut seq = from.seq;
-    let mut batch = 16u64;
+    // (A shared database answers a range in one query: ask for more.)
+    let mut batch = if log.is_shared() { 256 } else { 16u64 };
     // Events are visited in place (no copy of their payloads); the walk
     // stops once the chunk is full.
     let mut bad: Option<u64> = None;

@@ -180,6 +180,8 @@ async fn pump(
     let deadline = Instant::now() + app.opts.sse_max_duration;
     // Whether the last control event already said "up to date" at `pos`.
     let mut announced = false;
+    // A watcher on a shared database is kept across the loop.
+    let mut kept: Option<crate::log::Follower> = None;
     loop {
         if crate::http::refresh(&app, &s).await.is_err() {
             return;
@@ -189,8 +191,12 @@ async fn pump(
         }
         // Subscribed before the read, so that nothing made durable after
         // the read looked is missed.
-        let Ok(mut sub) = crate::http::subscribe(&app, &s, pos.seq).await else {
-            return;
+        let mut sub = match kept.take() {
+            Some(f) => f,
+            None => match crate::http::subscribe(&app, &s, pos.seq).await {
+                Ok(f) => f,
+                Err(_) => return,
+            },
         };
         let max = app.opts.read_chunk_bytes.min(SSE_CHUNK_BYTES);
         let (a, s2) = (app.clone(), s.clone());
@@ -208,6 +214,7 @@ async fn pump(
         }
         let moved = chunk.next != pos;
         pos = chunk.next;
+        sub.seen(pos.seq);
         if chunk.closed {
             out.extend(control_event(pos, None, true, true));
             send(&app, &tx, out, deadline).await;
@@ -221,6 +228,7 @@ async fn pump(
             return;
         }
         if !chunk.up_to_date {
+            kept = sub.reusable().then_some(sub);
             continue;
         }
         if sub.next_seq() < pos.seq {
@@ -252,6 +260,7 @@ async fn pump(
                 _ = tx.closed() => return,
             }
         }
+        kept = sub.reusable().then_some(sub);
     }
 }
 
