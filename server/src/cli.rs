@@ -9,7 +9,12 @@ use std::time::Duration;
 pub struct ServeArgs {
     /// Store directory (created if missing), or a PostgreSQL URL
     /// (`postgres://user@host:port/db`) that several servers may share.
-    pub dir: PathBuf,
+    #[arg(required_unless_present = "store", conflicts_with = "store")]
+    pub dir: Option<PathBuf>,
+    /// The same as the positional argument: a store directory or a
+    /// PostgreSQL URL.
+    #[arg(long, value_name = "DIR_OR_URL")]
+    pub store: Option<PathBuf>,
     /// Address to listen on (loopback by default).
     #[arg(long, default_value = crate::DEFAULT_LISTEN)]
     pub listen: SocketAddr,
@@ -59,8 +64,13 @@ pub struct ServeArgs {
 impl ServeArgs {
     /// Server options from the arguments.
     pub fn options(&self) -> crate::Options {
-        let mut o = crate::Options::new(&self.dir);
-        if let Some(url) = self.dir.to_str().filter(|d| turnstone_pg::is_url(d)) {
+        let dir = self
+            .dir
+            .clone()
+            .or_else(|| self.store.clone())
+            .unwrap_or_default();
+        let mut o = crate::Options::new(&dir);
+        if let Some(url) = dir.to_str().filter(|d| turnstone_pg::is_url(d)) {
             o.store_url = Some(url.to_string());
         }
         o.listen = self.listen;

@@ -441,6 +441,31 @@ impl Streams {
         Err(Fail::Retry)
     }
 
+    /// [`Streams::append_shared`] to the stream `s` this instance had at
+    /// `path`: if it turns out deleted through another instance (it was
+    /// taken without a fold), the path is resolved again, since it may
+    /// hold a new stream by now. Returns the stream appended to.
+    pub(crate) fn append_path_shared(
+        &self,
+        s: Arc<Stream>,
+        path: &str,
+        req: &AppendReq,
+        now_ms: u64,
+    ) -> (Arc<Stream>, Result<Appended, Fail>) {
+        let r = self.append_shared(&s, req, now_ms);
+        if !matches!(r, Err(Fail::NotFound | Fail::Gone)) {
+            return (s, r);
+        }
+        match self.lookup_shared(path, now_ms, true) {
+            Ok(now) if !Arc::ptr_eq(&now, &s) => {
+                let r = self.append_shared(&now, req, now_ms);
+                (now, r)
+            }
+            Ok(_) => (s, r),
+            Err(e) => (s, Err(e)),
+        }
+    }
+
     /// Record an access in the database when the stream has a sliding TTL
     /// and the last recorded one is older than a twentieth of it.
     pub(crate) fn touch_shared(&self, s: &Stream, now_ms: u64) {

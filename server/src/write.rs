@@ -228,11 +228,12 @@ pub(crate) async fn post(
         stream_seq,
         producer,
     };
-    let appended = if app.streams.log.is_shared() {
+    let (s, appended) = if app.streams.log.is_shared() {
         let (a, s2, r) = (app.clone(), s.clone(), areq.clone());
-        blocking(move || a.streams.append(&s2, &r, now_ms())).await?
+        blocking(move || a.streams.append_path_shared(s2, &path, &r, now_ms())).await?
     } else {
-        app.streams.append(&s, &areq, now_ms())
+        let r = app.streams.append(&s, &areq, now_ms());
+        (s, r)
     };
     let done = match appended {
         Ok(done) => done,
