@@ -839,6 +839,69 @@ async fn concurrent_writers_on_one_stream_never_interleave(cx: Ctx) {
     b.shutdown().await.unwrap();
 }
 
+/// Appends without producer headers through both instances. A 503 answer
+/// says "nothing of this request was applied" (and BACKENDS.md: a request
+/// that lost a race wrote nothing), so a client may send the same body
+/// again: every acknowledged body must then be in the stream exactly once.
+async fn plain_appends_retried_after_503_land_once(cx: Ctx) {
+    let a = instance(&cx, "a").await;
+    let b = instance(&cx, "b").await;
+    let hs = Arc::new([http(a.local_addr()), http(b.local_addr())]);
+    assert_eq!(
+        hs[0].put("/plain", "application/json", "").await.status(),
+        201
+    );
+
+    const WRITERS: u64 = 8;
+    let deadline = Instant::now() + Duration::from_secs(2);
+    let mut tasks = Vec::new();
+    for t in 0..WRITERS {
+        let hs = hs.clone();
+        tasks.push(tokio::spawn(async move {
+            let h = &hs[(t % 2) as usize];
+            let (mut sent, mut unavailable) = (0u64, 0u64);
+            while Instant::now() < deadline {
+                let body = format!(r#"{{"t":{t},"i":{sent}}}"#);
+                loop {
+                    let r = h.post("/plain", "application/json", &body).await;
+                    match r.status().as_u16() {
+                        204 => break,
+                        503 => unavailable += 1,
+                        st => panic!("writer {t}: {st} to an append: {:?}", r.text().await),
+                    }
+                    assert!(unavailable < 500, "writer {t}: 503s without end");
+                    tokio::time::sleep(Duration::from_millis(10)).await;
+                }
+                sent += 1;
+            }
+            (sent, unavailable)
+        }));
+    }
+    let mut done = Vec::new();
+    for t in tasks {
+        done.push(t.await.unwrap());
+    }
+    println!("    writers (appended, 503s retried): {done:?}");
+    let (msgs, _) = read_json(&hs[1], "/plain").await;
+    let mut per: BTreeMap<u64, Vec<u64>> = BTreeMap::new();
+    for m in &msgs {
+        per.entry(m["t"].as_u64().unwrap())
+            .or_default()
+            .push(m["i"].as_u64().unwrap());
+    }
+    for (t, (sent, unavailable)) in done.iter().enumerate() {
+        assert_eq!(
+            per.get(&(t as u64)).cloned().unwrap_or_default(),
+            (0..*sent).collect::<Vec<_>>(),
+            "writer {t}: each body once, in order ({unavailable} answers 503 \
+             \"nothing of this request was applied\" were retried)"
+        );
+    }
+    drop(hs);
+    a.shutdown().await.unwrap();
+    b.shutdown().await.unwrap();
+}
+
 /// The child process of `kill_9_of_an_instance_loses_nothing_acknowledged`:
 /// an instance on the database, its address written to `dir/addr`, until
 /// it is killed.
@@ -1206,6 +1269,11 @@ fn main() {
         (
             "concurrent_writers_on_one_stream_never_interleave",
             |cx| Box::pin(concurrent_writers_on_one_stream_never_interleave(cx)),
+            false,
+        ),
+        (
+            "plain_appends_retried_after_503_land_once",
+            |cx| Box::pin(plain_appends_retried_after_503_land_once(cx)),
             false,
         ),
         (
