@@ -253,7 +253,13 @@ impl Owner {
         for h in std::mem::take(&mut *self.committers.lock()) {
             let _ = h.join();
         }
-        self.inner.idle.lock().clear();
+        let idle = std::mem::take(&mut *self.inner.idle.lock());
+        if !idle.is_empty() {
+            // A client's drop runs its own small runtime, which panics on a
+            // thread inside an async runtime (a server dropped in a task,
+            // or with its runtime): drop them on a thread of their own.
+            let _ = std::thread::spawn(move || drop(idle)).join();
+        }
     }
 }
 
@@ -769,11 +775,13 @@ impl Writer {
         let mut q = inner.queue.lock();
         loop {
             let st = &q.writers[&self.id];
-            if let Some(b) = &st.broken {
-                return Err(broken_error(&self.session, b));
-            }
+            // Committed first: a later group's failure (a fence) breaks the
+            // writer, but what it committed before stays committed.
             if st.committed >= len {
                 return Ok(());
+            }
+            if let Some(b) = &st.broken {
+                return Err(broken_error(&self.session, b));
             }
             inner.done.wait(&mut q);
         }
@@ -871,11 +879,12 @@ impl Writer {
         let lane = &self.log.inner.lanes[self.lane];
         let mut q = lane.queue.lock();
         let st = &q.writers[&self.id];
-        if let Some(b) = &st.broken {
-            return std::task::Poll::Ready(Err(broken_error(&self.session, b)));
-        }
+        // Committed first, as in `sync_to`.
         if st.committed >= len {
             return std::task::Poll::Ready(Ok(()));
+        }
+        if let Some(b) = &st.broken {
+            return std::task::Poll::Ready(Err(broken_error(&self.session, b)));
         }
         q.wakers.push(cx.waker().clone());
         std::task::Poll::Pending

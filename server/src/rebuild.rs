@@ -66,6 +66,7 @@ pub fn rebuild(store: &Arc<Store>, now_ms: u64) -> Result<(Registry, RebuildRepo
             create_end: turnstone::LogPos(0),
             state: parking_lot::Mutex::new(state),
             changed,
+            reload: parking_lot::Mutex::new(()),
         });
         reg.by_path.insert(s.path.clone(), s.clone());
         reg.by_session.insert(s.session.clone(), s.clone());

@@ -42,8 +42,15 @@ impl Streams {
     /// takeover, or fenced), and a stream whose accepted state included a
     /// group that did not commit is folded again from its start.
     pub fn refresh(&self, s: &Stream) -> Result<(), Fail> {
+        self.fold_up(s).map(|_| ())
+    }
+
+    /// [`Streams::refresh`]; `true` when the state is now folded up to
+    /// what the database held when it looked (not when another request
+    /// changed the state meanwhile, or marked it stale).
+    fn fold_up(&self, s: &Stream) -> Result<bool, Fail> {
         let Some(pg) = self.log.shared() else {
-            return Ok(());
+            return Ok(true);
         };
         let mut row = pg.log.lease_row(&s.session).map_err(pg_fail)?;
         if let Some(w) = pg.current(&s.session) {
@@ -56,7 +63,8 @@ impl Streams {
             }
         }
         if s.state.lock().stale {
-            return self.reload(s);
+            self.reload(s)?;
+            return Ok(false);
         }
         let mut at = s.state.lock().tail.seq;
         if row.deleted && row.len > at {
@@ -65,15 +73,16 @@ impl Streams {
             let mut st = s.state.lock();
             st.deleted = Some(DeleteMode::Hard);
             st.vis_deleted = st.deleted;
-            return Ok(());
+            return Ok(true);
         }
         while at < row.len {
             let to = row.len.min(at + FOLD_CHUNK);
             let evs = self.events(&s.session, at..to)?;
             let mut st = s.state.lock();
             if st.tail.seq != at || st.stale {
-                // Another request folded or wrote meanwhile: it is newer.
-                return Ok(());
+                // Another request folded or wrote meanwhile, or a write
+                // failed: not folded here.
+                return Ok(false);
             }
             for (seq, kind, flags, payload) in &evs {
                 let e = turnstone::EventRef {
@@ -94,7 +103,7 @@ impl Streams {
             }
             at = to;
         }
-        Ok(())
+        Ok(!s.state.lock().stale)
     }
 
     /// Owned copies of events `range` of `session`.
@@ -113,12 +122,22 @@ impl Streams {
     pub(crate) fn mark_stale(&self, s: &Stream) {
         let mut st = s.state.lock();
         st.stale = true;
+        st.stale_marks += 1;
         st.pending.clear();
     }
 
     /// Fold `s` again from the start of its own events.
     fn reload(&self, s: &Stream) -> Result<(), Fail> {
         let pg = self.pg();
+        let _one = s.reload.lock();
+        let marks = {
+            let st = s.state.lock();
+            if !st.stale {
+                // Another request folded it meanwhile.
+                return Ok(());
+            }
+            st.stale_marks
+        };
         if let Some(w) = pg.current(&s.session) {
             // Whatever this instance still has queued settles first.
             let _ = w.sync_to(w.len());
@@ -142,6 +161,9 @@ impl Streams {
                 f.last_access_ms = st.last_access_ms;
                 f.touched_db_ms = st.touched_db_ms;
                 f.forks = st.forks;
+                f.stale_marks = st.stale_marks;
+                // Marked again while this ran: fold again before use.
+                f.stale = st.stale_marks != marks;
                 *st = f;
             }
             None => {
@@ -251,7 +273,15 @@ impl Streams {
                     st.last_access_ms = st.last_access_ms.max(row.touched_ms.max(0) as u64);
                     st.touched_db_ms = st.last_access_ms;
                 }
+                // One stream object per session: a request that loaded the
+                // same session at the same time and registered it first
+                // wins (two objects would each accept appends against
+                // their own state).
                 let mut reg = self.reg.lock();
+                if let Some(other) = reg.by_session.get(&s.session).cloned() {
+                    reg.by_path.insert(path.to_string(), other.clone());
+                    return Ok(Some(other));
+                }
                 reg.by_path.insert(path.to_string(), s.clone());
                 reg.by_session.insert(s.session.clone(), s.clone());
                 Ok(Some(s))
@@ -403,39 +433,35 @@ impl Streams {
         // another instance wrote since, the commit finds it (the writer's
         // length, or the fence) and writes nothing. Appends of one stream
         // queue behind each other without waiting (their groups commit
-        // together); an answer that writes nothing (a duplicate, a
-        // conflict, a gap) is given only once what it rests on is
-        // committed, and after a fold that changed nothing.
-        let mut folded = false;
+        // together). An answer that writes nothing (a duplicate, a
+        // conflict, a gap, a closed stream) stands only when it came from
+        // a state folded up to the database just before, and once the
+        // groups it rests on are committed.
+        let mut checked = false;
         for _ in 0..TRIES {
-            let r = self.append_once(s, req, now_ms);
-            let r = match r {
+            match self.append_once(s, req, now_ms) {
                 Ok(done) if !done.duplicate => match self.wait_commit(s, done.commit.as_ref()) {
                     Ok(()) => {
                         self.touch_shared(s, now_ms);
                         return Ok(done);
                     }
-                    Err(Fail::Retry) => Err(Fail::Retry),
+                    Err(Fail::Retry) => checked = self.fold_up(s)?,
                     Err(e) => return Err(e),
                 },
-                other => other,
-            };
-            let r = match r {
-                Err(Fail::Retry) => Err(Fail::Retry),
-                other => match self.settle_writes(s) {
-                    Ok(()) if folded => return other,
-                    Ok(()) => other,
-                    Err(_) => Err(Fail::Retry),
-                },
-            };
-            let before = s.state.lock().tail.seq;
-            self.refresh(s)?;
-            folded = true;
-            if !matches!(r, Err(Fail::Retry)) && s.state.lock().tail.seq == before {
-                if r.is_ok() {
-                    self.touch_shared(s, now_ms);
+                Err(Fail::Retry) => checked = self.fold_up(s)?,
+                other => {
+                    if self.settle_writes(s).is_err() {
+                        checked = self.fold_up(s)?;
+                        continue;
+                    }
+                    if checked {
+                        if other.is_ok() {
+                            self.touch_shared(s, now_ms);
+                        }
+                        return other;
+                    }
+                    checked = self.fold_up(s)?;
                 }
-                return r;
             }
         }
         Err(Fail::Retry)

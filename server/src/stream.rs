@@ -99,6 +99,10 @@ pub struct Stream {
     /// woken by the engine ([`turnstone::Subscription::ready_async`]) when a
     /// batch holding this stream's events is durable, not by this.
     pub changed: watch::Sender<u64>,
+    /// On a shared database: one fold from the start at a time
+    /// ([`crate::streams::Streams::refresh`] of a stale stream), so that an
+    /// older one never lands after a newer one.
+    pub reload: parking_lot::Mutex<()>,
 }
 
 impl Stream {
@@ -149,6 +153,9 @@ pub struct State {
     /// the accepted state is not what the database holds; it is folded
     /// again from the start before anything else ([`crate::streams::Streams::refresh`]).
     pub stale: bool,
+    /// How many times it was marked stale (a mark made while a fold from
+    /// the start runs keeps the stream stale after it).
+    pub stale_marks: u64,
 }
 
 impl State {
@@ -173,6 +180,7 @@ impl State {
             last_access_ms: now_ms,
             touched_db_ms: 0,
             stale: false,
+            stale_marks: 0,
         }
     }
 

@@ -200,6 +200,7 @@ pub(crate) fn new_stream(path: &str, session: &str, end: LogPos, state: State) -
         create_end: end,
         state: parking_lot::Mutex::new(state),
         changed,
+        reload: parking_lot::Mutex::new(()),
     })
 }
 

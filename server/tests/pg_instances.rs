@@ -84,6 +84,53 @@ fn no_directory_was_made(cx: &Ctx, names: &[&str]) {
     }
 }
 
+/// A server dropped with its runtime, without `shutdown()` (what a panic
+/// in an embedding application does): its PostgreSQL clients are dropped
+/// on threads of that runtime, which must not abort the process, and what
+/// it acknowledged is there for the next instance.
+async fn a_server_dropped_with_its_runtime_does_not_abort(cx: Ctx) {
+    let o = pg_options(&cx.url, &cx.tmp.path().join("dropped"));
+    // A panic on a runtime thread (in a destructor) is caught there and
+    // would pass unnoticed: count them.
+    let panics = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let counted = panics.clone();
+    let previous = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        counted.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        eprintln!("panic while dropping: {info}");
+    }));
+    let t = std::thread::spawn(move || {
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .unwrap();
+        rt.block_on(async {
+            let s = turnstone_server::start(o).await.unwrap();
+            let h = http(s.local_addr());
+            assert_eq!(h.put("/d", "text/plain", "kept").await.status(), 201);
+            // A live follower too, so that the watcher hub is running.
+            let _ = h.get("/d?offset=-1").await;
+            std::mem::forget(h);
+            drop(s);
+        });
+        drop(rt);
+    });
+    let joined = t.join();
+    let _ = std::panic::take_hook();
+    std::panic::set_hook(previous);
+    assert!(joined.is_ok(), "dropping the runtime panicked");
+    assert_eq!(
+        panics.load(std::sync::atomic::Ordering::SeqCst),
+        0,
+        "a thread panicked while the server was dropped"
+    );
+    let b = instance(&cx, "b").await;
+    let hb = http(b.local_addr());
+    assert_eq!(hb.read("/d").await.2, "kept");
+    b.shutdown().await.unwrap();
+}
+
 /// A client on `addr` with a request timeout (a hang fails, not blocks).
 fn http(addr: std::net::SocketAddr) -> Http {
     Http {
@@ -1279,6 +1326,11 @@ fn main() {
         (
             "kill_9_while_both_instances_write_one_stream",
             |cx| Box::pin(kill_9_while_both_instances_write_one_stream(cx)),
+            false,
+        ),
+        (
+            "a_server_dropped_with_its_runtime_does_not_abort",
+            |cx| Box::pin(a_server_dropped_with_its_runtime_does_not_abort(cx)),
             false,
         ),
         (
