@@ -58,7 +58,7 @@ impl Streams {
             DeleteMode::Hard
         };
         let mut end = Some(self.tombstone(s, &mut st, mode, reason, now_ms)?.end);
-        let parent = st.config.fork.as_ref().map(|f| f.source_session.clone());
+        let parent = st.fork_source();
         drop(st);
         if mode == DeleteMode::Hard {
             let mut next = parent;
@@ -75,7 +75,7 @@ impl Streams {
                         self.tombstone(&ps, &mut pst, DeleteMode::Hard, "released", now_ms)
                     {
                         end = end.max(Some(e.end));
-                        next = pst.config.fork.as_ref().map(|f| f.source_session.clone());
+                        next = pst.fork_source();
                     }
                 }
             }
@@ -167,6 +167,17 @@ impl Streams {
         }
     }
 
+    /// The registered streams whose time has come, as their state says.
+    pub(crate) fn expired_candidates(&self, now_ms: u64) -> Vec<Arc<Stream>> {
+        self.reg
+            .lock()
+            .by_path
+            .values()
+            .filter(|s| s.state.lock().is_expired(now_ms))
+            .cloned()
+            .collect()
+    }
+
     /// Expire every stream whose time has come; returns the last position
     /// written.
     pub fn sweep(&self, now_ms: u64) -> Option<LogPos> {
@@ -174,14 +185,7 @@ impl Streams {
             self.sweep_shared(now_ms);
             return None;
         }
-        let candidates: Vec<Arc<Stream>> = self
-            .reg
-            .lock()
-            .by_path
-            .values()
-            .filter(|s| s.state.lock().is_expired(now_ms))
-            .cloned()
-            .collect();
+        let candidates = self.expired_candidates(now_ms);
         let mut last = None;
         for s in candidates {
             let mut reg = self.reg.lock();

@@ -75,13 +75,7 @@ pub fn rebuild(store: &Arc<Store>, now_ms: u64) -> Result<(Registry, RebuildRepo
     // A path maps to its newest incarnation; older ones survive only as fork
     // sources (soft-deleted).
     for s in &order {
-        let parent = s
-            .state
-            .lock()
-            .config
-            .fork
-            .as_ref()
-            .map(|f| f.source_session.clone());
+        let parent = s.state.lock().fork_source();
         if let Some(p) = parent.and_then(|p| reg.by_session.get(&p).cloned()) {
             p.state.lock().forks += 1;
         }
@@ -103,7 +97,7 @@ pub fn rebuild(store: &Arc<Store>, now_ms: u64) -> Result<(Registry, RebuildRepo
             let mut st = s.state.lock();
             st.deleted = Some(DeleteMode::Hard);
             st.vis_deleted = st.deleted;
-            st.config.fork.as_ref().map(|f| f.source_session.clone())
+            st.fork_source()
         };
         if reg.by_path.get(&s.path).is_some_and(|x| Arc::ptr_eq(x, &s)) {
             reg.by_path.remove(&s.path);
@@ -171,30 +165,31 @@ pub(crate) fn apply(
     e: &turnstone::EventRef<'_>,
     now_ms: u64,
 ) -> Result<bool, String> {
-    let Some(d) = record::decode(e.payload) else {
-        return Err(format!(
-            "session {session} seq {}: not a server record",
-            e.seq.0
-        ));
-    };
-    let bad = |what: &str, err: serde_json::Error| {
-        format!(
-            "session {session} seq {}: bad {what} record: {err}",
-            e.seq.0
-        )
-    };
-    let Some(st) = state.as_mut() else {
-        if e.kind != KIND_CREATE {
-            return Ok(false);
-        }
-        let config: CreateRecord =
-            serde_json::from_slice(d.body).map_err(|err| bad("create", err))?;
-        let at = Offset::new(e.seq.0 + 1, d.bytes_before);
-        *state = Some(State::new(config, at, turnstone::LogPos(0), now_ms));
+    if let Some(st) = state.as_mut() {
+        fold(session, st, e)?;
         return Ok(true);
-    };
-    fold(session, st, e)?;
+    }
+    if e.kind != KIND_CREATE {
+        return Ok(false);
+    }
+    let d = decode(session, e)?;
+    let config: CreateRecord =
+        serde_json::from_slice(d.body).map_err(|err| bad(session, e, "create", err))?;
+    let at = Offset::new(e.seq.0 + 1, d.bytes_before);
+    *state = Some(State::new(config, at, turnstone::LogPos(0), now_ms));
     Ok(true)
+}
+
+fn decode<'a>(session: &str, e: &turnstone::EventRef<'a>) -> Result<record::Decoded<'a>, String> {
+    record::decode(e.payload)
+        .ok_or_else(|| format!("session {session} seq {}: not a server record", e.seq.0))
+}
+
+fn bad(session: &str, e: &turnstone::EventRef<'_>, what: &str, err: serde_json::Error) -> String {
+    format!(
+        "session {session} seq {}: bad {what} record: {err}",
+        e.seq.0
+    )
 }
 
 /// Fold one event after the create record into a stream's state.
@@ -203,18 +198,8 @@ pub(crate) fn fold(
     st: &mut State,
     e: &turnstone::EventRef<'_>,
 ) -> Result<(), String> {
-    let Some(d) = record::decode(e.payload) else {
-        return Err(format!(
-            "session {session} seq {}: not a server record",
-            e.seq.0
-        ));
-    };
-    let bad = |what: &str, err: serde_json::Error| {
-        format!(
-            "session {session} seq {}: bad {what} record: {err}",
-            e.seq.0
-        )
-    };
+    let d = decode(session, e)?;
+    let bad = |what: &str, err: serde_json::Error| bad(session, e, what, err);
     match e.kind {
         KIND_DATA => {
             st.tail = Offset::new(e.seq.0 + 1, d.bytes_before + d.body.len() as u64);

@@ -566,13 +566,7 @@ impl Streams {
         s.changed.send_modify(|v| *v += 1);
         if mode == DeleteMode::Hard {
             self.bury(s);
-            let mut next = s
-                .state
-                .lock()
-                .config
-                .fork
-                .as_ref()
-                .map(|f| f.source_session.clone());
+            let mut next = s.state.lock().fork_source();
             while let Some(p) = next.take() {
                 let cached = self.reg.lock().by_session.get(&p).cloned();
                 let ps = match cached {
@@ -603,13 +597,7 @@ impl Streams {
                 ps.state.lock().vis_deleted = Some(DeleteMode::Hard);
                 ps.changed.send_modify(|v| *v += 1);
                 self.bury(&ps);
-                next = ps
-                    .state
-                    .lock()
-                    .config
-                    .fork
-                    .as_ref()
-                    .map(|f| f.source_session.clone());
+                next = ps.state.lock().fork_source();
             }
         }
         Ok(mode)
@@ -630,15 +618,7 @@ impl Streams {
     /// Expire the cached streams whose time has come (others are expired
     /// when they are next used, by whichever instance uses them).
     pub(crate) fn sweep_shared(&self, now_ms: u64) {
-        let candidates: Vec<Arc<Stream>> = self
-            .reg
-            .lock()
-            .by_path
-            .values()
-            .filter(|s| s.state.lock().is_expired(now_ms))
-            .cloned()
-            .collect();
-        for s in candidates {
+        for s in self.expired_candidates(now_ms) {
             if matches!(self.expired(&s, now_ms), Ok(true)) {
                 let _ = self.delete_shared(&s, "expired", now_ms);
             }

@@ -235,6 +235,11 @@ impl State {
         }
     }
 
+    /// The session of the stream this one was forked from, if any.
+    pub fn fork_source(&self) -> Option<String> {
+        self.config.fork.as_ref().map(|f| f.source_session.clone())
+    }
+
     /// When the stream expires (ms since the epoch), if ever.
     pub fn expires_at_ms(&self) -> Option<u64> {
         let ttl = self
