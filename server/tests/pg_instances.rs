@@ -38,6 +38,8 @@ use turnstone_server::{Options, Server};
 struct Ctx {
     url: String,
     tmp: tempfile::TempDir,
+    /// The PostgreSQL server (crashed and restarted by one test).
+    pg: Arc<pgserver::Server>,
 }
 
 type TestFuture = Pin<Box<dyn Future<Output = ()>>>;
@@ -129,6 +131,82 @@ async fn a_server_dropped_with_its_runtime_does_not_abort(cx: Ctx) {
     let hb = http(b.local_addr());
     assert_eq!(hb.read("/d").await.2, "kept");
     b.shutdown().await.unwrap();
+}
+
+/// The database crashes (`pg_ctl stop -m immediate`) under a serving
+/// instance: requests are answered with a 5xx while it is down (none
+/// hangs, none is a 2xx), the instance serves again once it is back, and
+/// every acknowledged append is there once.
+async fn the_database_crashing_under_a_server_loses_nothing_acknowledged(cx: Ctx) {
+    let a = instance(&cx, "a").await;
+    let ha = http(a.local_addr());
+    assert_eq!(ha.put("/c", "application/json", "").await.status(), 201);
+    let mut acked = Vec::new();
+    for seq in 0..3u64 {
+        let r = produce(
+            &ha,
+            "/c",
+            ("p", 0, seq),
+            "application/json",
+            format!("{seq}"),
+        )
+        .await;
+        assert_eq!(r.unwrap().status(), 200);
+        acked.push(seq);
+    }
+    let pg = cx.pg.clone();
+    tokio::task::spawn_blocking(move || pg.control("crash"))
+        .await
+        .unwrap();
+    // Down: a write is refused or its outcome unknown, a read refused.
+    let r = produce(&ha, "/c", ("p", 0, 3), "application/json", "3".into())
+        .await
+        .unwrap();
+    assert!(
+        r.status().is_server_error(),
+        "a write while the database is down: {}",
+        r.status()
+    );
+    let r = ha.get("/c").await;
+    assert!(
+        r.status().is_server_error(),
+        "a read while the database is down: {}",
+        r.status()
+    );
+    let pg = cx.pg.clone();
+    tokio::task::spawn_blocking(move || pg.control("restart"))
+        .await
+        .unwrap();
+    // Back: the same producer seq is retried until it is acknowledged (it
+    // may have been applied before the crash: then it is a duplicate).
+    let started = Instant::now();
+    for seq in 3..6u64 {
+        loop {
+            let r = produce(
+                &ha,
+                "/c",
+                ("p", 0, seq),
+                "application/json",
+                format!("{seq}"),
+            )
+            .await;
+            match r.map(|r| r.status().as_u16()) {
+                Ok(200 | 204) => break,
+                Ok(s) if (500..600).contains(&s) => {}
+                other => panic!("seq {seq} after the restart: {other:?}"),
+            }
+            assert!(
+                started.elapsed() < Duration::from_secs(60),
+                "the instance did not serve again after the database came back"
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        acked.push(seq);
+    }
+    let (msgs, _) = read_json(&ha, "/c").await;
+    let got: Vec<u64> = msgs.iter().map(|m| m.as_u64().unwrap()).collect();
+    assert_eq!(got, acked, "every acknowledged append once, in order");
+    a.shutdown().await.unwrap();
 }
 
 /// A client on `addr` with a request timeout (a hang fails, not blocks).
@@ -1334,12 +1412,17 @@ fn main() {
             false,
         ),
         (
+            "the_database_crashing_under_a_server_loses_nothing_acknowledged",
+            |cx| Box::pin(the_database_crashing_under_a_server_loses_nothing_acknowledged(cx)),
+            true,
+        ),
+        (
             "kill_9_of_an_instance_loses_nothing_acknowledged",
             |cx| Box::pin(kill_9_of_an_instance_loses_nothing_acknowledged(cx)),
             false,
         ),
     ];
-    pgserver::run_tests("turnstone_serve_test", &tests, |f, url, _| {
+    pgserver::run_tests("turnstone_serve_test", &tests, |f, url, pg| {
         let rt = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(4)
             .enable_all()
@@ -1348,6 +1431,7 @@ fn main() {
         let cx = Ctx {
             url,
             tmp: tempfile::tempdir().unwrap(),
+            pg: pg.clone(),
         };
         let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
             rt.block_on(async {

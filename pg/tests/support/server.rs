@@ -117,7 +117,9 @@ pub fn run_tests<F>(
             .expect("create a test database");
         let url = format!("{}/{db}", server.url.rsplit_once('/').unwrap().0);
         let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| run(f, url, &server)));
-        if admin.is_closed() {
+        // A test that crashed the server leaves this connection broken
+        // (and `is_closed` may not know it yet): connect again.
+        if admin.is_closed() || *needs_private {
             admin = postgres::Client::connect(&server.url, postgres::NoTls).unwrap();
         }
         let _ = admin.batch_execute(&format!("DROP DATABASE IF EXISTS {db} WITH (FORCE)"));
