@@ -2,18 +2,18 @@
 //! the registry is rebuilt from it at start), or a PostgreSQL database that
 //! several server instances share (issue 18 §3).
 //!
-//! On PostgreSQL every write is committed before it returns: the stream's
-//! writer (a lease on its session, [`turnstone_pg::Writer`]) queues the
-//! group and waits for its lane's commit, which carries every other
-//! stream's pending groups in the same transaction (group commit across
-//! requests and streams). The position a write returns is therefore
-//! already durable ([`Log::durable_pos`] is past every position), and the
-//! embedded server's accepted-then-visible machinery reduces to "visible
-//! at once". Another instance may have written the stream since this one
-//! last looked: a write states the length it expects the session to have,
-//! and a writer whose lease another instance took is fenced by the
-//! database; both come back as [`Fail::Retry`], nothing written, and the
-//! caller folds what the database holds and tries again.
+//! On PostgreSQL a write is queued on the stream's writer (a lease on its
+//! session, [`turnstone_pg::Writer`]) and its request is answered once the
+//! lane's commit, which carries every stream's queued groups in one
+//! transaction, is done ([`Commit::wait`]). As on the embedded store, a
+//! stream's state includes the groups queued before a request, and its
+//! readers see a group once it is durable: [`Log::durable_for`] is the
+//! writer's committed length there, as `Store::durable_pos` is here.
+//! Another instance may have written the stream since this one last
+//! looked: a write states the length it expects the session to have, and
+//! a writer whose lease another instance took is fenced by the database;
+//! both come back as [`Fail::Retry`], nothing written, and the caller
+//! folds what the database holds and tries again.
 
 use std::collections::HashMap;
 use std::ops::ControlFlow;

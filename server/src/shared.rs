@@ -4,14 +4,14 @@
 //!
 //! An instance's registry is a cache: a stream is loaded on first use
 //! (its path looked up in `turnstone_streams`, its session folded), and
-//! before each request the instance reads the session's row and folds the
+//! before each read the instance reads the session's row and folds the
 //! events another instance committed since ([`Streams::refresh`]). A write
-//! is checked against that state, then appended at the length the state
-//! has and committed under the stream's lease; if another instance wrote
-//! in between, or took the lease, nothing is written ([`Fail::Retry`]) and
-//! the request is folded and checked again. So two instances never
-//! interleave within a stream, and a request's answer rests on every
-//! event committed before it.
+//! is checked against the state this instance has, then queued at the
+//! length that state has and committed under the stream's lease; if
+//! another instance wrote in between, or took the lease, nothing is
+//! written ([`Fail::Retry`]) and the request is folded and checked again.
+//! So two instances never interleave within a stream, and a request's
+//! answer rests on every event committed before it.
 
 use std::sync::Arc;
 
