@@ -94,6 +94,12 @@ impl Shared {
             st.ended = true;
             st.end = Some(why);
         }
+        self.wake(st);
+    }
+
+    /// Wake whoever waits on this follower (a thread or a task), after
+    /// letting its state go.
+    fn wake(&self, mut st: parking_lot::MutexGuard<'_, FollowState>) {
         let w = st.waker.take();
         drop(st);
         self.changed.notify_all();
@@ -227,12 +233,7 @@ fn listen(hub: Arc<Hub>, inner: Arc<Inner>, mut client: Client) {
                             st.known = st.known.max(len);
                             any |= st.has_work();
                             if st.watch && st.known > st.next_read {
-                                let w = st.waker.take();
-                                drop(st);
-                                f.changed.notify_all();
-                                if let Some(w) = w {
-                                    w.wake();
-                                }
+                                f.wake(st);
                             }
                         }
                         if any {

@@ -32,8 +32,9 @@ impl WaitError {
     }
 }
 
-/// Handle to the waiter thread (none on a shared database, whose writes
-/// return committed: every wait is answered at once).
+/// Handle to the waiter thread (none on a shared database: a write there
+/// waits for its own commit before the answer, so every wait here is
+/// answered at once).
 pub struct Durability {
     store: Option<Arc<Store>>,
     tx: parking_lot::Mutex<Option<mpsc::Sender<(LogPos, Reply)>>>,
