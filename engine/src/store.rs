@@ -336,7 +336,7 @@ impl Store {
     /// [`Appended::end`]). Only this caller's own prefix is waited for, but one
     /// fdatasync serves every waiter at once.
     pub fn wait_durable(&self, pos: LogPos) -> Result<()> {
-        self.shared.commit.wait_durable(pos)
+        self.shared.wait_durable(pos)
     }
 
     /// Wait until every event of `session` appended so far is durable.
@@ -613,6 +613,43 @@ impl Store {
 }
 
 impl Shared {
+    /// What writing a batch needs: the flusher's, and a waiting thread's
+    /// when it leads a write ([`Shared::wait_durable`]).
+    pub(crate) fn flush_env<'a>(
+        &'a self,
+        checkpoint: &'a dyn Fn() -> Result<()>,
+    ) -> crate::commit::FlusherEnv<'a> {
+        crate::commit::FlusherEnv {
+            vfs: self.vfs.as_ref(),
+            dir: &self.dir,
+            store_id: self.store_id,
+            preallocate_bytes: self
+                .opts
+                .preallocate
+                .then_some(self.opts.segment_bytes as u64),
+            checkpoints: self.opts.checkpoints,
+            zero_step_bytes: if self.opts.preallocate && self.vfs.zero_ahead_helps() {
+                self.opts.zero_ahead_bytes as u64
+            } else {
+                0
+            },
+            reader: &self.reader,
+            checkpoint,
+        }
+    }
+
+    /// Wait until the log is durable up to `pos`, writing the next batch
+    /// in this thread when none is in flight (a leader never writes a
+    /// checkpoint: the flusher does, after a roll).
+    pub(crate) fn wait_durable(&self, pos: LogPos) -> Result<()> {
+        if self.opts.read_only {
+            return self.commit.wait_durable(pos, None);
+        }
+        let checkpoint = || write_checkpoint(self);
+        let env = self.flush_env(&checkpoint);
+        self.commit.wait_durable(pos, Some(&env))
+    }
+
     pub(crate) fn visit_range(
         &self,
         session: &str,
@@ -636,7 +673,7 @@ impl Shared {
         };
         if let Some(last) = positions.last() {
             if !self.opts.read_only && *last >= self.commit.durable().0 {
-                self.commit.wait_durable(LogPos(*last + 1))?;
+                self.wait_durable(LogPos(*last + 1))?;
             }
         }
         // Positions grow with seq (inherited frames precede the define, own

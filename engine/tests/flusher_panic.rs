@@ -1,7 +1,8 @@
-//! A panic in the flusher thread poisons the store instead of leaving every
-//! durability waiter waiting forever (issue 16; invariants 7 and 8 of
+//! A panic while a batch is being written, in the flusher thread or in a
+//! waiting thread that leads the write, poisons the store instead of leaving
+//! every durability waiter waiting forever (issue 16; invariants 7 and 8 of
 //! ARCHITECTURE.md: nothing after the last completed fdatasync is
-//! acknowledged, and the caller is told so).
+//! acknowledged, and the caller is told so, the leading thread included).
 //!
 //! The file layer here wraps the real one and panics inside `sync_data` of a
 //! segment file once armed, so the panic happens exactly where the flusher
@@ -107,8 +108,20 @@ impl Vfs for PanickyVfs {
     }
 }
 
+/// The panic in a thread that led the write (the default: a waiter finding
+/// nothing in flight writes the batch itself).
 #[test]
-fn a_panicking_flusher_poisons_the_store_and_wakes_every_waiter() {
+fn a_panic_while_a_waiter_leads_the_write_poisons_the_store_and_wakes_every_waiter() {
+    panicking_write_poisons(true);
+}
+
+/// The same panic in the flusher thread (only it writes).
+#[test]
+fn a_panicking_flusher_thread_poisons_the_store_and_wakes_every_waiter() {
+    panicking_write_poisons(false);
+}
+
+fn panicking_write_poisons(flush_in_caller: bool) {
     let dir = tempfile::tempdir().unwrap();
     let armed = Arc::new(AtomicBool::new(false));
     let vfs = Arc::new(PanickyVfs {
@@ -118,6 +131,7 @@ fn a_panicking_flusher_poisons_the_store_and_wakes_every_waiter() {
     let opts = Options {
         vfs,
         preallocate: false,
+        flush_in_caller,
         ..Options::default()
     };
     let store = Arc::new(Store::open_with(dir.path(), opts).unwrap());

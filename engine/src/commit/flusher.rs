@@ -1,9 +1,12 @@
-//! The flusher thread: take one batch at a time, write it with one `write`,
+//! Writing a batch: take one batch at a time, write it with one `write`,
 //! make it durable with one `fdatasync`, publish the durable position, wake
-//! the waiters. It creates the next segment when a batch starts one.
+//! the waiters; create the next segment when a batch starts one. The
+//! flusher thread does this, and so does a thread waiting for durability
+//! when nothing is in flight (it leads the write itself, as in a
+//! leader/follower group commit, instead of waking the flusher and sleeping).
 //!
 //! Invariants kept here (ARCHITECTURE.md 1, 8; FORMAT.md §6.2 rule 1): one
-//! batch in flight; the durable position moves only after a successful
+//! batch in flight, whichever thread writes it; the durable position moves only after a successful
 //! fdatasync; an fdatasync error poisons; a failed write keeps the batch for
 //! a retry from our own buffer. And the flusher never leaves a waiter
 //! waiting: however it ends, a panic included, a drop guard marks it done
@@ -12,8 +15,10 @@
 use std::path::PathBuf;
 use std::sync::Arc;
 
+use parking_lot::MutexGuard;
+
 use crate::commit::batch::PendingBatch;
-use crate::commit::queue::CommitQueue;
+use crate::commit::queue::{CommitQueue, State};
 use crate::error::Result;
 use crate::frame::{Salt, SEGMENT_HEADER_BYTES};
 use crate::log::{create_segment, segment_path, CreateError, SegmentReader, SegmentSpec};
@@ -82,83 +87,138 @@ impl Drop for ExitGuard<'_> {
 }
 
 /// The flusher loop; returns when the store closes or is poisoned.
-pub(crate) fn run(queue: &CommitQueue, env: &FlusherEnv<'_>, mut writer: WriterFile) {
+///
+/// With callers leading their own writes ([`CommitQueue::wait_durable`]),
+/// the flusher is left what no waiting thread asks for: batches that fill
+/// up (`flush_bytes`), tasks' waits, the drain at close and the index
+/// checkpoint after a segment roll. Either way one batch is in flight at a
+/// time: a batch is taken only while `inflight` is empty.
+pub(crate) fn run(queue: &CommitQueue, env: &FlusherEnv<'_>) {
     let _guard = ExitGuard { queue };
+    let mut st = queue.lock();
     loop {
-        let mut batch = {
-            let mut st = queue.lock();
-            loop {
-                if st.poisoned.is_some() {
-                    return;
-                }
-                let has_work = st.has_work();
-                if st.closing && (!has_work || st.write_failed.is_some()) {
-                    return;
-                }
-                let stalled = st.write_failed.is_some() && !st.retry_requested;
-                let wanted = st.flush_target > st.durable
-                    || st.pending_bytes() >= queue.flush_bytes
-                    || st.closing;
-                if has_work && wanted && !stalled {
-                    break;
-                }
-                queue.work_cv.wait(&mut st);
-            }
-            st.retry_requested = false;
-            let b = match st.queued.pop_front() {
-                Some(b) => b,
-                None => st.open.take().expect("has work"),
-            };
-            st.inflight = Some((b.batch_seq, b.end()));
-            b
-        };
-        let result = write_batch(env, &mut writer, &mut batch);
-        let mut st = queue.lock();
-        match result {
-            Ok((rolled, zeros)) => {
-                st.stats.zero_fill_bytes += zeros;
-                st.durable = batch.end();
-                st.durable_next_batch_seq = batch.batch_seq + 1;
-                st.durable_last_batch = Some((batch.start(), batch.flags));
-                st.write_failed = None;
-                st.stats.batches += 1;
-                st.stats.syncs += 1;
-                st.stats.bytes_written += batch.buf.len() as u64;
-                // Keep the buffer for a later batch (bounded: two, of at
-                // most 4 MiB each).
-                if st.spare_bufs.len() < 2 && batch.buf.capacity() <= 4 << 20 {
-                    st.spare_bufs.push(std::mem::take(&mut batch.buf));
-                }
-                if rolled {
-                    st.stats.segments_created += 1;
-                    // The new segment's fdatasync and the directory fsync.
-                    st.stats.metadata_syncs += 2;
-                    st.checkpoint_due = env.checkpoints;
-                }
-                st.inflight = None;
-                queue.notify_batch_durable(&mut st, batch.batch_seq, &batch.sessions);
-            }
-            Err(FlushError::Write(detail)) => {
-                st.stats.write_failures += 1;
-                st.inflight = None;
-                st.queued.push_front(batch);
-                st.write_failed = Some(detail);
-                st.fail_epoch += 1;
-                queue.notify_durable(&mut st);
-            }
-            Err(FlushError::Fatal(op, detail)) => {
-                st.poisoned = Some((op, detail));
+        if st.poisoned.is_some() {
+            return;
+        }
+        if st.inflight.is_none() {
+            let has_work = st.has_work();
+            if st.closing && (!has_work || st.write_failed.is_some()) {
                 return;
             }
-        }
-        if st.checkpoint_due && !st.has_work() {
-            st.checkpoint_due = false;
-            drop(st);
-            if (env.checkpoint)().is_err() {
-                queue.lock().stats.checkpoint_errors += 1;
+            let stalled = st.write_failed.is_some() && !st.retry_requested;
+            let wanted = st.flush_target > st.durable
+                || st.pending_bytes() >= queue.flush_bytes
+                || st.closing;
+            if has_work && wanted && !stalled {
+                let batch = take(&mut st);
+                drop(st);
+                st = flush(queue, env, batch);
+                continue;
+            }
+            // With waiters leading writes, the checkpoint runs beside them
+            // (it covers what is durable when it starts); without, it waits
+            // for a moment with nothing to write.
+            if st.checkpoint_due && (queue.leaders() || !has_work) {
+                st.checkpoint_due = false;
+                drop(st);
+                if (env.checkpoint)().is_err() {
+                    queue.lock().stats.checkpoint_errors += 1;
+                }
+                st = queue.lock();
+                continue;
             }
         }
+        queue.work_cv.wait(&mut st);
     }
+}
+
+/// Take the next batch to write (the oldest queued, else the open one) and
+/// mark it in flight. The caller checked that nothing is in flight and that
+/// there is work.
+pub(crate) fn take(st: &mut State) -> PendingBatch {
+    debug_assert!(st.inflight.is_none(), "one batch in flight");
+    st.retry_requested = false;
+    let b = match st.queued.pop_front() {
+        Some(b) => b,
+        None => st.open.take().expect("has work"),
+    };
+    st.inflight = Some((b.batch_seq, b.end()));
+    b
+}
+
+/// Write and sync a batch taken with [`take`], publish the outcome and wake
+/// whoever it concerns; returns the queue locked again.
+pub(crate) fn flush<'q>(
+    queue: &'q CommitQueue,
+    env: &FlusherEnv<'_>,
+    mut batch: PendingBatch,
+) -> MutexGuard<'q, State> {
+    // A panic while the batch is in flight (in a file layer, say) would
+    // leave it unpublished and its waiters waiting: it poisons the store
+    // instead, and the thread that led the write gets the poison like
+    // every other waiter.
+    let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        let mut w = queue.writer.lock();
+        let w = w.as_mut().expect("the writer is set at open");
+        write_batch(env, w, &mut batch)
+    }))
+    .unwrap_or_else(|panic| {
+        let what = panic
+            .downcast_ref::<&str>()
+            .map(|s| s.to_string())
+            .or_else(|| panic.downcast_ref::<String>().cloned())
+            .unwrap_or_default();
+        Err(FlushError::Fatal(
+            "flush",
+            format!(
+                "a thread writing a batch panicked ({what}); nothing after the last durable batch is acknowledged"
+            ),
+        ))
+    });
+    let mut st = queue.lock();
+    st.inflight = None;
+    match result {
+        Ok((rolled, zeros)) => {
+            st.stats.zero_fill_bytes += zeros;
+            st.durable = batch.end();
+            st.durable_next_batch_seq = batch.batch_seq + 1;
+            st.durable_last_batch = Some((batch.start(), batch.flags));
+            st.write_failed = None;
+            st.stats.batches += 1;
+            st.stats.syncs += 1;
+            st.stats.bytes_written += batch.buf.len() as u64;
+            // Keep the buffer for a later batch (bounded: two, of at
+            // most 4 MiB each).
+            if st.spare_bufs.len() < 2 && batch.buf.capacity() <= 4 << 20 {
+                st.spare_bufs.push(std::mem::take(&mut batch.buf));
+            }
+            if rolled {
+                st.stats.segments_created += 1;
+                // The new segment's fdatasync and the directory fsync.
+                st.stats.metadata_syncs += 2;
+                if env.checkpoints {
+                    st.checkpoint_due = true;
+                    queue.work_cv.notify_one();
+                }
+            }
+            queue.notify_batch_durable(&mut st, batch.batch_seq, &batch.sessions);
+            queue.hand_off(&st, batch.batch_seq + 1);
+        }
+        Err(FlushError::Write(detail)) => {
+            st.stats.write_failures += 1;
+            st.queued.push_front(batch);
+            st.write_failed = Some(detail);
+            st.fail_epoch += 1;
+            queue.notify_durable(&mut st);
+            queue.work_cv.notify_one();
+        }
+        Err(FlushError::Fatal(op, detail)) => {
+            st.poisoned = Some((op, detail));
+            queue.notify_durable(&mut st);
+            queue.work_cv.notify_all();
+        }
+    }
+    st
 }
 
 /// Write and sync one batch; create its segment first if it starts one.

@@ -14,6 +14,7 @@ use std::task::{Context, Poll, Waker};
 use parking_lot::{Condvar, Mutex, MutexGuard};
 
 use crate::commit::batch::PendingBatch;
+use crate::commit::flusher::{self, FlusherEnv, WriterFile};
 use crate::commit::stats::Stats;
 use crate::error::{Error, Result};
 use crate::frame::{
@@ -142,6 +143,13 @@ pub(crate) struct CommitQueue {
     segment_bytes: usize,
     /// Pending bytes that make the flusher write without anyone waiting.
     pub(super) flush_bytes: usize,
+    /// The segment file batches are written to; locked by whichever thread
+    /// has the batch in flight (so never contended). Set at open.
+    pub(super) writer: Mutex<Option<WriterFile>>,
+    /// A thread waiting for durability writes the next batch itself when
+    /// none is in flight ([`CommitQueue::wait_durable`]); otherwise it
+    /// wakes the flusher.
+    leaders: bool,
 }
 
 impl CommitQueue {
@@ -183,7 +191,16 @@ impl CommitQueue {
             change_cv: Condvar::new(),
             segment_bytes: segment_bytes as usize,
             flush_bytes,
+            writer: Mutex::new(None),
+            leaders: true,
         }
+    }
+
+    /// Set the segment file batches go to (at open), and whether waiting
+    /// threads lead writes ([`crate::Options::flush_in_caller`]).
+    pub fn set_writer(&mut self, writer: WriterFile, leaders: bool) {
+        *self.writer.get_mut() = Some(writer);
+        self.leaders = leaders;
     }
 
     pub fn lock(&self) -> MutexGuard<'_, State> {
@@ -245,15 +262,54 @@ impl CommitQueue {
     /// Wait until the log is durable at least up to `pos`. A kept failed
     /// write is retried once on behalf of this waiter; if that retry fails
     /// too, [`Error::WriteFailed`] is returned.
-    pub fn wait_durable(&self, pos: LogPos) -> Result<()> {
+    ///
+    /// With `env` (and leaders on), a waiter that finds no batch in flight
+    /// writes the next one itself, like the leader of a leader/follower
+    /// group commit: no hand-off to the flusher thread and back. Waiters
+    /// that find a batch in flight sleep; when it is durable, the thread
+    /// that wrote it wakes one waiter of the next batch to lead it
+    /// ([`CommitQueue::hand_off`]).
+    pub fn wait_durable(&self, pos: LogPos, env: Option<&FlusherEnv<'_>>) -> Result<()> {
         let mut st = self.state.lock();
         let mut retry = RetryState::default();
+        let env = env.filter(|_| self.leaders);
         loop {
             if let Some(done) = self.durable_step(&mut st, pos, &mut retry) {
                 return done;
             }
+            if let Some(env) = env {
+                let stalled = st.write_failed.is_some() && !st.retry_requested;
+                if st.inflight.is_none() && st.has_work() && !stalled {
+                    let batch = flusher::take(&mut st);
+                    drop(st);
+                    st = flusher::flush(self, env, batch);
+                    continue;
+                }
+            }
+            if env.is_none() || st.inflight.is_none() {
+                self.work_cv.notify_one();
+            }
             let cv = &self.durable_cvs[(batch_of(&st, pos) % 2) as usize];
             cv.wait(&mut st);
+        }
+    }
+
+    /// Whether waiting threads lead writes.
+    pub fn leaders(&self) -> bool {
+        self.leaders
+    }
+
+    /// After batch `next - 1` became durable: if more is wanted, wake a
+    /// thread waiting for batch `next` to lead its write, or the flusher if
+    /// no thread waits there (tasks, a full batch, the drain at close).
+    pub(super) fn hand_off(&self, st: &State, next: u64) {
+        let wanted =
+            st.flush_target > st.durable || st.closing || st.pending_bytes() >= self.flush_bytes;
+        if !st.has_work() || !wanted {
+            return;
+        }
+        if !(self.leaders && self.durable_cvs[(next % 2) as usize].notify_one()) {
+            self.work_cv.notify_one();
         }
     }
 
@@ -269,6 +325,7 @@ impl CommitQueue {
         match self.durable_step(&mut st, pos, retry) {
             Some(done) => Poll::Ready(done),
             None => {
+                self.work_cv.notify_one();
                 let parity = (batch_of(&st, pos) % 2) as usize;
                 register(&mut st.wakers[parity], cx.waker());
                 Poll::Pending
@@ -277,8 +334,9 @@ impl CommitQueue {
     }
 
     /// One check of a durability wait: `Some` when it is over (durable, or
-    /// an error), `None` to sleep until [`CommitQueue::notify_durable`]
-    /// (the flusher was asked to write up to `pos`).
+    /// an error), `None` when `pos` is still to be written (the flush target
+    /// now covers it; the caller writes or wakes a writer, then sleeps until
+    /// [`CommitQueue::notify_durable`]).
     fn durable_step(
         &self,
         st: &mut State,
@@ -314,7 +372,6 @@ impl CommitQueue {
         if st.flush_target < pos {
             st.flush_target = pos;
         }
-        self.work_cv.notify_one();
         None
     }
 

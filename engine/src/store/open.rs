@@ -8,7 +8,7 @@ use std::sync::Arc;
 use parking_lot::{Mutex, RwLock};
 use rand::RngCore;
 
-use crate::commit::{self, CommitQueue, FlusherEnv, WriterFile};
+use crate::commit::{self, CommitQueue, WriterFile};
 use crate::error::{Error, Result};
 use crate::frame::{BATCH_HEADER_BYTES, SEGMENT_HEADER_BYTES};
 use crate::index::checkpoint;
@@ -172,7 +172,9 @@ impl Store {
             written_to: off as u64,
         };
         let last = (seq > 0).then_some((end, 0));
-        let shared = Self::make_shared(dir, opts, store_id, rec.index, end, seq, lock, last);
+        let leaders = opts.flush_in_caller;
+        let mut shared = Self::make_shared(dir, opts, store_id, rec.index, end, seq, lock, last);
+        shared.commit.set_writer(writer, leaders);
         shared.reader.set_active(seg, Some(file));
         let shared = Arc::new(shared);
         let s2 = shared.clone();
@@ -180,21 +182,9 @@ impl Store {
             .name("turnstone-flusher".into())
             .spawn(move || {
                 let sh = &*s2;
-                let env = FlusherEnv {
-                    vfs: sh.vfs.as_ref(),
-                    dir: &sh.dir,
-                    store_id: sh.store_id,
-                    preallocate_bytes: sh.opts.preallocate.then_some(sh.opts.segment_bytes as u64),
-                    checkpoints: sh.opts.checkpoints,
-                    zero_step_bytes: if sh.opts.preallocate && sh.vfs.zero_ahead_helps() {
-                        sh.opts.zero_ahead_bytes as u64
-                    } else {
-                        0
-                    },
-                    reader: &sh.reader,
-                    checkpoint: &|| write_checkpoint(sh),
-                };
-                commit::run_flusher(&sh.commit, &env, writer);
+                let checkpoint = || write_checkpoint(sh);
+                let env = sh.flush_env(&checkpoint);
+                commit::run_flusher(&sh.commit, &env);
             })
             .map_err(|e| Error::io("spawn flusher thread", &shared.dir, e))?;
         Ok(Store {
