@@ -57,6 +57,10 @@ pub enum StoreKind {
     Okaywal,
     RawPrealloc,
     RawAppend,
+    /// turnstone with only the flusher thread writing batches
+    /// (`Options::flush_in_caller` off), to measure the commit path's
+    /// leader/follower mode against it (not in `ALL`).
+    TurnstoneFlusher,
     /// turnstone-pg on the server of `TURNSTONE_BENCH_PG_URL` (not in `ALL`).
     Postgres,
     /// One INSERT per event, autocommit, on that server (not in `ALL`).
@@ -75,6 +79,7 @@ impl StoreKind {
     pub fn name(self) -> &'static str {
         match self {
             StoreKind::Turnstone => "turnstone",
+            StoreKind::TurnstoneFlusher => "turnstone-flusher",
             StoreKind::SqliteWal => "sqlite-wal",
             StoreKind::JsonlPerSession => "jsonl-per-session",
             StoreKind::Okaywal => "okaywal",
@@ -90,6 +95,7 @@ impl StoreKind {
         Self::ALL
             .into_iter()
             .chain(Self::POSTGRES)
+            .chain([StoreKind::TurnstoneFlusher])
             .find(|k| k.name() == n)
     }
 }
@@ -108,7 +114,8 @@ pub struct Ctx {
 
 pub fn create(kind: StoreKind, ctx: &Ctx) -> Result<Box<dyn FleetStore>> {
     Ok(match kind {
-        StoreKind::Turnstone => Box::new(TsStore::create(ctx)?),
+        StoreKind::Turnstone => Box::new(TsStore::create(ctx, true)?),
+        StoreKind::TurnstoneFlusher => Box::new(TsStore::create(ctx, false)?),
         StoreKind::SqliteWal => Box::new(SqlStore::create(ctx)?),
         StoreKind::JsonlPerSession => Box::new(JsonlStore::create(ctx)?),
         StoreKind::Okaywal => Box::new(WalStore::create(ctx)?),
@@ -148,7 +155,7 @@ impl ReadBack {
 pub fn reopen_and_check(kind: StoreKind, ctx: &Ctx, expected: &[u64]) -> Result<ReadBack> {
     let mut ck = Checker::new(&ctx.wl, expected);
     let (reopen, read) = match kind {
-        StoreKind::Turnstone => TsStore::check(ctx, &mut ck)?,
+        StoreKind::Turnstone | StoreKind::TurnstoneFlusher => TsStore::check(ctx, &mut ck)?,
         StoreKind::SqliteWal => SqlStore::check(ctx, &mut ck)?,
         StoreKind::JsonlPerSession => JsonlStore::check(ctx, &mut ck)?,
         StoreKind::Okaywal => WalStore::check(ctx, &mut ck)?,
@@ -248,8 +255,14 @@ struct TsStore {
 }
 
 impl TsStore {
-    fn create(ctx: &Ctx) -> Result<Self> {
-        let store = turnstone::Store::open(ctx.dir.join("turnstone"))?;
+    fn create(ctx: &Ctx, flush_in_caller: bool) -> Result<Self> {
+        let store = turnstone::Store::open_with(
+            ctx.dir.join("turnstone"),
+            turnstone::Options {
+                flush_in_caller,
+                ..Default::default()
+            },
+        )?;
         Ok(TsStore {
             store,
             wl: ctx.wl.clone(),

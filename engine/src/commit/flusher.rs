@@ -6,11 +6,13 @@
 //! leader/follower group commit, instead of waking the flusher and sleeping).
 //!
 //! Invariants kept here (ARCHITECTURE.md 1, 8; FORMAT.md §6.2 rule 1): one
-//! batch in flight, whichever thread writes it; the durable position moves only after a successful
+//! batch in flight, whichever thread writes it (a batch is taken only while
+//! `inflight` is empty); the durable position moves only after a successful
 //! fdatasync; an fdatasync error poisons; a failed write keeps the batch for
-//! a retry from our own buffer. And the flusher never leaves a waiter
-//! waiting: however it ends, a panic included, a drop guard marks it done
-//! and wakes every waiter, and a panic poisons the store.
+//! a retry from our own buffer. And no waiter is left waiting: a panic while
+//! a batch is written poisons the store (in whichever thread), and however
+//! the flusher thread ends, a drop guard marks it done and wakes every
+//! waiter.
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -202,7 +204,7 @@ pub(crate) fn flush<'q>(
                 }
             }
             queue.notify_batch_durable(&mut st, batch.batch_seq, &batch.sessions);
-            queue.hand_off(&st, batch.batch_seq + 1);
+            queue.hand_off(&st);
         }
         Err(FlushError::Write(detail)) => {
             st.stats.write_failures += 1;

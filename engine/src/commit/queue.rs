@@ -266,9 +266,8 @@ impl CommitQueue {
     /// With `env` (and leaders on), a waiter that finds no batch in flight
     /// writes the next one itself, like the leader of a leader/follower
     /// group commit: no hand-off to the flusher thread and back. Waiters
-    /// that find a batch in flight sleep; when it is durable, the thread
-    /// that wrote it wakes one waiter of the next batch to lead it
-    /// ([`CommitQueue::hand_off`]).
+    /// that find a batch in flight sleep; when it is durable and more is
+    /// wanted, the flusher thread takes over ([`CommitQueue::hand_off`]).
     pub fn wait_durable(&self, pos: LogPos, env: Option<&FlusherEnv<'_>>) -> Result<()> {
         let mut st = self.state.lock();
         let mut retry = RetryState::default();
@@ -283,6 +282,7 @@ impl CommitQueue {
                     let batch = flusher::take(&mut st);
                     drop(st);
                     st = flusher::flush(self, env, batch);
+                    st.stats.caller_batches += 1;
                     continue;
                 }
             }
@@ -299,18 +299,20 @@ impl CommitQueue {
         self.leaders
     }
 
-    /// After batch `next - 1` became durable: if more is wanted, wake a
-    /// thread waiting for batch `next` to lead its write, or the flusher if
-    /// no thread waits there (tasks, a full batch, the drain at close).
-    pub(super) fn hand_off(&self, st: &State, next: u64) {
+    /// After a batch became durable: if more is wanted, wake the flusher.
+    /// Under a steady load it then writes batch after batch without being
+    /// woken again (it loops while there is work). Waking a waiting thread
+    /// to lead the next batch instead was measured slower at 64 threads
+    /// (0.71x-0.89x, docs/PERFORMANCE-writepath.md): each batch paid a
+    /// wake-up, and the woken thread competed for a CPU with the waiters of
+    /// the batch just published.
+    pub(super) fn hand_off(&self, st: &State) {
         let wanted =
             st.flush_target > st.durable || st.closing || st.pending_bytes() >= self.flush_bytes;
         if !st.has_work() || !wanted {
             return;
         }
-        if !(self.leaders && self.durable_cvs[(next % 2) as usize].notify_one()) {
-            self.work_cv.notify_one();
-        }
+        self.work_cv.notify_one();
     }
 
     /// The asynchronous [`CommitQueue::wait_durable`]: the same steps, but a

@@ -27,4 +27,8 @@ pub struct Stats {
     /// (zero extension, [`crate::Options::zero_ahead_bytes`]); not in
     /// `bytes_written`.
     pub zero_fill_bytes: u64,
+    /// Batch writes led by a thread waiting for durability rather than by
+    /// the flusher thread ([`crate::Options::flush_in_caller`]); the
+    /// successful ones are counted in `batches` too.
+    pub caller_batches: u64,
 }

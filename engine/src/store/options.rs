@@ -41,8 +41,9 @@ pub struct Options {
     /// A thread waiting for durability writes and syncs the next batch
     /// itself when no batch is in flight (leader/follower group commit),
     /// instead of waking the flusher thread and sleeping until it is done:
-    /// two thread hand-offs fewer per batch. Still one batch in flight at a
-    /// time. Off: only the flusher thread writes.
+    /// two thread hand-offs fewer for a lone waiter. Under load the flusher
+    /// still chains batches. Still one batch in flight at a time. Off: only
+    /// the flusher thread writes.
     pub flush_in_caller: bool,
     /// The file layer.
     pub vfs: Arc<dyn Vfs>,
