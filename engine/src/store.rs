@@ -187,10 +187,18 @@ impl Store {
             need += frame_padded_len(payload.len());
         }
         let sh = &*self.shared;
+        // The name is hashed here, under the index's shared lock, not under
+        // the commit lock every appender serialises on: a name, once
+        // defined, keeps its id for the life of the store.
+        let known = sh.index.read().by_name.get(session).copied();
         let mut st = sh.commit.lock();
         st.check_usable()?;
         let mut ix = sh.index.write();
-        if let Some((_, keep)) = ix.reclaimed_named(session) {
+        let existing = match known {
+            Some(id) => Some(id),
+            None => ix.by_name.get(session).copied(),
+        };
+        if let Some(&keep) = existing.and_then(|id| ix.reclaimed.get(&id)) {
             // FORMAT.md §14.2: collected as deleted; frames appended under
             // its name would be skipped by the next open.
             return Err(Error::SessionDeleted {
@@ -198,7 +206,6 @@ impl Store {
                 seq: keep,
             });
         }
-        let existing = ix.by_name.get(session).copied();
         let define = match existing {
             Some(_) => None,
             None => Some(SessionDefine {
