@@ -849,21 +849,13 @@ impl Writer {
         Ok(first)
     }
 
-    /// Wait until everything this writer queued is committed.
+    /// Wait until everything this writer queued before the call is
+    /// committed: [`Writer::sync_to`] its length now. Events queued by
+    /// another thread meanwhile are not waited for, and their failure (a
+    /// fence, say) does not turn this wait's committed events into an error.
     pub fn sync(&self) -> Result<()> {
-        let inner = &self.log.inner.lanes[self.lane];
-        let mut q = inner.queue.lock();
-        let target = q.writers[&self.id].next;
-        loop {
-            let st = &q.writers[&self.id];
-            if let Some(b) = &st.broken {
-                return Err(broken_error(&self.session, b));
-            }
-            if st.committed >= target {
-                return Ok(());
-            }
-            inner.done.wait(&mut q);
-        }
+        let target = self.len();
+        self.sync_to(target)
     }
 
     /// [`Writer::sync`] for async callers, up to a point: `Ready` once the
@@ -894,6 +886,11 @@ impl Writer {
     /// still holds it).
     pub fn release(self) -> Result<()> {
         self.sync()?;
+        // A closed log writes nothing more, a release included (its
+        // leases run out instead), even when all it queued was committed.
+        if self.log.inner.lanes[self.lane].queue.lock().closed {
+            return Err(PgError::Closed);
+        }
         let (session, epoch) = (self.session.clone(), self.epoch);
         self.log.with_client(|c| {
             c.execute(

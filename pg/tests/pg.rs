@@ -212,6 +212,27 @@ fn a_writer_whose_lease_was_taken_over_is_fenced_and_writes_nothing(cx: &Ctx) {
     assert_eq!(again.writer.len(), 2);
 }
 
+/// `sync` waits for what the writer queued before the call and reports its
+/// commit as it is: a writer whose events are all committed syncs fine
+/// even after the log closed (which breaks every writer); writing and
+/// releasing the lease are refused then.
+fn sync_reports_committed_events_of_a_closed_writer(cx: &Ctx) {
+    let log = cx.log();
+    let w = log.acquire("s", "w", true).unwrap().writer;
+    w.append(1, 0, b"e0").unwrap();
+    w.append(1, 0, b"e1").unwrap();
+    w.sync().unwrap();
+    log.close();
+    assert!(w.is_broken(), "closing the log breaks its writers");
+    w.sync().expect("everything it queued is committed");
+    w.sync_to(2).unwrap();
+    assert!(matches!(w.append(1, 0, b"e2"), Err(PgError::Closed)));
+    assert!(matches!(w.release(), Err(PgError::Closed)));
+    let again = cx.log();
+    assert_eq!(again.session_len("s").unwrap(), 2);
+    again.close();
+}
+
 fn stale_and_fresh_writers_in_one_batch(cx: &Ctx) {
     // Two writers of one session in one process (the second acquisition
     // fences the first): their queued events can meet in one batch; only
@@ -1103,6 +1124,11 @@ fn main() {
         (
             "stale_and_fresh_writers_in_one_batch",
             stale_and_fresh_writers_in_one_batch,
+            false,
+        ),
+        (
+            "sync_reports_committed_events_of_a_closed_writer",
+            sync_reports_committed_events_of_a_closed_writer,
             false,
         ),
         (
