@@ -147,7 +147,41 @@ pub(crate) fn salvage(vfs: &dyn Vfs, dir: &Path) -> Result<Recovered> {
                 });
                 continue;
             }
-            Ok(h) => h.store_id,
+            Ok(h) => {
+                // What a normal open refuses here, salvage reports and
+                // reads on: the frames check under the file's own name
+                // (a copy of another segment's file keeps none).
+                let mismatch = if h.segment != id {
+                    Some(format!(
+                        "header names segment {}, file name {}",
+                        h.segment.0, id.0
+                    ))
+                } else if i == 0
+                    && (id.0 != frame::FIRST_SEGMENT_ID
+                        || h.first_batch_seq != 0
+                        || h.prev_segment_end != 0)
+                {
+                    Some(format!(
+                        "the log starts at segment {} (batch {}), not at segment {} with batch 0: earlier segment files are missing",
+                        id.0,
+                        h.first_batch_seq,
+                        frame::FIRST_SEGMENT_ID
+                    ))
+                } else {
+                    None
+                };
+                if let Some(detail) = mismatch {
+                    pass.problems.push(Problem {
+                        kind: ProblemKind::Corruption,
+                        file: path.clone(),
+                        offset: 0,
+                        bytes: SEGMENT_HEADER_BYTES as u64,
+                        detail,
+                        action: "read the segment's batches as the file name says".into(),
+                    });
+                }
+                h.store_id
+            }
             Err(frame::HeaderError::Version(v)) => {
                 return Err(Error::UnsupportedVersion {
                     file: path,
@@ -182,7 +216,8 @@ pub(crate) fn salvage(vfs: &dyn Vfs, dir: &Path) -> Result<Recovered> {
             store_id: salt_id,
             segment: id,
         };
-        salvage_segment(&mut pass, &mut report, &path, &bytes, &salt);
+        let is_last = i + 1 == ids.len();
+        salvage_segment(&mut pass, &mut report, &path, &bytes, &salt, is_last);
     }
     report.sessions = pass.index.sessions.len() as u64;
     report.events = pass.index.event_count();
@@ -203,18 +238,55 @@ pub(crate) fn salvage(vfs: &dyn Vfs, dir: &Path) -> Result<Recovered> {
 }
 
 /// Walk one segment's batches, reading failing batches frame by frame and
-/// resuming at the next valid batch.
+/// resuming at the next valid batch. Only the last segment can end in a torn
+/// tail; damage anywhere else is corruption.
 fn salvage_segment(
     pass: &mut Pass,
     report: &mut RecoveryReport,
     path: &Path,
     bytes: &[u8],
     salt: &Salt,
+    is_last: bool,
 ) {
     let mut off = SEGMENT_HEADER_BYTES;
-    while off + BATCH_HEADER_BYTES <= bytes.len() {
-        if bytes[off..off + BATCH_HEADER_BYTES].iter().all(|b| *b == 0) {
-            break; // end of data
+    loop {
+        let end_of_data = bytes
+            .get(off..off + BATCH_HEADER_BYTES)
+            .is_none_or(|h| h.iter().all(|b| *b == 0));
+        if end_of_data {
+            // Zeros, or too few bytes for a batch header: the end of data,
+            // unless non-zero bytes follow (a zeroed batch header, debris,
+            // a cut header). Say so, and read on at a valid batch after it.
+            let (later, nonzero_end) = probe_after(bytes, salt, off as u32, 0);
+            let Some(end) = nonzero_end else {
+                break;
+            };
+            let end = later.unwrap_or(end) as usize;
+            pass.problems.push(Problem {
+                kind: if later.is_none() && is_last {
+                    ProblemKind::TornTail
+                } else {
+                    ProblemKind::Corruption
+                },
+                file: path.to_path_buf(),
+                offset: off as u64,
+                bytes: end.saturating_sub(off) as u64,
+                detail: match later {
+                    Some(_) => "no batch header where the data goes on".into(),
+                    None => "non-zero bytes after the end of data".into(),
+                },
+                action: match later {
+                    Some(l) => format!("resumed at the valid batch at offset {l}"),
+                    None => "nothing valid follows in this segment".into(),
+                },
+            });
+            match later {
+                Some(l) => {
+                    off = l as usize;
+                    continue;
+                }
+                None => break,
+            }
         }
         match check_batch(bytes, salt, off, None) {
             Ok((h, frames)) => {
@@ -235,10 +307,10 @@ fn salvage_segment(
                     .or(nonzero_end.map(|n| n as usize))
                     .unwrap_or(bytes.len());
                 pass.problems.push(Problem {
-                    kind: if later.is_some() {
-                        ProblemKind::Corruption
-                    } else {
+                    kind: if later.is_none() && is_last {
                         ProblemKind::TornTail
+                    } else {
+                        ProblemKind::Corruption
                     },
                     file: path.to_path_buf(),
                     offset: off as u64,
