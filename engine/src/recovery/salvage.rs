@@ -3,7 +3,12 @@
 //!
 //! Policy over the shared scanner: where the scan of a segment stops, the
 //! failing batch is read frame by frame (each frame carries its own
-//! frame_crc) and the scan resumes at the next valid batch. Kept frames go
+//! frame_crc) and the scan resumes at the next valid batch; zeros where a
+//! batch header belongs end the segment's data only if nothing but zeros
+//! follows (otherwise they are reported and the scan resumes at the next
+//! valid batch too). Header fields a normal open refuses (a header naming
+//! another segment, a log that does not start at segment 1) are reported,
+//! and the segment is read under its file name. Kept frames go
 //! through the index's rules in log order, so what opens still keeps
 //! invariant 2: a session keeps its dense prefix up to its first lost or
 //! rule-breaking frame, and every later frame of it is dropped and reported
