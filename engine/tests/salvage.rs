@@ -220,3 +220,61 @@ fn salvage_reports_a_segment_header_that_names_another_segment() {
         "{report:#?}"
     );
 }
+
+/// The last batch of a sealed segment zeroed (or the segment cut at a batch
+/// boundary) reads as a shorter segment; the next segment's header says
+/// where the previous one ended and which batch comes next, so the loss is
+/// reported even when no later frame of the lost session shows it.
+#[test]
+fn salvage_reports_batches_lost_at_the_end_of_a_sealed_segment() {
+    let dir = tempfile::tempdir().unwrap();
+    let opts = Options {
+        segment_bytes: 8_192,
+        ..Options::default()
+    };
+    let store = Store::open_with(dir.path(), opts.clone()).unwrap();
+    let mut seq = 0;
+    let mut victim = None;
+    loop {
+        let a = store.append("a", 1, 0, &payload("a", seq)).unwrap();
+        store.sync().unwrap();
+        if a.pos.segment().0 > 1 {
+            break;
+        }
+        victim = Some(store.append("c", 1, 0, &payload("c", seq)).unwrap());
+        store.sync().unwrap();
+        seq += 1;
+    }
+    store.close().unwrap();
+    // "c"'s last event is the last batch of segment 1: zero that batch.
+    let victim = victim.unwrap();
+    assert_eq!(victim.pos.segment().0, 1);
+    let seg = dir.path().join("0000000001.tseg");
+    let mut bytes = std::fs::read(&seg).unwrap();
+    let from = victim.pos.offset() as usize - turnstone::frame::BATCH_HEADER_BYTES;
+    bytes[from..victim.end.offset() as usize].fill(0);
+    assert!(bytes[from..].iter().all(|b| *b == 0));
+    std::fs::write(&seg, &bytes).unwrap();
+
+    let store = Store::open_with(
+        dir.path(),
+        Options {
+            recovery_mode: RecoveryMode::Salvage,
+            read_only: true,
+            ..opts
+        },
+    )
+    .unwrap();
+    assert_events(&store, "a", seq + 1);
+    assert_events(&store, "c", seq - 1);
+    let report = store.recovery_report();
+    assert!(
+        report
+            .problems
+            .iter()
+            .any(|p| p.kind == ProblemKind::Corruption
+                && p.file == dir.path().join("0000000002.tseg")
+                && p.offset == 0),
+        "{report:#?}"
+    );
+}

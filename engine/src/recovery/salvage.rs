@@ -7,8 +7,10 @@
 //! batch header belongs end the segment's data only if nothing but zeros
 //! follows (otherwise they are reported and the scan resumes at the next
 //! valid batch too). Header fields a normal open refuses (a header naming
-//! another segment, a log that does not start at segment 1) are reported,
-//! and the segment is read under its file name. Kept frames go
+//! another segment, a log that does not start at segment 1, a header whose
+//! previous end or first batch says that batches at the end of the previous
+//! segment are gone) are reported, and the segment is read under its file
+//! name. Kept frames go
 //! through the index's rules in log order, so what opens still keeps
 //! invariant 2: a session keeps its dense prefix up to its first lost or
 //! rule-breaking frame, and every later frame of it is dropped and reported
@@ -135,8 +137,14 @@ pub(crate) fn salvage(vfs: &dyn Vfs, dir: &Path) -> Result<Recovered> {
             action: "read on with the segments that are there".into(),
         });
     }
+    // The previous segment, if it read without a problem of its own: its id,
+    // the batch that comes next and where its data ends (what the next
+    // segment's header must say, or batches at its end are gone).
+    let mut chain: Option<(SegmentId, u64, u32)> = None;
     for (i, id) in ids.iter().copied().enumerate() {
         let path = segment_path(dir, id);
+        let prev = chain.take();
+        let mut first_seq = None;
         let bytes = read_segment(vfs, &path, false)?;
         report.segments_scanned += 1;
         report.bytes_scanned += bytes.len() as u64;
@@ -173,8 +181,19 @@ pub(crate) fn salvage(vfs: &dyn Vfs, dir: &Path) -> Result<Recovered> {
                         frame::FIRST_SEGMENT_ID
                     ))
                 } else {
-                    None
+                    prev.filter(|(p, next, end)| {
+                        p.0 + 1 == id.0
+                            && range_ends.is_empty()
+                            && (h.first_batch_seq != *next || h.prev_segment_end != *end)
+                    })
+                    .map(|(p, next, end)| {
+                        format!(
+                            "segment {} ends at offset {end} before batch {next}, but this header says offset {} and batch {}: batches at the end of segment {} are missing",
+                            p.0, h.prev_segment_end, h.first_batch_seq, p.0
+                        )
+                    })
                 };
+                first_seq = Some(h.first_batch_seq);
                 if let Some(detail) = mismatch {
                     pass.problems.push(Problem {
                         kind: ProblemKind::Corruption,
@@ -222,7 +241,15 @@ pub(crate) fn salvage(vfs: &dyn Vfs, dir: &Path) -> Result<Recovered> {
             segment: id,
         };
         let is_last = i + 1 == ids.len();
-        salvage_segment(&mut pass, &mut report, &path, &bytes, &salt, is_last);
+        let problems_before = pass.problems.len();
+        let (next_seq, end) =
+            salvage_segment(&mut pass, &mut report, &path, &bytes, &salt, is_last);
+        if let (Some(next), true) = (
+            next_seq.or(first_seq),
+            pass.problems.len() == problems_before,
+        ) {
+            chain = Some((id, next, end));
+        }
     }
     report.sessions = pass.index.sessions.len() as u64;
     report.events = pass.index.event_count();
@@ -244,7 +271,8 @@ pub(crate) fn salvage(vfs: &dyn Vfs, dir: &Path) -> Result<Recovered> {
 
 /// Walk one segment's batches, reading failing batches frame by frame and
 /// resuming at the next valid batch. Only the last segment can end in a torn
-/// tail; damage anywhere else is corruption.
+/// tail; damage anywhere else is corruption. Returns the sequence number
+/// after the last valid batch (`None` if there was none) and where it ended.
 fn salvage_segment(
     pass: &mut Pass,
     report: &mut RecoveryReport,
@@ -252,8 +280,9 @@ fn salvage_segment(
     bytes: &[u8],
     salt: &Salt,
     is_last: bool,
-) {
+) -> (Option<u64>, u32) {
     let mut off = SEGMENT_HEADER_BYTES;
+    let (mut next_seq, mut end) = (None, SEGMENT_HEADER_BYTES as u32);
     loop {
         let end_of_data = bytes
             .get(off..off + BATCH_HEADER_BYTES)
@@ -303,6 +332,7 @@ fn salvage_segment(
                     }
                 }
                 off += BATCH_HEADER_BYTES + h.body_len as usize;
+                (next_seq, end) = (Some(h.batch_seq + 1), off as u32);
             }
             Err(failure) => {
                 let (later, nonzero_end) = probe_after(bytes, salt, off as u32, 0);
@@ -336,6 +366,7 @@ fn salvage_segment(
             }
         }
     }
+    (next_seq, end)
 }
 
 /// Read the failing batch at `off` frame by frame; returns (kept, dropped).
