@@ -6,7 +6,11 @@
 //! truncated, zeroed, removed, swapped and copied files, and junk files under
 //! the names the engine looks at (segments, index checkpoint and its temp
 //! file, snapshot-like files). The image is then opened read-only and
-//! writable in every [`RecoveryMode`], each time on a fresh copy.
+//! writable in the three ordinary [`RecoveryMode`]s and read-only in
+//! [`RecoveryMode::Salvage`], each time on a fresh copy. The build step
+//! records every event it wrote ([`Written`]: session, seq, kind, flags and
+//! payload as acknowledged, a fork's inherited events under the child's name,
+//! both versions of a seq written again after a power cut).
 //!
 //! Properties:
 //! - no open panics; each returns `Ok` or a typed error (never `Io`: the
@@ -23,7 +27,30 @@
 //!   one), and a full rescan agrees with the checkpointed open;
 //! - the read-only inspector (`turnstone dump`/`verify`) never panics, and
 //!   reports corruption exactly when tolerate-torn-tail refuses with it.
+//!
+//! Salvage (`turnstone export --salvage`), at every damage above:
+//! - a writable salvage open is refused (`InvalidArgument`); the read-only
+//!   one never panics and returns `Ok` or a typed error (never `Io`), and
+//!   every event it indexes reads back;
+//! - nothing invented: every event it keeps is in [`Written`] with the same
+//!   session name, seq, kind, flags and payload bytes, and each session's
+//!   events are the dense prefix `0..len`;
+//! - it keeps at least what the ordinary modes keep: when tolerate-torn-tail
+//!   or point-in-time opens read-only with a full rescan, salvage opens too,
+//!   with every session of it at least as long and every event of it with
+//!   the same bytes. (Compared with full rescans: an open that starts from
+//!   an index checkpoint takes covered session-defines from the checkpoint,
+//!   so damage to one does not show there, while salvage, which reads only
+//!   the segments, loses that session.)
+//! - its report adds up: its session and event counts are the store's; the
+//!   frames it scanned are the kept ones (one session-define per session,
+//!   each event frame of its own) plus the dropped ones, and each dropped
+//!   frame has a problem of its own; with no problem reported, an
+//!   absolute-consistency full rescan opens the same store;
+//! - on an undamaged image (a clean close, no damage applied) it reports no
+//!   problem and equals the tolerate-torn-tail open.
 
+use std::collections::{BTreeMap, HashSet};
 use std::mem::discriminant;
 
 use arbitrary::{Arbitrary, Unstructured};
@@ -160,11 +187,15 @@ pub fn run(data: &[u8]) {
         recovery_mode: mode,
         ..sim_opts(sim, seg)
     };
-    let mut files = build(&input, seg);
+    let (mut files, written) = build(&input, seg);
+    let built = files.clone();
     damage(&mut files, &input.damage);
+    // Exactly what the engine left: a clean close and no damage at all.
+    let undamaged = files == built && input.end_crash.is_none();
     let dir = dir();
 
     let mut by_mode = Vec::new();
+    let mut ro_by_mode = Vec::new();
     for mode in MODES {
         let sim = materialize(&dir, &files);
         let ro = outcome(&Store::open_with(
@@ -236,6 +267,7 @@ pub fn run(data: &[u8]) {
             reopen_is_stable(store, &rw, opts(&sim, mode));
         }
         by_mode.push(rw);
+        ro_by_mode.push(ro);
     }
     let [abs, tol, pit] = &by_mode[..] else {
         unreachable!("three modes")
@@ -250,6 +282,199 @@ pub fn run(data: &[u8]) {
         assert!(
             tol.same_store(pit),
             "tolerate-torn-tail opened {tol:?} but point-in-time gave {pit:?}"
+        );
+    }
+    // Salvage is read-only and reads every segment: it compares with the
+    // read-only opens (a writable open of a directory without segments
+    // creates a new store) that scanned everything (an index checkpoint
+    // stands in for what it covers, session-defines included: damage there
+    // does not show to an open that starts from it, but loses the session
+    // to salvage, which reads only the segments).
+    let [_, tol_ro, pit_ro] = &ro_by_mode[..] else {
+        unreachable!("three modes")
+    };
+    let rescan = |mode| {
+        let sim = materialize(&dir, &files);
+        outcome(&Store::open_with(
+            &dir,
+            Options {
+                read_only: true,
+                checkpoints: false,
+                ..opts(&sim, mode)
+            },
+        ))
+    };
+    let (tol_full, pit_full);
+    let (tol_ro, pit_ro) = if input.checkpoints {
+        tol_full = rescan(RecoveryMode::TolerateTornTail);
+        pit_full = rescan(RecoveryMode::PointInTime);
+        (&tol_full, &pit_full)
+    } else {
+        (tol_ro, pit_ro)
+    };
+    check_salvage(&files, &opts, &written, tol_ro, pit_ro, undamaged);
+}
+
+/// The salvage open of the damaged image (read-only, a fresh copy).
+fn check_salvage(
+    files: &[(String, Vec<u8>)],
+    opts: &dyn Fn(&SimVfs, RecoveryMode) -> Options,
+    written: &Written,
+    tol: &Outcome,
+    pit: &Outcome,
+    undamaged: bool,
+) {
+    let dir = dir();
+    let sim = materialize(&dir, files);
+    let salvage = |sim: &SimVfs, read_only: bool| {
+        Store::open_with(
+            &dir,
+            Options {
+                read_only,
+                ..opts(sim, RecoveryMode::Salvage)
+            },
+        )
+    };
+    // Salvage never writes: a writable salvage open is refused up front.
+    assert!(
+        matches!(salvage(&sim, false), Err(Error::InvalidArgument(_))),
+        "a writable salvage open was not refused"
+    );
+    let store = salvage(&sim, true);
+    // No panic, `Ok` or a typed error; every indexed event reads back (or
+    // `outcome` panics: salvage never starts from a checkpoint).
+    let got = outcome(&store);
+    let Ok(store) = store else {
+        // It keeps at least what the ordinary modes keep.
+        for (mode, o) in [("tolerate-torn-tail", tol), ("point-in-time", pit)] {
+            assert!(
+                !o.is_ok(),
+                "{mode} opened {o:?} but salvage failed: {got:?}"
+            );
+        }
+        return;
+    };
+    let report = store.recovery_report().clone();
+    assert!(!report.checkpoint_used, "salvage used a checkpoint");
+    let Outcome::Opened {
+        lengths: s_len,
+        events: Some(s_ev),
+        ..
+    } = &got
+    else {
+        unreachable!("opened without a checkpoint: events read")
+    };
+    let sessions = store.sessions();
+
+    // Nothing invented, dense prefixes: every kept event is one the build
+    // wrote, under the same name and seq with the same kind, flags and bytes,
+    // and session `s` with n events holds exactly seqs 0..n.
+    let mut at: BTreeMap<&str, u64> = BTreeMap::new();
+    for ev in s_ev {
+        let next = at.entry(ev.0.as_str()).or_default();
+        assert_eq!(ev.1, *next, "salvage: session {:?} is not dense", ev.0);
+        *next += 1;
+        assert!(
+            written.contains(ev),
+            "salvage invented an event: {:?} seq {} kind {} flags {} ({} bytes)",
+            ev.0,
+            ev.1,
+            ev.2,
+            ev.3,
+            ev.4.len()
+        );
+    }
+    for (name, len) in s_len {
+        assert_eq!(
+            at.get(name.as_str()).copied().unwrap_or(0),
+            *len,
+            "salvage: session {name:?} length and events disagree"
+        );
+    }
+
+    // At least what the ordinary modes keep, with the same bytes.
+    let s_set: HashSet<&StoredEvent> = s_ev.iter().collect();
+    for (mode, o) in [("tolerate-torn-tail", tol), ("point-in-time", pit)] {
+        let Outcome::Opened {
+            lengths, events, ..
+        } = o
+        else {
+            continue;
+        };
+        for (name, len) in lengths {
+            let kept = s_len.iter().find(|(n, _)| n == name).map(|(_, l)| *l);
+            assert!(
+                kept.is_some_and(|k| k >= *len),
+                "{mode} shows session {name:?} with {len} events, salvage {kept:?}"
+            );
+        }
+        for ev in events.iter().flatten() {
+            assert!(
+                s_set.contains(ev),
+                "{mode} shows {:?} seq {} but salvage does not (or other bytes)",
+                ev.0,
+                ev.1
+            );
+        }
+    }
+
+    // The report adds up: its counts are the store's, and every frame it
+    // scanned was kept (a session-define or an event frame of its own) or
+    // dropped, each dropped frame with its own problem.
+    assert_eq!(report.mode, RecoveryMode::Salvage);
+    assert_eq!(report.sessions, sessions.len() as u64, "{report:?}");
+    assert_eq!(
+        report.events,
+        sessions.iter().map(|s| s.len).sum::<u64>(),
+        "{report:?}"
+    );
+    let own: u64 = sessions
+        .iter()
+        .map(|s| s.len - s.parent.as_ref().map_or(0, |(_, upto)| *upto))
+        .sum();
+    let kept = sessions.len() as u64 + own;
+    assert!(
+        report.frames_scanned >= kept,
+        "salvage kept {kept} frames of {} scanned",
+        report.frames_scanned
+    );
+    let dropped = report.frames_scanned - kept;
+    let frame_problems = report
+        .problems
+        .iter()
+        .filter(|p| p.action.starts_with("dropped the frame"))
+        .count() as u64;
+    assert_eq!(
+        dropped, frame_problems,
+        "salvage dropped {dropped} frames but reports {frame_problems}: {:#?}",
+        report.problems
+    );
+    if report.problems.is_empty() {
+        // Nothing reported: a full rescan in absolute consistency agrees.
+        let sim = materialize(&dir, files);
+        let abs = Store::open_with(
+            &dir,
+            Options {
+                read_only: true,
+                checkpoints: false,
+                ..opts(&sim, RecoveryMode::AbsoluteConsistency)
+            },
+        );
+        let abs = outcome(&abs);
+        assert!(
+            got.same_store(&abs),
+            "salvage reports no problem: {got:?} but absolute consistency gives {abs:?}"
+        );
+    }
+    if undamaged {
+        assert!(
+            report.problems.is_empty(),
+            "salvage of an undamaged store reports {:#?}",
+            report.problems
+        );
+        assert!(
+            got.same_store(tol),
+            "salvage of an undamaged store gives {got:?}, the normal open {tol:?}"
         );
     }
 }
@@ -453,8 +678,14 @@ impl Outcome {
     }
 }
 
-/// Let the engine write a store; return its files.
-fn build(input: &Input, seg: u32) -> Vec<(String, Vec<u8>)> {
+/// Every event the build step wrote, under every name that reads it (a
+/// fork's inherited events under the child's name too), over all of its
+/// lives: after a power cut a lost seq is written again with other bytes,
+/// and both versions are in the set.
+pub type Written = HashSet<StoredEvent>;
+
+/// Let the engine write a store; return its files and what it wrote.
+fn build(input: &Input, seg: u32) -> (Vec<(String, Vec<u8>)>, Written) {
     let sim = SimVfs::new();
     let opts = || Options {
         checkpoints: input.checkpoints,
@@ -462,20 +693,34 @@ fn build(input: &Input, seg: u32) -> Vec<(String, Vec<u8>)> {
         ..sim_opts(&sim, seg)
     };
     let dir = dir();
+    let mut written = Written::new();
+    // What each session holds as acknowledged (for a fork's inheritance).
+    let mut model: BTreeMap<String, Vec<(u16, u16, Vec<u8>)>> = BTreeMap::new();
+    let record = |model: &mut BTreeMap<String, Vec<_>>,
+                  written: &mut Written,
+                  name: &str,
+                  seq: u64,
+                  kind: u16,
+                  flags: u16,
+                  payload: &[u8]| {
+        let events = model.entry(name.to_string()).or_default();
+        events.truncate(seq as usize);
+        events.push((kind, flags, payload.to_vec()));
+        written.insert((name.to_string(), seq, kind, flags, payload.to_vec()));
+    };
     let Ok(mut store) = Store::open_with(&dir, opts()) else {
-        return Vec::new();
+        return (Vec::new(), written);
     };
     let max_len = seg as usize / 3;
     for (i, op) in input.build.iter().take(48).enumerate() {
         match op {
             BuildOp::Append { session, kind, len } => {
                 let name = format!("s{}", session % 4);
-                let _ = store.append(
-                    &name,
-                    1 + (*kind as u16 % 20),
-                    (*kind as u16 >> 7) & 1,
-                    &payload(i as u64, *len as usize % max_len),
-                );
+                let (kind, flags) = (1 + (*kind as u16 % 20), (*kind as u16 >> 7) & 1);
+                let p = payload(i as u64, *len as usize % max_len);
+                if let Ok(a) = store.append(&name, kind, flags, &p) {
+                    record(&mut model, &mut written, &name, a.seq.0, kind, flags, &p);
+                }
             }
             BuildOp::Group { session, n, len } => {
                 let name = format!("s{}", session % 4);
@@ -484,7 +729,11 @@ fn build(input: &Input, seg: u32) -> Vec<(String, Vec<u8>)> {
                     .collect();
                 let refs: Vec<(u16, u16, &[u8])> =
                     evs.iter().map(|p| (5u16, 0u16, p.as_slice())).collect();
-                let _ = store.append_group(&name, &refs, |_| {});
+                let mut seqs = Vec::new();
+                let _ = store.append_group(&name, &refs, |a| seqs.push(a.seq.0));
+                for (seq, p) in seqs.into_iter().zip(&evs) {
+                    record(&mut model, &mut written, &name, seq, 5, 0, p);
+                }
             }
             BuildOp::Sync => {
                 let _ = store.sync();
@@ -495,12 +744,18 @@ fn build(input: &Input, seg: u32) -> Vec<(String, Vec<u8>)> {
                 child,
             } => {
                 let parent = format!("s{}", parent % 4);
+                let child = format!("f{}", child % 4);
                 if let Some(len) = store.session_len(&parent) {
-                    let _ = store.fork(
-                        &parent,
-                        *upto as u64 % (len + 1),
-                        &format!("f{}", child % 4),
-                    );
+                    let upto = *upto as u64 % (len + 1);
+                    if store.fork(&parent, upto, &child).is_ok() {
+                        let inherited: Vec<_> = model.get(&parent).map_or(Vec::new(), |evs| {
+                            evs.iter().take(upto as usize).cloned().collect()
+                        });
+                        for (seq, (kind, flags, p)) in inherited.iter().enumerate() {
+                            written.insert((child.clone(), seq as u64, *kind, *flags, p.clone()));
+                        }
+                        model.insert(child, inherited);
+                    }
                 }
             }
             BuildOp::CloseReopen => {
@@ -512,6 +767,14 @@ fn build(input: &Input, seg: u32) -> Vec<(String, Vec<u8>)> {
                 crash(&sim, store, *after_ops, *seed);
                 store = Store::open_with(&dir, opts())
                     .unwrap_or_else(|e| panic!("reopen after a power cut failed: {e}"));
+                // What the power cut took is written again with other bytes.
+                model.retain(|name, evs| match store.session_len(name) {
+                    Some(len) => {
+                        evs.truncate(len as usize);
+                        true
+                    }
+                    None => false,
+                });
             }
         }
     }
@@ -521,7 +784,7 @@ fn build(input: &Input, seg: u32) -> Vec<(String, Vec<u8>)> {
         }
         Some((after_ops, seed)) => crash(&sim, store, after_ops, seed),
     }
-    snapshot(&sim, &dir)
+    (snapshot(&sim, &dir), written)
 }
 
 /// Let the store run `after_ops` more file operations (a sync), then cut the

@@ -3,7 +3,14 @@
 //!
 //! Policy over the shared scanner: where the scan of a segment stops, the
 //! failing batch is read frame by frame (each frame carries its own
-//! frame_crc) and the scan resumes at the next valid batch. Kept frames go
+//! frame_crc) and the scan resumes at the next valid batch; zeros where a
+//! batch header belongs end the segment's data only if nothing but zeros
+//! follows (otherwise they are reported and the scan resumes at the next
+//! valid batch too). Header fields a normal open refuses (a header naming
+//! another segment, a log that does not start at segment 1, a header whose
+//! previous end or first batch says that batches at the end of the previous
+//! segment are gone) are reported, and the segment is read under its file
+//! name. Kept frames go
 //! through the index's rules in log order, so what opens still keeps
 //! invariant 2: a session keeps its dense prefix up to its first lost or
 //! rule-breaking frame, and every later frame of it is dropped and reported
@@ -130,8 +137,14 @@ pub(crate) fn salvage(vfs: &dyn Vfs, dir: &Path) -> Result<Recovered> {
             action: "read on with the segments that are there".into(),
         });
     }
+    // The previous segment, if it read without a problem of its own: its id,
+    // the batch that comes next and where its data ends (what the next
+    // segment's header must say, or batches at its end are gone).
+    let mut chain: Option<(SegmentId, u64, u32)> = None;
     for (i, id) in ids.iter().copied().enumerate() {
         let path = segment_path(dir, id);
+        let prev = chain.take();
+        let mut first_seq = None;
         let bytes = read_segment(vfs, &path, false)?;
         report.segments_scanned += 1;
         report.bytes_scanned += bytes.len() as u64;
@@ -147,7 +160,52 @@ pub(crate) fn salvage(vfs: &dyn Vfs, dir: &Path) -> Result<Recovered> {
                 });
                 continue;
             }
-            Ok(h) => h.store_id,
+            Ok(h) => {
+                // What a normal open refuses here, salvage reports and
+                // reads on: the frames check under the file's own name
+                // (a copy of another segment's file keeps none).
+                let mismatch = if h.segment != id {
+                    Some(format!(
+                        "header names segment {}, file name {}",
+                        h.segment.0, id.0
+                    ))
+                } else if i == 0
+                    && (id.0 != frame::FIRST_SEGMENT_ID
+                        || h.first_batch_seq != 0
+                        || h.prev_segment_end != 0)
+                {
+                    Some(format!(
+                        "the log starts at segment {} (batch {}), not at segment {} with batch 0: earlier segment files are missing",
+                        id.0,
+                        h.first_batch_seq,
+                        frame::FIRST_SEGMENT_ID
+                    ))
+                } else {
+                    prev.filter(|(p, next, end)| {
+                        p.0 + 1 == id.0
+                            && range_ends.is_empty()
+                            && (h.first_batch_seq != *next || h.prev_segment_end != *end)
+                    })
+                    .map(|(p, next, end)| {
+                        format!(
+                            "segment {} ends at offset {end} before batch {next}, but this header says offset {} and batch {}: batches at the end of segment {} are missing",
+                            p.0, h.prev_segment_end, h.first_batch_seq, p.0
+                        )
+                    })
+                };
+                first_seq = Some(h.first_batch_seq);
+                if let Some(detail) = mismatch {
+                    pass.problems.push(Problem {
+                        kind: ProblemKind::Corruption,
+                        file: path.clone(),
+                        offset: 0,
+                        bytes: SEGMENT_HEADER_BYTES as u64,
+                        detail,
+                        action: "read the segment's batches as the file name says".into(),
+                    });
+                }
+                h.store_id
+            }
             Err(frame::HeaderError::Version(v)) => {
                 return Err(Error::UnsupportedVersion {
                     file: path,
@@ -182,7 +240,16 @@ pub(crate) fn salvage(vfs: &dyn Vfs, dir: &Path) -> Result<Recovered> {
             store_id: salt_id,
             segment: id,
         };
-        salvage_segment(&mut pass, &mut report, &path, &bytes, &salt);
+        let is_last = i + 1 == ids.len();
+        let problems_before = pass.problems.len();
+        let (next_seq, end) =
+            salvage_segment(&mut pass, &mut report, &path, &bytes, &salt, is_last);
+        if let (Some(next), true) = (
+            next_seq.or(first_seq),
+            pass.problems.len() == problems_before,
+        ) {
+            chain = Some((id, next, end));
+        }
     }
     report.sessions = pass.index.sessions.len() as u64;
     report.events = pass.index.event_count();
@@ -203,18 +270,57 @@ pub(crate) fn salvage(vfs: &dyn Vfs, dir: &Path) -> Result<Recovered> {
 }
 
 /// Walk one segment's batches, reading failing batches frame by frame and
-/// resuming at the next valid batch.
+/// resuming at the next valid batch. Only the last segment can end in a torn
+/// tail; damage anywhere else is corruption. Returns the sequence number
+/// after the last valid batch (`None` if there was none) and where it ended.
 fn salvage_segment(
     pass: &mut Pass,
     report: &mut RecoveryReport,
     path: &Path,
     bytes: &[u8],
     salt: &Salt,
-) {
+    is_last: bool,
+) -> (Option<u64>, u32) {
     let mut off = SEGMENT_HEADER_BYTES;
-    while off + BATCH_HEADER_BYTES <= bytes.len() {
-        if bytes[off..off + BATCH_HEADER_BYTES].iter().all(|b| *b == 0) {
-            break; // end of data
+    let (mut next_seq, mut end) = (None, SEGMENT_HEADER_BYTES as u32);
+    loop {
+        let end_of_data = bytes
+            .get(off..off + BATCH_HEADER_BYTES)
+            .is_none_or(|h| h.iter().all(|b| *b == 0));
+        if end_of_data {
+            // Zeros, or too few bytes for a batch header: the end of data,
+            // unless non-zero bytes follow (a zeroed batch header, debris,
+            // a cut header). Say so, and read on at a valid batch after it.
+            let (later, nonzero_end) = probe_after(bytes, salt, off as u32, 0);
+            let Some(end) = nonzero_end else {
+                break;
+            };
+            let end = later.unwrap_or(end) as usize;
+            pass.problems.push(Problem {
+                kind: if later.is_none() && is_last {
+                    ProblemKind::TornTail
+                } else {
+                    ProblemKind::Corruption
+                },
+                file: path.to_path_buf(),
+                offset: off as u64,
+                bytes: end.saturating_sub(off) as u64,
+                detail: match later {
+                    Some(_) => "no batch header where the data goes on".into(),
+                    None => "non-zero bytes after the end of data".into(),
+                },
+                action: match later {
+                    Some(l) => format!("resumed at the valid batch at offset {l}"),
+                    None => "nothing valid follows in this segment".into(),
+                },
+            });
+            match later {
+                Some(l) => {
+                    off = l as usize;
+                    continue;
+                }
+                None => break,
+            }
         }
         match check_batch(bytes, salt, off, None) {
             Ok((h, frames)) => {
@@ -226,6 +332,7 @@ fn salvage_segment(
                     }
                 }
                 off += BATCH_HEADER_BYTES + h.body_len as usize;
+                (next_seq, end) = (Some(h.batch_seq + 1), off as u32);
             }
             Err(failure) => {
                 let (later, nonzero_end) = probe_after(bytes, salt, off as u32, 0);
@@ -235,10 +342,10 @@ fn salvage_segment(
                     .or(nonzero_end.map(|n| n as usize))
                     .unwrap_or(bytes.len());
                 pass.problems.push(Problem {
-                    kind: if later.is_some() {
-                        ProblemKind::Corruption
-                    } else {
+                    kind: if later.is_none() && is_last {
                         ProblemKind::TornTail
+                    } else {
+                        ProblemKind::Corruption
                     },
                     file: path.to_path_buf(),
                     offset: off as u64,
@@ -259,6 +366,7 @@ fn salvage_segment(
             }
         }
     }
+    (next_seq, end)
 }
 
 /// Read the failing batch at `off` frame by frame; returns (kept, dropped).
