@@ -53,6 +53,9 @@ pub(crate) struct State {
     pub stats: Stats,
     /// The batch the flusher is writing: its sequence number and end.
     pub inflight: Option<(u64, LogPos)>,
+    /// Threads inside [`CommitQueue::wait_durable`] whose position is not
+    /// durable yet.
+    pub waiting_threads: usize,
     /// Tasks waiting (without a thread) for a position to be durable, by
     /// the parity of its batch, like the threads on `durable_cvs`.
     pub wakers: [Vec<Waker>; 2],
@@ -185,6 +188,7 @@ impl CommitQueue {
                 session_wakers: HashMap::new(),
                 session_cvs: HashMap::new(),
                 inflight: None,
+                waiting_threads: 0,
             }),
             work_cv: Condvar::new(),
             durable_cvs: [Condvar::new(), Condvar::new()],
@@ -263,22 +267,34 @@ impl CommitQueue {
     /// write is retried once on behalf of this waiter; if that retry fails
     /// too, [`Error::WriteFailed`] is returned.
     ///
-    /// With `env` (and leaders on), a waiter that finds no batch in flight
-    /// writes the next one itself, like the leader of a leader/follower
-    /// group commit: no hand-off to the flusher thread and back. Waiters
-    /// that find a batch in flight sleep; when it is durable and more is
-    /// wanted, the flusher thread takes over ([`CommitQueue::hand_off`]).
+    /// With `env` (and leaders on), a lone waiter (no other thread waits)
+    /// that finds no batch in flight writes the next one itself, like the
+    /// leader of a leader/follower group commit: no hand-off to the flusher
+    /// thread and back. Otherwise it wakes the flusher and sleeps; when a
+    /// batch is durable and more is wanted, the flusher takes over
+    /// ([`CommitQueue::hand_off`]) and chains batches while there is work.
     pub fn wait_durable(&self, pos: LogPos, env: Option<&FlusherEnv<'_>>) -> Result<()> {
         let mut st = self.state.lock();
         let mut retry = RetryState::default();
         let env = env.filter(|_| self.leaders);
+        let mut counted = false;
         loop {
             if let Some(done) = self.durable_step(&mut st, pos, &mut retry) {
+                if counted {
+                    st.waiting_threads -= 1;
+                }
                 return done;
+            }
+            if !counted {
+                counted = true;
+                st.waiting_threads += 1;
             }
             if let Some(env) = env {
                 let stalled = st.write_failed.is_some() && !st.retry_requested;
-                if st.inflight.is_none() && st.has_work() && !stalled {
+                // Only a lone waiter leads: with others waiting the flusher
+                // writes, chaining batches without a wake-up each.
+                let alone = st.waiting_threads == 1;
+                if alone && st.inflight.is_none() && st.has_work() && !stalled {
                     let batch = flusher::take(&mut st);
                     drop(st);
                     st = flusher::flush(self, env, batch);

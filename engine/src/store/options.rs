@@ -38,12 +38,12 @@ pub struct Options {
     /// data without a file-system journal commit. Costs those zeros in
     /// device bytes (up to one extra write of each segment byte). 0: off.
     pub zero_ahead_bytes: u32,
-    /// A thread waiting for durability writes and syncs the next batch
-    /// itself when no batch is in flight (leader/follower group commit),
-    /// instead of waking the flusher thread and sleeping until it is done:
-    /// two thread hand-offs fewer for a lone waiter. Under load the flusher
-    /// still chains batches. Still one batch in flight at a time. Off: only
-    /// the flusher thread writes.
+    /// A thread waiting for durability, when no other thread waits and no
+    /// batch is in flight, writes and syncs the next batch itself
+    /// (leader/follower group commit) instead of waking the flusher thread
+    /// and sleeping until it is done: two thread hand-offs fewer for a lone
+    /// writer. With several waiters the flusher writes, chaining batches.
+    /// Still one batch in flight at a time. Off: only the flusher writes.
     pub flush_in_caller: bool,
     /// The file layer.
     pub vfs: Arc<dyn Vfs>,
