@@ -57,10 +57,10 @@ pub enum StoreKind {
     Okaywal,
     RawPrealloc,
     RawAppend,
-    /// turnstone with only the flusher thread writing batches
-    /// (`Options::flush_in_caller` off), to measure the commit path's
-    /// leader/follower mode against it (not in `ALL`).
-    TurnstoneFlusher,
+    /// turnstone with a lone waiting thread writing its own batches
+    /// (`Options::flush_in_caller` on), to measure that mode against the
+    /// default (not in `ALL`).
+    TurnstoneLeader,
     /// turnstone-pg on the server of `TURNSTONE_BENCH_PG_URL` (not in `ALL`).
     Postgres,
     /// One INSERT per event, autocommit, on that server (not in `ALL`).
@@ -79,7 +79,7 @@ impl StoreKind {
     pub fn name(self) -> &'static str {
         match self {
             StoreKind::Turnstone => "turnstone",
-            StoreKind::TurnstoneFlusher => "turnstone-flusher",
+            StoreKind::TurnstoneLeader => "turnstone-leader",
             StoreKind::SqliteWal => "sqlite-wal",
             StoreKind::JsonlPerSession => "jsonl-per-session",
             StoreKind::Okaywal => "okaywal",
@@ -95,7 +95,7 @@ impl StoreKind {
         Self::ALL
             .into_iter()
             .chain(Self::POSTGRES)
-            .chain([StoreKind::TurnstoneFlusher])
+            .chain([StoreKind::TurnstoneLeader])
             .find(|k| k.name() == n)
     }
 }
@@ -114,8 +114,8 @@ pub struct Ctx {
 
 pub fn create(kind: StoreKind, ctx: &Ctx) -> Result<Box<dyn FleetStore>> {
     Ok(match kind {
-        StoreKind::Turnstone => Box::new(TsStore::create(ctx, true)?),
-        StoreKind::TurnstoneFlusher => Box::new(TsStore::create(ctx, false)?),
+        StoreKind::Turnstone => Box::new(TsStore::create(ctx, false)?),
+        StoreKind::TurnstoneLeader => Box::new(TsStore::create(ctx, true)?),
         StoreKind::SqliteWal => Box::new(SqlStore::create(ctx)?),
         StoreKind::JsonlPerSession => Box::new(JsonlStore::create(ctx)?),
         StoreKind::Okaywal => Box::new(WalStore::create(ctx)?),
@@ -155,7 +155,7 @@ impl ReadBack {
 pub fn reopen_and_check(kind: StoreKind, ctx: &Ctx, expected: &[u64]) -> Result<ReadBack> {
     let mut ck = Checker::new(&ctx.wl, expected);
     let (reopen, read) = match kind {
-        StoreKind::Turnstone | StoreKind::TurnstoneFlusher => TsStore::check(ctx, &mut ck)?,
+        StoreKind::Turnstone | StoreKind::TurnstoneLeader => TsStore::check(ctx, &mut ck)?,
         StoreKind::SqliteWal => SqlStore::check(ctx, &mut ck)?,
         StoreKind::JsonlPerSession => JsonlStore::check(ctx, &mut ck)?,
         StoreKind::Okaywal => WalStore::check(ctx, &mut ck)?,

@@ -53,9 +53,9 @@ fn opts(sim: &SimVfs, checkpoints: bool, mode: RecoveryMode) -> Options {
         checkpoints,
         recovery_mode: mode,
         // The fixture's layout needs each roll's checkpoint written before
-        // the next batch: only the flusher thread writes, and it writes the
-        // checkpoint before taking more (with waiters leading writes it
-        // would run beside them and could cover a later batch).
+        // the next batch: only the flusher thread writes (the default), and
+        // it writes the checkpoint before taking more (with waiters leading
+        // writes it would run beside them and could cover a later batch).
         flush_in_caller: false,
         ..sim_opts(sim, SEG_BYTES)
     }
