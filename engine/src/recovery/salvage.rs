@@ -297,11 +297,7 @@ fn salvage_segment(
             };
             let end = later.unwrap_or(end) as usize;
             pass.problems.push(Problem {
-                kind: if later.is_none() && is_last {
-                    ProblemKind::TornTail
-                } else {
-                    ProblemKind::Corruption
-                },
+                kind: damage_kind(later, is_last),
                 file: path.to_path_buf(),
                 offset: off as u64,
                 bytes: end.saturating_sub(off) as u64,
@@ -309,10 +305,7 @@ fn salvage_segment(
                     Some(_) => "no batch header where the data goes on".into(),
                     None => "non-zero bytes after the end of data".into(),
                 },
-                action: match later {
-                    Some(l) => format!("resumed at the valid batch at offset {l}"),
-                    None => "nothing valid follows in this segment".into(),
-                },
+                action: resumed(later),
             });
             match later {
                 Some(l) => {
@@ -342,21 +335,14 @@ fn salvage_segment(
                     .or(nonzero_end.map(|n| n as usize))
                     .unwrap_or(bytes.len());
                 pass.problems.push(Problem {
-                    kind: if later.is_none() && is_last {
-                        ProblemKind::TornTail
-                    } else {
-                        ProblemKind::Corruption
-                    },
+                    kind: damage_kind(later, is_last),
                     file: path.to_path_buf(),
                     offset: off as u64,
                     bytes: end.saturating_sub(off) as u64,
                     detail: failure.detail,
                     action: format!(
                         "salvaged: kept {kept} frames of this batch whose own checksum holds, dropped {lost}; {}",
-                        match resume {
-                            Some(l) => format!("resumed at the valid batch at offset {l}"),
-                            None => "nothing valid follows in this segment".into(),
-                        }
+                        resumed(later)
                     ),
                 });
                 match resume {
@@ -445,5 +431,23 @@ fn dropped(path: &Path, pos: LogPos, frame_len: u32, why: String) -> Problem {
         action:
             "dropped the frame: it checks, but an earlier loss leaves its session no place for it"
                 .into(),
+    }
+}
+
+/// Damage after which no valid batch follows in the last segment is a torn
+/// tail; anything else is corruption (FORMAT.md §6.3).
+fn damage_kind(later: Option<u32>, is_last: bool) -> ProblemKind {
+    if later.is_none() && is_last {
+        ProblemKind::TornTail
+    } else {
+        ProblemKind::Corruption
+    }
+}
+
+/// Where a salvage scan goes on after damage, as a problem's action says.
+fn resumed(later: Option<u32>) -> String {
+    match later {
+        Some(l) => format!("resumed at the valid batch at offset {l}"),
+        None => "nothing valid follows in this segment".into(),
     }
 }
