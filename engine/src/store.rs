@@ -194,10 +194,7 @@ impl Store {
         let mut st = sh.commit.lock();
         st.check_usable()?;
         let mut ix = sh.index.write();
-        let existing = match known {
-            Some(id) => Some(id),
-            None => ix.by_name.get(session).copied(),
-        };
+        let existing = known.or_else(|| ix.by_name.get(session).copied());
         if let Some(&keep) = existing.and_then(|id| ix.reclaimed.get(&id)) {
             // FORMAT.md §14.2: collected as deleted; frames appended under
             // its name would be skipped by the next open.
@@ -645,11 +642,12 @@ impl Shared {
         }
     }
 
-    /// Wait until the log is durable up to `pos`, writing the next batch
-    /// in this thread when none is in flight (a leader never writes a
+    /// Wait until the log is durable up to `pos`; with
+    /// [`Options::flush_in_caller`], writing the next batch in this thread
+    /// when it waits alone and none is in flight (a leader never writes a
     /// checkpoint: the flusher does, after a roll).
     pub(crate) fn wait_durable(&self, pos: LogPos) -> Result<()> {
-        if self.opts.read_only {
+        if self.opts.read_only || !self.opts.flush_in_caller {
             return self.commit.wait_durable(pos, None);
         }
         let checkpoint = || write_checkpoint(self);

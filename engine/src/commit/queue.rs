@@ -319,9 +319,10 @@ impl CommitQueue {
     /// Under a steady load it then writes batch after batch without being
     /// woken again (it loops while there is work). Waking a waiting thread
     /// to lead the next batch instead was measured slower at 64 threads
-    /// (0.71x-0.89x, docs/PERFORMANCE-writepath.md): each batch paid a
-    /// wake-up, and the woken thread competed for a CPU with the waiters of
-    /// the batch just published.
+    /// (0.89x of the flusher-only path; 0.71x with gathering on top,
+    /// docs/PERFORMANCE-writepath.md): each batch paid a wake-up, and the
+    /// woken thread competed for a CPU with the waiters of the batch just
+    /// published.
     pub(super) fn hand_off(&self, st: &State) {
         let wanted =
             st.flush_target > st.durable || st.closing || st.pending_bytes() >= self.flush_bytes;

@@ -71,12 +71,6 @@ impl Index {
         Some((id, &self.sessions[id.0 as usize]))
     }
 
-    /// The reclaimed session named `name` and the events it keeps.
-    pub fn reclaimed_named(&self, name: &str) -> Option<(SessionId, u64)> {
-        let id = *self.by_name.get(name)?;
-        self.reclaimed.get(&id).map(|k| (id, *k))
-    }
-
     /// Install the reclaimed set of `gc.manifest` (§14.2): entries for ids
     /// not defined are ignored; a session's own positions from its `keep`
     /// on are dropped (a checkpoint may hold them).
