@@ -148,6 +148,17 @@ pub async fn handle(
     let mut resp = match routed {
         Ok(r) => r,
         Err(e) => {
+            if e.status.is_server_error() && e.status != StatusCode::SERVICE_UNAVAILABLE {
+                // A 500 is a fault of this server or its store: said where
+                // an operator looks, not only to the client.
+                eprintln!(
+                    "turnstone serve: {} {} answered {}: {}",
+                    parts.method,
+                    parts.uri.path(),
+                    e.status.as_u16(),
+                    e.message
+                );
+            }
             let body = if is_head || e.status == StatusCode::NOT_MODIFIED {
                 Body::empty()
             } else {

@@ -18,7 +18,7 @@ use crate::record::{
     self, CreateRecord, DeleteMode, DeleteRecord, StateRecord, KIND_CREATE, KIND_DATA, KIND_DELETE,
     KIND_STATE,
 };
-use crate::stream::{State, Stream};
+use crate::stream::{Fail, State, Stream};
 use crate::streams::Registry;
 
 /// What the rebuild found.
@@ -51,7 +51,12 @@ pub fn rebuild(store: &Arc<Store>, now_ms: u64) -> Result<(Registry, RebuildRepo
         };
         reg.next_incarnation = reg.next_incarnation.max(n + 1);
         let own_start = info.parent.as_ref().map_or(0, |(_, upto)| *upto);
-        let Some(state) = replay(&log, &info.name, own_start, info.len, now_ms)? else {
+        let replayed =
+            replay(&log, &info.name, own_start, info.len, now_ms).map_err(|f| match f {
+                Fail::Internal(m) => m,
+                other => format!("reading session {}: {other:?}", info.name),
+            })?;
+        let Some(state) = replayed else {
             report.incomplete += 1;
             continue;
         };
@@ -117,14 +122,18 @@ pub fn rebuild(store: &Arc<Store>, now_ms: u64) -> Result<(Registry, RebuildRepo
     Ok((reg, report))
 }
 
-/// Replay one session's own events into its state.
+/// Replay one session's own events into its state. A read that fails is
+/// answered as the log answered it (on a shared database a session deleted
+/// meanwhile is [`Fail::NotFound`], the database being down is
+/// [`Fail::Unavailable`]); a record that does not fold is
+/// [`Fail::Internal`].
 pub(crate) fn replay(
     log: &Log,
     session: &str,
     start: u64,
     len: u64,
     now_ms: u64,
-) -> Result<Option<State>, String> {
+) -> Result<Option<State>, Fail> {
     let mut state: Option<State> = None;
     // The first problem, or a session cut short before its create record;
     // either ends the walk.
@@ -143,9 +152,12 @@ pub(crate) fn replay(
                 }
             }
         })
-        .map_err(|e| format!("reading session {session}: {e:?}"))?;
+        .map_err(|e| match e {
+            Fail::Internal(m) => Fail::Internal(format!("reading session {session}: {m}")),
+            other => other,
+        })?;
     match stop {
-        Some(Err(err)) => return Err(err),
+        Some(Err(err)) => return Err(Fail::Internal(err)),
         Some(Ok(())) => return Ok(None),
         None => debug_assert_eq!(visited, len.saturating_sub(start)),
     }

@@ -152,8 +152,12 @@ impl Streams {
         let fresh = if row.deleted {
             None
         } else {
-            crate::rebuild::replay(&self.log, &s.session, own_start, row.len, 0)
-                .map_err(Fail::Internal)?
+            match crate::rebuild::replay(&self.log, &s.session, own_start, row.len, 0) {
+                Ok(f) => f,
+                // Deleted (through any instance) while it was read.
+                Err(Fail::NotFound) => None,
+                Err(e) => return Err(e),
+            }
         };
         let mut st = s.state.lock();
         match fresh {
@@ -219,10 +223,14 @@ impl Streams {
             .parent(session)
             .map_err(pg_fail)?
             .map_or(0, |(_, upto)| upto);
-        let Some(mut state) =
-            crate::rebuild::replay(&self.log, session, own_start, row.len, now_ms)
-                .map_err(Fail::Internal)?
-        else {
+        let replayed = match crate::rebuild::replay(&self.log, session, own_start, row.len, now_ms)
+        {
+            Ok(r) => r,
+            // Deleted (through any instance) while it was read.
+            Err(Fail::NotFound) => return Ok(None),
+            Err(e) => return Err(e),
+        };
+        let Some(mut state) = replayed else {
             return Ok(None);
         };
         if state.deleted == Some(DeleteMode::Hard) {
@@ -257,6 +265,13 @@ impl Streams {
                 return Ok(Some(s));
             }
             self.refresh(&s)?;
+            // Hard-deleted by a request of this instance whose tombstone
+            // may still be in flight: the path is not free (and the
+            // session must not be loaded into a second object) until it
+            // commits. If it did not commit, the stream is folded again.
+            if s.state.lock().deleted == Some(DeleteMode::Hard) && self.settle_writes(&s).is_err() {
+                self.refresh(&s)?;
+            }
             if s.state.lock().deleted != Some(DeleteMode::Hard) {
                 return Ok(Some(s));
             }
@@ -541,7 +556,14 @@ impl Streams {
             let forks = pg.log.mapped_forks(&s.session).map_err(pg_fail)?;
             let mut st = s.state.lock();
             if let Some(m) = st.deleted {
-                return Ok(m);
+                drop(st);
+                // Deleted by another request, maybe not committed yet:
+                // answered once it is (folded again if it did not commit).
+                match self.settle_writes(s) {
+                    Ok(()) => return Ok(m),
+                    Err(Fail::Retry) => continue,
+                    Err(e) => return Err(e),
+                }
             }
             let m = if forks > 0 {
                 DeleteMode::Soft

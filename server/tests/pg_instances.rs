@@ -555,6 +555,59 @@ async fn expiry_seen_by_both_instances(cx: Ctx) {
     b.shutdown().await.unwrap();
 }
 
+/// Streams expiring while requests on them and the background sweep race
+/// to expire them, in one instance and across two (CI met a 500 on a GET
+/// right after a HEAD had answered 404, and a 503 "written through another
+/// instance" with only one instance running): every answer is 200 until
+/// the stream is gone and 404 after; never a 5xx, never 200 after a 404.
+async fn expiry_racing_requests_answers_only_200_or_404(cx: Ctx) {
+    let a = instance(&cx, "a").await;
+    let b = instance(&cx, "b").await;
+    let (ha, hb) = (http(a.local_addr()), http(b.local_addr()));
+    const STREAMS: usize = 24;
+    // An absolute expiry (a Stream-TTL is renewed by every read).
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as i64;
+    let at = turnstone_server::headers::format_rfc3339_ms(now + 1500);
+    for i in 0..STREAMS {
+        let exp = [("content-type", "text/plain"), ("stream-expires-at", &at)];
+        let r = ha.req(Method::PUT, &format!("/ttl/{i}"), &exp, "x").await;
+        assert_eq!(r.status(), 201, "create /ttl/{i}");
+    }
+    let mut tasks = Vec::new();
+    for i in 0..STREAMS {
+        // Three pollers per stream: two on the instance that made it (one
+        // HEAD, one GET), one GET on the other.
+        for (k, h) in [&ha, &ha, &hb].into_iter().enumerate() {
+            let (h, path) = (h.clone(), format!("/ttl/{i}"));
+            tasks.push(tokio::spawn(async move {
+                let method = if k == 0 { Method::HEAD } else { Method::GET };
+                let mut gone = false;
+                let started = Instant::now();
+                while started.elapsed() < Duration::from_secs(4) {
+                    let r = h.req(method.clone(), &path, &[], "").await;
+                    let st = r.status().as_u16();
+                    let body = r.text().await.unwrap_or_default();
+                    match (st, gone) {
+                        (200, false) => {}
+                        (404, _) => gone = true,
+                        _ => panic!("{method} {path}: {st} (gone before: {gone}): {body}"),
+                    }
+                    tokio::time::sleep(Duration::from_millis(if gone { 40 } else { 7 })).await;
+                }
+                assert!(gone, "{method} {path}: never expired");
+            }));
+        }
+    }
+    for t in tasks {
+        t.await.unwrap();
+    }
+    a.shutdown().await.unwrap();
+    b.shutdown().await.unwrap();
+}
+
 async fn follow_through_another_instance(cx: Ctx) {
     let a = instance(&cx, "a").await;
     let b = instance(&cx, "b").await;
@@ -1379,6 +1432,11 @@ fn main() {
         (
             "expiry_seen_by_both_instances",
             |cx| Box::pin(expiry_seen_by_both_instances(cx)),
+            false,
+        ),
+        (
+            "expiry_racing_requests_answers_only_200_or_404",
+            |cx| Box::pin(expiry_racing_requests_answers_only_200_or_404(cx)),
             false,
         ),
         (

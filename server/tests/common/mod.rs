@@ -24,6 +24,7 @@ pub async fn start(o: Options) -> Server {
     turnstone_server::start(o).await.expect("server starts")
 }
 
+#[derive(Clone)]
 pub struct Http {
     pub base: String,
     pub client: Client,
