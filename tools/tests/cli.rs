@@ -22,6 +22,16 @@ fn check_fleet_line(v: &Value, budget: u64) -> u64 {
     assert!(v["events_per_s"].as_f64().unwrap() > 0.0, "{v}");
     assert!(v["mb_per_s"].as_f64().unwrap() > 0.0, "{v}");
     assert!(v["ack_p99_us"].as_u64().unwrap() >= v["ack_p50_us"].as_u64().unwrap());
+    // CPU: the two halves add up to the per-event figure, and appending
+    // thousands of events through the session layer takes some.
+    let (user, system) = (
+        v["user_s"].as_f64().unwrap(),
+        v["system_s"].as_f64().unwrap(),
+    );
+    assert!(user >= 0.0 && system >= 0.0 && user + system > 0.0, "{v}");
+    let per_event = v["cpu_us_per_event"].as_f64().unwrap();
+    let want = (user + system) * 1e6 / events as f64;
+    assert!((per_event - want).abs() < 1e-6 * want.max(1.0), "{v}");
     let mut keys: Vec<&str> = v.as_object().unwrap().keys().map(String::as_str).collect();
     keys.sort();
     assert_eq!(
@@ -30,11 +40,14 @@ fn check_fleet_line(v: &Value, budget: u64) -> u64 {
             "ack_p50_us",
             "ack_p99_us",
             "bytes",
+            "cpu_us_per_event",
             "events",
             "events_per_s",
             "events_per_sync",
             "mb_per_s",
-            "syncs"
+            "syncs",
+            "system_s",
+            "user_s"
         ]
     );
     events
