@@ -346,14 +346,11 @@ fn health(app: &App) -> Response<Body> {
 
 /// `GET /.well-known/turnstone/metrics`: Prometheus text format.
 fn metrics(app: &App) -> Response<Body> {
-    let text = app.metrics.render(
-        &app.streams
-            .log
-            .embedded()
-            .map(|s| s.stats())
-            .unwrap_or_default(),
-        &app.health.state(),
-    );
+    let counters = match &app.streams.log {
+        crate::log::Log::Embedded(s) => crate::ops::LogCounters::Store(s.stats()),
+        crate::log::Log::Pg(p) => crate::ops::LogCounters::Pg(p.log.stats()),
+    };
+    let text = app.metrics.render(&counters, &app.health.state());
     let mut r = Response::new(Body::full(text));
     set(
         r.headers_mut(),
@@ -563,7 +560,8 @@ async fn wait_durable(
 ) -> std::result::Result<(), String> {
     let t = std::time::Instant::now();
     let r = app.durable.wait(pos).await;
-    if own_write {
+    // (On PostgreSQL the commit wait is timed where it happens.)
+    if own_write && !app.streams.log.is_shared() {
         let us = t.elapsed().as_micros().min(u128::from(u64::MAX)) as u64;
         app.metrics.durable_wait(us);
     }

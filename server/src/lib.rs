@@ -262,12 +262,16 @@ pub async fn start(opts: Options) -> Result<Server, String> {
         }
     };
     let (stop, shutdown) = watch::channel(false);
+    let metrics = match streams.log.shared() {
+        Some(pg) => ops::Metrics::with_waits(pg.waits.clone()),
+        None => ops::Metrics::default(),
+    };
     let app = Arc::new(App {
         streams,
         durable,
         opts,
         shutdown,
-        metrics: ops::Metrics::default(),
+        metrics,
         health,
         gc: parking_lot::Mutex::new(gc),
     });

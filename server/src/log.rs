@@ -40,6 +40,8 @@ pub struct Shared {
     pub log: PgLog,
     /// This instance's writer per session (its lease), until fenced.
     writers: parking_lot::Mutex<HashMap<String, Arc<Writer>>>,
+    /// Commit waits, timed (the metrics' durability-wait histogram).
+    pub waits: Arc<crate::ops::WaitHistogram>,
 }
 
 impl Shared {
@@ -47,6 +49,7 @@ impl Shared {
         Shared {
             log,
             writers: parking_lot::Mutex::new(HashMap::new()),
+            waits: Arc::default(),
         }
     }
 

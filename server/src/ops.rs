@@ -36,9 +36,46 @@ pub struct Metrics {
     pub sse_readers: AtomicU64,
     /// Response bytes produced but not yet taken by the connection (SSE).
     pub bytes_buffered: std::sync::Arc<AtomicU64>,
-    pub durable_waits: AtomicU64,
-    pub durable_wait_us_sum: AtomicU64,
-    durable_wait_buckets: [AtomicU64; WAIT_BUCKETS_US.len()],
+    /// Durability waits of writes: on a store directory timed around the
+    /// engine's wait, on PostgreSQL around the commit (shared with the
+    /// log, which records them).
+    pub durable_waits: std::sync::Arc<WaitHistogram>,
+}
+
+/// A histogram of wait times (relaxed atomics).
+#[derive(Debug, Default)]
+pub struct WaitHistogram {
+    count: AtomicU64,
+    sum_us: AtomicU64,
+    buckets: [AtomicU64; WAIT_BUCKETS_US.len()],
+}
+
+impl WaitHistogram {
+    pub fn record(&self, us: u64) {
+        self.count.fetch_add(1, Ordering::Relaxed);
+        self.sum_us.fetch_add(us, Ordering::Relaxed);
+        for (b, le) in self.buckets.iter().zip(WAIT_BUCKETS_US) {
+            if us <= le {
+                b.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+    }
+
+    /// Time `f` and record it.
+    pub fn time<T>(&self, f: impl FnOnce() -> T) -> T {
+        let t = std::time::Instant::now();
+        let r = f();
+        self.record(t.elapsed().as_micros().min(u128::from(u64::MAX)) as u64);
+        r
+    }
+}
+
+/// The log's own counters, as the metrics show them.
+pub enum LogCounters {
+    /// The embedded store's.
+    Store(turnstone::Stats),
+    /// The PostgreSQL committer's.
+    Pg(turnstone_pg::PgStats),
 }
 
 impl Metrics {
@@ -52,18 +89,20 @@ impl Metrics {
         c.fetch_add(1, Ordering::Relaxed);
     }
 
-    pub fn durable_wait(&self, us: u64) {
-        self.durable_waits.fetch_add(1, Ordering::Relaxed);
-        self.durable_wait_us_sum.fetch_add(us, Ordering::Relaxed);
-        for (b, le) in self.durable_wait_buckets.iter().zip(WAIT_BUCKETS_US) {
-            if us <= le {
-                b.fetch_add(1, Ordering::Relaxed);
-            }
+    /// Metrics whose durability-wait histogram is `waits`.
+    pub fn with_waits(waits: std::sync::Arc<WaitHistogram>) -> Metrics {
+        Metrics {
+            durable_waits: waits,
+            ..Metrics::default()
         }
     }
 
+    pub fn durable_wait(&self, us: u64) {
+        self.durable_waits.record(us);
+    }
+
     /// The Prometheus text format (version 0.0.4).
-    pub fn render(&self, stats: &turnstone::Stats, health: &str) -> String {
+    pub fn render(&self, counters: &LogCounters, health: &str) -> String {
         let g = |a: &AtomicU64| a.load(Ordering::Relaxed);
         let mut o = String::new();
         let mut one = |name: &str, kind: &str, help: &str, v: u64| {
@@ -117,30 +156,48 @@ impl Metrics {
             "Response bytes produced but not yet taken by a connection.",
             g(&self.bytes_buffered),
         );
-        one(
-            "turnstone_store_fdatasyncs_total",
-            "counter",
-            "fdatasyncs that made commit batches durable.",
-            stats.syncs,
-        );
-        one(
-            "turnstone_store_batches_total",
-            "counter",
-            "Commit batches written.",
-            stats.batches,
-        );
-        one(
-            "turnstone_store_write_failures_total",
-            "counter",
-            "Batch writes that failed (kept for a retry).",
-            stats.write_failures,
-        );
-        one(
-            "turnstone_store_bytes_written_total",
-            "counter",
-            "Bytes written to segment files.",
-            stats.bytes_written,
-        );
+        match counters {
+            LogCounters::Store(stats) => {
+                one(
+                    "turnstone_store_fdatasyncs_total",
+                    "counter",
+                    "fdatasyncs that made commit batches durable.",
+                    stats.syncs,
+                );
+                one(
+                    "turnstone_store_batches_total",
+                    "counter",
+                    "Commit batches written.",
+                    stats.batches,
+                );
+                one(
+                    "turnstone_store_write_failures_total",
+                    "counter",
+                    "Batch writes that failed (kept for a retry).",
+                    stats.write_failures,
+                );
+                one(
+                    "turnstone_store_bytes_written_total",
+                    "counter",
+                    "Bytes written to segment files.",
+                    stats.bytes_written,
+                );
+            }
+            LogCounters::Pg(stats) => {
+                one(
+                    "turnstone_pg_commits_total",
+                    "counter",
+                    "Transactions of this instance that committed events.",
+                    stats.commits,
+                );
+                one(
+                    "turnstone_pg_events_total",
+                    "counter",
+                    "Events this instance committed.",
+                    stats.events,
+                );
+            }
+        }
         one(
             "turnstone_serve_healthy",
             "gauge",
@@ -169,7 +226,8 @@ impl Metrics {
             "# HELP turnstone_serve_durable_wait_seconds Time a write waited for durability.\n\
              # TYPE turnstone_serve_durable_wait_seconds histogram"
         );
-        for (b, le) in self.durable_wait_buckets.iter().zip(WAIT_BUCKETS_US) {
+        let w = &self.durable_waits;
+        for (b, le) in w.buckets.iter().zip(WAIT_BUCKETS_US) {
             let _ = writeln!(
                 o,
                 "turnstone_serve_durable_wait_seconds_bucket{{le=\"{}\"}} {}",
@@ -177,7 +235,7 @@ impl Metrics {
                 g(b)
             );
         }
-        let n = g(&self.durable_waits);
+        let n = g(&w.count);
         let _ = writeln!(
             o,
             "turnstone_serve_durable_wait_seconds_bucket{{le=\"+Inf\"}} {n}"
@@ -185,7 +243,7 @@ impl Metrics {
         let _ = writeln!(
             o,
             "turnstone_serve_durable_wait_seconds_sum {}",
-            g(&self.durable_wait_us_sum) as f64 / 1e6
+            g(&w.sum_us) as f64 / 1e6
         );
         let _ = writeln!(o, "turnstone_serve_durable_wait_seconds_count {n}");
         o

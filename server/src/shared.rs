@@ -185,7 +185,7 @@ impl Streams {
         let Some(c) = commit else {
             return Ok(());
         };
-        c.wait().inspect_err(|_| {
+        self.pg().waits.time(|| c.wait()).inspect_err(|_| {
             self.mark_stale(s);
             c.forget(self.pg());
         })

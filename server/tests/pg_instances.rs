@@ -608,6 +608,58 @@ async fn expiry_racing_requests_answers_only_200_or_404(cx: Ctx) {
     b.shutdown().await.unwrap();
 }
 
+/// The value of the metric line `name` (no labels) in `text`.
+fn metric(text: &str, name: &str) -> Option<f64> {
+    text.lines()
+        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.parse().ok())
+}
+
+/// On PostgreSQL the metrics count the database commits of this instance
+/// and time its writes' commit waits (they used to show the embedded
+/// store's counters as zeros and a histogram of instant waits).
+async fn metrics_count_the_commits_on_postgresql(cx: Ctx) {
+    let a = instance(&cx, "a").await;
+    let b = instance(&cx, "b").await;
+    let (ha, hb) = (http(a.local_addr()), http(b.local_addr()));
+    assert_eq!(ha.put("/m", "text/plain", "").await.status(), 201);
+    for i in 0..5 {
+        let r = ha.post("/m", "text/plain", &format!("{i}")).await;
+        assert_eq!(r.status(), 204);
+    }
+    let m = ha
+        .get("/.well-known/turnstone/metrics")
+        .await
+        .text()
+        .await
+        .unwrap();
+    assert!(
+        !m.contains("turnstone_store_"),
+        "no store-directory counters on PostgreSQL:\n{m}"
+    );
+    let events = metric(&m, "turnstone_pg_events_total").expect("turnstone_pg_events_total");
+    let commits = metric(&m, "turnstone_pg_commits_total").expect("turnstone_pg_commits_total");
+    // A create and five appends, each at least one event and one commit.
+    assert!(events >= 6.0 && commits >= 1.0 && commits <= events, "{m}");
+    let waits = metric(&m, "turnstone_serve_durable_wait_seconds_count").unwrap();
+    assert!(waits >= 6.0, "a timed commit wait per write:\n{m}");
+    let sum = metric(&m, "turnstone_serve_durable_wait_seconds_sum").unwrap();
+    assert!(sum > 0.0, "commit waits take time:\n{m}");
+    // The other instance committed nothing.
+    let mb = hb
+        .get("/.well-known/turnstone/metrics")
+        .await
+        .text()
+        .await
+        .unwrap();
+    assert_eq!(metric(&mb, "turnstone_pg_events_total"), Some(0.0), "{mb}");
+    assert_eq!(
+        metric(&mb, "turnstone_serve_durable_wait_seconds_count"),
+        Some(0.0)
+    );
+    a.shutdown().await.unwrap();
+    b.shutdown().await.unwrap();
+}
+
 async fn follow_through_another_instance(cx: Ctx) {
     let a = instance(&cx, "a").await;
     let b = instance(&cx, "b").await;
@@ -1437,6 +1489,11 @@ fn main() {
         (
             "expiry_racing_requests_answers_only_200_or_404",
             |cx| Box::pin(expiry_racing_requests_answers_only_200_or_404(cx)),
+            false,
+        ),
+        (
+            "metrics_count_the_commits_on_postgresql",
+            |cx| Box::pin(metrics_count_the_commits_on_postgresql(cx)),
             false,
         ),
         (
