@@ -55,7 +55,7 @@ pub use error::{PgError, Result};
 pub use event_log::{engine_error, PgEventLog};
 pub use follow::Subscription;
 pub use schema::SCHEMA_VERSION;
-pub use streams::{LeaseRow, StreamRow};
+pub use streams::{LeaseRow, SessionLock, StreamRow};
 pub use url::{is_url, redact};
 
 use error::db;

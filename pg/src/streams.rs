@@ -11,8 +11,61 @@
 //! with a compare-and-set ([`PgLog::map_stream`]), so two instances
 //! creating one path concurrently get one winner.
 
+use std::sync::Arc;
+use std::time::Duration;
+
+use postgres::{Client, NoTls};
+
 use crate::error::{db, Result};
-use crate::PgLog;
+use crate::{Inner, PgLog};
+
+/// The first key of the advisory locks [`PgLog::lock_stream_session`]
+/// takes ("TSTN"), so that they cannot meet an application's one-key
+/// advisory locks on the same database.
+const LOCK_CLASS: i32 = 0x5453_544e;
+
+/// How long [`PgLog::lock_stream_session`] waits for another holder.
+const LOCK_WAIT: Duration = Duration::from_secs(30);
+
+/// A lock on one session held for every process on the database: a
+/// session-level advisory lock on a connection of its own. Dropping it
+/// unlocks (and returns the connection to the pool); a process that dies
+/// holding it loses its connection, and the lock with it.
+pub struct SessionLock {
+    inner: Arc<Inner>,
+    client: Option<Client>,
+    session: String,
+}
+
+impl std::fmt::Debug for SessionLock {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SessionLock")
+            .field("session", &self.session)
+            .finish()
+    }
+}
+
+impl Drop for SessionLock {
+    fn drop(&mut self) {
+        let Some(mut c) = self.client.take() else {
+            return;
+        };
+        let unlocked = c
+            .query_one(
+                "SELECT pg_advisory_unlock($1, hashtext($2))",
+                &[&LOCK_CLASS, &self.session],
+            )
+            .map(|r| r.get::<_, bool>(0))
+            .unwrap_or(false);
+        if unlocked && !c.is_closed() {
+            let mut idle = self.inner.idle.lock();
+            if idle.len() < self.inner.opts.read_pool {
+                idle.push(c);
+            }
+        }
+        // Otherwise the connection is dropped, which releases the lock.
+    }
+}
 
 /// A path's mapping.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -120,6 +173,51 @@ impl PgLog {
                 .map_err(db("count forks"))?;
             Ok(r.get::<_, i64>(0) as u64)
         })
+    }
+
+    /// Lock `session` against every other holder of this lock on the
+    /// database (whatever process), waiting up to 30 s
+    /// ([`crate::PgError::Database`] after that). `turnstone serve` holds it
+    /// while it decides how to delete a stream (soft while mapped forks
+    /// read through it, hard otherwise) and while it makes a fork of it,
+    /// so that a fork is never mapped after its source's deletion counted
+    /// none. Locks on different sessions may share a hash and then wait
+    /// for each other (never for long: the holders do a few statements).
+    pub fn lock_stream_session(&self, session: &str) -> Result<SessionLock> {
+        let timeout = format!("SET lock_timeout = {}", LOCK_WAIT.as_millis());
+        let mut popped = self.inner.idle.lock().pop();
+        loop {
+            let pooled = popped.is_some();
+            let mut client = match popped.take() {
+                Some(c) if !c.is_closed() => c,
+                _ => Client::connect(&self.inner.url, NoTls).map_err(db("connect"))?,
+            };
+            let locked = client
+                .batch_execute(&timeout)
+                .and_then(|()| {
+                    client.execute(
+                        "SELECT pg_advisory_lock($1, hashtext($2))",
+                        &[&LOCK_CLASS, &session],
+                    )
+                })
+                .and_then(|_| client.batch_execute("SET lock_timeout = 0"));
+            match locked {
+                Ok(()) => {
+                    return Ok(SessionLock {
+                        inner: self.inner.clone(),
+                        client: Some(client),
+                        session: session.to_string(),
+                    })
+                }
+                // A pooled connection found dead (the server restarted
+                // since it was used): the pool goes, one more try on a new
+                // connection.
+                Err(e) if pooled && e.is_closed() => self.inner.idle.lock().clear(),
+                // A timeout, or the database down: this connection is
+                // dropped (with whatever it held).
+                Err(e) => return Err(db("lock a stream's session")(e)),
+            }
+        }
     }
 
     /// Length, lease epoch and deletion of a session, in one read.

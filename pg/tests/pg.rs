@@ -363,6 +363,46 @@ fn block_on_poll<T>(
     }
 }
 
+/// `lock_stream_session` excludes other holders of the same session's lock
+/// (another log handle, as another process would be) until it is dropped,
+/// and not holders of another session's; a dropped lock's connection goes
+/// back to the pool unlocked (the next lock on it is not held twice).
+fn a_session_lock_excludes_other_holders_until_dropped(cx: &Ctx) {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    let (one, two) = (cx.log(), cx.log());
+    let held = one.lock_stream_session("ds/1").unwrap();
+    // Another session's lock is independent ("ds/2" and "ds/1" do not
+    // share a hash).
+    let other = two.lock_stream_session("ds/2").unwrap();
+    drop(other);
+    let released = Arc::new(AtomicBool::new(false));
+    let waiter = {
+        let released = released.clone();
+        std::thread::spawn(move || {
+            let got = two.lock_stream_session("ds/1").unwrap();
+            let after_release = released.load(Ordering::SeqCst);
+            drop(got);
+            // Again, on the connection the pool got back.
+            drop(two.lock_stream_session("ds/1").unwrap());
+            after_release
+        })
+    };
+    std::thread::sleep(Duration::from_millis(300));
+    assert!(!waiter.is_finished(), "the second holder waits");
+    released.store(true, Ordering::SeqCst);
+    drop(held);
+    assert!(
+        waiter.join().unwrap(),
+        "it got the lock only after the first let go"
+    );
+    // The first handle takes it again at once: the other handle's pooled
+    // connection let it go (a lock kept by it would make this wait 30 s
+    // and fail).
+    let t = std::time::Instant::now();
+    drop(one.lock_stream_session("ds/1").unwrap());
+    assert!(t.elapsed() < Duration::from_secs(5));
+}
+
 fn a_watcher_wakes_when_the_session_grows(cx: &Ctx) {
     let log = cx.log();
     log.create_session("w").unwrap();
@@ -1105,6 +1145,11 @@ fn main() {
         return;
     }
     let tests: &[(&str, TestFn, bool)] = &[
+        (
+            "a_session_lock_excludes_other_holders_until_dropped",
+            a_session_lock_excludes_other_holders_until_dropped,
+            false,
+        ),
         (
             "schema_is_created_once_and_a_newer_one_is_refused",
             schema_is_created_once_and_a_newer_one_is_refused,

@@ -378,11 +378,17 @@ impl Streams {
             }
             let n = pg.log.next_stream_incarnation().map_err(pg_fail)?;
             let session = record::session_name(n);
+            // A fork holds its source's lock until it is mapped: a deletion
+            // of the source through any instance then either counts it (and
+            // deletes softly) or went first (and the fork is refused).
+            let mut source_lock = None;
             let made = match &req.fork {
                 None => self.create_plain(req, &session, now_ms),
-                Some(f) => self
-                    .fork_source_shared(f, now_ms)
-                    .and_then(|src| self.create_fork(&src, req, f, &session, now_ms)),
+                Some(f) => self.fork_source_shared(f, now_ms).and_then(|src| {
+                    source_lock = Some(pg.log.lock_stream_session(&src.session).map_err(pg_fail)?);
+                    self.refresh(&src)?;
+                    self.create_fork(&src, req, f, &session, now_ms)
+                }),
             };
             let made = made.and_then(|c| {
                 self.wait_commit(&c.stream, c.commit.as_ref())?;
@@ -404,6 +410,7 @@ impl Streams {
                 .map_stream(&req.path, &session, None, now_ms as i64)
                 .map_err(pg_fail)?
             {
+                drop(source_lock);
                 created.stream.state.lock().touched_db_ms = now_ms;
                 let mut reg = self.reg.lock();
                 reg.by_path.insert(req.path.clone(), created.stream.clone());
@@ -551,6 +558,10 @@ impl Streams {
     ) -> Result<DeleteMode, Fail> {
         let pg = self.pg();
         let mut mode = None;
+        // Held until the tombstone is committed and, if hard, the path
+        // unmapped: a fork of `s` being made through any instance is mapped
+        // before the count below, or refused after (create_shared).
+        let lock = pg.log.lock_stream_session(&s.session).map_err(pg_fail)?;
         for _ in 0..TRIES {
             self.refresh(s)?;
             let forks = pg.log.mapped_forks(&s.session).map_err(pg_fail)?;
@@ -588,8 +599,10 @@ impl Streams {
         s.changed.send_modify(|v| *v += 1);
         if mode == DeleteMode::Hard {
             self.bury(s);
+            drop(lock);
             let mut next = s.state.lock().fork_source();
             while let Some(p) = next.take() {
+                let _lock = pg.log.lock_stream_session(&p).map_err(pg_fail)?;
                 let cached = self.reg.lock().by_session.get(&p).cloned();
                 let ps = match cached {
                     Some(ps) => ps,

@@ -525,6 +525,88 @@ async fn forks_across_instances(cx: Ctx) {
     b.shutdown().await.unwrap();
 }
 
+/// A fork made through one instance while its source is deleted through
+/// the other, many times over: whichever goes first, the outcome is one
+/// of the two orders. A fork that was made (201) keeps its source
+/// soft-deleted (410, re-create refused with 409) until the fork is
+/// deleted; a fork refused (404 or 409) left the source hard-deleted (its
+/// path free again). Never a fork made with its source hard-deleted.
+async fn fork_racing_the_deletion_of_its_source(cx: Ctx) {
+    let a = instance(&cx, "a").await;
+    let b = instance(&cx, "b").await;
+    let (ha, hb) = (http(a.local_addr()), http(b.local_addr()));
+    const ROUNDS: usize = 24;
+    let mut made = 0;
+    for i in 0..ROUNDS {
+        let (src, fork) = (format!("/race/{i}/src"), format!("/race/{i}/fork"));
+        assert_eq!(hb.put(&src, "text/plain", "data").await.status(), 201);
+        // Both instances have the source loaded.
+        assert_eq!(ha.get(&src).await.status(), 200);
+        let hd = [
+            ("stream-forked-from", src.as_str()),
+            ("content-type", "text/plain"),
+        ];
+        // One side or the other starts a little later each round, so that
+        // each lands across the other's steps.
+        let lag = Duration::from_micros(400 * (i as u64 / 2 % 12));
+        let (fork_lag, delete_lag) = if i % 2 == 0 {
+            (Duration::ZERO, lag)
+        } else {
+            (lag, Duration::ZERO)
+        };
+        let (f, d) = tokio::join!(
+            async {
+                tokio::time::sleep(fork_lag).await;
+                ha.req(Method::PUT, &fork, &hd, "").await
+            },
+            async {
+                tokio::time::sleep(delete_lag).await;
+                delete(&hb, &src).await
+            }
+        );
+        let (f, d) = (f.status().as_u16(), d.status().as_u16());
+        assert_eq!(d, 204, "round {i}: the delete");
+        match f {
+            201 => {
+                made += 1;
+                assert_eq!(read_text(&hb, &fork).await.0, "data", "round {i}");
+                for h in [&ha, &hb] {
+                    let g = h.get(&src).await.status().as_u16();
+                    assert_eq!(
+                        g, 410,
+                        "round {i}: a source read through by a fork is soft-deleted"
+                    );
+                }
+                let p = ha.put(&src, "text/plain", "").await.status().as_u16();
+                assert_eq!(
+                    p, 409,
+                    "round {i}: re-creating a source a fork reads through"
+                );
+                assert_eq!(delete(&hb, &fork).await.status(), 204, "round {i}");
+                let g = ha.get(&src).await.status().as_u16();
+                assert_eq!(g, 404, "round {i}: released with its last fork");
+            }
+            404 | 409 => {
+                assert_eq!(hb.get(&fork).await.status(), 404, "round {i}: no fork");
+                let g = ha.get(&src).await.status().as_u16();
+                assert_eq!(
+                    g, 404,
+                    "round {i}: the source without forks is hard-deleted"
+                );
+            }
+            other => panic!("round {i}: the fork answered {other}"),
+        }
+        let p = hb.put(&src, "text/plain", "again").await.status().as_u16();
+        assert_eq!(
+            p, 201,
+            "round {i}: the path is free once nothing reads through it"
+        );
+    }
+    eprintln!("fork_racing_the_deletion_of_its_source: {made} of {ROUNDS} forks made");
+    a.shutdown().await.unwrap();
+    b.shutdown().await.unwrap();
+}
+
 /// A stream's TTL runs out for both instances at once: both expire it
 /// (concurrently), one new stream is made in its place.
 async fn expiry_seen_by_both_instances(cx: Ctx) {
@@ -1479,6 +1561,11 @@ fn main() {
         (
             "forks_across_instances",
             |cx| Box::pin(forks_across_instances(cx)),
+            false,
+        ),
+        (
+            "fork_racing_the_deletion_of_its_source",
+            |cx| Box::pin(fork_racing_the_deletion_of_its_source(cx)),
             false,
         ),
         (
