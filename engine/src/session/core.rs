@@ -16,8 +16,9 @@ use crate::error::{Error, Result};
 use crate::session::adapter::{self, Provider};
 use crate::session::event::{
     self, AssistantMessage, CompactionEnd, CompactionPrune, CompactionStart, CompactionSummary,
-    ContentBlock, CoreKind, DecodeError, EpochHeader, EventData, EventKind, HeaderReason, Intent,
-    Registry, RequestContext, RequestHeader, SessionEvent, ToolResult, UserMessage,
+    ContentBlock, CoreKind, DecodeError, EncodedEvent, EpochHeader, EventData, EventKind,
+    HeaderReason, Intent, Registry, RequestContext, RequestHeader, SessionEvent, ToolResult,
+    UserMessage,
 };
 use crate::session::header::{first_difference, first_json_difference, Request, RequestSpec};
 use crate::session::log::{AppendEnd, DurabilityPoint, LogHandle, LogRef};
@@ -642,10 +643,9 @@ impl Session {
     ) -> Result<u64> {
         self.check_live(kind, &value, op)?;
         let (payload, mut ev) = event::encode_core_raw(kind, value, raw, op, self.len);
-        let flags = event::core_flags(kind);
-        ev.ignorable = flags & crate::frame::FLAG_IGNORABLE != 0;
-        let seqs =
-            self.append_decoded_parsed(vec![(kind.code(), flags, payload)], vec![ev], parsed)?;
+        let encoded = EncodedEvent::core(kind, payload);
+        ev.ignorable = encoded.flags & crate::frame::FLAG_IGNORABLE != 0;
+        let seqs = self.append_decoded_parsed(vec![encoded], vec![ev], parsed)?;
         Ok(seqs[0])
     }
 
@@ -664,9 +664,9 @@ impl Session {
             debug_assert!(matches!(op, None | Some(SurfaceOp::Append)));
             self.check_live(kind, &value, op)?;
             let (payload, mut ev) = event::encode_core_value(kind, value, op, self.len + i as u64);
-            let flags = event::core_flags(kind);
-            ev.ignorable = flags & crate::frame::FLAG_IGNORABLE != 0;
-            items.push((kind.code(), flags, payload));
+            let encoded = EncodedEvent::core(kind, payload);
+            ev.ignorable = encoded.flags & crate::frame::FLAG_IGNORABLE != 0;
+            items.push(encoded);
             decoded.push(ev);
         }
         self.append_decoded(items, decoded)
@@ -763,8 +763,10 @@ impl Session {
             None,
             self.len,
         );
-        let seqs =
-            self.append_decoded(vec![(CoreKind::SessionDelete.code(), 0, payload)], vec![ev])?;
+        let seqs = self.append_decoded(
+            vec![EncodedEvent::core(CoreKind::SessionDelete, payload)],
+            vec![ev],
+        )?;
         self.flush()?;
         self.log.as_log().mark_deleted(&self.id)?;
         Ok(seqs[0])
@@ -776,11 +778,7 @@ impl Session {
             Error::InvalidArgument(format!("plugin kind {kind:?} is not registered"))
         })?;
         let payload = event::encode_plugin(kind, data);
-        let seqs = self.append_encoded(vec![(
-            event::KIND_CODE_PLUGIN,
-            event::plugin_flags(ignorable),
-            payload,
-        )])?;
+        let seqs = self.append_encoded(vec![EncodedEvent::plugin(ignorable, payload)])?;
         Ok(seqs[0])
     }
 
@@ -792,11 +790,11 @@ impl Session {
     }
 
     /// Append encoded events atomically (one commit batch), then fold them.
-    pub(crate) fn append_encoded(&mut self, items: Vec<(u16, u16, Vec<u8>)>) -> Result<Vec<u64>> {
+    pub(crate) fn append_encoded(&mut self, items: Vec<EncodedEvent>) -> Result<Vec<u64>> {
         // Decode first: the live state is folded from exactly the bytes logged.
         let mut decoded = Vec::with_capacity(items.len());
-        for (i, (code, flags, payload)) in items.iter().enumerate() {
-            decoded.push(self.decode(self.len + i as u64, *code, *flags, payload)?);
+        for (i, e) in items.iter().enumerate() {
+            decoded.push(self.decode(self.len + i as u64, e.kind, e.flags, &e.payload)?);
         }
         self.append_decoded(items, decoded)
     }
@@ -806,7 +804,7 @@ impl Session {
     /// is what decoding the payload gives; debug builds check that).
     fn append_decoded(
         &mut self,
-        items: Vec<(u16, u16, Vec<u8>)>,
+        items: Vec<EncodedEvent>,
         decoded: Vec<SessionEvent>,
     ) -> Result<Vec<u64>> {
         self.append_decoded_parsed(items, decoded, None)
@@ -816,7 +814,7 @@ impl Session {
     /// caller has parsed already (the fold takes it instead of parsing).
     fn append_decoded_parsed(
         &mut self,
-        items: Vec<(u16, u16, Vec<u8>)>,
+        items: Vec<EncodedEvent>,
         decoded: Vec<SessionEvent>,
         mut pre: Option<event::Parsed>,
     ) -> Result<Vec<u64>> {
@@ -840,8 +838,8 @@ impl Session {
             )));
         }
         #[cfg(debug_assertions)]
-        for ((code, flags, payload), ev) in items.iter().zip(&decoded) {
-            let again = self.decode(ev.seq, *code, *flags, payload)?;
+        for (e, ev) in items.iter().zip(&decoded) {
+            let again = self.decode(ev.seq, e.kind, e.flags, &e.payload)?;
             debug_assert_eq!(&again, ev, "the live event differs from its logged bytes");
         }
         // A group with a replace is checked against a scratch surface before
@@ -879,8 +877,8 @@ impl Session {
                     if ev.data.is_null() {
                         // A fast-path append carries no data value (release
                         // builds): the text comes from the logged bytes.
-                        let (code, flags, payload) = &items[i];
-                        event::decode(ev.seq, *code, *flags, payload, &self.registry)
+                        let e = &items[i];
+                        event::decode(ev.seq, e.kind, e.flags, &e.payload, &self.registry)
                             .ok()
                             .and_then(|ev| crate::session::query::searchable_text(&ev))
                     } else {
@@ -1286,9 +1284,8 @@ impl Session {
         self.surface.check(SurfaceOp::Replace { start, end })?;
         let id = compaction_id.to_string();
         let items = vec![
-            (
-                CoreKind::CompactionStart.code(),
-                0,
+            EncodedEvent::core(
+                CoreKind::CompactionStart,
                 event::encode_core(
                     &CompactionStart {
                         compaction_id: id.clone(),
@@ -1296,9 +1293,8 @@ impl Session {
                     None,
                 ),
             ),
-            (
-                CoreKind::CompactionSummary.code(),
-                0,
+            EncodedEvent::core(
+                CoreKind::CompactionSummary,
                 event::encode_core(
                     &CompactionSummary {
                         compaction_id: id.clone(),
@@ -1307,9 +1303,8 @@ impl Session {
                     None,
                 ),
             ),
-            (
-                CoreKind::UserMessage.code(),
-                0,
+            EncodedEvent::core(
+                CoreKind::UserMessage,
                 event::encode_core(
                     &UserMessage {
                         content: vec![ContentBlock::text(summary)],
@@ -1317,9 +1312,8 @@ impl Session {
                     Some(SurfaceOp::Replace { start, end }),
                 ),
             ),
-            (
-                CoreKind::CompactionEnd.code(),
-                0,
+            EncodedEvent::core(
+                CoreKind::CompactionEnd,
                 event::encode_core(&CompactionEnd { compaction_id: id }, None),
             ),
         ];
@@ -1348,9 +1342,8 @@ impl Session {
                 ))
             })?;
         let items = vec![
-            (
-                CoreKind::CompactionPrune.code(),
-                0,
+            EncodedEvent::core(
+                CoreKind::CompactionPrune,
                 event::encode_core(
                     &CompactionPrune {
                         replaced_seqs: vec![seq],
@@ -1359,9 +1352,8 @@ impl Session {
                     None,
                 ),
             ),
-            (
-                CoreKind::ToolResult.code(),
-                0,
+            EncodedEvent::core(
+                CoreKind::ToolResult,
                 event::encode_core(
                     &ToolResult {
                         call_id: original.call_id,
@@ -1381,10 +1373,7 @@ impl Session {
 
     /// Append a group of encoded events as repair (which may write
     /// `interrupted`), atomically.
-    pub(crate) fn append_repair_group(
-        &mut self,
-        items: Vec<(u16, u16, Vec<u8>)>,
-    ) -> Result<Vec<u64>> {
+    pub(crate) fn append_repair_group(&mut self, items: Vec<EncodedEvent>) -> Result<Vec<u64>> {
         self.append_encoded(items)
     }
 
@@ -1407,15 +1396,14 @@ impl Session {
             .any(|e| e.kind == EventKind::Core(CoreKind::SessionEndSeed));
         for e in seed {
             let ts = Some(e.ts.unwrap_or_else(event::now_ms));
-            let (code, flags, payload) = match &e.kind {
+            let encoded = match &e.kind {
                 EventKind::Core(CoreKind::SessionDelete) => {
                     return Err(Error::InvalidArgument(
                         "seed history cannot hold a session/delete tombstone".into(),
                     ))
                 }
-                EventKind::Core(k) => (
-                    k.code(),
-                    event::core_flags(*k),
+                EventKind::Core(k) => EncodedEvent::core(
+                    *k,
                     serde_json::to_vec(&event::Envelope {
                         v: event::SESSION_FORMAT_VERSION,
                         kind: None,
@@ -1429,19 +1417,14 @@ impl Session {
                     let ignorable = self.registry.ignorable(name).ok_or_else(|| {
                         Error::InvalidArgument(format!("plugin kind {name:?} is not registered"))
                     })?;
-                    (
-                        event::KIND_CODE_PLUGIN,
-                        event::plugin_flags(ignorable),
-                        event::encode_plugin_at(name, &e.data, ts),
-                    )
+                    EncodedEvent::plugin(ignorable, event::encode_plugin_at(name, &e.data, ts))
                 }
             };
-            items.push((code, flags, payload));
+            items.push(encoded);
         }
         if !has_marker {
-            items.push((
-                CoreKind::SessionEndSeed.code(),
-                0,
+            items.push(EncodedEvent::core(
+                CoreKind::SessionEndSeed,
                 event::encode_core(&event::SessionEndSeed {}, None),
             ));
         }

@@ -25,7 +25,7 @@ pub fn deleted_at<'a>(log: impl Into<LogRef<'a>>, id: &str) -> Result<Option<u64
     let Some(last) = len.checked_sub(1) else {
         return Ok(None);
     };
-    let (kind, _, _) = log.stored_event(id, last)?;
+    let kind = log.stored_event(id, last)?.kind;
     Ok((kind == CoreKind::SessionDelete.code()).then_some(last))
 }
 

@@ -489,6 +489,38 @@ pub struct SessionDelete {}
 
 /// Frame flags of a core kind: `session/meta` is ignorable (metadata is
 /// not needed to fold a session), every other core kind is not.
+/// One event as the log stores it (FORMAT.md §4, §10): the kind code, the
+/// frame flags and the payload bytes. Everything the session layer appends
+/// is built as one of these and handed to the log as it is; the live state
+/// is folded from what decoding it gives (debug builds check that the
+/// decoded form the caller built equals it).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct EncodedEvent {
+    pub kind: u16,
+    pub flags: u16,
+    pub payload: Vec<u8>,
+}
+
+impl EncodedEvent {
+    /// A core event's bytes, with the flags its kind carries.
+    pub(crate) fn core(kind: CoreKind, payload: Vec<u8>) -> EncodedEvent {
+        EncodedEvent {
+            kind: kind.code(),
+            flags: core_flags(kind),
+            payload,
+        }
+    }
+
+    /// A plugin event's bytes.
+    pub(crate) fn plugin(ignorable: bool, payload: Vec<u8>) -> EncodedEvent {
+        EncodedEvent {
+            kind: KIND_CODE_PLUGIN,
+            flags: plugin_flags(ignorable),
+            payload,
+        }
+    }
+}
+
 pub(crate) fn core_flags(kind: CoreKind) -> u16 {
     if kind == CoreKind::SessionMeta {
         FLAG_IGNORABLE

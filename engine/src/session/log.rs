@@ -13,6 +13,7 @@ use std::sync::Arc;
 
 use crate::backend::{Claim, EventLog};
 use crate::error::{Error, Result};
+use crate::session::event::EncodedEvent;
 use crate::store::Store;
 use crate::types::LogPos;
 
@@ -221,11 +222,15 @@ impl<'a> LogRef<'a> {
 
     /// Event `seq` of `id` as the log stores it: kind, flags and payload
     /// (blob references unresolved).
-    pub(crate) fn stored_event(self, id: &str, seq: u64) -> Result<(u16, u16, Vec<u8>)> {
+    pub(crate) fn stored_event(self, id: &str, seq: u64) -> Result<EncodedEvent> {
         match self {
             LogRef::Embedded(store) => {
                 let e = store.read(id, seq)?;
-                Ok((e.kind, e.flags, e.payload))
+                Ok(EncodedEvent {
+                    kind: e.kind,
+                    flags: e.flags,
+                    payload: e.payload,
+                })
             }
             LogRef::Other(l) => {
                 let e =
@@ -236,7 +241,11 @@ impl<'a> LogRef<'a> {
                             seq,
                             len: seq,
                         })?;
-                Ok((e.kind, e.flags, e.payload))
+                Ok(EncodedEvent {
+                    kind: e.kind,
+                    flags: e.flags,
+                    payload: e.payload,
+                })
             }
         }
     }
@@ -297,7 +306,7 @@ impl LogHandle {
     pub(crate) fn append_group(
         &self,
         id: &str,
-        items: &[(u16, u16, Vec<u8>)],
+        items: &[EncodedEvent],
         texts: impl Fn(usize) -> Option<String>,
     ) -> Result<(Vec<u64>, AppendEnd)> {
         match self {
@@ -306,17 +315,23 @@ impl LogHandle {
                 // online collection keeps pinned blobs).
                 let mut pins = Vec::new();
                 let mut outlined = Vec::with_capacity(items.len());
-                for (_, _, p) in items {
+                for e in items {
                     outlined.push(crate::session::blob_refs::outline(
                         store.blobs(),
-                        p,
+                        &e.payload,
                         &mut pins,
                     )?);
                 }
                 let group: Vec<(u16, u16, &[u8])> = items
                     .iter()
                     .zip(&outlined)
-                    .map(|((c, f, p), o)| (*c, *f, o.as_deref().unwrap_or(p.as_slice())))
+                    .map(|(e, o)| {
+                        (
+                            e.kind,
+                            e.flags,
+                            o.as_deref().unwrap_or(e.payload.as_slice()),
+                        )
+                    })
                     .collect();
                 let mut seqs = Vec::with_capacity(items.len());
                 let mut end = AppendEnd::Nothing;
@@ -332,7 +347,7 @@ impl LogHandle {
                 let group: Vec<(u16, u16, &[u8], Option<&str>)> = items
                     .iter()
                     .zip(&texts)
-                    .map(|((c, f, p), t)| (*c, *f, p.as_slice(), t.as_deref()))
+                    .map(|(e, t)| (e.kind, e.flags, e.payload.as_slice(), t.as_deref()))
                     .collect();
                 let first = log.append_group_indexed(id, &group)?;
                 let end = first + items.len() as u64;

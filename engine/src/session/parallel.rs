@@ -12,7 +12,7 @@
 use crate::error::Result;
 use crate::session::core::Session;
 use crate::session::durability::{record_result, CancelToken, ToolBody, ToolOutcome};
-use crate::session::event::{self, CoreKind, ToolCall, ToolResult, ToolStatus};
+use crate::session::event::{self, CoreKind, EncodedEvent, ToolCall, ToolResult, ToolStatus};
 use crate::session::host::SharedSession;
 use crate::session::surface::SurfaceOp;
 use crate::types::LogPos;
@@ -42,7 +42,7 @@ impl Session {
     pub fn record_tool_calls(&mut self, calls: &[ToolCall]) -> Result<LogPos> {
         let items = calls
             .iter()
-            .map(|c| (CoreKind::ToolCall.code(), 0, event::encode_core(c, None)))
+            .map(|c| EncodedEvent::core(CoreKind::ToolCall, event::encode_core(c, None)))
             .collect();
         self.append_encoded(items)?;
         Ok(self.last_end())

@@ -57,7 +57,11 @@ fn event_ts(registry: &Registry, seq: u64, kind: u16, flags: u16, payload: &[u8]
 }
 
 fn ts_of(log: LogRef<'_>, registry: &Registry, id: &str, seq: u64) -> Result<Option<u64>> {
-    let (kind, flags, payload) = log.stored_event(id, seq)?;
+    let crate::session::event::EncodedEvent {
+        kind,
+        flags,
+        payload,
+    } = log.stored_event(id, seq)?;
     Ok(event_ts(registry, seq, kind, flags, &payload))
 }
 
@@ -93,7 +97,11 @@ pub fn list_sessions<'a>(
         let updated_ms = if end == 0 {
             None
         } else {
-            let (kind, flags, payload) = log.stored_event(&name, end - 1)?;
+            let crate::session::event::EncodedEvent {
+                kind,
+                flags,
+                payload,
+            } = log.stored_event(&name, end - 1)?;
             if kind == CoreKind::SessionDelete.code() {
                 continue; // deleted: not listed
             }

@@ -15,8 +15,8 @@ use serde::Serialize;
 use crate::error::Result;
 use crate::session::core::Session;
 use crate::session::event::{
-    self, ContentBlock, CoreKind, StepEnd, StepEndReason, ToolResult, ToolStatus, TurnEnd,
-    TurnEndReason,
+    self, ContentBlock, CoreKind, EncodedEvent, StepEnd, StepEndReason, ToolResult, ToolStatus,
+    TurnEnd, TurnEndReason,
 };
 use crate::session::messages::{Message, Role};
 use crate::session::surface::SurfaceOp;
@@ -88,15 +88,14 @@ pub fn repair(session: &mut Session, plugins: &[&dyn PluginRepair]) -> Result<Re
         tools.push((order(id, *seq), id.clone(), ToolStatus::ToolNotStarted));
     }
     tools.sort_by(|a, b| (a.0, &a.1).cmp(&(b.0, &b.1)));
-    let mut items: Vec<(u16, u16, Vec<u8>)> = Vec::new();
+    let mut items: Vec<EncodedEvent> = Vec::new();
     for (_, id, status) in tools {
         match status {
             ToolStatus::ToolOutcomeUnknown => report.tools_outcome_unknown.push(id.clone()),
             _ => report.tools_not_started.push(id.clone()),
         }
-        items.push((
-            CoreKind::ToolResult.code(),
-            0,
+        items.push(EncodedEvent::core(
+            CoreKind::ToolResult,
             event::encode_core(
                 &ToolResult {
                     call_id: id,
@@ -110,9 +109,8 @@ pub fn repair(session: &mut Session, plugins: &[&dyn PluginRepair]) -> Result<Re
     }
     if let Some((turn_id, step_id, _)) = &open.step {
         report.steps_closed += 1;
-        items.push((
-            CoreKind::StepEnd.code(),
-            0,
+        items.push(EncodedEvent::core(
+            CoreKind::StepEnd,
             event::encode_core(
                 &StepEnd {
                     turn_id: turn_id.clone(),
@@ -125,9 +123,8 @@ pub fn repair(session: &mut Session, plugins: &[&dyn PluginRepair]) -> Result<Re
     }
     if let Some((turn_id, _)) = &open.turn {
         report.turns_interrupted += 1;
-        items.push((
-            CoreKind::TurnEnd.code(),
-            0,
+        items.push(EncodedEvent::core(
+            CoreKind::TurnEnd,
             event::encode_core(
                 &TurnEnd {
                     turn_id: turn_id.clone(),

@@ -338,7 +338,11 @@ pub(crate) fn read_checked(
         return Ok(Err(Some(why)));
     }
     if h.covered > 0 {
-        let (kind, flags, payload) = log.stored_event(session, h.covered - 1)?;
+        let crate::session::event::EncodedEvent {
+            kind,
+            flags,
+            payload,
+        } = log.stored_event(session, h.covered - 1)?;
         if event_crc(kind, flags, &payload) != h.last_event_crc {
             return Ok(Err(Some(
                 "the log's event at the snapshot point differs: the source changed".into(),
@@ -465,7 +469,11 @@ pub(crate) fn write_file(
         )));
     }
     let last_event_crc = if covered > 0 {
-        let (kind, flags, payload) = log.stored_event(session, covered - 1)?;
+        let crate::session::event::EncodedEvent {
+            kind,
+            flags,
+            payload,
+        } = log.stored_event(session, covered - 1)?;
         event_crc(kind, flags, &payload)
     } else {
         0
