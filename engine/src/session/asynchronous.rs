@@ -155,7 +155,7 @@ pub fn subscribe<'a>(
     let inner = match log {
         LogRef::Embedded(store) => Inner::Embedded {
             sub: Box::new(store.subscribe(id, from)?),
-            blobs: crate::blobs::BlobDir::new(store.dir()),
+            blobs: crate::blobs::BlobDir::with_vfs(store.dir(), store.vfs().clone()),
         },
         LogRef::Other(l) => Inner::Other {
             follow: l.follow(id, from)?,

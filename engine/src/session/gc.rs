@@ -359,13 +359,13 @@ impl Drop for Background {
 fn collect_blobs(dir: &Path, opts: &CollectOptions, report: &mut CollectReport) -> Result<()> {
     // A store without blob files is not opened at all (an open for writing
     // and its close would touch the log).
-    let any = std::fs::read_dir(dir.join(crate::blobs::BLOB_DIR))
-        .map(|rd| {
-            rd.flatten().any(|e| {
-                e.file_name()
-                    .to_str()
-                    .is_some_and(|n| n.ends_with(&format!(".{}", crate::blobs::BLOB_EXT)))
-            })
+    let any = opts
+        .vfs
+        .list(&dir.join(crate::blobs::BLOB_DIR))
+        .map(|names| {
+            names
+                .iter()
+                .any(|n| n.ends_with(&format!(".{}", crate::blobs::BLOB_EXT)))
         })
         .unwrap_or(false);
     if !any {

@@ -28,14 +28,16 @@
 //! writer that held the pin while the sweep was open (so it is recorded).
 
 use std::collections::{HashMap, HashSet};
-use std::io::Write;
+use std::io::ErrorKind;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
 
 use parking_lot::Mutex;
 use sha2::{Digest, Sha256};
 
 use crate::error::{Error, Result};
+use crate::vfs::{OsVfs, Vfs};
 
 /// Subdirectory of a store that holds its blob files.
 pub const BLOB_DIR: &str = "blobs";
@@ -87,6 +89,8 @@ pub fn parse_hex(s: &str) -> Option<[u8; 32]> {
 #[derive(Debug)]
 pub struct BlobDir {
     dir: PathBuf,
+    /// The store's file system (the simulated one in crash tests).
+    vfs: Arc<dyn Vfs>,
     /// Blobs this handle knows to be durable under their name.
     durable: Mutex<HashSet<[u8; 32]>>,
     threshold: AtomicUsize,
@@ -156,10 +160,16 @@ impl Drop for BlobSweep<'_> {
 
 impl BlobDir {
     /// The blob directory of the store at `store_dir` (created on the
-    /// first put).
+    /// first put), on the real file system.
     pub fn new(store_dir: &Path) -> Self {
+        Self::with_vfs(store_dir, Arc::new(OsVfs))
+    }
+
+    /// [`BlobDir::new`] on `vfs` (the store's).
+    pub fn with_vfs(store_dir: &Path, vfs: Arc<dyn Vfs>) -> Self {
         BlobDir {
             dir: store_dir.join(BLOB_DIR),
+            vfs,
             durable: Mutex::new(HashSet::new()),
             threshold: AtomicUsize::new(BLOB_THRESHOLD_DEFAULT),
             guard: Mutex::new(Guard::default()),
@@ -193,28 +203,29 @@ impl BlobDir {
     /// already gone is 0. Call [`BlobDir::sync`] after a run of removals.
     pub fn remove(&self, h: &[u8; 32]) -> Result<u64> {
         let path = self.path(h);
-        let bytes = match std::fs::metadata(&path) {
-            Ok(m) => m.len(),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(0),
+        let bytes = match self.vfs.open(&path, false).and_then(|f| f.len()) {
+            Ok(n) => n,
+            Err(e) if e.kind() == ErrorKind::NotFound => return Ok(0),
             Err(e) => return Err(Error::io("stat blob", &path, e)),
         };
-        match std::fs::remove_file(&path) {
+        match self.vfs.remove(&path) {
             Ok(()) => Ok(bytes),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(0),
+            Err(e) if e.kind() == ErrorKind::NotFound => Ok(0),
             Err(e) => Err(Error::io("remove blob", &path, e)),
         }
     }
 
     /// Size of blob `h`'s file (0 if absent).
     pub fn file_bytes(&self, h: &[u8; 32]) -> u64 {
-        std::fs::metadata(self.path(h))
-            .map(|m| m.len())
+        self.vfs
+            .open(&self.path(h), false)
+            .and_then(|f| f.len())
             .unwrap_or(0)
     }
 
     /// Make removals durable: fsync the blob directory (if it exists).
     pub fn sync(&self) -> Result<()> {
-        if self.dir.is_dir() {
+        if self.vfs.is_dir(&self.dir) {
             self.sync_dir()
         } else {
             Ok(())
@@ -222,8 +233,8 @@ impl BlobDir {
     }
 
     fn sync_dir(&self) -> Result<()> {
-        std::fs::File::open(&self.dir)
-            .and_then(|d| d.sync_all())
+        self.vfs
+            .sync_dir(&self.dir)
             .map_err(|e| Error::io("fsync blob directory", &self.dir, e))
     }
 
@@ -271,23 +282,23 @@ impl BlobDir {
             return Ok(());
         }
         let path = self.path(h);
-        if path.exists() {
+        let vfs = self.vfs.as_ref();
+        if vfs.exists(&path) {
             // Written by another handle or an earlier process, perhaps one
             // that died before its directory fsync: make sure, once.
-            std::fs::File::open(&path)
-                .and_then(|f| f.sync_all())
+            vfs.open(&path, false)
+                .and_then(|f| f.sync_data())
                 .map_err(|e| Error::io("fsync blob", &path, e))?;
             self.sync_dir()?;
             self.durable.lock().insert(*h);
             return Ok(());
         }
-        let created = !self.dir.exists();
-        std::fs::create_dir_all(&self.dir)
+        let created = !vfs.is_dir(&self.dir);
+        vfs.create_dir_all(&self.dir)
             .map_err(|e| Error::io("create blob directory", &self.dir, e))?;
         if created {
             if let Some(parent) = self.dir.parent() {
-                std::fs::File::open(parent)
-                    .and_then(|d| d.sync_all())
+                vfs.sync_dir(parent)
                     .map_err(|e| Error::io("fsync store directory", parent, e))?;
             }
         }
@@ -300,13 +311,18 @@ impl BlobDir {
             hex(h),
             std::process::id()
         ));
-        let mut f = std::fs::File::create(&tmp).map_err(|e| Error::io("create blob", &tmp, e))?;
-        f.write_all(&encode_header(h, bytes.len() as u64))
-            .and_then(|()| f.write_all(bytes))
+        let f = vfs
+            .create_truncate(&tmp)
+            .map_err(|e| Error::io("create blob", &tmp, e))?;
+        f.write_all_at(&encode_header(h, bytes.len() as u64), 0)
+            .and_then(|()| f.write_all_at(bytes, BLOB_HEADER_BYTES as u64))
             .map_err(|e| Error::io("write blob", &tmp, e))?;
-        f.sync_all().map_err(|e| Error::io("fsync blob", &tmp, e))?;
+        // fdatasync: the bytes and the new file's length.
+        f.sync_data()
+            .map_err(|e| Error::io("fsync blob", &tmp, e))?;
         drop(f);
-        std::fs::rename(&tmp, &path).map_err(|e| Error::io("rename blob", &path, e))?;
+        vfs.rename(&tmp, &path)
+            .map_err(|e| Error::io("rename blob", &path, e))?;
         self.sync_dir()?;
         self.durable.lock().insert(*h);
         Ok(())
@@ -316,9 +332,9 @@ impl BlobDir {
     /// bytes whose sha256 is not `h` is [`Error::Corrupt`] naming the hash.
     pub fn get(&self, h: &[u8; 32]) -> Result<Vec<u8>> {
         let path = self.path(h);
-        let data = match std::fs::read(&path) {
+        let data = match crate::vfs::read_whole(self.vfs.as_ref(), &path) {
             Ok(d) => d,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            Err(e) if e.kind() == ErrorKind::NotFound => {
                 return Err(Error::corrupt(
                     &path,
                     0,
@@ -340,16 +356,16 @@ impl BlobDir {
     /// and `.tblob` is not listed), sorted. Left-over `.tmp` files of an
     /// interrupted put are not blobs.
     pub fn list(&self) -> Result<Vec<[u8; 32]>> {
-        let rd = match std::fs::read_dir(&self.dir) {
-            Ok(r) => r,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+        if !self.vfs.is_dir(&self.dir) {
+            return Ok(Vec::new());
+        }
+        let names = match self.vfs.list(&self.dir) {
+            Ok(n) => n,
+            Err(e) if e.kind() == ErrorKind::NotFound => return Ok(Vec::new()),
             Err(e) => return Err(Error::io("list blobs", &self.dir, e)),
         };
         let mut out = Vec::new();
-        for ent in rd {
-            let ent = ent.map_err(|e| Error::io("list blobs", &self.dir, e))?;
-            let name = ent.file_name();
-            let Some(name) = name.to_str() else { continue };
+        for name in &names {
             if let Some(h) = name
                 .strip_suffix(&format!(".{BLOB_EXT}"))
                 .and_then(parse_hex)

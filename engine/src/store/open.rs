@@ -124,7 +124,7 @@ impl Store {
             let shared = Self::make_shared(dir, opts, store_id, rec.index, end, seq, None, None);
             shared.reader.set_active(seg, None);
             return Ok(Store {
-                blobs: super::blobs::BlobDir::new(&shared.dir),
+                blobs: super::blobs::BlobDir::with_vfs(&shared.dir, vfs.clone()),
                 shared: Arc::new(shared),
                 flusher: Mutex::new(None),
                 report,
@@ -188,7 +188,7 @@ impl Store {
             })
             .map_err(|e| Error::io("spawn flusher thread", &shared.dir, e))?;
         Ok(Store {
-            blobs: super::blobs::BlobDir::new(&shared.dir),
+            blobs: super::blobs::BlobDir::with_vfs(&shared.dir, vfs.clone()),
             shared,
             flusher: Mutex::new(Some(handle)),
             report,
