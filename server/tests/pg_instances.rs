@@ -724,8 +724,8 @@ async fn metrics_count_the_commits_on_postgresql(cx: Ctx) {
     assert!(events >= 6.0 && commits >= 1.0 && commits <= events, "{m}");
     let waits = metric(&m, "turnstone_serve_durable_wait_seconds_count").unwrap();
     assert!(waits >= 6.0, "a timed commit wait per write:\n{m}");
-    let sum = metric(&m, "turnstone_serve_durable_wait_seconds_sum").unwrap();
-    assert!(sum > 0.0, "commit waits take time:\n{m}");
+    // (Their sum may be 0: a commit can be done before its wait starts.)
+    assert!(metric(&m, "turnstone_serve_durable_wait_seconds_sum").is_some());
     // The other instance committed nothing.
     let mb = hb
         .get("/.well-known/turnstone/metrics")
