@@ -34,6 +34,7 @@
 //! the Python and Node packages, and `turnstone serve` on a connection URL
 //! (several instances over one database; its path table is in `streams.rs`).
 
+mod collect;
 mod error;
 mod event_log;
 mod follow;
@@ -51,6 +52,7 @@ use postgres::binary_copy::BinaryCopyInWriter;
 use postgres::types::Type;
 use postgres::{Client, NoTls};
 
+pub use collect::PgCollectReport;
 pub use error::{PgError, Result};
 pub use event_log::{engine_error, PgEventLog};
 pub use follow::Subscription;

@@ -403,6 +403,81 @@ fn a_session_lock_excludes_other_holders_until_dropped(cx: &Ctx) {
     assert!(t.elapsed() < Duration::from_secs(5));
 }
 
+/// `collect_deleted` removes deleted sessions' events except the prefix
+/// their forks read (through a chain of deleted forks too), and their
+/// snapshots; live sessions and what forks read are untouched; a second
+/// run removes nothing.
+fn collecting_deleted_sessions_keeps_what_forks_read(cx: &Ctx) {
+    let log = cx.log();
+    let write = |id: &str, from: u64, to: u64| {
+        let w = log.acquire(id, "t", true).unwrap().writer;
+        for i in from..to {
+            assert_eq!(w.append(1, 0, &payload(i)).unwrap(), i);
+        }
+        w.sync().unwrap();
+        w.release().unwrap();
+    };
+    // a (10) <- b at 6 (to 12) <- c at 8 (to 9, live); d (5) alone; f live.
+    write("a", 0, 10);
+    log.fork("a", 6, "b").unwrap();
+    write("b", 6, 12);
+    log.fork("b", 8, "c").unwrap();
+    write("c", 8, 9);
+    write("d", 0, 5);
+    write("f", 0, 7);
+    log.put_snapshot("d", "p", 5, b"cache").unwrap();
+    log.put_snapshot("f", "p", 7, b"cache").unwrap();
+    let read_all = |id: &str, len: u64| log.read_range(id, 0..len).unwrap();
+    let (c_before, f_before) = (read_all("c", 9), read_all("f", 7));
+    assert_eq!(c_before.len(), 9);
+    for id in ["a", "b", "d"] {
+        log.delete(id).unwrap();
+    }
+    let r = log.collect_deleted().unwrap();
+    let mut sql = cx.sql();
+    let rows = |sql: &mut postgres::Client, id: &str| -> Vec<i64> {
+        sql.query(
+            "SELECT seq FROM turnstone_events WHERE session = $1 ORDER BY seq",
+            &[&id],
+        )
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect()
+    };
+    assert_eq!(
+        rows(&mut sql, "a"),
+        (0..6).collect::<Vec<i64>>(),
+        "a keeps what b's fork reads"
+    );
+    assert_eq!(
+        rows(&mut sql, "b"),
+        vec![6, 7],
+        "b keeps what c reads of it"
+    );
+    assert_eq!(rows(&mut sql, "d"), Vec::<i64>::new());
+    assert_eq!(rows(&mut sql, "f").len(), 7);
+    assert_eq!(
+        r,
+        turnstone_pg::PgCollectReport {
+            deleted_sessions: 3,
+            events_removed: 4 + 4 + 5,
+            snapshots_removed: 1,
+        }
+    );
+    assert_eq!(read_all("c", 9), c_before, "the fork reads all it read");
+    assert_eq!(read_all("f", 7), f_before);
+    assert!(log.snapshot("f", "p").unwrap().is_some());
+    assert_eq!(log.collect_deleted().unwrap().events_removed, 0);
+    // Once the last reader goes, the rest goes too.
+    log.delete("c").unwrap();
+    let r = log.collect_deleted().unwrap();
+    assert_eq!(r.events_removed, 6 + 2 + 1);
+    for id in ["a", "b", "c"] {
+        assert!(rows(&mut sql, id).is_empty(), "{id}");
+    }
+}
+
 fn a_watcher_wakes_when_the_session_grows(cx: &Ctx) {
     let log = cx.log();
     log.create_session("w").unwrap();
@@ -1145,6 +1220,11 @@ fn main() {
         return;
     }
     let tests: &[(&str, TestFn, bool)] = &[
+        (
+            "collecting_deleted_sessions_keeps_what_forks_read",
+            collecting_deleted_sessions_keeps_what_forks_read,
+            false,
+        ),
         (
             "a_session_lock_excludes_other_holders_until_dropped",
             a_session_lock_excludes_other_holders_until_dropped,

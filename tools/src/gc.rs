@@ -13,7 +13,8 @@ use crate::Failure;
 
 #[derive(Debug, Args)]
 pub struct GcArgs {
-    /// Store directory.
+    /// Store directory, or a PostgreSQL URL (postgres://…): there, the
+    /// events of deleted sessions that no fork reads are removed.
     pub dir: PathBuf,
     /// Decide and report what a collection would free; change nothing.
     #[arg(long)]
@@ -79,6 +80,9 @@ pub fn parse_duration_ms(s: &str) -> Result<u64, String> {
 }
 
 pub fn run(a: &GcArgs) -> Result<ExitCode, Failure> {
+    if let Some(url) = crate::place::url_of(&a.dir) {
+        return run_pg(a, url);
+    }
     existing_dir(&a.dir)?;
     if !(0.0..=1.0).contains(&a.threshold) {
         return Err(Failure::usage(format!(
@@ -113,6 +117,44 @@ pub fn run(a: &GcArgs) -> Result<ExitCode, Failure> {
         );
     } else {
         print_text(&r);
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `turnstone gc postgres://…`: remove the events of deleted sessions that
+/// no fork reads, and their snapshots (turnstone-pg's `collect_deleted`).
+fn run_pg(a: &GcArgs, url: &str) -> Result<ExitCode, Failure> {
+    let store_only = [
+        (a.dry_run, "--dry-run"),
+        (a.regroup, "--regroup"),
+        (a.expire_after.is_some(), "--expire-after"),
+        (a.max_age.is_some(), "--max-age"),
+        (a.max_bytes.is_some(), "--max-bytes"),
+    ];
+    if let Some((_, flag)) = store_only.iter().find(|(set, _)| *set) {
+        return Err(Failure::usage(format!(
+            "{flag} applies to a store directory; on a database gc removes deleted sessions' events"
+        )));
+    }
+    let log = crate::place::connect_reader(url)?;
+    let r = log
+        .collect_deleted()
+        .map_err(|e| crate::place::pg_failure(url, e))?;
+    log.close();
+    if a.json {
+        println!(
+            "{}",
+            serde_json::json!({
+                "deleted_sessions": r.deleted_sessions,
+                "events_removed": r.events_removed,
+                "snapshots_removed": r.snapshots_removed,
+            })
+        );
+    } else {
+        println!(
+            "{} deleted session(s) examined; removed {} event(s) and {} snapshot(s) no fork reads (PostgreSQL's vacuum makes their space reusable)",
+            r.deleted_sessions, r.events_removed, r.snapshots_removed
+        );
     }
     Ok(ExitCode::SUCCESS)
 }

@@ -448,6 +448,33 @@ fn session_commands_on_a_url_do_what_they_do_on_the_directory(cx: &Ctx) {
     assert!(listed.contains("root-3"), "{listed}");
 }
 
+/// `turnstone gc URL` removes a deleted session's events (a live fork's
+/// inherited prefix stays readable); store-directory options are refused.
+fn gc_on_a_url_removes_deleted_sessions_events(cx: &Ctx) {
+    let log = PgLog::connect(&cx.url, PgOptions::default()).unwrap();
+    let w = log.acquire("gone", "t", true).unwrap().writer;
+    for i in 0..6u8 {
+        w.append(1, 0, &[i; 8]).unwrap();
+    }
+    w.sync().unwrap();
+    w.release().unwrap();
+    log.fork("gone", 4, "kept").unwrap();
+    log.delete("gone").unwrap();
+    let before = log.read_range("kept", 0..4).unwrap();
+    let out = turnstone(&["gc", &cx.url, "--json"]);
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    let v = json_one(&out);
+    assert_eq!(v["deleted_sessions"], 1, "{v}");
+    assert_eq!(v["events_removed"], 2, "events 4 and 5: no fork reads them");
+    assert_eq!(log.read_range("kept", 0..4).unwrap(), before);
+    let out = turnstone(&["gc", &cx.url, "--json"]);
+    assert_eq!(json_one(&out)["events_removed"], 0);
+    let out = turnstone(&["gc", &cx.url, "--regroup"]);
+    assert_eq!(code(&out), 2, "a usage error: {}", stderr(&out));
+    assert!(stderr(&out).contains("--regroup applies to a store directory"));
+    log.close();
+}
+
 fn main() {
     type Test = fn(&Ctx);
     let tests: Vec<(&str, Test, bool)> = vec![
@@ -469,6 +496,11 @@ fn main() {
         (
             "a_missing_blob_stops_the_copy_naming_session_and_seq",
             a_missing_blob_stops_the_copy_naming_session_and_seq,
+            false,
+        ),
+        (
+            "gc_on_a_url_removes_deleted_sessions_events",
+            gc_on_a_url_removes_deleted_sessions_events,
             false,
         ),
         (
