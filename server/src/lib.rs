@@ -296,6 +296,7 @@ async fn accept_loop(listener: TcpListener, app: Arc<App>) -> Result<(), String>
     let mut refusing = JoinSet::new();
     let mut shutdown = app.shutdown.clone();
     let sweeper = tokio::spawn(sweep_loop(app.clone()));
+    let pg_collector = tokio::spawn(pg_collect_loop(app.clone()));
     let mut pause = Duration::ZERO;
     let mut paused_until: Option<tokio::time::Instant> = None;
     let mut failures_logged_at: Option<tokio::time::Instant> = None;
@@ -357,6 +358,8 @@ async fn accept_loop(listener: TcpListener, app: Arc<App>) -> Result<(), String>
     refusing.abort_all();
     sweeper.abort();
     let _ = sweeper.await;
+    pg_collector.abort();
+    let _ = pg_collector.await;
     let drain = async { while conns.join_next().await.is_some() {} };
     if tokio::time::timeout(Duration::from_secs(5), drain)
         .await
@@ -430,6 +433,32 @@ async fn serve_connection(tcp: tokio::net::TcpStream, peer: SocketAddr, app: Arc
         }
     }
     app.metrics.open_connections.fetch_sub(1, Ordering::Relaxed);
+}
+
+/// On a shared database, with background collection on: every interval,
+/// remove the events of deleted streams' sessions that no fork reads
+/// (turnstone-pg's `collect_deleted`; any number of instances may run it).
+async fn pg_collect_loop(app: Arc<App>) {
+    let (Some(pg), Some(gc)) = (app.streams.log.shared(), app.opts.gc.as_ref()) else {
+        return;
+    };
+    let log = pg.log.clone();
+    let mut tick = tokio::time::interval(gc.interval);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    tick.tick().await;
+    loop {
+        tick.tick().await;
+        let l = log.clone();
+        match tokio::task::spawn_blocking(move || l.collect_deleted()).await {
+            Ok(Ok(r)) if r.events_removed > 0 || r.snapshots_removed > 0 => eprintln!(
+                "turnstone serve: collection removed {} event(s) and {} snapshot(s) of deleted streams",
+                r.events_removed, r.snapshots_removed
+            ),
+            Ok(Ok(_)) => {}
+            Ok(Err(e)) => eprintln!("turnstone serve: collection failed (tried again later): {e}"),
+            Err(e) => eprintln!("turnstone serve: collection task failed: {e}"),
+        }
+    }
 }
 
 /// Expire streams in the background (reads and writes also check on access),

@@ -607,6 +607,75 @@ async fn fork_racing_the_deletion_of_its_source(cx: Ctx) {
     b.shutdown().await.unwrap();
 }
 
+/// Events of deleted sessions in the database (what collection removes,
+/// less what forks read).
+async fn deleted_events(url: &str) -> i64 {
+    let url = url.to_string();
+    tokio::task::spawn_blocking(move || {
+        let mut c = postgres::Client::connect(&url, postgres::NoTls).unwrap();
+        c.query_one(
+            "SELECT count(*) FROM turnstone_events e
+               JOIN turnstone_sessions s ON s.id = e.session WHERE s.deleted",
+            &[],
+        )
+        .unwrap()
+        .get(0)
+    })
+    .await
+    .unwrap()
+}
+
+/// Background collection on PostgreSQL: a deleted stream's events go from
+/// the database; a soft-deleted source keeps what its fork reads until the
+/// fork goes too; readers never miss anything.
+async fn background_collection_removes_deleted_streams_events(cx: Ctx) {
+    let mut o = pg_options(&cx.url, &cx.tmp.path().join("a"));
+    o.gc = Some(turnstone::session::gc::BackgroundOptions {
+        interval: Duration::from_millis(100),
+        ..Default::default()
+    });
+    let a = turnstone_server::start(o).await.unwrap();
+    let h = http(a.local_addr());
+    let gone_within = |what: &'static str| {
+        let url = cx.url.clone();
+        async move {
+            let t = Instant::now();
+            while deleted_events(&url).await > 0 {
+                assert!(
+                    t.elapsed() < Duration::from_secs(10),
+                    "{what}: not collected"
+                );
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        }
+    };
+    assert_eq!(h.put("/plain", "text/plain", "a").await.status(), 201);
+    for i in 0..5 {
+        assert_eq!(
+            h.post("/plain", "text/plain", &format!("{i}"))
+                .await
+                .status(),
+            204
+        );
+    }
+    assert_eq!(h.put("/src", "text/plain", "shared").await.status(), 201);
+    assert_eq!(h.post("/src", "text/plain", "+more").await.status(), 204);
+    assert_eq!(fork_src(&h).await.status(), 201);
+    assert_eq!(delete(&h, "/plain").await.status(), 204);
+    assert_eq!(delete(&h, "/src").await.status(), 204);
+    gone_within("the deleted stream").await;
+    assert_eq!(
+        h.get("/src").await.status(),
+        410,
+        "soft-deleted: a fork reads through it"
+    );
+    assert_eq!(read_text(&h, "/fork").await.0, "shared+more");
+    assert_eq!(delete(&h, "/fork").await.status(), 204);
+    gone_within("the released source and its fork").await;
+    assert_eq!(h.get("/src").await.status(), 404);
+    a.shutdown().await.unwrap();
+}
+
 /// A stream's TTL runs out for both instances at once: both expire it
 /// (concurrently), one new stream is made in its place.
 async fn expiry_seen_by_both_instances(cx: Ctx) {
@@ -1566,6 +1635,11 @@ fn main() {
         (
             "fork_racing_the_deletion_of_its_source",
             |cx| Box::pin(fork_racing_the_deletion_of_its_source(cx)),
+            false,
+        ),
+        (
+            "background_collection_removes_deleted_streams_events",
+            |cx| Box::pin(background_collection_removes_deleted_streams_events(cx)),
             false,
         ),
         (
