@@ -57,7 +57,7 @@ pub use error::{PgError, Result};
 pub use event_log::{engine_error, PgEventLog};
 pub use follow::Subscription;
 pub use schema::SCHEMA_VERSION;
-pub use streams::{LeaseRow, SessionLock, StreamRow};
+pub use streams::{LeaseRow, SessionLock, StreamExpiry, StreamRow};
 pub use url::{is_url, redact};
 
 use error::db;

@@ -61,6 +61,12 @@ pub(crate) const STEPS: &[&str] = &[
     );
     CREATE INDEX turnstone_sessions_parent ON turnstone_sessions (parent) WHERE parent IS NOT NULL;
     CREATE SEQUENCE turnstone_stream_incarnations;",
+    // 5: each stream's expiry beside its mapping (a sliding `Stream-TTL` in
+    // ms, renewed through `touched_ms`, or a fixed `Stream-Expires-At`), so
+    // that any instance finds the expired streams no instance has loaded
+    // (paths mapped before this step have neither: they expire when next
+    // used, as before).
+    "ALTER TABLE turnstone_streams ADD COLUMN ttl_ms bigint, ADD COLUMN expires_ms bigint;",
 ];
 
 /// The version this build writes.

@@ -67,6 +67,15 @@ impl Drop for SessionLock {
     }
 }
 
+/// When a stream expires, as its mapping records it.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct StreamExpiry {
+    /// A sliding TTL (ms after the last access, `touched_ms`).
+    pub ttl_ms: Option<i64>,
+    /// A fixed time (ms since the epoch).
+    pub expires_ms: Option<i64>,
+}
+
 /// A path's mapping.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct StreamRow {
@@ -110,15 +119,25 @@ impl PgLog {
         session: &str,
         replacing: Option<&str>,
         now_ms: i64,
+        expiry: StreamExpiry,
     ) -> Result<bool> {
         self.with_client(|c| {
             let n = c
                 .execute(
-                    "INSERT INTO turnstone_streams (path, session, touched_ms) VALUES ($1, $2, $4)
+                    "INSERT INTO turnstone_streams (path, session, touched_ms, ttl_ms, expires_ms)
+                     VALUES ($1, $2, $4, $5, $6)
                      ON CONFLICT (path) DO UPDATE
-                        SET session = excluded.session, touched_ms = excluded.touched_ms
+                        SET session = excluded.session, touched_ms = excluded.touched_ms,
+                            ttl_ms = excluded.ttl_ms, expires_ms = excluded.expires_ms
                       WHERE turnstone_streams.session = $3",
-                    &[&path, &session, &replacing, &now_ms],
+                    &[
+                        &path,
+                        &session,
+                        &replacing,
+                        &now_ms,
+                        &expiry.ttl_ms,
+                        &expiry.expires_ms,
+                    ],
                 )
                 .map_err(db("map stream path"))?;
             Ok(n == 1)
@@ -147,6 +166,27 @@ impl PgLog {
             )
             .map_err(db("touch stream"))?;
             Ok(())
+        })
+    }
+
+    /// Up to `limit` mapped streams whose expiry (as their mappings record
+    /// it) is at or before `now_ms`: `(path, session)`, oldest expiry
+    /// first. The caller checks each against its own state before
+    /// expiring it (an access not yet recorded may have renewed it).
+    pub fn expired_streams(&self, now_ms: i64, limit: i64) -> Result<Vec<(String, String)>> {
+        self.with_client(|c| {
+            let rows = c
+                .query(
+                    "SELECT path, session FROM (
+                        SELECT path, session,
+                               least(expires_ms, touched_ms + ttl_ms) AS at
+                          FROM turnstone_streams
+                         WHERE expires_ms IS NOT NULL OR ttl_ms IS NOT NULL
+                     ) s WHERE at <= $1 ORDER BY at LIMIT $2",
+                    &[&now_ms, &limit],
+                )
+                .map_err(db("read expired streams"))?;
+            Ok(rows.iter().map(|r| (r.get(0), r.get(1))).collect())
         })
     }
 

@@ -466,8 +466,19 @@ async fn pg_collect_loop(app: Arc<App>) {
 async fn sweep_loop(app: Arc<App>) {
     let mut tick = tokio::time::interval(Duration::from_millis(250));
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    // On a shared database, the streams no instance has loaded are looked
+    // for less often (a query over every mapping with an expiry).
+    let mut ticks = 0u64;
     loop {
         tick.tick().await;
+        ticks += 1;
+        if ticks.is_multiple_of(8) && app.streams.log.is_shared() {
+            let a = app.clone();
+            let _ = tokio::task::spawn_blocking(move || {
+                a.streams.sweep_unloaded_shared(record::now_ms())
+            })
+            .await;
+        }
         if let (true, Some(store)) = (app.health.is_write_failing(), app.streams.log.embedded()) {
             let store = store.clone();
             // Retry the engine's kept batch, so that writes resume once

@@ -405,9 +405,19 @@ impl Streams {
                     return Err(e);
                 }
             };
+            let expiry = {
+                let st = created.stream.state.lock();
+                turnstone_pg::StreamExpiry {
+                    ttl_ms: st
+                        .config
+                        .ttl_secs
+                        .map(|t| t.saturating_mul(1000).min(i64::MAX as u64) as i64),
+                    expires_ms: st.config.expires_at_ms,
+                }
+            };
             if pg
                 .log
-                .map_stream(&req.path, &session, None, now_ms as i64)
+                .map_stream(&req.path, &session, None, now_ms as i64, expiry)
                 .map_err(pg_fail)?
             {
                 drop(source_lock);
@@ -650,8 +660,25 @@ impl Streams {
         Self::unlink(&mut self.reg.lock(), s);
     }
 
+    /// Expire the streams whose mappings say their time has come, loaded
+    /// here or not (a stream no running instance has loaded, or whose
+    /// instance stopped, would otherwise wait for its next use): each is
+    /// looked up as a request would, which expires it if this instance's
+    /// view and the last access any instance recorded agree.
+    pub(crate) fn sweep_unloaded_shared(&self, now_ms: u64) {
+        const BATCH: i64 = 256;
+        let Ok(due) = self.pg().log.expired_streams(now_ms as i64, BATCH) else {
+            return;
+        };
+        for (path, _session) in due {
+            // 404 or 410 once expired; a renewed stream answers itself.
+            let _ = self.lookup_shared(&path, now_ms, true);
+        }
+    }
+
     /// Expire the cached streams whose time has come (others are expired
-    /// when they are next used, by whichever instance uses them).
+    /// when they are next used, by whichever instance uses them, or by
+    /// [`Streams::sweep_unloaded_shared`]).
     pub(crate) fn sweep_shared(&self, now_ms: u64) {
         for s in self.expired_candidates(now_ms) {
             if matches!(self.expired(&s, now_ms), Ok(true)) {

@@ -676,6 +676,65 @@ async fn background_collection_removes_deleted_streams_events(cx: Ctx) {
     a.shutdown().await.unwrap();
 }
 
+/// The mapped stream paths in the database.
+async fn mapped_paths(url: &str) -> Vec<String> {
+    let url = url.to_string();
+    tokio::task::spawn_blocking(move || {
+        let mut c = postgres::Client::connect(&url, postgres::NoTls).unwrap();
+        c.query("SELECT path FROM turnstone_streams ORDER BY path", &[])
+            .unwrap()
+            .iter()
+            .map(|r| r.get(0))
+            .collect()
+    })
+    .await
+    .unwrap()
+}
+
+/// Streams whose instance stopped expire anyway: another instance that
+/// never loaded them finds them by the expiry their mappings record
+/// (before, they waited for their next use), and a stream without expiry
+/// stays.
+async fn streams_no_instance_loaded_expire(cx: Ctx) {
+    let a = instance(&cx, "a").await;
+    let ha = http(a.local_addr());
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as i64;
+    let at = turnstone_server::headers::format_rfc3339_ms(now + 1000);
+    let ttl = [("content-type", "text/plain"), ("stream-ttl", "1")];
+    let exp = [
+        ("content-type", "text/plain"),
+        ("stream-expires-at", at.as_str()),
+    ];
+    assert_eq!(
+        ha.req(Method::PUT, "/sliding", &ttl, "x").await.status(),
+        201
+    );
+    assert_eq!(ha.req(Method::PUT, "/fixed", &exp, "x").await.status(), 201);
+    assert_eq!(ha.put("/keep", "text/plain", "x").await.status(), 201);
+    a.shutdown().await.unwrap();
+    let b = instance(&cx, "b").await;
+    let t = Instant::now();
+    loop {
+        let paths = mapped_paths(&cx.url).await;
+        if paths == ["/keep"] {
+            break;
+        }
+        assert!(
+            t.elapsed() < Duration::from_secs(10),
+            "still mapped after 10 s: {paths:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let hb = http(b.local_addr());
+    assert_eq!(hb.get("/sliding").await.status(), 404);
+    assert_eq!(hb.get("/fixed").await.status(), 404);
+    assert_eq!(read_text(&hb, "/keep").await.0, "x");
+    b.shutdown().await.unwrap();
+}
+
 /// A stream's TTL runs out for both instances at once: both expire it
 /// (concurrently), one new stream is made in its place.
 async fn expiry_seen_by_both_instances(cx: Ctx) {
@@ -1640,6 +1699,11 @@ fn main() {
         (
             "background_collection_removes_deleted_streams_events",
             |cx| Box::pin(background_collection_removes_deleted_streams_events(cx)),
+            false,
+        ),
+        (
+            "streams_no_instance_loaded_expire",
+            |cx| Box::pin(streams_no_instance_loaded_expire(cx)),
             false,
         ),
         (
