@@ -53,7 +53,8 @@ pub struct ServeArgs {
     pub access_log: bool,
     /// Collect deleted and expired streams' bytes in the background every
     /// this many milliseconds (0: never; `turnstone gc` on the stopped
-    /// server's directory still works).
+    /// server's directory still works). On a database: their events that
+    /// no fork reads (`turnstone gc URL` does the same once).
     #[arg(long, default_value_t = 30_000)]
     pub gc_interval_ms: u64,
     /// The background collection's I/O bound, MiB per second.
