@@ -342,14 +342,31 @@ impl PgLog {
 }
 
 impl Inner {
+    /// A pooled connection (`true`), or a new one.
+    fn take_client(&self) -> Result<(Client, bool)> {
+        match self.idle.lock().pop() {
+            Some(c) if !c.is_closed() => Ok((c, true)),
+            _ => Ok((
+                Client::connect(&self.url, NoTls).map_err(db("connect"))?,
+                false,
+            )),
+        }
+    }
+
+    /// Give a connection back to the pool (unless it is closed or the pool
+    /// is full).
+    fn give_back(&self, client: Client) {
+        if !client.is_closed() {
+            let mut idle = self.idle.lock();
+            if idle.len() < self.opts.read_pool {
+                idle.push(client);
+            }
+        }
+    }
+
     /// Run `f` on a pooled connection (or a new one).
     fn with_client<T>(&self, mut f: impl FnMut(&mut Client) -> Result<T>) -> Result<T> {
-        let popped = self.idle.lock().pop();
-        let pooled = popped.is_some();
-        let mut client = match popped {
-            Some(c) if !c.is_closed() => c,
-            _ => Client::connect(&self.url, NoTls).map_err(db("connect"))?,
-        };
+        let (mut client, pooled) = self.take_client()?;
         let mut out = f(&mut client);
         // A pooled connection that turns out dead (the server restarted
         // since it was last used) failed at its first write, before any
@@ -363,12 +380,7 @@ impl Inner {
         }
         // A connection whose statement failed at the protocol level is
         // closed; anything else goes back for reuse.
-        if !client.is_closed() {
-            let mut idle = self.idle.lock();
-            if idle.len() < self.opts.read_pool {
-                idle.push(client);
-            }
-        }
+        self.give_back(client);
         out
     }
 }

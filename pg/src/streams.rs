@@ -14,7 +14,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use postgres::{Client, NoTls};
+use postgres::Client;
 
 use crate::error::{db, Result};
 use crate::{Inner, PgLog};
@@ -57,11 +57,8 @@ impl Drop for SessionLock {
             )
             .map(|r| r.get::<_, bool>(0))
             .unwrap_or(false);
-        if unlocked && !c.is_closed() {
-            let mut idle = self.inner.idle.lock();
-            if idle.len() < self.inner.opts.read_pool {
-                idle.push(c);
-            }
+        if unlocked {
+            self.inner.give_back(c);
         }
         // Otherwise the connection is dropped, which releases the lock.
     }
@@ -225,13 +222,8 @@ impl PgLog {
     /// for each other (never for long: the holders do a few statements).
     pub fn lock_stream_session(&self, session: &str) -> Result<SessionLock> {
         let timeout = format!("SET lock_timeout = {}", LOCK_WAIT.as_millis());
-        let mut popped = self.inner.idle.lock().pop();
         loop {
-            let pooled = popped.is_some();
-            let mut client = match popped.take() {
-                Some(c) if !c.is_closed() => c,
-                _ => Client::connect(&self.inner.url, NoTls).map_err(db("connect"))?,
-            };
+            let (mut client, pooled) = self.inner.take_client()?;
             let locked = client
                 .batch_execute(&timeout)
                 .and_then(|()| {
