@@ -166,6 +166,21 @@ impl PgLog {
         })
     }
 
+    /// Forget the expiry of the stream at `path` (if it still maps to
+    /// `session`): a soft-deleted stream stays mapped for its forks, and is
+    /// no longer a candidate for [`PgLog::expired_streams`].
+    pub fn clear_stream_expiry(&self, path: &str, session: &str) -> Result<()> {
+        self.with_client(|c| {
+            c.execute(
+                "UPDATE turnstone_streams SET ttl_ms = NULL, expires_ms = NULL
+                  WHERE path = $1 AND session = $2",
+                &[&path, &session],
+            )
+            .map_err(db("clear stream expiry"))?;
+            Ok(())
+        })
+    }
+
     /// Up to `limit` mapped streams whose expiry (as their mappings record
     /// it) is at or before `now_ms`: `(path, session)`, oldest expiry
     /// first. The caller checks each against its own state before

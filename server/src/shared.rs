@@ -607,6 +607,11 @@ impl Streams {
         }
         let mode = mode.ok_or(Fail::Retry)?;
         s.changed.send_modify(|v| *v += 1);
+        if mode == DeleteMode::Soft {
+            // Mapped for its forks, but past expiring: not a candidate of
+            // the sweep any more (a failure only costs the sweep a lookup).
+            let _ = pg.log.clear_stream_expiry(&s.path, &s.session);
+        }
         if mode == DeleteMode::Hard {
             self.bury(s);
             drop(lock);

@@ -714,12 +714,38 @@ async fn streams_no_instance_loaded_expire(cx: Ctx) {
     );
     assert_eq!(ha.req(Method::PUT, "/fixed", &exp, "x").await.status(), 201);
     assert_eq!(ha.put("/keep", "text/plain", "x").await.status(), 201);
+    // A source that expires while a fork (with a long TTL of its own)
+    // reads through it: soft-deleted, still mapped, no longer due.
+    assert_eq!(ha.req(Method::PUT, "/src", &exp, "s").await.status(), 201);
+    let fork = [
+        ("content-type", "text/plain"),
+        ("stream-forked-from", "/src"),
+        ("stream-ttl", "3600"),
+    ];
+    assert_eq!(
+        ha.req(Method::PUT, "/src-fork", &fork, "").await.status(),
+        201
+    );
     a.shutdown().await.unwrap();
     let b = instance(&cx, "b").await;
     let t = Instant::now();
     loop {
         let paths = mapped_paths(&cx.url).await;
-        if paths == ["/keep"] {
+        let src_due = {
+            let url = cx.url.clone();
+            tokio::task::spawn_blocking(move || {
+                let mut c = postgres::Client::connect(&url, postgres::NoTls).unwrap();
+                c.query_one(
+                    "SELECT expires_ms IS NOT NULL FROM turnstone_streams WHERE path = '/src'",
+                    &[],
+                )
+                .unwrap()
+                .get::<_, bool>(0)
+            })
+            .await
+            .unwrap()
+        };
+        if paths == ["/keep", "/src", "/src-fork"] && !src_due {
             break;
         }
         assert!(
@@ -732,6 +758,8 @@ async fn streams_no_instance_loaded_expire(cx: Ctx) {
     assert_eq!(hb.get("/sliding").await.status(), 404);
     assert_eq!(hb.get("/fixed").await.status(), 404);
     assert_eq!(read_text(&hb, "/keep").await.0, "x");
+    assert_eq!(hb.get("/src").await.status(), 410);
+    assert_eq!(read_text(&hb, "/src-fork").await.0, "s");
     b.shutdown().await.unwrap();
 }
 
