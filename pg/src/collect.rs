@@ -15,6 +15,12 @@
 //! later), so a collection computed from one read of the sessions never
 //! removes an event any reader can still reach. Rows removed are freed for
 //! reuse by PostgreSQL's (auto)vacuum; the files do not shrink.
+//!
+//! A deleted session whose need is 0 is emptied for good: it is marked
+//! `collected` and never read again. Each collection reads only the
+//! deleted sessions not marked yet and their descendants (what their need
+//! depends on), so its cost follows the deleted sessions forks still
+//! read, not every session the database ever held.
 
 use std::collections::HashMap;
 
@@ -24,7 +30,7 @@ use crate::PgLog;
 /// What one collection removed.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct PgCollectReport {
-    /// Deleted sessions examined.
+    /// Deleted sessions examined (those not emptied for good before).
     pub deleted_sessions: u64,
     /// Events removed.
     pub events_removed: u64,
@@ -96,10 +102,27 @@ impl PgLog {
         self.with_client(|c| {
             let rows = c
                 .query(
-                    "SELECT id, parent, fork_seq, len, deleted FROM turnstone_sessions",
+                    "WITH RECURSIVE sub AS (
+                        SELECT id, parent, fork_seq, len, deleted FROM turnstone_sessions
+                         WHERE deleted AND NOT collected
+                        UNION
+                        SELECT s.id, s.parent, s.fork_seq, s.len, s.deleted
+                          FROM turnstone_sessions s JOIN sub ON s.parent = sub.id
+                    )
+                    SELECT id, parent, fork_seq, len, deleted,
+                           id IN (SELECT id FROM turnstone_sessions
+                                   WHERE deleted AND NOT collected)
+                      FROM sub",
                     &[],
                 )
                 .map_err(db("read sessions"))?;
+            // Only the candidates are collected; their descendants are read
+            // for their needs.
+            let candidates: std::collections::HashSet<String> = rows
+                .iter()
+                .filter(|r| r.get::<_, bool>(5))
+                .map(|r| r.get(0))
+                .collect();
             let nodes: HashMap<String, Node> = rows
                 .iter()
                 .map(|r| {
@@ -117,10 +140,13 @@ impl PgLog {
             let need = needs(&nodes);
             let mut ids: Vec<&str> = Vec::new();
             let mut keep: Vec<i64> = Vec::new();
-            for (id, n) in &nodes {
-                if n.deleted {
-                    ids.push(id);
-                    keep.push(need[id.as_str()] as i64);
+            let mut emptied: Vec<&str> = Vec::new();
+            for id in &candidates {
+                let v = need[id.as_str()];
+                ids.push(id);
+                keep.push(v as i64);
+                if v == 0 {
+                    emptied.push(id);
                 }
             }
             let mut report = PgCollectReport {
@@ -144,6 +170,13 @@ impl PgLog {
                     &[&ids],
                 )
                 .map_err(db("remove deleted sessions' snapshots"))?;
+            // Emptied for good (nothing can need them again): not read by
+            // later collections. A crash before this only repeats the work.
+            c.execute(
+                "UPDATE turnstone_sessions SET collected = true WHERE id = ANY($1::text[])",
+                &[&emptied],
+            )
+            .map_err(db("mark deleted sessions collected"))?;
             Ok(report)
         })
     }

@@ -65,8 +65,13 @@ pub(crate) const STEPS: &[&str] = &[
     // ms, renewed through `touched_ms`, or a fixed `Stream-Expires-At`), so
     // that any instance finds the expired streams no instance has loaded
     // (paths mapped before this step have neither: they expire when next
-    // used, as before).
-    "ALTER TABLE turnstone_streams ADD COLUMN ttl_ms bigint, ADD COLUMN expires_ms bigint;",
+    // used, as before); and which deleted sessions a collection has
+    // emptied for good (`collect.rs`), so that later collections read only
+    // the deleted sessions still holding events and their descendants.
+    "ALTER TABLE turnstone_streams ADD COLUMN ttl_ms bigint, ADD COLUMN expires_ms bigint;
+     ALTER TABLE turnstone_sessions ADD COLUMN collected boolean NOT NULL DEFAULT false;
+     CREATE INDEX turnstone_sessions_uncollected ON turnstone_sessions (id)
+         WHERE deleted AND NOT collected;",
 ];
 
 /// The version this build writes.

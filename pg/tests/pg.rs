@@ -468,7 +468,20 @@ fn collecting_deleted_sessions_keeps_what_forks_read(cx: &Ctx) {
     assert_eq!(read_all("c", 9), c_before, "the fork reads all it read");
     assert_eq!(read_all("f", 7), f_before);
     assert!(log.snapshot("f", "p").unwrap().is_some());
-    assert_eq!(log.collect_deleted().unwrap().events_removed, 0);
+    // d is emptied for good and not examined again; a and b still are.
+    let collected = |sql: &mut postgres::Client| -> Vec<String> {
+        sql.query(
+            "SELECT id FROM turnstone_sessions WHERE collected ORDER BY id",
+            &[],
+        )
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect()
+    };
+    assert_eq!(collected(&mut sql), ["d"]);
+    let again = log.collect_deleted().unwrap();
+    assert_eq!((again.deleted_sessions, again.events_removed), (2, 0));
     // Once the last reader goes, the rest goes too.
     log.delete("c").unwrap();
     let r = log.collect_deleted().unwrap();
@@ -476,6 +489,8 @@ fn collecting_deleted_sessions_keeps_what_forks_read(cx: &Ctx) {
     for id in ["a", "b", "c"] {
         assert!(rows(&mut sql, id).is_empty(), "{id}");
     }
+    assert_eq!(collected(&mut sql), ["a", "b", "c", "d"]);
+    assert_eq!(log.collect_deleted().unwrap().deleted_sessions, 0);
 }
 
 fn a_watcher_wakes_when_the_session_grows(cx: &Ctx) {
