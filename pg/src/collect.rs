@@ -103,24 +103,21 @@ impl PgLog {
             let rows = c
                 .query(
                     "WITH RECURSIVE sub AS (
-                        SELECT id, parent, fork_seq, len, deleted FROM turnstone_sessions
-                         WHERE deleted AND NOT collected
+                        SELECT id, parent, fork_seq, len, deleted, collected
+                          FROM turnstone_sessions WHERE deleted AND NOT collected
                         UNION
-                        SELECT s.id, s.parent, s.fork_seq, s.len, s.deleted
+                        SELECT s.id, s.parent, s.fork_seq, s.len, s.deleted, s.collected
                           FROM turnstone_sessions s JOIN sub ON s.parent = sub.id
                     )
-                    SELECT id, parent, fork_seq, len, deleted,
-                           id IN (SELECT id FROM turnstone_sessions
-                                   WHERE deleted AND NOT collected)
-                      FROM sub",
+                    SELECT id, parent, fork_seq, len, deleted, collected FROM sub",
                     &[],
                 )
                 .map_err(db("read sessions"))?;
-            // Only the candidates are collected; their descendants are read
-            // for their needs.
-            let candidates: std::collections::HashSet<String> = rows
+            // Only the candidates (deleted, not emptied yet) are collected;
+            // their descendants are read for their needs.
+            let candidates: Vec<String> = rows
                 .iter()
-                .filter(|r| r.get::<_, bool>(5))
+                .filter(|r| r.get::<_, bool>(4) && !r.get::<_, bool>(5))
                 .map(|r| r.get(0))
                 .collect();
             let nodes: HashMap<String, Node> = rows
