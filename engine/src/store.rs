@@ -166,8 +166,33 @@ impl Store {
         &self,
         session: &str,
         events: &[(u16, u16, &[u8])],
-        mut each: impl FnMut(Appended),
+        each: impl FnMut(Appended),
     ) -> Result<()> {
+        self.append_group_at(session, None, events, each)
+            .map(|_| ())
+    }
+
+    /// [`Store::append_group`] when the session holds exactly `len` events
+    /// (none for a session not yet defined) at the moment of the append,
+    /// checked under the lock the append takes. `Ok(Err(actual))`: it
+    /// holds `actual` events, and nothing was appended.
+    pub(crate) fn append_group_at_len(
+        &self,
+        session: &str,
+        len: u64,
+        events: &[(u16, u16, &[u8])],
+        each: impl FnMut(Appended),
+    ) -> Result<std::result::Result<(), u64>> {
+        self.append_group_at(session, Some(len), events, each)
+    }
+
+    fn append_group_at(
+        &self,
+        session: &str,
+        expect_len: Option<u64>,
+        events: &[(u16, u16, &[u8])],
+        mut each: impl FnMut(Appended),
+    ) -> Result<std::result::Result<(), u64>> {
         self.check_writable()?;
         validate_session_name(session)?;
         let mut need = 0usize;
@@ -202,6 +227,12 @@ impl Store {
                 session: session.to_string(),
                 seq: keep,
             });
+        }
+        if let Some(want) = expect_len {
+            let actual = existing.map_or(0, |id| ix.sessions[id.0 as usize].len());
+            if actual != want {
+                return Ok(Err(actual));
+            }
         }
         let define = match existing {
             Some(_) => None,
@@ -239,7 +270,7 @@ impl Store {
             });
         }
         sh.commit.nudge(&st);
-        Ok(())
+        Ok(Ok(()))
     }
 
     /// Create an empty session (a no-op error if it exists).

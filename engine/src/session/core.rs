@@ -401,18 +401,21 @@ impl Session {
             |s: &Self, e: serde_json::Error| s.bad(ev.seq, format!("{}: {e}", kind.name()));
         // Kinds whose data the fold below does not parse are checked here
         // (the decode leaves the check to the fold, so nothing is parsed twice).
-        if matches!(
-            kind,
-            CoreKind::TurnEnd
-                | CoreKind::StepEnd
-                | CoreKind::AssistantChunk
-                | CoreKind::SessionEndSeed
-                | CoreKind::CompactionStart
-                | CoreKind::CompactionSummary
-                | CoreKind::CompactionEnd
-                | CoreKind::CompactionPrune
-                | CoreKind::SessionDelete
-        ) {
+        let trusted_chunk = matches!(pre, Some(event::Parsed::Chunk(_)));
+        if !trusted_chunk
+            && matches!(
+                kind,
+                CoreKind::TurnEnd
+                    | CoreKind::StepEnd
+                    | CoreKind::AssistantChunk
+                    | CoreKind::SessionEndSeed
+                    | CoreKind::CompactionStart
+                    | CoreKind::CompactionSummary
+                    | CoreKind::CompactionEnd
+                    | CoreKind::CompactionPrune
+                    | CoreKind::SessionDelete
+            )
+        {
             event::validate_core(*kind, &ev.data).map_err(|e| match e {
                 DecodeError::Malformed(d) => self.bad(ev.seq, d),
                 other => self.bad(ev.seq, format!("{other:?}")),
@@ -517,9 +520,12 @@ impl Session {
                 self.messages.insert(ev.seq, msg);
             }
             CoreKind::ToolCall => {
-                let d: event::ToolCall =
+                let d: event::ToolCall = if let Some(event::Parsed::ToolCall(d)) = pre {
+                    d
+                } else {
                     <event::ToolCall as serde::Deserialize>::deserialize(&ev.data)
-                        .map_err(|e| typed_err(self, e))?;
+                        .map_err(|e| typed_err(self, e))?
+                };
                 let model_asked = self.open.requested.remove(&d.call_id).is_some()
                     || (self.open.calls.contains_key(&d.call_id)
                         && !self.open.unrequested.contains(&d.call_id));
@@ -612,8 +618,27 @@ impl Session {
     /// ```
     pub fn append<D: EventData>(&mut self, data: D, intent: D::Intent) -> Result<u64> {
         let op = intent.surface_op();
-        // One serialisation: the JSON value is both written and folded (the
-        // typed data is valid by construction, so it is not re-parsed).
+        // The engine's own types are valid by construction: the data is
+        // serialised once, straight to the logged text, and the fold takes
+        // it as it is, with no JSON value in between (a replace goes the
+        // general way: its tool-pair check reads values). Debug builds
+        // still build the value, and `append_decoded` checks it against
+        // the logged bytes.
+        let data = if matches!(op, None | Some(SurfaceOp::Append)) {
+            let value = if cfg!(debug_assertions) {
+                serde_json::to_value(&data).map_err(|e| Error::InvalidArgument(e.to_string()))?
+            } else {
+                Value::Null
+            };
+            match event::typed_parsed(data) {
+                Ok(parsed) => return self.append_typed(D::KIND, value, parsed, op),
+                Err(data) => data,
+            }
+        } else {
+            data
+        };
+        // Any other data: one serialisation, the JSON value is both written
+        // and folded.
         let value =
             serde_json::to_value(&data).map_err(|e| Error::InvalidArgument(e.to_string()))?;
         self.append_core_value(D::KIND, value, op)
@@ -631,6 +656,26 @@ impl Session {
         self.append_core_raw(kind, value, None, op, None)
     }
 
+    /// A core event of the engine's own type (`event::typed_parsed`):
+    /// the live checks, the data serialised straight into the payload, the
+    /// fold taking the typed data. `value` is the data's JSON value in debug
+    /// builds (checked against the logged bytes) and `Null` otherwise.
+    fn append_typed(
+        &mut self,
+        kind: CoreKind,
+        value: Value,
+        parsed: event::Parsed,
+        op: Option<SurfaceOp>,
+    ) -> Result<u64> {
+        self.check_live(kind, &value, op)?;
+        let (payload, mut ev) =
+            event::encode_core_raw(kind, value, Some(event::Raw::Typed(&parsed)), op, self.len);
+        let encoded = EncodedEvent::core(kind, payload);
+        ev.ignorable = encoded.flags & crate::frame::FLAG_IGNORABLE != 0;
+        let seqs = self.append_decoded_parsed(vec![encoded], vec![ev], Some(parsed))?;
+        Ok(seqs[0])
+    }
+
     /// [`Session::append_core_value`] with the JSON text `value` was parsed
     /// from, written as it is.
     pub(crate) fn append_core_raw(
@@ -642,7 +687,8 @@ impl Session {
         parsed: Option<event::Parsed>,
     ) -> Result<u64> {
         self.check_live(kind, &value, op)?;
-        let (payload, mut ev) = event::encode_core_raw(kind, value, raw, op, self.len);
+        let (payload, mut ev) =
+            event::encode_core_raw(kind, value, raw.map(event::Raw::Text), op, self.len);
         let encoded = EncodedEvent::core(kind, payload);
         ev.ignorable = encoded.flags & crate::frame::FLAG_IGNORABLE != 0;
         let seqs = self.append_decoded_parsed(vec![encoded], vec![ev], parsed)?;
@@ -859,33 +905,27 @@ impl Session {
             }
             self.check_tool_pairs(&scratch, &decoded)?;
         }
-        if self.log.as_ref().appended_len(&self.id)?.unwrap_or(0) != self.len {
-            return Err(Error::Refused(format!(
-                "session {:?} was appended to by another handle; reopen it",
-                self.id
-            )));
-        }
         // Large content blocks go out of line on the embedded store
         // (FORMAT.md §15); a log that indexes text gets each event's.
         let expected_first = self.len;
-        let (seqs, last_end) = self
-            .log
-            .append_group(&self.id, &items, |i| match &self.log {
-                LogHandle::Embedded(_) => None,
-                LogHandle::Other(_) => {
-                    let ev = &decoded[i];
-                    if ev.data.is_null() {
-                        // A fast-path append carries no data value (release
-                        // builds): the text comes from the logged bytes.
-                        let e = &items[i];
-                        event::decode(ev.seq, e.kind, e.flags, &e.payload, &self.registry)
-                            .ok()
-                            .and_then(|ev| crate::session::query::searchable_text(&ev))
-                    } else {
-                        crate::session::query::searchable_text(ev)
+        let (seqs, last_end) =
+            self.log
+                .append_group(&self.id, self.len, &items, |i| match &self.log {
+                    LogHandle::Embedded(_) => None,
+                    LogHandle::Other(_) => {
+                        let ev = &decoded[i];
+                        if ev.data.is_null() {
+                            // A fast-path append carries no data value (release
+                            // builds): the text comes from the logged bytes.
+                            let e = &items[i];
+                            event::decode(ev.seq, e.kind, e.flags, &e.payload, &self.registry)
+                                .ok()
+                                .and_then(|ev| crate::session::query::searchable_text(&ev))
+                        } else {
+                            crate::session::query::searchable_text(ev)
+                        }
                     }
-                }
-            })?;
+                })?;
         if seqs.first() != Some(&expected_first) {
             // Another handle appended to this session: its state is unknown here.
             return Err(Error::Refused(format!(

@@ -531,7 +531,7 @@ pub(crate) fn core_flags(kind: CoreKind) -> u16 {
 
 /// Typed data of a core kind. `Intent` is [`SurfaceOp`] for the three surface
 /// kinds and `()` for all others: the compile-time rule of `append`.
-pub trait EventData: Serialize + serde::de::DeserializeOwned + Clone {
+pub trait EventData: Serialize + serde::de::DeserializeOwned + Clone + 'static {
     /// The core kind of this data.
     const KIND: CoreKind;
     /// `SurfaceOp` for surface kinds, `()` for the others.
@@ -710,14 +710,18 @@ pub(crate) fn encode_core_value(
 pub(crate) fn encode_core_raw(
     kind: CoreKind,
     data: Value,
-    raw: Option<&str>,
+    raw: Option<Raw<'_>>,
     op: Option<SurfaceOp>,
     seq: u64,
 ) -> (Vec<u8>, SessionEvent) {
     let ts = Some(now_ms());
     let payload = match raw {
-        Some(text) => {
-            let mut out = Vec::with_capacity(text.len() + 96);
+        Some(raw) => {
+            let guess = match raw {
+                Raw::Text(text) => text.len(),
+                Raw::Typed(_) => 512,
+            };
+            let mut out = Vec::with_capacity(guess + 96);
             out.extend_from_slice(b"{\"v\":");
             out.extend_from_slice(SESSION_FORMAT_VERSION.to_string().as_bytes());
             if let Some(op) = &op {
@@ -729,7 +733,10 @@ pub(crate) fn encode_core_raw(
                 out.extend_from_slice(ts.to_string().as_bytes());
             }
             out.extend_from_slice(b",\"data\":");
-            out.extend_from_slice(text.as_bytes());
+            match raw {
+                Raw::Text(text) => out.extend_from_slice(text.as_bytes()),
+                Raw::Typed(parsed) => parsed.write_json(&mut out),
+            }
             out.push(b'}');
             out
         }
@@ -1033,6 +1040,64 @@ pub(crate) enum Parsed {
     User(UserMessage),
     Assistant(AssistantMessage),
     ToolResult(ToolResult),
+    /// A chunk appended as the engine's own type: valid by construction
+    /// (the fold only checks a chunk's data, so it has nothing to do).
+    Chunk(AssistantChunk),
+    ToolCall(ToolCall),
+}
+
+impl Parsed {
+    /// Serialise the data as JSON onto `out`.
+    fn write_json(&self, out: &mut Vec<u8>) {
+        let r = match self {
+            Parsed::User(d) => serde_json::to_writer(out, d),
+            Parsed::Assistant(d) => serde_json::to_writer(out, d),
+            Parsed::ToolResult(d) => serde_json::to_writer(out, d),
+            Parsed::Chunk(d) => serde_json::to_writer(out, d),
+            Parsed::ToolCall(d) => serde_json::to_writer(out, d),
+        };
+        r.expect("event data serializes to JSON");
+    }
+}
+
+/// Where the JSON of an appended event's `data` comes from when it is not
+/// serialised from its value.
+#[derive(Clone, Copy)]
+pub(crate) enum Raw<'a> {
+    /// The text it was parsed from, written as it is.
+    Text(&'a str),
+    /// Typed data, serialised straight into the payload.
+    Typed(&'a Parsed),
+}
+
+/// The data of a live append, for the fold, when `D` is one of the
+/// engine's own types for which the fold takes typed data (the surface
+/// kinds, `assistant/chunk`, `tool/call`): such data is valid by
+/// construction, so it is serialised once, straight into the payload
+/// ([`Raw::Typed`]), and never parsed back. `Err` gives any other data back.
+pub(crate) fn typed_parsed<D: EventData>(data: D) -> Result<Parsed, D> {
+    use std::any::Any;
+    fn take<T: 'static>(slot: &mut dyn Any) -> Option<T> {
+        slot.downcast_mut::<Option<T>>().and_then(Option::take)
+    }
+    let mut slot = Some(data);
+    let any: &mut dyn Any = &mut slot;
+    if let Some(d) = take::<AssistantChunk>(any) {
+        return Ok(Parsed::Chunk(d));
+    }
+    if let Some(d) = take::<UserMessage>(any) {
+        return Ok(Parsed::User(d));
+    }
+    if let Some(d) = take::<AssistantMessage>(any) {
+        return Ok(Parsed::Assistant(d));
+    }
+    if let Some(d) = take::<ToolResult>(any) {
+        return Ok(Parsed::ToolResult(d));
+    }
+    if let Some(d) = take::<ToolCall>(any) {
+        return Ok(Parsed::ToolCall(d));
+    }
+    Err(slot.expect("the data is taken only when it is returned"))
 }
 
 /// A surface kind's data parsed from JSON text (`None`: not a surface kind).

@@ -303,12 +303,24 @@ impl LogHandle {
     /// before its event is appended); another log stores them inline and
     /// indexes each event's searchable text. Returns the seqs and where
     /// the group ended.
+    ///
+    /// The session must hold `len` events when the group is appended (the
+    /// handle's own count): otherwise another handle appended to it, and
+    /// this one's state is unknown, so nothing is appended
+    /// ([`Error::Refused`]). The embedded store checks this under the lock
+    /// its append takes; another log checks it just before.
     pub(crate) fn append_group(
         &self,
         id: &str,
+        len: u64,
         items: &[EncodedEvent],
         texts: impl Fn(usize) -> Option<String>,
     ) -> Result<(Vec<u64>, AppendEnd)> {
+        let other_handle = || {
+            Error::Refused(format!(
+                "session {id:?} was appended to by another handle; reopen it"
+            ))
+        };
         match self {
             LogHandle::Embedded(store) => {
                 // The blobs stay pinned until the group is appended (an
@@ -335,14 +347,19 @@ impl LogHandle {
                     .collect();
                 let mut seqs = Vec::with_capacity(items.len());
                 let mut end = AppendEnd::Nothing;
-                store.append_group(id, &group, |a| {
-                    seqs.push(a.seq.0);
-                    end = AppendEnd::At(a.end);
-                })?;
+                store
+                    .append_group_at_len(id, len, &group, |a| {
+                        seqs.push(a.seq.0);
+                        end = AppendEnd::At(a.end);
+                    })?
+                    .map_err(|_| other_handle())?;
                 drop(pins);
                 Ok((seqs, end))
             }
             LogHandle::Other(log) => {
+                if log.appended_len(id)?.unwrap_or(0) != len {
+                    return Err(other_handle());
+                }
                 let texts: Vec<Option<String>> = (0..items.len()).map(texts).collect();
                 let group: Vec<(u16, u16, &[u8], Option<&str>)> = items
                     .iter()

@@ -81,7 +81,7 @@ pub(crate) fn assistant_message(seq: u64, m: AssistantMessage) -> Option<Message
 /// plain text block, else the blocks unchanged (images included). A
 /// synthetic result (repair, abort) gets its status text first; it and an
 /// error result are marked `is_error`.
-pub(crate) fn tool_result_message(seq: u64, r: ToolResult) -> Option<Message> {
+pub(crate) fn tool_result_message(seq: u64, mut r: ToolResult) -> Option<Message> {
     let plain =
         |b: &ContentBlock| matches!(b, ContentBlock::Text { extra, .. } if extra.is_empty());
     let content = if let Some(status) = r.status {
@@ -100,7 +100,12 @@ pub(crate) fn tool_result_message(seq: u64, r: ToolResult) -> Option<Message> {
     } else {
         match r.content.as_slice() {
             [] => ToolResultContent::Text(String::new()),
-            [b] if plain(b) => ToolResultContent::Text(b.as_text().unwrap_or_default().into()),
+            // The one text block's string is moved, not copied (a tool
+            // result is often the largest event of a turn).
+            [b] if plain(b) => match r.content.pop() {
+                Some(ContentBlock::Text { text, .. }) => ToolResultContent::Text(text),
+                other => ToolResultContent::Blocks(other.into_iter().collect()),
+            },
             _ => ToolResultContent::Blocks(r.content),
         }
     };
