@@ -44,6 +44,8 @@ pub struct FleetResult {
     /// Bytes this process dirtied for storage during the run.
     pub process_bytes: Option<u64>,
     pub cpu: Duration,
+    /// The user-mode part of `cpu`.
+    pub cpu_user: Duration,
     pub syncs: Option<u64>,
     pub readback: ReadBack,
     /// The raw-prealloc log ran past its zero-filled file.
@@ -91,6 +93,7 @@ impl FleetResult {
             "process_write_bytes": self.process_bytes,
             "process_write_bytes_per_payload_byte": self.process_per_payload(),
             "cpu_s": self.cpu.as_secs_f64(),
+            "cpu_user_s": self.cpu_user.as_secs_f64(),
             "syncs": self.syncs,
             "events_per_sync": self.events_per_sync(),
             "reopen_ms": self.readback.reopen.as_secs_f64() * 1e3,
@@ -137,7 +140,7 @@ pub fn run(
     let barrier = Barrier::new(threads + 1);
     let dev0 = device.and_then(Device::bytes_written);
     let io0 = sys::process_write_bytes();
-    let cpu0 = sys::cpu_time();
+    let (user0, system0) = sys::cpu_times();
     let (start, outs) = std::thread::scope(|scope| -> Result<(Instant, Vec<ThreadOut>)> {
         let mut handles = Vec::new();
         for t in 0..threads {
@@ -200,7 +203,9 @@ pub fn run(
     let end = outs.iter().map(|o| o.done).max().unwrap_or(start);
     let syncs = store.syncs();
     store.close()?;
-    let cpu = sys::cpu_time().saturating_sub(cpu0);
+    let (user1, system1) = sys::cpu_times();
+    let cpu_user = user1.saturating_sub(user0);
+    let cpu = cpu_user + system1.saturating_sub(system0);
     let dev1 = device.and_then(Device::bytes_written);
     let io1 = sys::process_write_bytes();
     let mut expected = vec![0u64; cfg.sessions];
@@ -242,6 +247,7 @@ pub fn run(
             _ => None,
         },
         cpu,
+        cpu_user,
         syncs,
         readback,
         prealloc_exceeded,

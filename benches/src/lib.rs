@@ -37,7 +37,8 @@ mod smoke {
             duration: Duration::from_millis(150),
             seed: 3,
         };
-        for kind in StoreKind::ALL {
+        let named = [StoreKind::TurnstoneLeader, StoreKind::TurnstoneSession];
+        for kind in StoreKind::ALL.into_iter().chain(named) {
             let r = fleet::run(kind, &cfg, base.path(), Some(prealloc.clone()), None).unwrap();
             assert!(r.events > 0, "{}", kind.name());
             assert!(
@@ -48,5 +49,22 @@ mod smoke {
             );
             assert_eq!(r.readback.events, r.events, "{}", kind.name());
         }
+    }
+
+    /// The session-layer store's read-back compares what was logged with
+    /// the workload's typed events: a changed event fails it.
+    #[test]
+    fn the_session_store_check_catches_a_changed_event() {
+        let wl = crate::workload::Workload::new(3, 2);
+        let expected = [2u64, 0];
+        let mut ck = crate::stores::Checker::new(&wl, &expected);
+        let (kind, good) = crate::typed::typed_event(&wl, 0, 0).encode();
+        ck.typed_event(0, 0, kind, &good);
+        let (kind, other) = crate::typed::typed_event(&wl, 0, 2).encode();
+        ck.typed_event(0, 1, kind, &other);
+        let rb = ck.finish(Default::default(), Default::default());
+        assert_eq!(rb.events, 2);
+        assert_eq!(rb.problem_count, 1, "{:?}", rb.problems);
+        assert!(rb.problems[0].contains("seq 1"), "{:?}", rb.problems);
     }
 }

@@ -61,6 +61,11 @@ pub enum StoreKind {
     /// (`Options::flush_in_caller` on), to measure that mode against the
     /// default (not in `ALL`).
     TurnstoneLeader,
+    /// The same workload through the session layer: each event as its typed
+    /// session event (`crate::typed`), `Session::append` and, at each wait,
+    /// `Session::flush` (not in `ALL`: issue 16's "session layer ÷ raw
+    /// store" in one invocation).
+    TurnstoneSession,
     /// turnstone-pg on the server of `TURNSTONE_BENCH_PG_URL` (not in `ALL`).
     Postgres,
     /// One INSERT per event, autocommit, on that server (not in `ALL`).
@@ -80,6 +85,7 @@ impl StoreKind {
         match self {
             StoreKind::Turnstone => "turnstone",
             StoreKind::TurnstoneLeader => "turnstone-leader",
+            StoreKind::TurnstoneSession => "turnstone-session",
             StoreKind::SqliteWal => "sqlite-wal",
             StoreKind::JsonlPerSession => "jsonl-per-session",
             StoreKind::Okaywal => "okaywal",
@@ -95,7 +101,7 @@ impl StoreKind {
         Self::ALL
             .into_iter()
             .chain(Self::POSTGRES)
-            .chain([StoreKind::TurnstoneLeader])
+            .chain([StoreKind::TurnstoneLeader, StoreKind::TurnstoneSession])
             .find(|k| k.name() == n)
     }
 }
@@ -116,6 +122,7 @@ pub fn create(kind: StoreKind, ctx: &Ctx) -> Result<Box<dyn FleetStore>> {
     Ok(match kind {
         StoreKind::Turnstone => Box::new(TsStore::create(ctx, false)?),
         StoreKind::TurnstoneLeader => Box::new(TsStore::create(ctx, true)?),
+        StoreKind::TurnstoneSession => Box::new(SessionStore::create(ctx)?),
         StoreKind::SqliteWal => Box::new(SqlStore::create(ctx)?),
         StoreKind::JsonlPerSession => Box::new(JsonlStore::create(ctx)?),
         StoreKind::Okaywal => Box::new(WalStore::create(ctx)?),
@@ -156,6 +163,7 @@ pub fn reopen_and_check(kind: StoreKind, ctx: &Ctx, expected: &[u64]) -> Result<
     let mut ck = Checker::new(&ctx.wl, expected);
     let (reopen, read) = match kind {
         StoreKind::Turnstone | StoreKind::TurnstoneLeader => TsStore::check(ctx, &mut ck)?,
+        StoreKind::TurnstoneSession => SessionStore::check(ctx, &mut ck)?,
         StoreKind::SqliteWal => SqlStore::check(ctx, &mut ck)?,
         StoreKind::JsonlPerSession => JsonlStore::check(ctx, &mut ck)?,
         StoreKind::Okaywal => WalStore::check(ctx, &mut ck)?,
@@ -227,7 +235,48 @@ impl<'a> Checker<'a> {
         self.seen[s as usize] = seq + 1;
         self.events += 1;
     }
-    fn finish(mut self, reopen: Duration, read: Duration) -> ReadBack {
+    /// One event a session-layer store returned: its kind and payload must
+    /// be those of the workload's typed event (`crate::typed`).
+    pub fn typed_event(&mut self, s: u32, seq: u64, kind: u16, payload: &[u8]) {
+        let Some(&want) = self.seen.get(s as usize) else {
+            self.problem(format!("event of unknown session {s}"));
+            return;
+        };
+        if seq != want {
+            self.problem(format!("session {s}: got seq {seq}, expected {want}"));
+        }
+        if seq >= self.expected[s as usize] {
+            self.problem(format!(
+                "session {s}: seq {seq} was never appended ({} were)",
+                self.expected[s as usize]
+            ));
+            self.seen[s as usize] = seq + 1;
+            return;
+        }
+        let (want_kind, want_payload) = crate::typed::typed_event(self.wl, s, seq).encode();
+        if kind != want_kind {
+            self.problem(format!("session {s} seq {seq}: wrong kind {kind}"));
+        }
+        // The envelope carries the append's wall-clock time (`ts`): the
+        // rest must be the same JSON.
+        let without_ts = |b: &[u8]| {
+            serde_json::from_slice::<serde_json::Value>(b)
+                .ok()
+                .map(|mut v| {
+                    if let Some(m) = v.as_object_mut() {
+                        m.remove("ts");
+                    }
+                    v
+                })
+        };
+        let got = without_ts(payload);
+        if got.is_none() || got != without_ts(&want_payload) {
+            self.problem(format!("session {s} seq {seq}: payload differs"));
+        }
+        self.seen[s as usize] = seq + 1;
+        self.events += 1;
+    }
+    pub fn finish(mut self, reopen: Duration, read: Duration) -> ReadBack {
         for s in 0..self.expected.len() {
             if self.seen[s] != self.expected[s] {
                 let msg = format!(
@@ -329,6 +378,104 @@ impl Writer for TsWriter<'_> {
     }
     fn finish(&mut self) -> Result<()> {
         self.store.sync()?;
+        Ok(())
+    }
+}
+
+// ---------------------------------------------------------- turnstone-session
+
+/// The fleet workload through the session layer. Each thread's writer holds
+/// its sessions' handles (a `Session` is never shared across threads), so
+/// every append pays what a harness pays: the typed event's serialisation,
+/// the live checks, the fold into the surface and the store's append.
+struct SessionStore {
+    store: Arc<turnstone::Store>,
+    wl: Arc<Workload>,
+    registry: Arc<turnstone::session::Registry>,
+}
+
+impl SessionStore {
+    fn create(ctx: &Ctx) -> Result<Self> {
+        let store = turnstone::Store::open(ctx.dir.join("turnstone"))?;
+        Ok(SessionStore {
+            store: Arc::new(store),
+            wl: ctx.wl.clone(),
+            registry: Arc::new(turnstone::session::Registry::new()),
+        })
+    }
+    fn check(ctx: &Ctx, ck: &mut Checker<'_>) -> Result<(Duration, Duration)> {
+        let t0 = Instant::now();
+        let store = turnstone::Store::open(ctx.dir.join("turnstone"))?;
+        let reopen = t0.elapsed();
+        let t1 = Instant::now();
+        for s in 0..ctx.wl.sessions() as u32 {
+            let name = ctx.wl.name(s);
+            let len = store.session_len(name).unwrap_or(0);
+            let mut at = 0;
+            while at < len {
+                let end = (at + 4096).min(len);
+                for e in store.read_range(name, at..end)? {
+                    ck.typed_event(s, e.seq.0, e.kind, &e.payload);
+                }
+                at = end;
+            }
+        }
+        let read = t1.elapsed();
+        store.close()?;
+        Ok((reopen, read))
+    }
+}
+
+struct SessionWriter<'a> {
+    owner: &'a SessionStore,
+    sessions: HashMap<u32, turnstone::session::Session>,
+}
+
+impl FleetStore for SessionStore {
+    fn writer(&self) -> Result<Box<dyn Writer + '_>> {
+        Ok(Box::new(SessionWriter {
+            owner: self,
+            sessions: HashMap::new(),
+        }))
+    }
+    fn syncs(&self) -> Option<u64> {
+        Some(self.store.stats().syncs)
+    }
+    fn close(self: Box<Self>) -> Result<()> {
+        let store = Arc::try_unwrap(self.store).map_err(|_| "a session still holds the store")?;
+        Ok(store.close()?)
+    }
+}
+
+impl Writer for SessionWriter<'_> {
+    fn append(&mut self, s: u32, seq: u64, _kind: Kind, _payload: &[u8]) -> Result<()> {
+        let o = self.owner;
+        let session = match self.sessions.entry(s) {
+            std::collections::hash_map::Entry::Occupied(e) => e.into_mut(),
+            std::collections::hash_map::Entry::Vacant(e) => {
+                e.insert(turnstone::session::Session::create(
+                    o.store.clone(),
+                    o.wl.name(s),
+                    o.registry.clone(),
+                )?)
+            }
+        };
+        let at = crate::typed::typed_event(&o.wl, s, seq).append_to(session)?;
+        if at != seq {
+            return Err(format!("session {s}: appended at seq {at}, expected {seq}").into());
+        }
+        Ok(())
+    }
+    fn wait(&mut self, s: u32) -> Result<()> {
+        if let Some(session) = self.sessions.get(&s) {
+            session.flush()?;
+        }
+        Ok(())
+    }
+    fn finish(&mut self) -> Result<()> {
+        self.owner.store.sync()?;
+        // The handles go now, before the store is closed.
+        self.sessions.clear();
         Ok(())
     }
 }

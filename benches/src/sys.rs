@@ -6,6 +6,12 @@ use std::time::Duration;
 
 /// User + system CPU time of this process (all threads) so far.
 pub fn cpu_time() -> Duration {
+    let (user, system) = cpu_times();
+    user + system
+}
+
+/// User and system CPU time of this process (all threads) so far.
+pub fn cpu_times() -> (Duration, Duration) {
     // SAFETY: getrusage writes into the struct we pass and nothing else.
     #[allow(unsafe_code)]
     let ru = unsafe {
@@ -14,7 +20,7 @@ pub fn cpu_time() -> Duration {
         ru
     };
     let tv = |t: libc::timeval| Duration::new(t.tv_sec as u64, (t.tv_usec as u32) * 1000);
-    tv(ru.ru_utime) + tv(ru.ru_stime)
+    (tv(ru.ru_utime), tv(ru.ru_stime))
 }
 
 /// A field of `/proc/self/status` in KiB (`VmHWM`, `VmRSS`).

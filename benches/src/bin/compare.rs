@@ -14,7 +14,9 @@
 //! reads (the `cold_reads` binary with a background regroup, issue 21),
 //! `Session::open` of a 100k-event session from its state snapshot and a
 //! writable reopen of a large fleet store by `turnstone fleet` (issue 21),
-//! then the targets of issues 2, 8, 17 and 21 with met/missed. Writes the
+//! then the targets of issues 2, 8, 16, 17 and 21 with met/missed (issue 16's
+//! session-layer rows need `turnstone-session` among the stores: the same
+//! workload through `Session::append`). Writes the
 //! JSON results (every run and the median/min/max summary) and a Markdown
 //! rendering of the tables under `target/turnstone-bench/`. Exits non-zero if
 //! any store failed its read-back check.
@@ -65,7 +67,7 @@ fn usage() -> ! {
         "usage: compare [--quick] [--runs N] [--duration SECS] [--stores a,b] \
          [--configs 256x8,4096x64] [--dir BASE] [--out FILE] \
          [--skip limits,fleet,read,reopen,rss,gc,cold,session,lazy] [--seed S]\n\
-         stores: {}\n\
+         stores: {} (and, when named: turnstone-session, turnstone-leader, postgres, pg-naive)\n\
          env: TURNSTONE_BENCH_REOPEN_MB (size of the reopen store)",
         StoreKind::ALL.map(|k| k.name()).join(", ")
     );
@@ -593,6 +595,10 @@ fn record_fleet(m: &mut Metrics, r: &fleet::FleetResult) {
         "cpu_us_per_event",
         r.cpu.as_secs_f64() * 1e6 / r.events.max(1) as f64,
     );
+    put(
+        "user_cpu_us_per_event",
+        r.cpu_user.as_secs_f64() * 1e6 / r.events.max(1) as f64,
+    );
     put("reopen_ms", r.readback.reopen.as_secs_f64() * 1e3);
     put("readback_ok", if r.readback.ok() { 1.0 } else { 0.0 });
     if let Some(d) = r.device_per_payload() {
@@ -621,6 +627,11 @@ fn derive_ratios(args: &Args, m: &mut Metrics) {
             if let Some(v) = m.get(&format!("fleet/{c}/{}/events_per_s", k.name())) {
                 add.push((format!("ratio/{c}/{}", k.name()), ts / v));
             }
+        }
+        // Issue 16: the session layer's durable events/s as a share of the
+        // raw store's, on the same workload in the same run.
+        if let Some(v) = m.get(&format!("fleet/{c}/turnstone-session/events_per_s")) {
+            add.push((format!("session_share/{c}"), v / ts));
         }
     }
     for s in args.configs.iter().map(|c| c.0).collect::<HashSet<_>>() {
@@ -1408,7 +1419,7 @@ fn render(args: &Args, machine: &Value, s: &Summary, failures: &[String]) -> Str
     let targets = targets(s, runs);
     if !targets.is_empty() {
         w(&mut o, String::new());
-        w(&mut o, "### Targets (issues 2, 8, 17 and 21)".into());
+        w(&mut o, "### Targets (issues 2, 8, 16, 17 and 21)".into());
         w(&mut o, String::new());
         w(&mut o, "| target | measured | verdict |".into());
         w(&mut o, "|---|---|---|".into());
@@ -1758,6 +1769,26 @@ fn targets(s: &Summary, runs: usize) -> Vec<String> {
             0.6,
             true,
             format!("{} of {} MB/s = {:.0}%", num(mb), num(bw), mb / bw * 100.0),
+        );
+    }
+    for c in ["256x8", "256x64"] {
+        let k = format!("session_share/{c}");
+        check(
+            &format!(
+                "session layer (turnstone-session) ≥ 80% of the raw store's durable events/s ({c})"
+            ),
+            med(s, &k),
+            0.8,
+            true,
+            format!("{}×", with_range(s, &k, runs)),
+        );
+        let k = format!("fleet/{c}/turnstone-session/cpu_us_per_event");
+        check(
+            &format!("session layer: ≤ 3 µs of CPU per event, whole process ({c})"),
+            med(s, &k),
+            3.0,
+            false,
+            format!("{} µs", with_range(s, &k, runs)),
         );
     }
     let k = format!("fleet/{c}/turnstone/device_bytes_per_payload_byte");
