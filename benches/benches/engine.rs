@@ -2,6 +2,10 @@
 //!
 //! - `frame`: encode / decode (with checksum) of one frame, 80 B to 64 KiB.
 //! - `append`: `Store::append` without a durability wait (write-behind).
+//! - `session_append`: `Session::append` of the fleet workload's typed
+//!   events (`typed::typed_event`, 24-event turns over 256 sessions) without
+//!   a durability wait: the session layer's CPU per event on top of the
+//!   store's (the events are built outside the timing).
 //! - `group_commit`: T threads, each appends 1 KiB then waits for it to be
 //!   durable; throughput is durable appends per second for 1, 4, 16, 64.
 //! - `index_lookup`: `Store::read(session, seq)` of a random event, in a
@@ -92,6 +96,50 @@ fn append(c: &mut Criterion) {
         store.close().expect("close");
     }
     g.finish();
+}
+
+fn session_append(c: &mut Criterion) {
+    let mut g = c.benchmark_group("session_append");
+    g.warm_up_time(Duration::from_millis(500))
+        .measurement_time(Duration::from_secs(3))
+        .sample_size(20);
+    let dir = tempdir("turnstone-bench-session-append-");
+    let store = Arc::new(Store::open(dir.path()).expect("open"));
+    let sessions = 256u32;
+    let wl = Workload::new(1, sessions as usize);
+    let reg = Arc::new(Registry::new());
+    let mut handles: Vec<Session> = (0..sessions)
+        .map(|s| Session::create(store.clone(), wl.name(s), reg.clone()).expect("create"))
+        .collect();
+    let mut next = vec![0u64; sessions as usize];
+    let mut turn = 0usize;
+    g.throughput(Throughput::Elements(1));
+    g.bench_function("fleet_mix", |b| {
+        b.iter_custom(|iters| {
+            let mut batch = Vec::with_capacity(iters as usize);
+            for _ in 0..iters {
+                let s = turn % sessions as usize;
+                turn += 1;
+                batch.push((
+                    s,
+                    turnstone_benches::typed::typed_event(&wl, s as u32, next[s]),
+                ));
+                next[s] += 1;
+            }
+            let t0 = Instant::now();
+            for (s, e) in batch {
+                e.append_to(&mut handles[s]).expect("append");
+            }
+            let dt = t0.elapsed();
+            store.sync().expect("sync");
+            dt
+        })
+    });
+    g.finish();
+    drop(handles);
+    if let Ok(store) = Arc::try_unwrap(store) {
+        store.close().expect("close");
+    }
 }
 
 fn group_commit(c: &mut Criterion) {
@@ -385,6 +433,7 @@ criterion_group!(
     benches,
     frame,
     append,
+    session_append,
     group_commit,
     index_lookup,
     derive_messages,

@@ -168,27 +168,31 @@ impl Store {
         events: &[(u16, u16, &[u8])],
         each: impl FnMut(Appended),
     ) -> Result<()> {
-        self.append_group_at(session, None, events, each)
+        self.append_group_at(session, None, None, events, each)
             .map(|_| ())
     }
 
     /// [`Store::append_group`] when the session holds exactly `len` events
     /// (none for a session not yet defined) at the moment of the append,
     /// checked under the lock the append takes. `Ok(Err(actual))`: it
-    /// holds `actual` events, and nothing was appended.
+    /// holds `actual` events, and nothing was appended. `hint` is the id
+    /// an earlier append gave the session (`Appended::session`): it spares
+    /// the lookup by name, and is used only if it still names `session`.
     pub(crate) fn append_group_at_len(
         &self,
         session: &str,
+        hint: Option<SessionId>,
         len: u64,
         events: &[(u16, u16, &[u8])],
         each: impl FnMut(Appended),
     ) -> Result<std::result::Result<(), u64>> {
-        self.append_group_at(session, Some(len), events, each)
+        self.append_group_at(session, hint, Some(len), events, each)
     }
 
     fn append_group_at(
         &self,
         session: &str,
+        hint: Option<SessionId>,
         expect_len: Option<u64>,
         events: &[(u16, u16, &[u8])],
         mut each: impl FnMut(Appended),
@@ -215,10 +219,20 @@ impl Store {
         // The name is hashed here, under the index's shared lock, not under
         // the commit lock every appender serialises on: a name, once
         // defined, keeps its id for the life of the store.
-        let known = sh.index.read().by_name.get(session).copied();
+        let known = match hint {
+            Some(id) => Some(id),
+            None => sh.index.read().by_name.get(session).copied(),
+        };
         let mut st = sh.commit.lock();
         st.check_usable()?;
         let mut ix = sh.index.write();
+        // A hint is trusted only while it names this session (ids are
+        // never reused within a store, so this holds for its life).
+        let known = known.filter(|id| {
+            ix.sessions
+                .get(id.0 as usize)
+                .is_some_and(|e| &*e.name == session)
+        });
         let existing = known.or_else(|| ix.by_name.get(session).copied());
         if let Some(&keep) = existing.and_then(|id| ix.reclaimed.get(&id)) {
             // FORMAT.md §14.2: collected as deleted; frames appended under
@@ -787,4 +801,43 @@ fn write_checkpoint(sh: &Shared) -> Result<()> {
     st.stats.checkpoints_written += 1;
     st.stats.metadata_syncs += 2;
     Ok(())
+}
+
+#[cfg(test)]
+mod append_hint_tests {
+    use super::*;
+
+    /// A hint that names another session is not used: the events go to
+    /// the session named, and the length check counts that session's.
+    #[test]
+    fn a_hint_naming_another_session_is_ignored() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path()).unwrap();
+        let a = store.append("a", 6, 0, b"{}").unwrap().session;
+        store.append("b", 6, 0, b"{}").unwrap();
+        store.append("b", 6, 0, b"{}").unwrap();
+        let mut got = Vec::new();
+        let r = store
+            .append_group_at_len("b", Some(a), 2, &[(6, 0, b"{}")], |x| {
+                got.push((x.session, x.seq))
+            })
+            .unwrap();
+        assert_eq!(r, Ok(()));
+        assert_eq!(store.session_len("a"), Some(1));
+        assert_eq!(store.session_len("b"), Some(3));
+        assert_ne!(got[0].0, a);
+        assert_eq!(got[0].1, Seq(2));
+        // The length is b's: a hint of a (one event) does not make 1 right.
+        let r = store
+            .append_group_at_len("b", Some(a), 1, &[(6, 0, b"{}")], |_| {})
+            .unwrap();
+        assert_eq!(r, Err(3));
+        assert_eq!(store.session_len("b"), Some(3));
+        // A hint past every session is ignored too; a new name is defined.
+        let r = store
+            .append_group_at_len("c", Some(SessionId(999)), 0, &[(6, 0, b"{}")], |_| {})
+            .unwrap();
+        assert_eq!(r, Ok(()));
+        assert_eq!(store.session_len("c"), Some(1));
+    }
 }

@@ -60,6 +60,10 @@ impl OpenState {
 pub struct Session {
     pub(super) log: LogHandle,
     pub(super) id: Arc<str>,
+    /// The session's id inside the embedded store, once an append has
+    /// told it: later appends skip the name lookup (the store checks that
+    /// the id still names this session).
+    pub(super) store_sid: Option<crate::types::SessionId>,
     pub(super) registry: Arc<Registry>,
     pub(super) len: u64,
     pub(super) surface: Surface,
@@ -320,6 +324,7 @@ impl Session {
         Session {
             log,
             id: Arc::from(id),
+            store_sid: None,
             registry,
             len: 0,
             surface: Surface::default(),
@@ -908,24 +913,28 @@ impl Session {
         // Large content blocks go out of line on the embedded store
         // (FORMAT.md §15); a log that indexes text gets each event's.
         let expected_first = self.len;
-        let (seqs, last_end) =
-            self.log
-                .append_group(&self.id, self.len, &items, |i| match &self.log {
-                    LogHandle::Embedded(_) => None,
-                    LogHandle::Other(_) => {
-                        let ev = &decoded[i];
-                        if ev.data.is_null() {
-                            // A fast-path append carries no data value (release
-                            // builds): the text comes from the logged bytes.
-                            let e = &items[i];
-                            event::decode(ev.seq, e.kind, e.flags, &e.payload, &self.registry)
-                                .ok()
-                                .and_then(|ev| crate::session::query::searchable_text(&ev))
-                        } else {
-                            crate::session::query::searchable_text(ev)
-                        }
+        let (seqs, last_end) = self.log.append_group(
+            &self.id,
+            &mut self.store_sid,
+            self.len,
+            &items,
+            |i| match &self.log {
+                LogHandle::Embedded(_) => None,
+                LogHandle::Other(_) => {
+                    let ev = &decoded[i];
+                    if ev.data.is_null() {
+                        // A fast-path append carries no data value (release
+                        // builds): the text comes from the logged bytes.
+                        let e = &items[i];
+                        event::decode(ev.seq, e.kind, e.flags, &e.payload, &self.registry)
+                            .ok()
+                            .and_then(|ev| crate::session::query::searchable_text(&ev))
+                    } else {
+                        crate::session::query::searchable_text(ev)
                     }
-                })?;
+                }
+            },
+        )?;
         if seqs.first() != Some(&expected_first) {
             // Another handle appended to this session: its state is unknown here.
             return Err(Error::Refused(format!(

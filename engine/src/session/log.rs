@@ -309,9 +309,14 @@ impl LogHandle {
     /// this one's state is unknown, so nothing is appended
     /// ([`Error::Refused`]). The embedded store checks this under the lock
     /// its append takes; another log checks it just before.
+    ///
+    /// `sid` is the session's id in the embedded store when the caller
+    /// knows it (it is set after the append): the store then skips the
+    /// name lookup.
     pub(crate) fn append_group(
         &self,
         id: &str,
+        sid: &mut Option<crate::types::SessionId>,
         len: u64,
         items: &[EncodedEvent],
         texts: impl Fn(usize) -> Option<String>,
@@ -347,10 +352,12 @@ impl LogHandle {
                     .collect();
                 let mut seqs = Vec::with_capacity(items.len());
                 let mut end = AppendEnd::Nothing;
+                let hint = *sid;
                 store
-                    .append_group_at_len(id, len, &group, |a| {
+                    .append_group_at_len(id, hint, len, &group, |a| {
                         seqs.push(a.seq.0);
                         end = AppendEnd::At(a.end);
+                        *sid = Some(a.session);
                     })?
                     .map_err(|_| other_handle())?;
                 drop(pins);
