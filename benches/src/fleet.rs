@@ -165,6 +165,7 @@ pub fn run(
                     done: Instant::now(),
                 };
                 let mut buf = Vec::with_capacity(70_000);
+                let takes_payload = w.takes_payload();
                 'run: loop {
                     if mine.is_empty() {
                         break;
@@ -174,11 +175,16 @@ pub fn run(
                             break 'run;
                         }
                         let seq = next[i];
-                        wl.payload_into(s, seq, &mut buf);
+                        let len = if takes_payload {
+                            wl.payload_into(s, seq, &mut buf);
+                            buf.len()
+                        } else {
+                            wl.payload_len(s, seq)
+                        };
                         w.append(s, seq, wl.kind(s, seq), &buf)?;
                         next[i] += 1;
                         out.events += 1;
-                        out.bytes += buf.len() as u64;
+                        out.bytes += len as u64;
                         if wl.waits_after(s, seq) {
                             let t0 = Instant::now();
                             w.wait(s)?;

@@ -42,6 +42,12 @@ pub trait FleetStore: Send + Sync {
 /// One writer thread's handle on a store.
 pub trait Writer {
     fn append(&mut self, s: u32, seq: u64, kind: Kind, payload: &[u8]) -> Result<()>;
+    /// Whether `append` reads `payload`: a writer that builds its own
+    /// event from `(s, seq)` is given an empty one, so the run does not
+    /// spend its CPU generating bytes nobody writes.
+    fn takes_payload(&self) -> bool {
+        true
+    }
     /// Return once everything appended for session `s` is durable.
     fn wait(&mut self, s: u32) -> Result<()>;
     /// Make everything this writer appended durable.
@@ -428,14 +434,15 @@ impl SessionStore {
 
 struct SessionWriter<'a> {
     owner: &'a SessionStore,
-    sessions: HashMap<u32, turnstone::session::Session>,
+    /// Indexed by session number (a harness holds its handles directly).
+    sessions: Vec<Option<turnstone::session::Session>>,
 }
 
 impl FleetStore for SessionStore {
     fn writer(&self) -> Result<Box<dyn Writer + '_>> {
         Ok(Box::new(SessionWriter {
             owner: self,
-            sessions: HashMap::new(),
+            sessions: (0..self.wl.sessions()).map(|_| None).collect(),
         }))
     }
     fn syncs(&self) -> Option<u64> {
@@ -448,17 +455,22 @@ impl FleetStore for SessionStore {
 }
 
 impl Writer for SessionWriter<'_> {
+    fn takes_payload(&self) -> bool {
+        false
+    }
     fn append(&mut self, s: u32, seq: u64, _kind: Kind, _payload: &[u8]) -> Result<()> {
         let o = self.owner;
-        let session = match self.sessions.entry(s) {
-            std::collections::hash_map::Entry::Occupied(e) => e.into_mut(),
-            std::collections::hash_map::Entry::Vacant(e) => {
-                e.insert(turnstone::session::Session::create(
-                    o.store.clone(),
-                    o.wl.name(s),
-                    o.registry.clone(),
-                )?)
-            }
+        let slot = self
+            .sessions
+            .get_mut(s as usize)
+            .ok_or("session out of range")?;
+        let session = match slot {
+            Some(session) => session,
+            None => slot.insert(turnstone::session::Session::create(
+                o.store.clone(),
+                o.wl.name(s),
+                o.registry.clone(),
+            )?),
         };
         let at = crate::typed::typed_event(&o.wl, s, seq).append_to(session)?;
         if at != seq {
@@ -467,7 +479,7 @@ impl Writer for SessionWriter<'_> {
         Ok(())
     }
     fn wait(&mut self, s: u32) -> Result<()> {
-        if let Some(session) = self.sessions.get(&s) {
+        if let Some(Some(session)) = self.sessions.get(s as usize) {
             session.flush()?;
         }
         Ok(())

@@ -44,7 +44,7 @@ pub fn typed_event(wl: &Workload, s: u32, seq: u64) -> TypedEvent {
     // adds ~60-150 bytes).
     let text = |n: usize| wl.text(r, n.saturating_sub(60).max(8)).to_string();
     let turn = (seq + wl.position(s, 0)) / crate::workload::TURN_LEN;
-    let call_id = format!("call-{s}-{turn}");
+    let call_id = || format!("call-{s}-{turn}");
     match wl.kind(s, seq) {
         Kind::UserMessage => TypedEvent::User(UserMessage {
             content: vec![ContentBlock::text(text(len))],
@@ -57,7 +57,7 @@ pub fn typed_event(wl: &Workload, s: u32, seq: u64) -> TypedEvent {
             content: vec![
                 ContentBlock::text(text(len.saturating_sub(80))),
                 ContentBlock::ToolUse {
-                    id: call_id,
+                    id: call_id(),
                     name: "bash".into(),
                     input: json!({"cmd": "ls -la"}),
                     extra: Default::default(),
@@ -68,12 +68,12 @@ pub fn typed_event(wl: &Workload, s: u32, seq: u64) -> TypedEvent {
             extra: Default::default(),
         }),
         Kind::ToolCall => TypedEvent::Call(ToolCall {
-            call_id,
+            call_id: call_id(),
             name: "bash".into(),
             input: json!({"cmd": "ls -la", "pad": text(len.saturating_sub(40))}),
         }),
         Kind::ToolResult => TypedEvent::Result(ToolResult {
-            call_id,
+            call_id: call_id(),
             content: vec![ContentBlock::text(text(len))],
             is_error: false,
             status: None,
