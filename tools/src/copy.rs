@@ -12,8 +12,12 @@
 //! destination, each durable before the event that names it is appended.
 //!
 //! A deleted session is not copied, except as far as a live fork reads
-//! through it: then its events up to the highest fork point are copied and
-//! it is deleted again in the destination once its forks exist.
+//! through it: then the prefix of it that its forks read is copied, and it
+//! is deleted again in the destination once its forks exist. A deleted
+//! session whose forks read less of it than it inherited from its own
+//! parent is forked from that parent at the point its forks read to (the
+//! events past it are read by nothing, and a collected source no longer
+//! holds them).
 //!
 //! The destination must hold none of the sessions (deleted ones included):
 //! every name is checked before anything is written ([`CopyError::Exists`]).
@@ -617,10 +621,17 @@ impl Held {
 }
 
 /// Order parents before children; the extent of each session to copy
-/// (live: all; deleted: up to the highest fork point of what is copied of
-/// its children, at least its own fork point); and the session to read
-/// each one through (a deleted session through the child that reaches
-/// furthest into it).
+/// (live: all; deleted: the longest prefix of it that a copied child reads,
+/// at least its own fork point); and the session to read each one through
+/// (a deleted session through the child that reads furthest into it).
+///
+/// A child forked at `f` reads its parent's events `0..f` only as far as it
+/// is read itself: a live child reads all of them, a deleted one only the
+/// prefix `need` its own forks read. So a deleted session's need is the
+/// highest `min(f, need(child))` over its children, and its events are read
+/// through that child, which holds them at the same seqs up to that need (a
+/// deleted child's fork point alone would reach past what its own forks
+/// hold, and the events read there would be theirs).
 struct Plan {
     order: Vec<Node>,
     extent: HashMap<String, u64>,
@@ -655,28 +666,44 @@ fn plan(nodes: Vec<Node>) -> Plan {
     }
     let mut extent: HashMap<String, u64> = HashMap::new();
     let mut via: HashMap<String, String> = HashMap::new();
+    // How much of each session its copied forks (or, live, its readers) read.
+    let mut need: HashMap<String, u64> = HashMap::new();
     // Children come after their parents: walk backwards.
     for n in order.iter().rev() {
         let e = match n.live_len {
             Some(len) => {
                 via.insert(n.id.clone(), n.id.clone());
+                need.insert(n.id.clone(), len);
                 len
             }
             None => {
                 let deepest = order
                     .iter()
                     .filter(|c| c.parent.as_ref().is_some_and(|(p, _)| *p == n.id))
-                    .max_by_key(|c| c.own_from());
-                let reach = deepest.map_or(0, |c| c.own_from());
-                if let Some(c) = deepest {
+                    .map(|c| (c, c.own_from().min(need.get(&c.id).copied().unwrap_or(0))))
+                    .max_by_key(|(_, reach)| *reach);
+                let reach = deepest.map_or(0, |(_, r)| r);
+                if let Some((c, _)) = deepest {
                     if let Some(v) = via.get(&c.id).cloned() {
                         via.insert(n.id.clone(), v);
                     }
                 }
+                need.insert(n.id.clone(), reach);
                 reach.max(n.own_from())
             }
         };
         extent.insert(n.id.clone(), e);
+    }
+    // A deleted session read by its forks only below its own fork point is
+    // forked at that point: its parent is copied only that far.
+    for n in order.iter_mut().filter(|n| n.live_len.is_none()) {
+        let reach = need.get(&n.id).copied().unwrap_or(0);
+        if let Some((_, at)) = n.parent.as_mut() {
+            if reach < *at {
+                *at = reach;
+                extent.insert(n.id.clone(), reach);
+            }
+        }
     }
     Plan { order, extent, via }
 }
