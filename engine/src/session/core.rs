@@ -677,8 +677,11 @@ impl Session {
             event::encode_core_raw(kind, value, Some(event::Raw::Typed(&parsed)), op, self.len);
         let encoded = EncodedEvent::core(kind, payload);
         ev.ignorable = encoded.flags & crate::frame::FLAG_IGNORABLE != 0;
-        let seqs = self.append_decoded_parsed(vec![encoded], vec![ev], Some(parsed))?;
-        Ok(seqs[0])
+        self.append_decoded_parsed(
+            std::slice::from_ref(&encoded),
+            std::slice::from_ref(&ev),
+            Some(parsed),
+        )
     }
 
     /// [`Session::append_core_value`] with the JSON text `value` was parsed
@@ -696,8 +699,11 @@ impl Session {
             event::encode_core_raw(kind, value, raw.map(event::Raw::Text), op, self.len);
         let encoded = EncodedEvent::core(kind, payload);
         ev.ignorable = encoded.flags & crate::frame::FLAG_IGNORABLE != 0;
-        let seqs = self.append_decoded_parsed(vec![encoded], vec![ev], parsed)?;
-        Ok(seqs[0])
+        self.append_decoded_parsed(
+            std::slice::from_ref(&encoded),
+            std::slice::from_ref(&ev),
+            parsed,
+        )
     }
 
     /// Append core events given as JSON values as one atomic group (one
@@ -858,17 +864,19 @@ impl Session {
         items: Vec<EncodedEvent>,
         decoded: Vec<SessionEvent>,
     ) -> Result<Vec<u64>> {
-        self.append_decoded_parsed(items, decoded, None)
+        let first = self.append_decoded_parsed(&items, &decoded, None)?;
+        Ok((first..first + items.len() as u64).collect())
     }
 
-    /// [`Session::append_decoded`] of one event whose surface data the
-    /// caller has parsed already (the fold takes it instead of parsing).
+    /// [`Session::append_decoded`], with the surface data of a lone event
+    /// that the caller has parsed already (the fold takes it instead of
+    /// parsing). Returns the first seq (the group's are consecutive).
     fn append_decoded_parsed(
         &mut self,
-        items: Vec<EncodedEvent>,
-        decoded: Vec<SessionEvent>,
+        items: &[EncodedEvent],
+        decoded: &[SessionEvent],
         mut pre: Option<event::Parsed>,
-    ) -> Result<Vec<u64>> {
+    ) -> Result<u64> {
         debug_assert!(pre.is_none() || decoded.len() == 1);
         if self.live_handle.is_none() {
             return Err(Error::Refused(format!(
@@ -889,7 +897,7 @@ impl Session {
             )));
         }
         #[cfg(debug_assertions)]
-        for (e, ev) in items.iter().zip(&decoded) {
+        for (e, ev) in items.iter().zip(decoded) {
             let again = self.decode(ev.seq, e.kind, e.flags, &e.payload)?;
             debug_assert_eq!(&again, ev, "the live event differs from its logged bytes");
         }
@@ -903,21 +911,21 @@ impl Session {
             // The check reads the messages of the surface.
             self.load_messages()?;
             let mut scratch = self.surface.clone();
-            for ev in &decoded {
+            for ev in decoded {
                 if let Some(op) = ev.surface {
                     scratch.apply(ev.seq, op)?;
                 }
             }
-            self.check_tool_pairs(&scratch, &decoded)?;
+            self.check_tool_pairs(&scratch, decoded)?;
         }
         // Large content blocks go out of line on the embedded store
         // (FORMAT.md §15); a log that indexes text gets each event's.
         let expected_first = self.len;
-        let (seqs, last_end) = self.log.append_group(
+        let (first, last_end) = self.log.append_group(
             &self.id,
             &mut self.store_sid,
             self.len,
-            &items,
+            items,
             |i| match &self.log {
                 LogHandle::Embedded(_) => None,
                 LogHandle::Other(_) => {
@@ -935,19 +943,18 @@ impl Session {
                 }
             },
         )?;
-        if seqs.first() != Some(&expected_first) {
+        if first != Some(expected_first) {
             // Another handle appended to this session: its state is unknown here.
             return Err(Error::Refused(format!(
-                "session {:?} was appended to by another handle (expected seq {expected_first}, got {:?})",
+                "session {:?} was appended to by another handle (expected seq {expected_first}, got {first:?})",
                 self.id,
-                seqs.first()
             )));
         }
         self.last_end = last_end;
-        for ev in &decoded {
+        for ev in decoded {
             self.apply_parsed(ev, pre.take())?;
         }
-        Ok(seqs)
+        Ok(expected_first)
     }
 
     /// A replace must not separate a tool use from its tool result: every

@@ -320,7 +320,7 @@ impl LogHandle {
         len: u64,
         items: &[EncodedEvent],
         texts: impl Fn(usize) -> Option<String>,
-    ) -> Result<(Vec<u64>, AppendEnd)> {
+    ) -> Result<(Option<u64>, AppendEnd)> {
         let other_handle = || {
             Error::Refused(format!(
                 "session {id:?} was appended to by another handle; reopen it"
@@ -331,37 +331,49 @@ impl LogHandle {
                 // The blobs stay pinned until the group is appended (an
                 // online collection keeps pinned blobs).
                 let mut pins = Vec::new();
-                let mut outlined = Vec::with_capacity(items.len());
-                for e in items {
-                    outlined.push(crate::session::blob_refs::outline(
-                        store.blobs(),
-                        &e.payload,
-                        &mut pins,
-                    )?);
-                }
-                let group: Vec<(u16, u16, &[u8])> = items
-                    .iter()
-                    .zip(&outlined)
-                    .map(|(e, o)| {
-                        (
-                            e.kind,
-                            e.flags,
-                            o.as_deref().unwrap_or(e.payload.as_slice()),
-                        )
-                    })
-                    .collect();
-                let mut seqs = Vec::with_capacity(items.len());
+                let mut first = None;
                 let mut end = AppendEnd::Nothing;
                 let hint = *sid;
-                store
-                    .append_group_at_len(id, hint, len, &group, |a| {
-                        seqs.push(a.seq.0);
-                        end = AppendEnd::At(a.end);
-                        *sid = Some(a.session);
-                    })?
-                    .map_err(|_| other_handle())?;
+                let mut each = |a: crate::types::Appended| {
+                    first.get_or_insert(a.seq.0);
+                    end = AppendEnd::At(a.end);
+                    *sid = Some(a.session);
+                };
+                let appended = if let [e] = items {
+                    // One event (nearly every append): nothing to collect.
+                    let o =
+                        crate::session::blob_refs::outline(store.blobs(), &e.payload, &mut pins)?;
+                    let group = [(
+                        e.kind,
+                        e.flags,
+                        o.as_deref().unwrap_or(e.payload.as_slice()),
+                    )];
+                    store.append_group_at_len(id, hint, len, &group, &mut each)?
+                } else {
+                    let mut outlined = Vec::with_capacity(items.len());
+                    for e in items {
+                        outlined.push(crate::session::blob_refs::outline(
+                            store.blobs(),
+                            &e.payload,
+                            &mut pins,
+                        )?);
+                    }
+                    let group: Vec<(u16, u16, &[u8])> = items
+                        .iter()
+                        .zip(&outlined)
+                        .map(|(e, o)| {
+                            (
+                                e.kind,
+                                e.flags,
+                                o.as_deref().unwrap_or(e.payload.as_slice()),
+                            )
+                        })
+                        .collect();
+                    store.append_group_at_len(id, hint, len, &group, &mut each)?
+                };
+                appended.map_err(|_| other_handle())?;
                 drop(pins);
-                Ok((seqs, end))
+                Ok((first, end))
             }
             LogHandle::Other(log) => {
                 if log.appended_len(id)?.unwrap_or(0) != len {
@@ -375,7 +387,7 @@ impl LogHandle {
                     .collect();
                 let first = log.append_group_indexed(id, &group)?;
                 let end = first + items.len() as u64;
-                Ok(((first..end).collect(), AppendEnd::Queued(end)))
+                Ok(((!items.is_empty()).then_some(first), AppendEnd::Queued(end)))
             }
         }
     }
