@@ -213,12 +213,12 @@ impl<'a> Checker<'a> {
             self.problems.push(msg);
         }
     }
-    /// One event as the store returned it; events of a session must come in
-    /// seq order.
-    pub fn event(&mut self, s: u32, seq: u64, kind: Option<Kind>, payload: &[u8]) {
+    /// Check that event `seq` of session `s` comes next and was appended;
+    /// `false`: there is nothing of the workload to compare it with.
+    fn in_order(&mut self, s: u32, seq: u64) -> bool {
         let Some(&want) = self.seen.get(s as usize) else {
             self.problem(format!("event of unknown session {s}"));
-            return;
+            return false;
         };
         if seq != want {
             self.problem(format!("session {s}: got seq {seq}, expected {want}"));
@@ -229,6 +229,14 @@ impl<'a> Checker<'a> {
                 self.expected[s as usize]
             ));
             self.seen[s as usize] = seq + 1;
+            return false;
+        }
+        true
+    }
+    /// One event as the store returned it; events of a session must come in
+    /// seq order.
+    pub fn event(&mut self, s: u32, seq: u64, kind: Option<Kind>, payload: &[u8]) {
+        if !self.in_order(s, seq) {
             return;
         }
         if kind != Some(self.wl.kind(s, seq)) {
@@ -244,19 +252,7 @@ impl<'a> Checker<'a> {
     /// One event a session-layer store returned: its kind and payload must
     /// be those of the workload's typed event (`crate::typed`).
     pub fn typed_event(&mut self, s: u32, seq: u64, kind: u16, payload: &[u8]) {
-        let Some(&want) = self.seen.get(s as usize) else {
-            self.problem(format!("event of unknown session {s}"));
-            return;
-        };
-        if seq != want {
-            self.problem(format!("session {s}: got seq {seq}, expected {want}"));
-        }
-        if seq >= self.expected[s as usize] {
-            self.problem(format!(
-                "session {s}: seq {seq} was never appended ({} were)",
-                self.expected[s as usize]
-            ));
-            self.seen[s as usize] = seq + 1;
+        if !self.in_order(s, seq) {
             return;
         }
         let (want_kind, want_payload) = crate::typed::typed_event(self.wl, s, seq).encode();
