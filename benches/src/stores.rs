@@ -320,26 +320,37 @@ impl TsStore {
         })
     }
     fn check(ctx: &Ctx, ck: &mut Checker<'_>) -> Result<(Duration, Duration)> {
-        let t0 = Instant::now();
-        let store = turnstone::Store::open(ctx.dir.join("turnstone"))?;
-        let reopen = t0.elapsed();
-        let t1 = Instant::now();
-        for s in 0..ctx.wl.sessions() as u32 {
-            let name = ctx.wl.name(s);
-            let len = store.session_len(name).unwrap_or(0);
-            let mut at = 0;
-            while at < len {
-                let end = (at + 4096).min(len);
-                for e in store.read_range(name, at..end)? {
-                    ck.event(s, e.seq.0, Kind::from_code(e.kind), &e.payload);
-                }
-                at = end;
-            }
-        }
-        let read = t1.elapsed();
-        store.close()?;
-        Ok((reopen, read))
+        reopen_and_read(ctx, |s, e| {
+            ck.event(s, e.seq.0, Kind::from_code(e.kind), &e.payload)
+        })
     }
+}
+
+/// Reopen the turnstone store of `ctx` (timed) and hand every event of
+/// every workload session to `each`, in seq order (timed).
+fn reopen_and_read(
+    ctx: &Ctx,
+    mut each: impl FnMut(u32, &turnstone::Event),
+) -> Result<(Duration, Duration)> {
+    let t0 = Instant::now();
+    let store = turnstone::Store::open(ctx.dir.join("turnstone"))?;
+    let reopen = t0.elapsed();
+    let t1 = Instant::now();
+    for s in 0..ctx.wl.sessions() as u32 {
+        let name = ctx.wl.name(s);
+        let len = store.session_len(name).unwrap_or(0);
+        let mut at = 0;
+        while at < len {
+            let end = (at + 4096).min(len);
+            for e in store.read_range(name, at..end)? {
+                each(s, &e);
+            }
+            at = end;
+        }
+    }
+    let read = t1.elapsed();
+    store.close()?;
+    Ok((reopen, read))
 }
 
 struct TsWriter<'a> {
@@ -406,25 +417,7 @@ impl SessionStore {
         })
     }
     fn check(ctx: &Ctx, ck: &mut Checker<'_>) -> Result<(Duration, Duration)> {
-        let t0 = Instant::now();
-        let store = turnstone::Store::open(ctx.dir.join("turnstone"))?;
-        let reopen = t0.elapsed();
-        let t1 = Instant::now();
-        for s in 0..ctx.wl.sessions() as u32 {
-            let name = ctx.wl.name(s);
-            let len = store.session_len(name).unwrap_or(0);
-            let mut at = 0;
-            while at < len {
-                let end = (at + 4096).min(len);
-                for e in store.read_range(name, at..end)? {
-                    ck.typed_event(s, e.seq.0, e.kind, &e.payload);
-                }
-                at = end;
-            }
-        }
-        let read = t1.elapsed();
-        store.close()?;
-        Ok((reopen, read))
+        reopen_and_read(ctx, |s, e| ck.typed_event(s, e.seq.0, e.kind, &e.payload))
     }
 }
 
