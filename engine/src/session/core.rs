@@ -626,17 +626,10 @@ impl Session {
         // The engine's own types are valid by construction: the data is
         // serialised once, straight to the logged text, and the fold takes
         // it as it is, with no JSON value in between (a replace goes the
-        // general way: its tool-pair check reads values). Debug builds
-        // still build the value, and `append_decoded` checks it against
-        // the logged bytes.
+        // general way: its tool-pair check reads values).
         let data = if matches!(op, None | Some(SurfaceOp::Append)) {
-            let value = if cfg!(debug_assertions) {
-                serde_json::to_value(&data).map_err(|e| Error::InvalidArgument(e.to_string()))?
-            } else {
-                Value::Null
-            };
             match event::typed_parsed(data) {
-                Ok(parsed) => return self.append_typed(D::KIND, value, parsed, op),
+                Ok(parsed) => return self.append_typed(D::KIND, parsed, op),
                 Err(data) => data,
             }
         } else {
@@ -663,25 +656,24 @@ impl Session {
 
     /// A core event of the engine's own type (`event::typed_parsed`):
     /// the live checks, the data serialised straight into the payload, the
-    /// fold taking the typed data. `value` is the data's JSON value in debug
-    /// builds (checked against the logged bytes) and `Null` otherwise.
+    /// fold taking the typed data. Debug builds also build the data's JSON
+    /// value, which `append_decoded_parsed` checks against the logged bytes;
+    /// release builds carry none.
     fn append_typed(
         &mut self,
         kind: CoreKind,
-        value: Value,
         parsed: event::Parsed,
         op: Option<SurfaceOp>,
     ) -> Result<u64> {
+        let value = if cfg!(debug_assertions) {
+            serde_json::to_value(&parsed).map_err(|e| Error::InvalidArgument(e.to_string()))?
+        } else {
+            Value::Null
+        };
         self.check_live(kind, &value, op)?;
-        let (payload, mut ev) =
+        let (payload, ev) =
             event::encode_core_raw(kind, value, Some(event::Raw::Typed(&parsed)), op, self.len);
-        let encoded = EncodedEvent::core(kind, payload);
-        ev.ignorable = encoded.flags & crate::frame::FLAG_IGNORABLE != 0;
-        self.append_decoded_parsed(
-            std::slice::from_ref(&encoded),
-            std::slice::from_ref(&ev),
-            Some(parsed),
-        )
+        self.append_one(kind, payload, ev, Some(parsed))
     }
 
     /// [`Session::append_core_value`] with the JSON text `value` was parsed
@@ -695,8 +687,20 @@ impl Session {
         parsed: Option<event::Parsed>,
     ) -> Result<u64> {
         self.check_live(kind, &value, op)?;
-        let (payload, mut ev) =
+        let (payload, ev) =
             event::encode_core_raw(kind, value, raw.map(event::Raw::Text), op, self.len);
+        self.append_one(kind, payload, ev, parsed)
+    }
+
+    /// One encoded core event and the event it decodes to, appended and
+    /// folded (the fold takes `parsed` when given).
+    fn append_one(
+        &mut self,
+        kind: CoreKind,
+        payload: Vec<u8>,
+        mut ev: SessionEvent,
+        parsed: Option<event::Parsed>,
+    ) -> Result<u64> {
         let encoded = EncodedEvent::core(kind, payload);
         ev.ignorable = encoded.flags & crate::frame::FLAG_IGNORABLE != 0;
         self.append_decoded_parsed(

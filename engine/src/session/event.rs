@@ -487,8 +487,6 @@ impl SessionMetadata {
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct SessionDelete {}
 
-/// Frame flags of a core kind: `session/meta` is ignorable (metadata is
-/// not needed to fold a session), every other core kind is not.
 /// One event as the log stores it (FORMAT.md §4, §10): the kind code, the
 /// frame flags and the payload bytes. Everything the session layer appends
 /// is built as one of these and handed to the log as it is; the live state
@@ -521,6 +519,8 @@ impl EncodedEvent {
     }
 }
 
+/// Frame flags of a core kind: `session/meta` is ignorable (metadata is
+/// not needed to fold a session), every other core kind is not.
 pub(crate) fn core_flags(kind: CoreKind) -> u16 {
     if kind == CoreKind::SessionMeta {
         FLAG_IGNORABLE
@@ -735,7 +735,9 @@ pub(crate) fn encode_core_raw(
             out.extend_from_slice(b",\"data\":");
             match raw {
                 Raw::Text(text) => out.extend_from_slice(text.as_bytes()),
-                Raw::Typed(parsed) => parsed.write_json(&mut out),
+                Raw::Typed(parsed) => {
+                    serde_json::to_writer(&mut out, parsed).expect("event data serializes to JSON")
+                }
             }
             out.push(b'}');
             out
@@ -1046,17 +1048,16 @@ pub(crate) enum Parsed {
     ToolCall(ToolCall),
 }
 
-impl Parsed {
-    /// Serialise the data as JSON onto `out`.
-    fn write_json(&self, out: &mut Vec<u8>) {
-        let r = match self {
-            Parsed::User(d) => serde_json::to_writer(out, d),
-            Parsed::Assistant(d) => serde_json::to_writer(out, d),
-            Parsed::ToolResult(d) => serde_json::to_writer(out, d),
-            Parsed::Chunk(d) => serde_json::to_writer(out, d),
-            Parsed::ToolCall(d) => serde_json::to_writer(out, d),
-        };
-        r.expect("event data serializes to JSON");
+/// The data, serialised as its own type is.
+impl Serialize for Parsed {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        match self {
+            Parsed::User(d) => d.serialize(s),
+            Parsed::Assistant(d) => d.serialize(s),
+            Parsed::ToolResult(d) => d.serialize(s),
+            Parsed::Chunk(d) => d.serialize(s),
+            Parsed::ToolCall(d) => d.serialize(s),
+        }
     }
 }
 
