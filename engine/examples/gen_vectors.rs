@@ -51,6 +51,7 @@ pub fn build() -> Vec<Vector> {
         checkpoint_proves_durable(),
         clean_close_then_torn(),
         nonzero_padding(),
+        recycled_segment(),
     ]
 }
 
@@ -632,6 +633,36 @@ fn preallocated_zeros() -> Vector {
         "preallocated-zeros",
         "Valid batches followed by the zero fill of a preallocated segment (4096 bytes in \
          all): a clean end of data, not a torn tail.",
+        "ok",
+        Some(&log),
+        log.files(),
+        ok,
+    )
+}
+
+fn recycled_segment() -> Vector {
+    let mut log = Log::new();
+    log.batch(&[Op::Define("s"), Op::Event("s", 1, 0, b"event 0")]);
+    // What a free file holds: batches of this store salted with another
+    // segment's id (here segment 1's own bytes).
+    let stale = log.segments[0][64..].to_vec();
+    log.roll();
+    let h = header(2, log.next_batch_seq, log.segments[0].len() as u32);
+    log.segments[1] = h.encode_recycled().to_vec();
+    log.batch(&[Op::Event("s", 1, 0, b"event 1")]);
+    log.batch(&[Op::Event("s", 1, 0, b"event 2")]);
+    // The 32 zero bytes the writer keeps after the last batch, then stale
+    // bytes to the end of the file.
+    log.segments[1].extend_from_slice(&[0u8; BATCH_HEADER_BYTES]);
+    log.segments[1].extend_from_slice(&stale);
+    log.segments[1].extend_from_slice(&stale);
+    let ok = Opened::new(log.sessions_json()).json();
+    same(
+        "recycled-segment",
+        "Segment 2 was made from a free file (segment_flags bit 0, RECYCLED): after its last \
+         batch come 32 zero bytes, then stale batches salted with segment 1's id. A clean end \
+         of data, not a torn tail: a recycled segment's bytes after the end of data are not \
+         evidence, and the stale batches fail segment 2's salt.",
         "ok",
         Some(&log),
         log.files(),

@@ -171,13 +171,16 @@ impl SegmentHeader {
         if u32_at(b, 12) as usize != SEGMENT_HEADER_BYTES {
             return Err(HeaderError::Invalid("header_bytes is not 64"));
         }
-        // §14.3: bytes 36..40 and 52..60 are zero in an ordinary segment; a
+        // §14.3: bytes 36..40 are zero in an ordinary segment, whose bytes
+        // 52..60 are its flags (§2: only `SEGMENT_FLAG_RECYCLED`); a
         // compacted one names the last id it stands for and the batch that
         // follows its range.
         let last_segment = u32_at(b, 36);
         let next_batch_seq = u64_at(b, 52);
-        if last_segment == 0 && next_batch_seq != 0 {
-            return Err(HeaderError::Invalid("reserved bytes are not zero"));
+        if last_segment == 0 && next_batch_seq & !SEGMENT_FLAG_RECYCLED != 0 {
+            return Err(HeaderError::Invalid(
+                "unknown segment flags or reserved bytes not zero",
+            ));
         }
         if last_segment != 0 && (last_segment < u32_at(b, 32) || next_batch_seq < u64_at(b, 40)) {
             return Err(HeaderError::Invalid(
@@ -191,6 +194,29 @@ impl SegmentHeader {
             first_batch_seq: u64_at(b, 40),
             prev_segment_end: u32_at(b, 48),
         })
+    }
+}
+
+/// §2: bit 0 of an ordinary segment's flags (bytes 52..60): the file was
+/// recycled, so bytes after the end of data are stale (§6.3).
+pub const SEGMENT_FLAG_RECYCLED: u64 = 1;
+
+/// Whether the header in `b` (one [`SegmentHeader::decode`] accepts) is an
+/// ordinary segment's with the recycled flag (§2, §6.3).
+pub fn header_is_recycled(b: &[u8]) -> bool {
+    SegmentHeader::decode(b).is_ok()
+        && u32_at(b, 36) == 0
+        && u64_at(b, 52) & SEGMENT_FLAG_RECYCLED != 0
+}
+
+impl SegmentHeader {
+    /// Encode as a recycled segment's header (§2 flags, bit 0).
+    pub fn encode_recycled(&self) -> [u8; SEGMENT_HEADER_BYTES] {
+        let mut b = self.encode();
+        b[52..60].copy_from_slice(&SEGMENT_FLAG_RECYCLED.to_le_bytes());
+        let crc = crc32fast::hash(&b[0..60]);
+        b[60..64].copy_from_slice(&crc.to_le_bytes());
+        b
     }
 }
 

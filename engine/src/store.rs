@@ -71,6 +71,9 @@ pub(crate) struct Shared {
     gc_active: std::sync::atomic::AtomicBool,
     /// One online collection at a time.
     gc_running: Mutex<()>,
+    /// Free files: collected segment files kept for new segments
+    /// ([`Options::recycle_segments`], FORMAT.md §6.2 rule 7).
+    pool: crate::log::SegmentPool,
     /// What online collections learned of each sealed segment (FORMAT.md
     /// §14.5): a run reads only the segments it rewrites and the ones
     /// sealed since the last run.
@@ -682,6 +685,7 @@ impl Shared {
             } else {
                 0
             },
+            pool: Some(&self.pool),
             reader: &self.reader,
             checkpoint,
         }

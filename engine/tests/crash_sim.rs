@@ -107,6 +107,11 @@ struct Coverage {
     segments_rolled: u64,
     clean_closes: u64,
     acked_events: u64,
+    segments_recycled: u64,
+    /// Reopens whose active segment was a recycled one, and of those the
+    /// ones that repaired a torn tail there.
+    recycled_tails: u64,
+    recycled_torn: u64,
 }
 
 fn pick_size(rng: &mut StdRng) -> usize {
@@ -279,6 +284,37 @@ fn lengths(store: &Store) -> BTreeMap<String, u64> {
 struct Variant {
     checkpoints: bool,
     threads: usize,
+    /// Before each writable reopen, copies of sealed segments are planted as
+    /// free files (what an online collection leaves), so new segments are
+    /// recycled ones whose bytes after the end of data are stale batches of
+    /// this store.
+    recycle: bool,
+}
+
+/// Plant free files: a copy of some sealed segments under their free name
+/// (stale batches of this store, salted with the segment's own id), made
+/// durable. Power cuts are not armed meanwhile.
+fn plant_free_files(sim: &SimVfs) {
+    use turnstone::vfs::Vfs;
+    sim.set_faults(FaultPlan::default());
+    let names = sim.list(&dir()).expect("list");
+    let mut ids: Vec<u32> = names
+        .iter()
+        .filter_map(|n| n.strip_suffix(".tseg")?.parse().ok())
+        .collect();
+    ids.sort();
+    ids.pop(); // the last segment is where appends go: never collected
+    for id in ids {
+        let free = dir().join(format!("{id:010}.tseg.free"));
+        if sim.read_file(&free).is_some() {
+            continue;
+        }
+        let bytes = sim.read_file(&seg(&dir(), id)).expect("listed");
+        let f = sim.create_new(&free).expect("create free file");
+        f.write_all_at(&bytes, 0).expect("write free file");
+        f.sync_data().expect("sync free file");
+    }
+    sim.sync_dir(&dir()).expect("sync dir");
 }
 
 fn opts(sim: &SimVfs, v: Variant, rng: &mut StdRng) -> Options {
@@ -288,6 +324,7 @@ fn opts(sim: &SimVfs, v: Variant, rng: &mut StdRng) -> Options {
         // Sometimes the flusher writes without anyone waiting, so batches are
         // in flight that nobody asked for.
         flush_bytes: if rng.gen_bool(0.5) { 1 << 20 } else { 6_000 },
+        recycle_segments: if v.recycle { 3 } else { 0 },
         ..sim_opts(sim, SEGMENT)
     }
 }
@@ -352,6 +389,7 @@ fn finish(
         cov.cut_mid_workload += 1;
     }
     cov.segments_rolled += store.stats().segments_created;
+    cov.segments_recycled += store.stats().segments_recycled;
     let mut clean = false;
     if sim.powered_off() || rng.gen_bool(0.6) {
         cut_power_and_drop(sim, store);
@@ -395,6 +433,9 @@ fn reopen_and_check(
         Err(turnstone::Error::NoStore { .. }) => None,
         Err(e) => panic!("{ctx}: read-only reopen failed: {e}"),
     };
+    if v.recycle && ro_lengths.is_some() {
+        plant_free_files(sim);
+    }
     let store = Store::open_with(dir(), opts(sim, v, rng))
         .unwrap_or_else(|e| panic!("{ctx}: reopen after a power cut failed: {e}"));
     let report = store.recovery_report().clone();
@@ -419,7 +460,26 @@ fn reopen_and_check(
     let bytes = sim
         .read_file(&seg(&dir(), end.segment().0))
         .unwrap_or_else(|| panic!("{ctx}: active segment {end} missing"));
-    if let Some(at) = bytes[end.offset() as usize..].iter().position(|b| *b != 0) {
+    // In a recycled segment the bytes after the end of data are stale
+    // (FORMAT.md §6.2 rule 7): only the 32 at the end must be zero.
+    let recycled = turnstone::frame::header_is_recycled(&bytes);
+    if recycled {
+        cov.recycled_tails += 1;
+        if report
+            .problems
+            .iter()
+            .any(|p| p.kind == ProblemKind::TornTail)
+        {
+            cov.recycled_torn += 1;
+        }
+    }
+    let after = &bytes[end.offset() as usize..];
+    let after = if recycled {
+        &after[..after.len().min(32)]
+    } else {
+        after
+    };
+    if let Some(at) = after.iter().position(|b| *b != 0) {
         panic!(
             "{ctx}: non-zero byte at offset {} after the recovered end {end}, \
              not reported and not truncated: {report:?}",
@@ -570,6 +630,7 @@ fn power_cuts_keep_a_durable_prefix_single_writer() {
         Variant {
             checkpoints: false,
             threads: 1,
+            recycle: false,
         },
     );
     assert_exercised(&cov, false);
@@ -583,6 +644,7 @@ fn power_cuts_keep_a_durable_prefix_with_checkpoints() {
         Variant {
             checkpoints: true,
             threads: 1,
+            recycle: false,
         },
     );
     assert_exercised(&cov, true);
@@ -596,7 +658,29 @@ fn power_cuts_keep_a_durable_prefix_concurrent_writers() {
         Variant {
             checkpoints: true,
             threads: 3,
+            recycle: false,
         },
     );
     assert_exercised(&cov, true);
+}
+
+#[test]
+fn power_cuts_keep_a_durable_prefix_in_recycled_segments() {
+    for (base, threads, runs) in [(30_000, 1, 1000), (40_000, 3, 300)] {
+        let cov = run_many(
+            runs,
+            base,
+            Variant {
+                checkpoints: true,
+                threads,
+                recycle: true,
+            },
+        );
+        assert_exercised(&cov, true);
+        if !single_seed_run() {
+            assert!(cov.segments_recycled > cov.runs / 2, "{cov:?}");
+            assert!(cov.recycled_tails > 0, "{cov:?}");
+            assert!(cov.recycled_torn > 0, "{cov:?}");
+        }
+    }
 }

@@ -101,12 +101,28 @@ fn an_open_store_is_collected_and_keeps_serving_reads_and_appends() {
 
 #[test]
 fn a_power_cut_at_every_file_operation_of_an_online_collection_loses_nothing() {
+    power_cut_at_every_operation_of_an_online_collection(0);
+}
+
+/// The same with recycling on: the collection renames files to free names,
+/// and after it the writer makes segments from them.
+#[test]
+fn a_power_cut_at_every_file_operation_of_a_recycling_collection_loses_nothing() {
+    power_cut_at_every_operation_of_an_online_collection(2);
+}
+
+fn power_cut_at_every_operation_of_an_online_collection(recycle_segments: usize) {
+    let opts = |sim: &SimVfs| Options {
+        recycle_segments,
+        ..sim_opts(sim, SEGMENT)
+    };
+    let mut recycled = 0;
     let mut cut = 0u64;
     let mut completed = false;
     while !completed {
         for seed in 0..2u64 {
             let sim = SimVfs::new();
-            let store = Store::open_with(dir(), sim_opts(&sim, SEGMENT)).unwrap();
+            let store = Store::open_with(dir(), opts(&sim)).unwrap();
             fleet(&store);
             let want_c = events(&store, "c");
             let mut want_a = events(&store, "a");
@@ -119,8 +135,12 @@ fn a_power_cut_at_every_file_operation_of_an_online_collection_loses_nothing() {
             if result.is_ok() && !sim.powered_off() {
                 completed = true;
                 sim.set_faults(FaultPlan::default());
-                // Appends after the collection are durable as usual.
-                append_synced(&store, "a", 60, 300);
+                // Appends after the collection are durable as usual (and
+                // roll into recycled segments, when on).
+                for seq in 60..100 {
+                    append_synced(&store, "a", seq, 300);
+                }
+                recycled += store.stats().segments_recycled;
                 want_a = events(&store, "a");
                 store.close().unwrap();
             } else {
@@ -128,14 +148,14 @@ fn a_power_cut_at_every_file_operation_of_an_online_collection_loses_nothing() {
             }
             sim.crash(seed * 1000 + cut);
             let ctx = format!("power cut after {cut} ops of an online collection, seed {seed}");
-            let store = Store::open_with(dir(), sim_opts(&sim, SEGMENT))
+            let store = Store::open_with(dir(), opts(&sim))
                 .unwrap_or_else(|e| panic!("{ctx}: open failed: {e}"));
             check_store(&store, &want_a, &want_c);
             // The next collection (online again) finishes the job.
             live(&store);
             check_store(&store, &want_a, &want_c);
             store.close().unwrap();
-            let store = Store::open_with(dir(), sim_opts(&sim, SEGMENT))
+            let store = Store::open_with(dir(), opts(&sim))
                 .unwrap_or_else(|e| panic!("{ctx}: open after the second collection: {e}"));
             check_store(&store, &want_a, &want_c);
         }
@@ -146,6 +166,7 @@ fn a_power_cut_at_every_file_operation_of_an_online_collection_loses_nothing() {
         cut > 5,
         "an online collection takes more than 5 file operations"
     );
+    assert_eq!(recycled > 0, recycle_segments > 0, "{recycled} recycled");
 }
 
 /// Length of event `seq` of any session in the concurrent test.
@@ -155,9 +176,22 @@ fn len_of(seq: u64) -> usize {
 
 #[test]
 fn collections_run_while_writers_delete_and_readers_read() {
+    writers_deleting_readers_reading_collections_looping(0);
+}
+
+/// The same with recycled segments (FORMAT.md §6.2 rule 7): files the
+/// collections free become the writers' next segments while readers read
+/// every byte.
+#[test]
+fn collections_recycle_segments_while_writers_delete_and_readers_read() {
+    writers_deleting_readers_reading_collections_looping(4);
+}
+
+fn writers_deleting_readers_reading_collections_looping(recycle_segments: usize) {
     let tmp = tempfile::tempdir().unwrap();
     let opts = || Options {
         segment_bytes: 64 << 10,
+        recycle_segments,
         ..Default::default()
     };
     let store = Arc::new(Store::open_with(tmp.path(), opts()).unwrap());
@@ -288,6 +322,7 @@ fn collections_run_while_writers_delete_and_readers_read() {
     };
     check(&store);
     let store = Arc::into_inner(store).expect("one handle left");
+    let recycled = store.stats().segments_recycled;
     store.close().unwrap();
     let store = Store::open_with(tmp.path(), opts()).unwrap();
     check(&store);
@@ -306,6 +341,13 @@ fn collections_run_while_writers_delete_and_readers_read() {
         on_disk < live_bytes * 3 + (128 << 10),
         "{on_disk} bytes of segments for {live_bytes} live bytes"
     );
+    if recycle_segments > 0 {
+        assert!(
+            store.stats().segments_recycled == 0,
+            "a reopened store has made no segment yet"
+        );
+        assert!(recycled > 0, "no segment was recycled");
+    }
 }
 
 #[test]

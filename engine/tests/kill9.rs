@@ -25,6 +25,8 @@ use common::payload_for;
 const ENV_DIR: &str = "TURNSTONE_KILL9_DIR";
 const ENV_LOCK_PROBE: &str = "TURNSTONE_LOCK_PROBE_DIR";
 const ENV_LOCK_EXPECT: &str = "TURNSTONE_LOCK_PROBE_EXPECT";
+/// Set for a child that makes its segments from free files.
+const ENV_RECYCLE: &str = "TURNSTONE_KILL9_RECYCLE";
 const THREADS: usize = 4;
 const ROUNDS: usize = 6;
 
@@ -33,6 +35,37 @@ fn opts() -> Options {
         segment_bytes: 256 * 1024,
         ..Default::default()
     }
+}
+
+/// With recycling on (FORMAT.md §6.2 rule 7).
+fn recycling_opts() -> Options {
+    Options {
+        recycle_segments: 64,
+        ..opts()
+    }
+}
+
+/// Copy every sealed segment of the store in `dir` to its free name (what
+/// an online collection with recycling leaves), so that the next segments
+/// the writer makes are recycled ones. Made durable.
+fn plant_free_files(dir: &Path) {
+    let mut ids: Vec<u32> = std::fs::read_dir(dir)
+        .unwrap()
+        .filter_map(|e| {
+            let n = e.unwrap().file_name().into_string().ok()?;
+            n.strip_suffix(".tseg")?.parse().ok()
+        })
+        .collect();
+    ids.sort();
+    ids.pop();
+    for id in ids {
+        let free = dir.join(format!("{id:010}.tseg.free"));
+        if !free.exists() {
+            std::fs::copy(dir.join(format!("{id:010}.tseg")), &free).unwrap();
+            std::fs::File::open(&free).unwrap().sync_all().unwrap();
+        }
+    }
+    std::fs::File::open(dir).unwrap().sync_all().unwrap();
 }
 
 fn sessions_of(thread: usize) -> [String; 2] {
@@ -67,7 +100,12 @@ fn child_writer() {
         return;
     };
     let root = PathBuf::from(root);
-    let store = Arc::new(Store::open_with(root.join("store"), opts()).expect("child open"));
+    let opts = if std::env::var(ENV_RECYCLE).is_ok() {
+        recycling_opts()
+    } else {
+        opts()
+    };
+    let store = Arc::new(Store::open_with(root.join("store"), opts).expect("child open"));
     let ledger = Arc::new(
         std::fs::OpenOptions::new()
             .create(true)
@@ -192,6 +230,22 @@ fn sigkill_loses_no_acknowledged_event() {
     if std::env::var(ENV_DIR).is_ok() || std::env::var(ENV_LOCK_PROBE).is_ok() {
         return; // we are a child
     }
+    kill_rounds(false);
+}
+
+/// The same, with the child making its segments from free files planted
+/// before each round (stale batches of this store after every end of data).
+#[test]
+fn sigkill_in_recycled_segments_loses_no_acknowledged_event() {
+    if std::env::var(ENV_DIR).is_ok() || std::env::var(ENV_LOCK_PROBE).is_ok() {
+        return; // we are a child
+    }
+    kill_rounds(true);
+}
+
+fn kill_rounds(recycle: bool) {
+    let opts = if recycle { recycling_opts } else { opts };
+    let mut recycled_active = 0;
     let tmp = tempfile::tempdir().unwrap();
     let ledger = tmp.path().join("ledger");
     let mut rng = rand::thread_rng();
@@ -199,7 +253,14 @@ fn sigkill_loses_no_acknowledged_event() {
     for round in 0..ROUNDS {
         let delay = rng.gen_range(50..=400);
         let ctx = format!("round {round} (killed after {delay} ms)");
-        let mut child = self_command("child_writer")
+        if recycle && round > 0 {
+            plant_free_files(&tmp.path().join("store"));
+        }
+        let mut cmd = self_command("child_writer");
+        if recycle {
+            cmd.env(ENV_RECYCLE, "1");
+        }
+        let mut child = cmd
             .env(ENV_DIR, tmp.path())
             .stdout(Stdio::null())
             .stderr(Stdio::null())
@@ -241,7 +302,16 @@ fn sigkill_loses_no_acknowledged_event() {
             "{ctx}: {lines} ledger lines, {total} events, report {:?}",
             store.recovery_report().problems
         );
+        let active = store.durable_pos().segment();
+        let head = std::fs::read(tmp.path().join(format!("store/{:010}.tseg", active.0))).unwrap();
+        recycled_active += turnstone::frame::header_is_recycled(&head) as u32;
         store.close().unwrap();
+    }
+    if recycle {
+        assert!(
+            recycled_active > 0,
+            "the child never wrote in a recycled segment"
+        );
     }
 }
 

@@ -274,6 +274,11 @@ fn clean_close_then_torn() {
     check_vector("clean-close-then-torn");
 }
 
+#[test]
+fn recycled_segment() {
+    check_vector("recycled-segment");
+}
+
 // ---------------------------------------------------------------------------
 // A decoder written from FORMAT.md alone (crc32fast is the only help), cross-
 // checked against the engine's `frame` module.

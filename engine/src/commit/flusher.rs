@@ -22,8 +22,10 @@ use parking_lot::MutexGuard;
 use crate::commit::batch::PendingBatch;
 use crate::commit::queue::{CommitQueue, State};
 use crate::error::Result;
-use crate::frame::{Salt, SEGMENT_HEADER_BYTES};
-use crate::log::{create_segment, segment_path, CreateError, SegmentReader, SegmentSpec};
+use crate::frame::{Salt, BATCH_HEADER_BYTES, SEGMENT_HEADER_BYTES};
+use crate::log::{
+    create_segment, segment_path, CreateError, SegmentPool, SegmentReader, SegmentSpec,
+};
 use crate::types::SegmentId;
 use crate::vfs::{Vfs, VfsFile};
 
@@ -41,6 +43,10 @@ pub(crate) struct WriterFile {
     /// Bytes up to here were written by this process (batches or zeros):
     /// zero extension does not rewrite them.
     pub written_to: u64,
+    /// A recycled segment (FORMAT.md §6.2 rule 7): the bytes after the last
+    /// batch are stale, so every batch is followed by 32 zero bytes (when
+    /// they fit), and nothing is zero-extended (every block was written).
+    pub recycled: bool,
 }
 
 /// What the flusher needs besides the queue.
@@ -54,6 +60,8 @@ pub(crate) struct FlusherEnv<'a> {
     pub checkpoints: bool,
     /// Zero extension step ([`crate::Options::zero_ahead_bytes`]); 0: off.
     pub zero_step_bytes: u64,
+    /// Free files that become segments ([`crate::Options::recycle_segments`]).
+    pub pool: Option<&'a SegmentPool>,
     /// Readers learn of a new active segment here.
     pub reader: &'a SegmentReader,
     /// Writes an index checkpoint of what is durable (the layer above owns it).
@@ -181,6 +189,7 @@ pub(crate) fn flush<'q>(
     st.inflight = None;
     match result {
         Ok((rolled, zeros)) => {
+            let (rolled, recycled) = (rolled.is_some(), rolled == Some(true));
             st.stats.zero_fill_bytes += zeros;
             st.durable = batch.end();
             st.durable_next_batch_seq = batch.batch_seq + 1;
@@ -196,6 +205,7 @@ pub(crate) fn flush<'q>(
             }
             if rolled {
                 st.stats.segments_created += 1;
+                st.stats.segments_recycled += recycled as u64;
                 // The new segment's fdatasync and the directory fsync.
                 st.stats.metadata_syncs += 2;
                 if env.checkpoints {
@@ -224,14 +234,14 @@ pub(crate) fn flush<'q>(
 }
 
 /// Write and sync one batch; create its segment first if it starts one.
-/// Returns whether a new segment was created, and the zeros written after
-/// the batch ([`zero_extend`]).
+/// Returns whether a new segment was created (`Some(recycled)`), and the
+/// zeros written after the batch ([`zero_extend`], [`end_marker`]).
 fn write_batch(
     env: &FlusherEnv<'_>,
     w: &mut WriterFile,
     batch: &mut PendingBatch,
-) -> std::result::Result<(bool, u64), FlushError> {
-    let mut rolled = false;
+) -> std::result::Result<(Option<bool>, u64), FlushError> {
+    let mut rolled = None;
     if batch.segment != w.segment {
         debug_assert_eq!(batch.segment.0, w.segment.0 + 1);
         // A full disk (or any failure) before the new segment's fsync is a
@@ -244,21 +254,26 @@ fn write_batch(
             prev_segment_end: w.end,
             preallocate_bytes: env.preallocate_bytes,
         };
-        let file = create_segment(env.vfs, env.dir, &spec).map_err(|e| match e {
+        let new = create_segment(env.vfs, env.dir, &spec, env.pool).map_err(|e| match e {
             CreateError::Fatal(e) => FlushError::Fatal("segment creation", e.to_string()),
             CreateError::Retryable(e) => FlushError::Write(e.to_string()),
         })?;
         // The old segment is sealed from now on: reads may map it.
-        env.reader.set_active(batch.segment, Some(file.clone()));
+        env.reader.set_active(batch.segment, Some(new.file.clone()));
         *w = WriterFile {
             segment: batch.segment,
             path: segment_path(env.dir, batch.segment),
-            file,
+            file: new.file,
             end: SEGMENT_HEADER_BYTES as u32,
-            len: env.preallocate_bytes.unwrap_or(0),
+            len: if new.recycled {
+                new.len
+            } else {
+                env.preallocate_bytes.unwrap_or(0)
+            },
             written_to: SEGMENT_HEADER_BYTES as u64,
+            recycled: new.recycled,
         };
-        rolled = true;
+        rolled = Some(new.recycled);
     }
     debug_assert_eq!(batch.offset, w.end, "batches are written back to back");
     let salt = Salt {
@@ -269,7 +284,11 @@ fn write_batch(
     w.file
         .write_all_at(&batch.buf, batch.offset as u64)
         .map_err(|e| FlushError::Write(format!("{}: {e}", w.path.display())))?;
-    let zeros = zero_extend(env, w, batch)?;
+    let zeros = if w.recycled {
+        end_marker(w, batch)?
+    } else {
+        zero_extend(env, w, batch)?
+    };
     w.file
         .sync_data()
         .map_err(|e| FlushError::Fatal("fdatasync", format!("{}: {e}", w.path.display())))?;
@@ -310,6 +329,23 @@ fn zero_extend(
     }
     w.written_to = to.max(end);
     Ok(to.saturating_sub(end))
+}
+
+/// In a recycled segment, the 32 bytes after the batch in flight become
+/// zeros in the same fdatasync (FORMAT.md §6.2 rule 7): whatever a power cut
+/// keeps of this write, the bytes at the end of the last durable batch are
+/// an end of data or this one torn batch, never a stale one. Not written
+/// when fewer than 32 bytes are left (that is an end of data already).
+fn end_marker(w: &mut WriterFile, batch: &PendingBatch) -> std::result::Result<u64, FlushError> {
+    let end = batch.offset as u64 + batch.buf.len() as u64;
+    if end + BATCH_HEADER_BYTES as u64 > w.len {
+        return Ok(0);
+    }
+    w.file
+        .write_all_at(&[0u8; BATCH_HEADER_BYTES], end)
+        .map_err(|e| FlushError::Write(format!("{}: {e}", w.path.display())))?;
+    w.written_to = w.written_to.max(end + BATCH_HEADER_BYTES as u64);
+    Ok(BATCH_HEADER_BYTES as u64)
 }
 
 /// A shared buffer of at least `len` zeros.

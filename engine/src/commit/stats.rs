@@ -18,14 +18,17 @@ pub struct Stats {
     pub bytes_written: u64,
     /// Segments created by this process.
     pub segments_created: u64,
+    /// Of those, the ones made from a free file
+    /// ([`crate::Options::recycle_segments`]).
+    pub segments_recycled: u64,
     /// Index checkpoints written / failed.
     pub checkpoints_written: u64,
     pub checkpoint_errors: u64,
     /// Batch writes that failed and were kept for retry.
     pub write_failures: u64,
     /// Zeros the flusher wrote past small batches into preallocated space
-    /// (zero extension, [`crate::Options::zero_ahead_bytes`]); not in
-    /// `bytes_written`.
+    /// (zero extension, [`crate::Options::zero_ahead_bytes`]), and the 32
+    /// after each batch in a recycled segment; not in `bytes_written`.
     pub zero_fill_bytes: u64,
     /// Batch writes led by a thread waiting for durability rather than by
     /// the flusher thread ([`crate::Options::flush_in_caller`]); the

@@ -11,7 +11,7 @@ use crate::frame::{
     SEGMENT_HEADER_BYTES,
 };
 use crate::recovery::{
-    check_batch, classify_stop, probe_after, ProblemKind, ScannedFrame, StopFacts,
+    check_batch, classify_stop, evidence_after, probe_after, ProblemKind, ScannedFrame, StopFacts,
 };
 use crate::types::{LogPos, SegmentId, SessionId};
 
@@ -63,6 +63,7 @@ impl Walker<'_, '_> {
             // Stopped: at a clean end of data, or at a batch that fails.
             let min_seq = self.expected_batch.unwrap_or(0);
             let (later, nonzero_end) = probe_after(bytes, salt, off as u32, min_seq);
+            let nonzero_end = evidence_after(bytes, off as u32, failure.is_some(), nonzero_end);
             if let Some(l) = later {
                 let detail = match &failure {
                     Some(f) => format!(

@@ -7,9 +7,11 @@
 //! (FORMAT.md §4) whatever the read strategy, and a segment is durable and
 //! empty before the first batch goes into it (FORMAT.md §6.2 rule 2).
 
+mod pool;
 mod reader;
 mod segment;
 
+pub(crate) use pool::SegmentPool;
 #[cfg(test)]
 pub(crate) use reader::SEALED_FILES_OPEN_MAX;
 pub(crate) use reader::{Run, SegmentReader};

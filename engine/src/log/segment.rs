@@ -11,8 +11,9 @@ use std::ops::Deref;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+use super::pool::SegmentPool;
 use crate::error::{Error, Result};
-use crate::frame::{self, SegmentHeader, FORMAT_VERSION};
+use crate::frame::{self, SegmentHeader, BATCH_HEADER_BYTES, FORMAT_VERSION, SEGMENT_HEADER_BYTES};
 use crate::types::SegmentId;
 use crate::vfs::{MappedBytes, Vfs, VfsFile};
 
@@ -133,14 +134,54 @@ impl CreateError {
     }
 }
 
-/// Create a segment file: preallocate, write its header, fsync it, fsync the
-/// directory. Only then may a batch be written into it.
+/// A segment file just created: where batches go from now on.
+pub(crate) struct NewSegment {
+    pub file: Arc<dyn VfsFile>,
+    /// Made from a free file (§6.2 rule 7): bytes after the end of data are
+    /// stale, so the writer keeps 32 zero bytes after its last batch.
+    pub recycled: bool,
+    /// The file's length.
+    pub len: u64,
+}
+
+/// Create a segment file: from a free file of `pool` if it has one (write
+/// the recycled header and the zeros after it, fdatasync, rename to the
+/// segment's name, fsync the directory), else a new file (preallocate,
+/// write its header, fdatasync, fsync the directory). Only then may a batch
+/// be written into it.
 pub(crate) fn create_segment(
     vfs: &dyn Vfs,
     dir: &Path,
     spec: &SegmentSpec,
-) -> std::result::Result<Arc<dyn VfsFile>, CreateError> {
+    pool: Option<&SegmentPool>,
+) -> std::result::Result<NewSegment, CreateError> {
     let path = segment_path(dir, spec.id);
+    let header = SegmentHeader {
+        version: FORMAT_VERSION,
+        store_id: spec.store_id,
+        segment: spec.id,
+        first_batch_seq: spec.first_batch_seq,
+        prev_segment_end: spec.prev_segment_end,
+    };
+    // A leftover of an earlier failed attempt under the segment's name is
+    // reused below; a free file is taken only when there is none.
+    if let Some(pool) = pool.filter(|_| !vfs.exists(&path)) {
+        if let Some(free) = pool.take() {
+            return match recycle(vfs, dir, &header, &free, &path) {
+                Ok(seg) => Ok(seg),
+                Err(CreateError::Retryable(e)) => {
+                    // Still a free file under its free name (the rename is
+                    // the last step that can fail retryably): keep it for
+                    // the retry.
+                    if vfs.exists(&free) {
+                        pool.give_back(free);
+                    }
+                    Err(CreateError::Retryable(e))
+                }
+                Err(e) => Err(e),
+            };
+        }
+    }
     let retryable = CreateError::Retryable;
     let file = match vfs.create_new(&path) {
         Ok(f) => f,
@@ -154,18 +195,52 @@ pub(crate) fn create_segment(
         file.allocate(bytes)
             .map_err(|e| retryable(Error::io("preallocate segment", &path, e)))?;
     }
-    let header = SegmentHeader {
-        version: FORMAT_VERSION,
-        store_id: spec.store_id,
-        segment: spec.id,
-        first_batch_seq: spec.first_batch_seq,
-        prev_segment_end: spec.prev_segment_end,
-    };
     file.write_all_at(&header.encode(), 0)
         .map_err(|e| retryable(Error::io("write segment header", &path, e)))?;
     file.sync_data()
         .map_err(|e| CreateError::Fatal(Error::io("fsync new segment", &path, e)))?;
     vfs.sync_dir(dir)
         .map_err(|e| CreateError::Fatal(Error::io("fsync directory", dir, e)))?;
-    Ok(file)
+    let len = file
+        .len()
+        .map_err(|e| CreateError::Fatal(Error::io("stat new segment", &path, e)))?;
+    Ok(NewSegment {
+        file,
+        recycled: false,
+        len,
+    })
+}
+
+/// Turn the free file `free` into segment `header.segment` at `path`
+/// (FORMAT.md §6.2 rule 7). Until the rename, the file is still a free file
+/// whatever it holds: a crash leaves it in the pool.
+fn recycle(
+    vfs: &dyn Vfs,
+    dir: &Path,
+    header: &SegmentHeader,
+    free: &Path,
+    path: &Path,
+) -> std::result::Result<NewSegment, CreateError> {
+    let retryable = CreateError::Retryable;
+    let file = vfs
+        .open(free, true)
+        .map_err(|e| retryable(Error::io("open free segment file", free, e)))?;
+    let len = file
+        .len()
+        .map_err(|e| retryable(Error::io("stat free segment file", free, e)))?;
+    let mut head = vec![0u8; SEGMENT_HEADER_BYTES + BATCH_HEADER_BYTES];
+    head[..SEGMENT_HEADER_BYTES].copy_from_slice(&header.encode_recycled());
+    file.write_all_at(&head, 0)
+        .map_err(|e| retryable(Error::io("write recycled segment header", free, e)))?;
+    file.sync_data()
+        .map_err(|e| CreateError::Fatal(Error::io("fsync recycled segment", free, e)))?;
+    vfs.rename(free, path)
+        .map_err(|e| retryable(Error::io("rename free file to a segment", free, e)))?;
+    vfs.sync_dir(dir)
+        .map_err(|e| CreateError::Fatal(Error::io("fsync directory", dir, e)))?;
+    Ok(NewSegment {
+        file,
+        recycled: true,
+        len,
+    })
 }

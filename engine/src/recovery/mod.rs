@@ -32,7 +32,9 @@ use serde::Serialize;
 
 pub use classify::{classify_bad_header, classify_stop, HeaderFacts, Row, StopFacts};
 pub(crate) use plan::{apply, recover};
-pub use scan::{check_batch, probe_after, scan_batches, ScanFailure, ScannedFrame, SegmentScan};
+pub use scan::{
+    check_batch, evidence_after, probe_after, scan_batches, ScanFailure, ScannedFrame, SegmentScan,
+};
 
 /// What to do with damage found on open, modelled on RocksDB's WAL recovery
 /// modes.

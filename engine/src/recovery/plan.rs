@@ -31,7 +31,7 @@ use crate::vfs::Vfs;
 
 use super::checkpoint_check::validate_checkpoint;
 use super::classify::{classify_bad_header, classify_stop, HeaderFacts, Row, StopFacts};
-use super::scan::{check_batch, probe_after, scan_batches};
+use super::scan::{check_batch, evidence_after, probe_after, scan_batches};
 use super::{Problem, ProblemKind, RecoveryMode, RecoveryReport};
 
 /// The result of the pass, for [`crate::Store::open`] to act on.
@@ -412,6 +412,7 @@ pub(crate) fn recover(
         let clean_close =
             scan.failure.is_none() && last_flags.is_some_and(|f| f & BATCH_FLAG_CLEAN_CLOSE != 0);
         let (later, nonzero_end) = probe_after(&bytes, &salt, scan.end, scan.next_batch_seq);
+        let nonzero_end = evidence_after(&bytes, scan.end, scan.failure.is_some(), nonzero_end);
         out.report.clean_shutdown = clean_close && later.is_none() && nonzero_end.is_none();
         let stop = scan.failure.as_ref().map_or(scan.end, |f| f.offset);
         let floor = durable_floor.filter(|f| *f > LogPos::new(id, stop));
@@ -524,6 +525,7 @@ pub(crate) fn recover(
                     segment: last,
                 };
                 let (later, nonzero_end) = probe_after(&bytes, &salt, end, next);
+                let nonzero_end = evidence_after(&bytes, end, false, nonzero_end);
                 let row = classify_stop(&StopFacts {
                     last_segment: true,
                     later_batch: later.is_some(),

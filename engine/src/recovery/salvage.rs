@@ -36,7 +36,7 @@ use crate::types::{LogPos, SegmentId, SessionId};
 use crate::vfs::Vfs;
 
 use super::plan::Recovered;
-use super::scan::{check_batch, probe_after};
+use super::scan::{check_batch, evidence_after, probe_after};
 use super::{Problem, ProblemKind, RecoveryMode, RecoveryReport};
 
 /// Counts of one salvage pass, folded into problems.
@@ -292,10 +292,11 @@ fn salvage_segment(
             // unless non-zero bytes follow (a zeroed batch header, debris,
             // a cut header). Say so, and read on at a valid batch after it.
             let (later, nonzero_end) = probe_after(bytes, salt, off as u32, 0);
-            let Some(end) = nonzero_end else {
+            let nonzero_end = evidence_after(bytes, off as u32, false, nonzero_end);
+            let Some(end) = later.or(nonzero_end) else {
                 break;
             };
-            let end = later.unwrap_or(end) as usize;
+            let end = end as usize;
             pass.problems.push(Problem {
                 kind: damage_kind(later, is_last),
                 file: path.to_path_buf(),
@@ -329,6 +330,7 @@ fn salvage_segment(
             }
             Err(failure) => {
                 let (later, nonzero_end) = probe_after(bytes, salt, off as u32, 0);
+                let nonzero_end = evidence_after(bytes, off as u32, true, nonzero_end);
                 let resume = later.map(|l| l as usize);
                 let (kept, lost) = salvage_batch(pass, path, bytes, salt, off);
                 let end = resume

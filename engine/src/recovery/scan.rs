@@ -213,20 +213,38 @@ pub fn probe_after(
     if nonzero_end.is_none() {
         return (None, None); // all zero: no batch can follow
     }
-    let mut later = None;
-    let mut off = frame::align_up(from_usize + 1);
-    while off + BATCH_HEADER_BYTES <= bytes.len() {
-        if bytes[off..off + 4] == frame::BATCH_MAGIC.to_le_bytes() {
-            if let Ok((h, _)) = check_batch(bytes, salt, off, None) {
-                if h.batch_seq >= min_seq {
-                    later = Some(off as u32);
-                    break;
-                }
-            }
-        }
-        off += frame::ALIGN;
-    }
+    // Only 8-aligned offsets holding the batch magic can start a batch; a
+    // recycled segment's stale tail is tens of MiB, so they are found with
+    // a vectorised substring search rather than by stepping.
+    let start = frame::align_up(from_usize + 1);
+    let magic = frame::BATCH_MAGIC.to_le_bytes();
+    let later = bytes
+        .get(start..)
+        .into_iter()
+        .flat_map(|tail| memchr::memmem::find_iter(tail, &magic).map(move |p| start + p))
+        .filter(|off| off % frame::ALIGN == 0 && off + BATCH_HEADER_BYTES <= bytes.len())
+        .find(|&off| check_batch(bytes, salt, off, None).is_ok_and(|(h, _)| h.batch_seq >= min_seq))
+        .map(|off| off as u32);
     (later, nonzero_end)
+}
+
+/// The end of the torn extent after a stop at `end` in a segment (FORMAT.md
+/// §6.3), from `nonzero_end`, where the probe found the last non-zero
+/// byte. In a recycled segment (§6.2 rule 7) the bytes after the end of
+/// data are stale, not evidence: a stop at the end of data has no torn
+/// extent, and a stop at an invalid batch (`failed`) has its 32 header
+/// bytes, which the repair zeroes so that the scan ends there.
+pub fn evidence_after(
+    bytes: &[u8],
+    end: u32,
+    failed: bool,
+    nonzero_end: Option<u32>,
+) -> Option<u32> {
+    if !frame::header_is_recycled(bytes) {
+        return nonzero_end;
+    }
+    let header_end = (end as usize + BATCH_HEADER_BYTES).min(bytes.len()) as u32;
+    (failed && header_end > end).then_some(header_end)
 }
 
 /// Index of the last non-zero byte. Runs on every open over the unused,

@@ -30,7 +30,7 @@ use crate::frame::{
 };
 use crate::index::checkpoint;
 use crate::index::reclaimed::{self, Reclaimed, MANIFEST_TMP_FILE};
-use crate::log::{read_segment, segment_path, SegmentBytes};
+use crate::log::{read_segment, segment_path, SegmentBytes, SegmentPool};
 use crate::recovery::{self, check_batch, RecoveryMode};
 use crate::types::{LogPos, SegmentId, SessionId};
 use crate::vfs::{OsVfs, Vfs};
@@ -461,6 +461,7 @@ pub fn collect(
             vfs.rename(tmp, dst)
                 .map_err(|e| Error::io("rename compacted segment", dst, e))
         },
+        None,
     )?;
     report.duration_us = started.elapsed().as_micros() as u64;
     Ok(report)
@@ -729,6 +730,8 @@ fn needs(census: &Census, dead: &[bool]) -> Vec<u64> {
 /// Step 4 of §14.4 for every range of `plan` (or, dry, only its report).
 /// `install(tmp, dst, moved)` puts the durable compacted file in place
 /// (a rename) and tells the caller where the range's live frames lie now.
+/// The files a range no longer needs are offered to `pool` (an online
+/// collection: they may become free files), else removed.
 #[allow(clippy::too_many_arguments)]
 fn rewrite_ranges(
     vfs: &dyn Vfs,
@@ -739,6 +742,7 @@ fn rewrite_ranges(
     report: &mut CollectReport,
     throttle: &mut Throttle<'_>,
     install: &mut Install<'_>,
+    pool: Option<&SegmentPool>,
 ) -> Result<()> {
     let sealed = &plan.sealed;
     let mut after = report.bytes_before;
@@ -870,8 +874,12 @@ fn rewrite_ranges(
         if files.len() > 1 {
             for s in &files[1..] {
                 let p = segment_path(dir, s.id);
-                vfs.remove(&p)
-                    .map_err(|e| Error::io("remove collected segment", &p, e))?;
+                match pool {
+                    Some(pool) => pool.offer(vfs, dir, s.id, &p)?,
+                    None => vfs
+                        .remove(&p)
+                        .map_err(|e| Error::io("remove collected segment", &p, e))?,
+                }
             }
             vfs.sync_dir(dir)
                 .map_err(|e| Error::io("fsync directory", dir, e))?;

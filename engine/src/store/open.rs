@@ -10,10 +10,10 @@ use rand::RngCore;
 
 use crate::commit::{self, CommitQueue, WriterFile};
 use crate::error::{Error, Result};
-use crate::frame::{BATCH_HEADER_BYTES, SEGMENT_HEADER_BYTES};
+use crate::frame::{self, BATCH_HEADER_BYTES, SEGMENT_HEADER_BYTES};
 use crate::index::checkpoint;
 use crate::index::Index;
-use crate::log::{create_segment, segment_path, SegmentReader, SegmentSpec};
+use crate::log::{create_segment, segment_path, SegmentPool, SegmentReader, SegmentSpec};
 use crate::recovery::{self, RecoveryMode};
 use crate::types::LogPos;
 use crate::vfs::LockGuard;
@@ -149,7 +149,7 @@ impl Store {
                     prev_segment_end: 0,
                     preallocate_bytes: opts.preallocate.then_some(opts.segment_bytes as u64),
                 };
-                create_segment(vfs.as_ref(), &dir, &spec).map_err(|e| e.into_error())?;
+                create_segment(vfs.as_ref(), &dir, &spec, None).map_err(|e| e.into_error())?;
                 (id, FIRST_SEGMENT, SEGMENT_HEADER_BYTES as u32, 0)
             }
         };
@@ -161,6 +161,22 @@ impl Store {
         let len = file
             .len()
             .map_err(|e| Error::io("stat active segment", &path, e))?;
+        let mut head = [0u8; SEGMENT_HEADER_BYTES];
+        let n = file
+            .read_at(&mut head, 0)
+            .map_err(|e| Error::io("read active segment header", &path, e))?;
+        let recycled = frame::header_is_recycled(&head[..n]);
+        let pool = SegmentPool::open(
+            vfs.as_ref(),
+            &dir,
+            if opts.preallocate {
+                opts.recycle_segments
+            } else {
+                0
+            },
+            opts.segment_bytes as u64,
+            seg,
+        )?;
         let writer = WriterFile {
             segment: seg,
             path,
@@ -170,10 +186,12 @@ impl Store {
             // Past the durable end, an earlier run may or may not have
             // written zeros: assume not.
             written_to: off as u64,
+            recycled,
         };
         let last = (seq > 0).then_some((end, 0));
         let leaders = opts.flush_in_caller;
         let mut shared = Self::make_shared(dir, opts, store_id, rec.index, end, seq, lock, last);
+        shared.pool = pool;
         shared.commit.set_writer(writer, leaders);
         shared.reader.set_active(seg, Some(file));
         let shared = Arc::new(shared);
@@ -230,6 +248,7 @@ impl Store {
             gc_stop: Default::default(),
             gc_summaries: Default::default(),
             gc_generation: Default::default(),
+            pool: SegmentPool::none(),
         }
     }
 }

@@ -47,6 +47,19 @@ pub struct Options {
     /// time. Off by default: with 8 and 64 writer threads it measured about
     /// 0.93x of the flusher-only path (docs/PERFORMANCE-writepath.md).
     pub flush_in_caller: bool,
+    /// Keep up to this many segment files that an online collection
+    /// ([`Store::collect`](crate::Store::collect), the session layer's
+    /// background collector) frees, of the full segment size and with
+    /// `preallocate`, as free files, and make new segments from them instead
+    /// of new files (FORMAT.md §6.2 rule 7). A recycled segment is
+    /// overwritten rather than filled: no zeros are written ahead of the
+    /// batches and no unwritten extent is converted at an fdatasync, so each
+    /// segment byte reaches the device once (docs/PERFORMANCE-writepath.md,
+    /// "Recycled segments"). The cost is disk: up to this many segment files
+    /// beyond the live data. It pays when it covers the segments written
+    /// between two collections. 0 (the default): off, collected files are
+    /// removed.
+    pub recycle_segments: usize,
     /// The file layer.
     pub vfs: Arc<dyn Vfs>,
 }
@@ -62,6 +75,7 @@ impl Default for Options {
             checkpoints: true,
             zero_ahead_bytes: 1 << 20,
             flush_in_caller: false,
+            recycle_segments: 0,
             vfs: Arc::new(OsVfs),
         }
     }

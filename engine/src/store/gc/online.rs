@@ -126,6 +126,7 @@ impl Store {
                 &mut report,
                 &mut throttle,
                 &mut |_, _, _, _| unreachable!("a dry run installs nothing"),
+                None,
             )?;
             report.duration_us = started.elapsed().as_micros() as u64;
             return Ok(report);
@@ -204,6 +205,7 @@ impl Store {
                     .retain(|id, _| *id < first || *id > last);
                 Ok(())
             },
+            Some(&sh.pool),
         )?;
         drop(active);
         if sh.opts.checkpoints {
