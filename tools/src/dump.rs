@@ -328,12 +328,17 @@ impl Printer<'_> {
                     None => String::new(),
                 };
                 format!(
-                    "== segment {name}: format {}, {} bytes, store {id}, segment {}, first batch {}, previous segment ended at {}{span}{}",
+                    "== segment {name}: format {}, {} bytes, store {id}, segment {}, first batch {}, previous segment ended at {}{}{span}{}",
                     h.version,
                     s.size,
                     h.segment.0,
                     h.first_batch_seq,
                     h.prev_segment_end,
+                    if turnstone::frame::header_is_recycled(s.raw_header) {
+                        ", recycled (bytes after the end of data are stale)"
+                    } else {
+                        ""
+                    },
                     if s.last { " (last)" } else { "" }
                 )
             }

@@ -59,12 +59,21 @@ pub fn segment_header(raw: &[u8], decoded: Option<&SegmentHeader>) -> String {
         .collect();
     let _ = writeln!(
         out,
-        "   segment header: magic {magic:?} version {} header_bytes {} segment {} first_batch_seq {} prev_segment_end {} crc {}{}",
+        "   segment header: magic {magic:?} version {} header_bytes {} segment {} {} first_batch_seq {} prev_segment_end {} {} crc {}{}",
         u32_at(raw, 8).map_or("?".into(), |v| v.to_string()),
         u32_at(raw, 12).map_or("?".into(), |v| v.to_string()),
         u32_at(raw, 32).map_or("?".into(), |v| v.to_string()),
+        // Bytes 36..40: 0 in an ordinary segment, the compacted range's
+        // last id otherwise (FORMAT.md §14.3); 52..60: an ordinary
+        // segment's flags (§2), a compacted one's next_batch_seq.
+        u32_at(raw, 36).map_or("last_segment ?".into(), |v| format!("last_segment {v}")),
         u64_at(raw, 40).map_or("?".into(), |v| v.to_string()),
         u32_at(raw, 48).map_or("?".into(), |v| v.to_string()),
+        match (u32_at(raw, 36), u64_at(raw, 52)) {
+            (Some(0), Some(f)) => format!("segment_flags {f:#x}"),
+            (Some(_), Some(n)) => format!("next_batch_seq {n}"),
+            _ => "segment_flags ?".into(),
+        },
         u32_at(raw, 60).map_or("?".into(), |v| format!("{v:#010x}")),
         if decoded.is_some() { "" } else { " (does not decode)" }
     );

@@ -161,6 +161,10 @@ pub struct SegmentReport {
     /// Format version from the header (`None`: the header does not decode).
     pub format_version: Option<u32>,
     pub first_batch_seq: Option<u64>,
+    /// Made from a free file (FORMAT.md §6.2 rule 7): bytes after its end
+    /// of data are stale. Left out of the JSON when false.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub recycled: bool,
     pub batches: u64,
     pub frames: u64,
     pub events: u64,
@@ -282,6 +286,7 @@ pub fn run(args: &VerifyArgs) -> Result<ExitCode, Failure> {
                     size: s.size,
                     format_version: s.header.map(|h| h.version),
                     first_batch_seq: s.header.map(|h| h.first_batch_seq),
+                    recycled: turnstone::frame::header_is_recycled(s.raw_header),
                     ..Default::default()
                 });
             }

@@ -232,3 +232,39 @@ fn follow_prints_what_a_live_fleet_appends() {
     assert_eq!(got, want, "followed frames equal a dump afterwards");
     assert!(segment_files(&dir).len() > 3, "the writer rolled segments");
 }
+
+/// A recycled segment (FORMAT.md §6.2 rule 7) is named as one, its flags are
+/// shown in `--raw`, and the stale bytes after its end of data are neither
+/// frames nor damage.
+#[test]
+fn a_recycled_segment_is_shown_as_one() {
+    let dir = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../format-spec/vectors/recycled-segment");
+    let out = turnstone(&["dump", p(&dir), "--raw"]);
+    assert_eq!(code(&out), 0, "{}", stdout(&out));
+    let text = stdout(&out);
+    assert!(
+        text.contains("segment 2, first batch 1, previous segment ended at 160, recycled"),
+        "{text}"
+    );
+    assert!(
+        text.contains(
+            "segment 2 last_segment 0 first_batch_seq 1 prev_segment_end 160 segment_flags 0x1"
+        ),
+        "{text}"
+    );
+    assert!(text.contains("segment_flags 0x0"), "{text}");
+    assert!(
+        !text.contains("torn") && !text.contains("corrupt"),
+        "{text}"
+    );
+    let out = turnstone(&["verify", p(&dir), "--json"]);
+    assert_eq!(code(&out), 0, "{}", stdout(&out));
+    let v: Value = serde_json::from_str(&stdout(&out)).unwrap();
+    assert_eq!(v["ok"], true, "{v}");
+    assert!(
+        stdout(&out).contains("\"recycled\":true"),
+        "{}",
+        stdout(&out)
+    );
+}
