@@ -60,6 +60,12 @@ pub struct ServeArgs {
     /// The background collection's I/O bound, MiB per second.
     #[arg(long, default_value_t = 64)]
     pub gc_rate_mib: u64,
+    /// Keep up to this many segment files the background collection frees
+    /// and make new segments from them (`Options::recycle_segments`): fewer
+    /// device bytes and faster fdatasyncs, for up to this many segment files
+    /// of disk beyond the live data. 0: off.
+    #[arg(long, default_value_t = 0)]
+    pub recycle_segments: usize,
 }
 
 impl ServeArgs {
@@ -87,6 +93,7 @@ impl ServeArgs {
         o.max_connections = self.max_connections;
         o.cors_origin = self.cors_origin.clone();
         o.access_log = self.access_log;
+        o.store.recycle_segments = self.recycle_segments;
         o.gc = (self.gc_interval_ms > 0).then(|| turnstone::session::gc::BackgroundOptions {
             interval: Duration::from_millis(self.gc_interval_ms),
             collect: turnstone::gc::CollectOptions {
@@ -102,4 +109,23 @@ impl ServeArgs {
 /// Serve until Ctrl-C or SIGTERM.
 pub fn run(args: &ServeArgs) -> Result<(), String> {
     crate::run(args.options())
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser;
+
+    #[derive(clap::Parser)]
+    struct Cli {
+        #[command(flatten)]
+        serve: super::ServeArgs,
+    }
+
+    #[test]
+    fn recycle_segments_reaches_the_store_options() {
+        let cli = Cli::parse_from(["serve", "/tmp/x", "--recycle-segments", "6"]);
+        assert_eq!(cli.serve.options().store.recycle_segments, 6);
+        let cli = Cli::parse_from(["serve", "/tmp/x"]);
+        assert_eq!(cli.serve.options().store.recycle_segments, 0);
+    }
 }
