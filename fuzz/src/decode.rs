@@ -40,6 +40,8 @@ enum Shape {
         version_ok: bool,
         first_batch_seq: u64,
         prev_segment_end: u32,
+        /// With the recycled flag (FORMAT.md §6.2 rule 7).
+        recycled: bool,
     },
     /// A segment header followed by batches of frames.
     Segment {
@@ -129,19 +131,25 @@ fn build(shape: &Shape, salt: &Salt) -> Vec<u8> {
             version_ok,
             first_batch_seq,
             prev_segment_end,
-        } => SegmentHeader {
-            version: if *version_ok {
-                frame::FORMAT_VERSION
+            recycled,
+        } => {
+            let h = SegmentHeader {
+                version: if *version_ok {
+                    frame::FORMAT_VERSION
+                } else {
+                    frame::FORMAT_VERSION + 1
+                },
+                store_id: salt.store_id,
+                segment: salt.segment,
+                first_batch_seq: *first_batch_seq,
+                prev_segment_end: *prev_segment_end,
+            };
+            if *recycled {
+                h.encode_recycled().to_vec()
             } else {
-                frame::FORMAT_VERSION + 1
-            },
-            store_id: salt.store_id,
-            segment: salt.segment,
-            first_batch_seq: *first_batch_seq,
-            prev_segment_end: *prev_segment_end,
+                h.encode().to_vec()
+            }
         }
-        .encode()
-        .to_vec(),
         Shape::Segment { batches } => {
             let mut out = SegmentHeader {
                 version: frame::FORMAT_VERSION,
@@ -227,8 +235,10 @@ fn check_all(b: &[u8], salt: &Salt, scan_from: u16, probe_from: u16) {
     if let Ok(h) = SegmentHeader::decode(b) {
         // A compacted segment's header (FORMAT.md §14.3) carries two more
         // fields in bytes an ordinary header keeps zero.
+        // A recycled one (§6.2 rule 7) sets bit 0 of the flags there.
         let encoded = match frame::Compaction::of_header(b) {
             Some(c) => c.encode_header(&h),
+            None if frame::header_is_recycled(b) => h.encode_recycled(),
             None => h.encode(),
         };
         assert_eq!(

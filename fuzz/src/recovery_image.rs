@@ -65,12 +65,31 @@ use crate::util::{
 
 #[derive(Arbitrary, Debug)]
 enum BuildOp {
-    Append { session: u8, kind: u8, len: u16 },
-    Group { session: u8, n: u8, len: u16 },
+    Append {
+        session: u8,
+        kind: u8,
+        len: u16,
+    },
+    Group {
+        session: u8,
+        n: u8,
+        len: u16,
+    },
     Sync,
-    Fork { parent: u8, upto: u8, child: u8 },
+    Fork {
+        parent: u8,
+        upto: u8,
+        child: u8,
+    },
     CloseReopen,
-    CrashReopen { after_ops: u8, seed: u64 },
+    CrashReopen {
+        after_ops: u8,
+        seed: u64,
+    },
+    /// Close, copy every sealed segment to its free name (what an online
+    /// collection with recycling leaves, FORMAT.md §6.2 rule 7), reopen:
+    /// the next segments are recycled ones.
+    PlantFree,
 }
 
 #[derive(Arbitrary, Debug, Clone, Copy)]
@@ -82,6 +101,8 @@ enum JunkName {
     GapSegment,
     Snapshot,
     Other,
+    /// A free file (`NNNNNNNNNN.tseg.free`) named below the last segment.
+    FreeFile,
 }
 
 #[derive(Arbitrary, Debug)]
@@ -763,6 +784,12 @@ fn build(input: &Input, seg: u32) -> (Vec<(String, Vec<u8>)>, Written) {
                 store = Store::open_with(&dir, opts())
                     .unwrap_or_else(|e| panic!("reopen after a clean close failed: {e}"));
             }
+            BuildOp::PlantFree => {
+                let _ = store.close();
+                plant_free_files(&sim, &dir);
+                store = Store::open_with(&dir, opts())
+                    .unwrap_or_else(|e| panic!("reopen with free files failed: {e}"));
+            }
             BuildOp::CrashReopen { after_ops, seed } => {
                 crash(&sim, store, *after_ops, *seed);
                 store = Store::open_with(&dir, opts())
@@ -785,6 +812,29 @@ fn build(input: &Input, seg: u32) -> (Vec<(String, Vec<u8>)>, Written) {
         Some((after_ops, seed)) => crash(&sim, store, after_ops, seed),
     }
     (snapshot(&sim, &dir), written)
+}
+
+/// Copy each sealed segment of `dir` to its free name, durably.
+fn plant_free_files(sim: &SimVfs, dir: &std::path::Path) {
+    use turnstone::vfs::Vfs;
+    let Ok(names) = sim.list(dir) else { return };
+    let mut ids: Vec<u32> = names
+        .iter()
+        .filter_map(|n| turnstone::frame::parse_segment_file_name(n).map(|s| s.0))
+        .collect();
+    ids.sort();
+    ids.pop();
+    for id in ids {
+        let from = dir.join(format!("{id:010}.tseg"));
+        let to = dir.join(format!("{id:010}.tseg.free"));
+        let Some(bytes) = sim.read_file(&from) else {
+            continue;
+        };
+        if let Ok(f) = sim.create_new(&to) {
+            let _ = f.write_all_at(&bytes, 0).and_then(|_| f.sync_data());
+        }
+    }
+    let _ = sim.sync_dir(dir);
 }
 
 /// Let the store run `after_ops` more file operations (a sync), then cut the
@@ -817,6 +867,7 @@ fn junk_name(files: &[(String, Vec<u8>)], name: JunkName) -> String {
         JunkName::GapSegment => format!("{:010}.tseg", last + 2),
         JunkName::Snapshot => "session-0001.tsnap".into(),
         JunkName::Other => "notes.txt".into(),
+        JunkName::FreeFile => format!("{:010}.tseg.free", last.saturating_sub(1)),
     }
 }
 

@@ -29,6 +29,9 @@ pub fn sim_opts(sim: &SimVfs, segment_bytes: u32) -> Options {
         vfs: Arc::new(sim.clone()),
         segment_bytes,
         flush_bytes: usize::MAX,
+        // Free files (FORMAT.md §6.2 rule 7) planted by a build step or
+        // copied in as damage become segments.
+        recycle_segments: 3,
         ..Default::default()
     }
 }
