@@ -72,6 +72,11 @@ pub enum StoreKind {
     /// `Session::flush` (not in `ALL`: issue 16's "session layer ÷ raw
     /// store" in one invocation).
     TurnstoneSession,
+    /// turnstone in steady state: before the run, an online collection left
+    /// [`RECYCLED_FREE_FILES`] free files, so the run's new segments are
+    /// recycled ones (`Options::recycle_segments`, FORMAT.md §6.2 rule 7)
+    /// rather than new preallocated files (not in `ALL`).
+    TurnstoneRecycled,
     /// turnstone-pg on the server of `TURNSTONE_BENCH_PG_URL` (not in `ALL`).
     Postgres,
     /// One INSERT per event, autocommit, on that server (not in `ALL`).
@@ -92,6 +97,7 @@ impl StoreKind {
             StoreKind::Turnstone => "turnstone",
             StoreKind::TurnstoneLeader => "turnstone-leader",
             StoreKind::TurnstoneSession => "turnstone-session",
+            StoreKind::TurnstoneRecycled => "turnstone-recycled",
             StoreKind::SqliteWal => "sqlite-wal",
             StoreKind::JsonlPerSession => "jsonl-per-session",
             StoreKind::Okaywal => "okaywal",
@@ -107,7 +113,11 @@ impl StoreKind {
         Self::ALL
             .into_iter()
             .chain(Self::POSTGRES)
-            .chain([StoreKind::TurnstoneLeader, StoreKind::TurnstoneSession])
+            .chain([
+                StoreKind::TurnstoneLeader,
+                StoreKind::TurnstoneSession,
+                StoreKind::TurnstoneRecycled,
+            ])
             .find(|k| k.name() == n)
     }
 }
@@ -129,6 +139,11 @@ pub fn create(kind: StoreKind, ctx: &Ctx) -> Result<Box<dyn FleetStore>> {
         StoreKind::Turnstone => Box::new(TsStore::create(ctx, false)?),
         StoreKind::TurnstoneLeader => Box::new(TsStore::create(ctx, true)?),
         StoreKind::TurnstoneSession => Box::new(SessionStore::create(ctx)?),
+        StoreKind::TurnstoneRecycled => Box::new(TsStore::create_recycled(
+            ctx,
+            RECYCLED_FREE_FILES,
+            turnstone::Options::default().segment_bytes,
+        )?),
         StoreKind::SqliteWal => Box::new(SqlStore::create(ctx)?),
         StoreKind::JsonlPerSession => Box::new(JsonlStore::create(ctx)?),
         StoreKind::Okaywal => Box::new(WalStore::create(ctx)?),
@@ -168,7 +183,17 @@ impl ReadBack {
 pub fn reopen_and_check(kind: StoreKind, ctx: &Ctx, expected: &[u64]) -> Result<ReadBack> {
     let mut ck = Checker::new(&ctx.wl, expected);
     let (reopen, read) = match kind {
-        StoreKind::Turnstone | StoreKind::TurnstoneLeader => TsStore::check(ctx, &mut ck)?,
+        StoreKind::Turnstone | StoreKind::TurnstoneLeader => {
+            TsStore::check(ctx, &mut ck, Default::default())?
+        }
+        StoreKind::TurnstoneRecycled => TsStore::check(
+            ctx,
+            &mut ck,
+            turnstone::Options {
+                recycle_segments: RECYCLED_FREE_FILES,
+                ..Default::default()
+            },
+        )?,
         StoreKind::TurnstoneSession => SessionStore::check(ctx, &mut ck)?,
         StoreKind::SqliteWal => SqlStore::check(ctx, &mut ck)?,
         StoreKind::JsonlPerSession => JsonlStore::check(ctx, &mut ck)?,
@@ -319,8 +344,53 @@ impl TsStore {
             wl: ctx.wl.clone(),
         })
     }
-    fn check(ctx: &Ctx, ck: &mut Checker<'_>) -> Result<(Duration, Duration)> {
-        reopen_and_read(ctx, |s, e| {
+    /// A store whose pool holds `free` free files of `segment_bytes` each:
+    /// a session outside the workload fills `free + 1` segments and nearly
+    /// all of the one after, and an online collection declares it dead (the
+    /// range's first file becomes its compacted header; the others become
+    /// free files). Its writes happen before the run's measurements start.
+    fn create_recycled(ctx: &Ctx, free: usize, segment_bytes: u32) -> Result<Self> {
+        const FILLER: &str = "recycle-filler";
+        let store = turnstone::Store::open_with(
+            ctx.dir.join("turnstone"),
+            turnstone::Options {
+                segment_bytes,
+                recycle_segments: free,
+                ..Default::default()
+            },
+        )?;
+        let chunk = vec![b'f'; (segment_bytes as usize / 64).min(1 << 20)];
+        let last = turnstone::SegmentId(turnstone::SegmentId(1).0 + free as u32 + 1);
+        loop {
+            let pos = store.durable_pos();
+            if pos.segment() >= last
+                && pos.offset() as usize + 2 * chunk.len() > segment_bytes as usize
+            {
+                break;
+            }
+            let a = store.append(FILLER, 1, 0, &chunk)?;
+            store.wait_durable(a.end)?;
+        }
+        let r = store.collect(&turnstone::gc::CollectOptions::default(), &|c| {
+            c.name == FILLER
+        })?;
+        if r.ranges_rewritten == 0 {
+            return Err(format!("the filler was not collected: {r:?}").into());
+        }
+        Ok(TsStore {
+            store,
+            wl: ctx.wl.clone(),
+        })
+    }
+
+    /// Reopen with `opts` (those it ran with: a smaller `recycle_segments`
+    /// would make the reopen remove free files) and check every event.
+    fn check(
+        ctx: &Ctx,
+        ck: &mut Checker<'_>,
+        opts: turnstone::Options,
+    ) -> Result<(Duration, Duration)> {
+        reopen_and_read(ctx, opts, |s, e| {
             ck.event(s, e.seq.0, Kind::from_code(e.kind), &e.payload)
         })
     }
@@ -330,10 +400,11 @@ impl TsStore {
 /// every workload session to `each`, in seq order (timed).
 fn reopen_and_read(
     ctx: &Ctx,
+    opts: turnstone::Options,
     mut each: impl FnMut(u32, &turnstone::Event),
 ) -> Result<(Duration, Duration)> {
     let t0 = Instant::now();
-    let store = turnstone::Store::open(ctx.dir.join("turnstone"))?;
+    let store = turnstone::Store::open_with(ctx.dir.join("turnstone"), opts)?;
     let reopen = t0.elapsed();
     let t1 = Instant::now();
     for s in 0..ctx.wl.sessions() as u32 {
@@ -417,7 +488,9 @@ impl SessionStore {
         })
     }
     fn check(ctx: &Ctx, ck: &mut Checker<'_>) -> Result<(Duration, Duration)> {
-        reopen_and_read(ctx, |s, e| ck.typed_event(s, e.seq.0, e.kind, &e.payload))
+        reopen_and_read(ctx, Default::default(), |s, e| {
+            ck.typed_event(s, e.seq.0, e.kind, &e.payload)
+        })
     }
 }
 
@@ -498,6 +571,10 @@ pub fn sqlite_connect(path: &Path) -> Result<rusqlite::Connection> {
 }
 
 /// The events table of the comparison.
+/// Free files a `turnstone-recycled` store starts with: enough 64 MiB
+/// segments for a few seconds of the fleet at this machine's rates.
+pub const RECYCLED_FREE_FILES: usize = 32;
+
 pub const SQLITE_SCHEMA: &str = "CREATE TABLE IF NOT EXISTS events(
     session TEXT NOT NULL, seq INTEGER NOT NULL, kind INTEGER NOT NULL, payload BLOB NOT NULL,
     PRIMARY KEY(session, seq))";
@@ -1163,6 +1240,36 @@ impl Writer for RawWriter<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_recycled_store_makes_its_segments_from_free_files() {
+        let base = tempfile::tempdir().unwrap();
+        let ctx = Ctx {
+            wl: Arc::new(Workload::new(1, 4)),
+            dir: base.path().to_path_buf(),
+            prealloc: None,
+            nonce: 1,
+        };
+        let ts = TsStore::create_recycled(&ctx, 3, 64 << 10).unwrap();
+        let free = std::fs::read_dir(base.path().join("turnstone"))
+            .unwrap()
+            .filter(|e| {
+                let e = e.as_ref().unwrap();
+                e.file_name().to_string_lossy().ends_with(".tseg.free")
+            })
+            .count();
+        assert_eq!(free, 3);
+        let before = ts.store.stats();
+        let mut n = 0u64;
+        while ts.store.stats().segments_created - before.segments_created < 3 {
+            let a = ts.store.append("x", 1, 0, &[7u8; 4000]).unwrap();
+            ts.store.wait_durable(a.end).unwrap();
+            n += 1;
+        }
+        let st = ts.store.stats();
+        assert_eq!(st.segments_recycled - before.segments_recycled, 3, "{st:?}");
+        assert!(n > 0);
+    }
 
     #[test]
     fn raw_frames_round_trip() {

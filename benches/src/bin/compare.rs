@@ -1799,6 +1799,14 @@ fn targets(s: &Summary, runs: usize) -> Vec<String> {
         false,
         format!("{}×", with_range(s, &k, runs)),
     );
+    let k = format!("fleet/{c}/turnstone-recycled/device_bytes_per_payload_byte");
+    check(
+        "device bytes written ≤ 1.3× payload bytes, steady state with recycled segments (turnstone-recycled, 256 × 8)",
+        med(s, &k),
+        1.3,
+        false,
+        format!("{}×", with_range(s, &k, runs)),
+    );
     if let Some(mb) = med(s, "reopen/log_mb") {
         let k = "reopen/with_checkpoint_ms";
         check(

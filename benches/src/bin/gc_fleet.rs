@@ -42,6 +42,9 @@ struct Args {
     segment_bytes: u32,
     gc_interval_ms: u64,
     gc_rate_mib: u64,
+    /// `--recycle N`: also run `online` with `Options::recycle_segments = N`
+    /// (as `online_recycled`); 0: not run.
+    recycle: usize,
 }
 
 fn arg(name: &str, default: usize) -> usize {
@@ -57,7 +60,12 @@ fn dir_bytes(dir: &Path) -> u64 {
     std::fs::read_dir(dir)
         .unwrap()
         .filter_map(|e| e.ok())
-        .filter(|e| e.file_name().to_string_lossy().ends_with(".tseg"))
+        // Free files (recycling) are disk the store holds, as segments are.
+        .filter(|e| {
+            let n = e.file_name();
+            let n = n.to_string_lossy();
+            n.ends_with(".tseg") || n.ends_with(".tseg.free")
+        })
         // The collector may remove a file between the listing and the stat:
         // a file gone by then holds no bytes.
         .filter_map(|e| e.metadata().ok())
@@ -77,6 +85,8 @@ fn median(v: &mut [f64]) -> f64 {
 #[derive(Clone, Copy, PartialEq)]
 enum Mode {
     Online,
+    /// Online, with recycled segments (`--recycle N`).
+    OnlineRecycled,
     Never,
     OnDemand,
 }
@@ -101,6 +111,11 @@ fn open(st: &RunState, a: &Args) -> Arc<Store> {
             &st.dir,
             Options {
                 segment_bytes: a.segment_bytes,
+                recycle_segments: if st.mode == Mode::OnlineRecycled {
+                    a.recycle
+                } else {
+                    0
+                },
                 ..Default::default()
             },
         )
@@ -115,7 +130,7 @@ fn round(st: &mut RunState, a: &Args, r: usize) {
         None => {
             let s = open(st, a);
             st.open = Some(s.clone());
-            if st.mode == Mode::Online {
+            if matches!(st.mode, Mode::Online | Mode::OnlineRecycled) {
                 st.bg = Some(
                     Background::start(
                         s.clone(),
@@ -201,28 +216,36 @@ fn main() {
         segment_bytes: arg("--segment-mib", 8) as u32 * (1 << 20),
         gc_interval_ms: arg("--gc-interval-ms", 100) as u64,
         gc_rate_mib: arg("--gc-rate-mib", 64) as u64,
+        recycle: arg("--recycle", 0),
     };
     let tmp = tempfile::tempdir().unwrap();
     let name = |m: Mode| match m {
         Mode::Online => "online",
+        Mode::OnlineRecycled => "online_recycled",
         Mode::Never => "never",
         Mode::OnDemand => "on_demand",
     };
-    let mut runs: Vec<RunState> = [Mode::Online, Mode::Never, Mode::OnDemand]
-        .into_iter()
-        .map(|mode| RunState {
-            dir: tmp.path().join(name(mode)),
-            mode,
-            open: None,
-            bg: None,
-            waits_us: Vec::new(),
-            peak_disk: 0,
-            events_per_s: Vec::new(),
-            gc_examined_mb_s: Vec::new(),
-            gc_freed_mb_s: Vec::new(),
-            gc_seconds: Vec::new(),
-        })
-        .collect();
+    let mut runs: Vec<RunState> = [
+        Mode::Online,
+        Mode::OnlineRecycled,
+        Mode::Never,
+        Mode::OnDemand,
+    ]
+    .into_iter()
+    .filter(|m| *m != Mode::OnlineRecycled || a.recycle > 0)
+    .map(|mode| RunState {
+        dir: tmp.path().join(name(mode)),
+        mode,
+        open: None,
+        bg: None,
+        waits_us: Vec::new(),
+        peak_disk: 0,
+        events_per_s: Vec::new(),
+        gc_examined_mb_s: Vec::new(),
+        gc_freed_mb_s: Vec::new(),
+        gc_seconds: Vec::new(),
+    })
+    .collect();
     for r in 0..a.rounds {
         for st in runs.iter_mut() {
             round(st, &a, r);
@@ -261,11 +284,13 @@ fn main() {
             st.gc_freed_mb_s
                 .push(stats.bytes_reclaimed as f64 / busy / (1 << 20) as f64);
             out.insert(
-                "online_collector".into(),
+                format!("{}_collector", name(st.mode)),
                 serde_json::to_value(&stats).unwrap(),
             );
         }
+        let mut recycled = 0;
         if let Some(s) = st.open.take() {
+            recycled = s.stats().segments_recycled;
             Arc::into_inner(s).unwrap().close().unwrap();
         }
         out.insert(
@@ -281,6 +306,7 @@ fn main() {
                 "gc_seconds_median": median(&mut st.gc_seconds),
                 "gc_io_mib_per_s_median": median(&mut st.gc_examined_mb_s),
                 "gc_freed_mib_per_s_median": median(&mut st.gc_freed_mb_s),
+                "segments_recycled": recycled,
             }),
         );
     }
