@@ -188,8 +188,7 @@ pub(crate) fn flush<'q>(
     let mut st = queue.lock();
     st.inflight = None;
     match result {
-        Ok((rolled, zeros)) => {
-            let (rolled, recycled) = (rolled.is_some(), rolled == Some(true));
+        Ok((segment, zeros)) => {
             st.stats.zero_fill_bytes += zeros;
             st.durable = batch.end();
             st.durable_next_batch_seq = batch.batch_seq + 1;
@@ -203,9 +202,9 @@ pub(crate) fn flush<'q>(
             if st.spare_bufs.len() < 2 && batch.buf.capacity() <= 4 << 20 {
                 st.spare_bufs.push(std::mem::take(&mut batch.buf));
             }
-            if rolled {
+            if segment != NewSegment::None {
                 st.stats.segments_created += 1;
-                st.stats.segments_recycled += recycled as u64;
+                st.stats.segments_recycled += (segment == NewSegment::Recycled) as u64;
                 // The new segment's fdatasync and the directory fsync.
                 st.stats.metadata_syncs += 2;
                 if env.checkpoints {
@@ -233,15 +232,26 @@ pub(crate) fn flush<'q>(
     st
 }
 
+/// Whether writing a batch created its segment, and how.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum NewSegment {
+    /// The batch went into the segment being written.
+    None,
+    /// A new segment file was created (and preallocated).
+    Fresh,
+    /// A new segment was made from a freed file (FORMAT.md §6.2 rule 7).
+    Recycled,
+}
+
 /// Write and sync one batch; create its segment first if it starts one.
-/// Returns whether a new segment was created (`Some(recycled)`), and the
-/// zeros written after the batch ([`zero_extend`], [`end_marker`]).
+/// Returns whether a new segment was created, and the zeros written after
+/// the batch ([`zero_extend`], the end marker of a recycled segment).
 fn write_batch(
     env: &FlusherEnv<'_>,
     w: &mut WriterFile,
     batch: &mut PendingBatch,
-) -> std::result::Result<(Option<bool>, u64), FlushError> {
-    let mut rolled = None;
+) -> std::result::Result<(NewSegment, u64), FlushError> {
+    let mut rolled = NewSegment::None;
     if batch.segment != w.segment {
         debug_assert_eq!(batch.segment.0, w.segment.0 + 1);
         // A full disk (or any failure) before the new segment's fsync is a
@@ -273,7 +283,11 @@ fn write_batch(
             written_to: SEGMENT_HEADER_BYTES as u64,
             recycled: new.recycled,
         };
-        rolled = Some(new.recycled);
+        rolled = if new.recycled {
+            NewSegment::Recycled
+        } else {
+            NewSegment::Fresh
+        };
     }
     debug_assert_eq!(batch.offset, w.end, "batches are written back to back");
     let salt = Salt {
@@ -281,11 +295,18 @@ fn write_batch(
         segment: batch.segment,
     };
     batch.seal(&salt);
-    w.file
-        .write_all_at(&batch.buf, batch.offset as u64)
-        .map_err(|e| FlushError::Write(format!("{}: {e}", w.path.display())))?;
+    let marker = end_marker_len(w, batch);
+    // The end marker of a recycled segment goes out in the batch's own
+    // write: zeros appended to the sealed buffer for the call, then cut off.
+    let data_len = batch.buf.len();
+    batch.buf.resize(data_len + marker, 0);
+    let written = w.file.write_all_at(&batch.buf, batch.offset as u64);
+    batch.buf.truncate(data_len);
+    written.map_err(|e| FlushError::Write(format!("{}: {e}", w.path.display())))?;
     let zeros = if w.recycled {
-        end_marker(w, batch)?
+        let end = batch.offset as u64 + data_len as u64;
+        w.written_to = w.written_to.max(end + marker as u64);
+        marker as u64
     } else {
         zero_extend(env, w, batch)?
     };
@@ -331,21 +352,19 @@ fn zero_extend(
     Ok(to.saturating_sub(end))
 }
 
-/// In a recycled segment, the 32 bytes after the batch in flight become
-/// zeros in the same fdatasync (FORMAT.md §6.2 rule 7): whatever a power cut
-/// keeps of this write, the bytes at the end of the last durable batch are
-/// an end of data or this one torn batch, never a stale one. Not written
-/// when fewer than 32 bytes are left (that is an end of data already).
-fn end_marker(w: &mut WriterFile, batch: &PendingBatch) -> std::result::Result<u64, FlushError> {
+/// The end marker's length after a batch: in a recycled segment, the 32
+/// bytes after the batch in flight become zeros in the same write and
+/// fdatasync (FORMAT.md §6.2 rule 7), so whatever a power cut keeps of it,
+/// the bytes at the end of the last durable batch are an end of data or
+/// this one torn batch, never a stale one. None in a fresh segment (its
+/// space is zero already), nor when fewer than 32 bytes are left (that is
+/// an end of data already).
+fn end_marker_len(w: &WriterFile, batch: &PendingBatch) -> usize {
     let end = batch.offset as u64 + batch.buf.len() as u64;
-    if end + BATCH_HEADER_BYTES as u64 > w.len {
-        return Ok(0);
+    if !w.recycled || end + BATCH_HEADER_BYTES as u64 > w.len {
+        return 0;
     }
-    w.file
-        .write_all_at(&[0u8; BATCH_HEADER_BYTES], end)
-        .map_err(|e| FlushError::Write(format!("{}: {e}", w.path.display())))?;
-    w.written_to = w.written_to.max(end + BATCH_HEADER_BYTES as u64);
-    Ok(BATCH_HEADER_BYTES as u64)
+    BATCH_HEADER_BYTES
 }
 
 /// A shared buffer of at least `len` zeros.
