@@ -717,20 +717,19 @@ pub(crate) fn encode_core_raw(
     let ts = Some(now_ms());
     let payload = match raw {
         Some(raw) => {
+            use std::io::Write as _;
             let guess = match raw {
                 Raw::Text(text) => text.len(),
-                Raw::Typed(_) => 512,
+                Raw::Typed(parsed) => parsed.text_len() + 160,
             };
             let mut out = Vec::with_capacity(guess + 96);
-            out.extend_from_slice(b"{\"v\":");
-            out.extend_from_slice(SESSION_FORMAT_VERSION.to_string().as_bytes());
+            write!(out, "{{\"v\":{SESSION_FORMAT_VERSION}").expect("writes to a vector");
             if let Some(op) = &op {
                 out.extend_from_slice(b",\"surface\":");
                 serde_json::to_writer(&mut out, op).expect("surface op serializes");
             }
             if let Some(ts) = ts {
-                out.extend_from_slice(b",\"ts\":");
-                out.extend_from_slice(ts.to_string().as_bytes());
+                write!(out, ",\"ts\":{ts}").expect("writes to a vector");
             }
             out.extend_from_slice(b",\"data\":");
             match raw {
@@ -1057,6 +1056,34 @@ impl Serialize for Parsed {
             Parsed::ToolResult(d) => d.serialize(s),
             Parsed::Chunk(d) => d.serialize(s),
             Parsed::ToolCall(d) => d.serialize(s),
+        }
+    }
+}
+
+impl Parsed {
+    /// The bytes of text the data holds (block texts, thinking, a chunk's
+    /// delta): the bulk of its JSON, to size the payload's buffer once.
+    fn text_len(&self) -> usize {
+        let blocks = |c: &[crate::session::content::ContentBlock]| -> usize {
+            use crate::session::content::ContentBlock as B;
+            c.iter()
+                .map(|b| match b {
+                    B::Text { text, .. } => text.len(),
+                    B::Thinking {
+                        thinking,
+                        signature,
+                        ..
+                    } => thinking.len() + signature.len(),
+                    _ => 64,
+                })
+                .sum()
+        };
+        match self {
+            Parsed::User(d) => blocks(&d.content),
+            Parsed::Assistant(d) => blocks(&d.content),
+            Parsed::ToolResult(d) => blocks(&d.content),
+            Parsed::Chunk(d) => d.text.len(),
+            Parsed::ToolCall(_) => 256,
         }
     }
 }
