@@ -173,7 +173,8 @@ impl NativeStore {
 #[pymethods]
 impl NativeStore {
     #[new]
-    #[pyo3(signature = (path, read_only = false, plugins = None, owner = None, lease_ttl_ms = None))]
+    #[pyo3(signature = (path, read_only = false, plugins = None, owner = None, lease_ttl_ms = None, segment_bytes = None, recycle_segments = 0))]
+    #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
         path: String,
@@ -181,9 +182,16 @@ impl NativeStore {
         plugins: Option<&str>,
         owner: Option<String>,
         lease_ttl_ms: Option<u64>,
+        segment_bytes: Option<u32>,
+        recycle_segments: usize,
     ) -> PyResult<Self> {
         let registry = Arc::new(registry_from(plugins)?);
         if is_url(&path) {
+            if segment_bytes.is_some() || recycle_segments != 0 {
+                return Err(usage(
+                    "segment_bytes and recycle_segments are options of a store directory, not of a database",
+                ));
+            }
             // A database: sessions are leased by `owner` (this process by
             // default) while a handle holds them for writing.
             let owner = owner.unwrap_or_else(|| format!("python:{}", std::process::id()));
@@ -203,11 +211,14 @@ impl NativeStore {
         }
         let store = py
             .detach(|| {
+                let defaults = Options::default();
                 Store::open_with(
                     &path,
                     Options {
                         read_only,
-                        ..Options::default()
+                        segment_bytes: segment_bytes.unwrap_or(defaults.segment_bytes),
+                        recycle_segments,
+                        ..defaults
                     },
                 )
             })
@@ -352,6 +363,28 @@ impl NativeStore {
     fn delete(&self, py: Python<'_>, id: String) -> PyResult<u64> {
         let host = self.host()?;
         py.detach(|| host.delete(&id)).map_err(err)
+    }
+
+    /// Collect now, while the store stays open (an online collection): the
+    /// bytes of deleted sessions and of those the store's retention expires,
+    /// then unreferenced blob files. Returns the report as JSON.
+    #[pyo3(signature = (threshold = 0.5, dry_run = false))]
+    fn collect(&self, py: Python<'_>, threshold: f64, dry_run: bool) -> PyResult<String> {
+        if !(0.0..=1.0).contains(&threshold) {
+            return Err(usage(format!(
+                "threshold must be within 0.0 and 1.0, not {threshold}"
+            )));
+        }
+        let store = self.store("collect")?;
+        let opts = turnstone::gc::CollectOptions {
+            threshold,
+            dry_run,
+            ..Default::default()
+        };
+        let report = py
+            .detach(|| ts::gc::collect_live(&store, &opts, &ts::gc::Retention::default()))
+            .map_err(err)?;
+        Ok(serde_json::to_string(&report).expect("a report serializes"))
     }
 
     /// Follow a session live from `from_seq`.

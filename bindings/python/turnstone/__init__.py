@@ -70,15 +70,23 @@ class Store:
 
     def __init__(self, path: str, *, read_only: bool = False,
                  plugins: Optional[dict] = None, owner: Optional[str] = None,
-                 lease_ttl_ms: Optional[int] = None) -> None:
+                 lease_ttl_ms: Optional[int] = None, segment_bytes: Optional[int] = None,
+                 recycle_segments: int = 0) -> None:
         """``plugins``: the harness's own event kinds, ``{"name": ignorable}``
         (an ignorable kind is skipped by processes that do not know it).
         ``owner``: on a database, the name this process's leases carry
         (default ``python:<pid>``); ``lease_ttl_ms``: how long a lease
-        outlives a process that stops renewing it (default 30 s)."""
+        outlives a process that stops renewing it (default 30 s).
+
+        A directory only: ``segment_bytes``, the size of its segment files
+        (default 64 MiB); ``recycle_segments``, how many segment files that
+        :meth:`collect` frees are kept and made into new segments instead of
+        new files (fewer bytes written to the device and cheaper syncs, for
+        up to that many segment files of disk beyond the live data; 0, the
+        default: freed files are removed)."""
         self._native = NativeStore(
             str(path), read_only, None if plugins is None else json.dumps(plugins), owner,
-            lease_ttl_ms,
+            lease_ttl_ms, segment_bytes, recycle_segments,
         )
 
     @property
@@ -127,6 +135,18 @@ class Store:
         reclaimable). Refused (``"session_live"``) while a Session handle
         for it is alive. Returns the tombstone's seq."""
         return self._native.delete(id)
+
+    def collect(self, *, threshold: float = 0.5, dry_run: bool = False) -> dict:
+        """Reclaim disk while the store stays open (a directory only): the
+        bytes of deleted sessions and of sessions the store's retention
+        expires, then blob files no event references. A sealed segment is
+        rewritten when its live bytes are below ``threshold`` of its data.
+        Writers keep appending meanwhile. ``dry_run``: decide and report,
+        change nothing. Returns the report: ``sessions_reclaimed``,
+        ``segment_files_removed``, ``bytes_before``, ``bytes_after``,
+        ``bytes_reclaimed``, ``blobs_removed``, … (the CLI's ``turnstone gc``
+        does the same on a closed store)."""
+        return json.loads(self._native.collect(threshold, dry_run))
 
     def subscribe(self, id: str, from_seq: int = 0) -> "Subscription":
         """Follow a session live: each event once, in order, once durable.
