@@ -506,6 +506,37 @@ impl Vfs for SimVfs {
     }
 }
 
+/// Copy every sealed segment of the store in `dir` (each but the last, where
+/// appends go) to its free name, durably, unless that free file exists: what
+/// an online collection with recycling leaves (FORMAT.md §6.2 rule 7), so
+/// that the next segments the writer makes are recycled ones whose bytes
+/// after the end of data are stale batches of this store. For crash tests
+/// and fuzzing on any file layer. Returns the free files written; stops at
+/// the first failure.
+pub fn plant_free_files(vfs: &dyn Vfs, dir: &Path) -> io::Result<usize> {
+    let mut ids: Vec<u32> = vfs
+        .list(dir)?
+        .iter()
+        .filter_map(|n| crate::frame::parse_segment_file_name(n).map(|s| s.0))
+        .collect();
+    ids.sort_unstable();
+    ids.pop();
+    let mut planted = 0;
+    for id in ids {
+        let free = dir.join(format!("{id:010}.tseg.free"));
+        if vfs.exists(&free) {
+            continue;
+        }
+        let bytes = crate::vfs::read_whole(vfs, &dir.join(format!("{id:010}.tseg")))?;
+        let f = vfs.create_new(&free)?;
+        f.write_all_at(&bytes, 0)?;
+        f.sync_data()?;
+        planted += 1;
+    }
+    vfs.sync_dir(dir)?;
+    Ok(planted)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -291,30 +291,12 @@ struct Variant {
     recycle: bool,
 }
 
-/// Plant free files: a copy of some sealed segments under their free name
-/// (stale batches of this store, salted with the segment's own id), made
-/// durable. Power cuts are not armed meanwhile.
+/// Plant free files (`turnstone::sim::plant_free_files`: copies of the
+/// sealed segments under their free names, durable) with power cuts not
+/// armed.
 fn plant_free_files(sim: &SimVfs) {
-    use turnstone::vfs::Vfs;
     sim.set_faults(FaultPlan::default());
-    let names = sim.list(&dir()).expect("list");
-    let mut ids: Vec<u32> = names
-        .iter()
-        .filter_map(|n| n.strip_suffix(".tseg")?.parse().ok())
-        .collect();
-    ids.sort();
-    ids.pop(); // the last segment is where appends go: never collected
-    for id in ids {
-        let free = dir().join(format!("{id:010}.tseg.free"));
-        if sim.read_file(&free).is_some() {
-            continue;
-        }
-        let bytes = sim.read_file(&seg(&dir(), id)).expect("listed");
-        let f = sim.create_new(&free).expect("create free file");
-        f.write_all_at(&bytes, 0).expect("write free file");
-        f.sync_data().expect("sync free file");
-    }
-    sim.sync_dir(&dir()).expect("sync dir");
+    turnstone::sim::plant_free_files(sim, &dir()).expect("plant free files");
 }
 
 fn opts(sim: &SimVfs, v: Variant, rng: &mut StdRng) -> Options {
@@ -666,6 +648,11 @@ fn power_cuts_keep_a_durable_prefix_concurrent_writers() {
 
 #[test]
 fn power_cuts_keep_a_durable_prefix_in_recycled_segments() {
+    // Torn batches in a recycled segment are counted over both variants: the
+    // end marker goes out in the batch's own write, so a cut leaves one only
+    // when it keeps the batch's header sector and loses a later one (a few
+    // per thousand runs; some runs of the 3-thread variant see none).
+    let mut torn = 0;
     for (base, threads, runs) in [(30_000, 1, 1000), (40_000, 3, 300)] {
         let cov = run_many(
             runs,
@@ -680,7 +667,11 @@ fn power_cuts_keep_a_durable_prefix_in_recycled_segments() {
         if !single_seed_run() {
             assert!(cov.segments_recycled > cov.runs / 2, "{cov:?}");
             assert!(cov.recycled_tails > 0, "{cov:?}");
-            assert!(cov.recycled_torn > 0, "{cov:?}");
         }
+        torn += cov.recycled_torn;
     }
+    assert!(
+        single_seed_run() || torn > 0,
+        "no torn batch in a recycled segment"
+    );
 }

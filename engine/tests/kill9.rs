@@ -49,23 +49,7 @@ fn recycling_opts() -> Options {
 /// an online collection with recycling leaves), so that the next segments
 /// the writer makes are recycled ones. Made durable.
 fn plant_free_files(dir: &Path) {
-    let mut ids: Vec<u32> = std::fs::read_dir(dir)
-        .unwrap()
-        .filter_map(|e| {
-            let n = e.unwrap().file_name().into_string().ok()?;
-            n.strip_suffix(".tseg")?.parse().ok()
-        })
-        .collect();
-    ids.sort();
-    ids.pop();
-    for id in ids {
-        let free = dir.join(format!("{id:010}.tseg.free"));
-        if !free.exists() {
-            std::fs::copy(dir.join(format!("{id:010}.tseg")), &free).unwrap();
-            std::fs::File::open(&free).unwrap().sync_all().unwrap();
-        }
-    }
-    std::fs::File::open(dir).unwrap().sync_all().unwrap();
+    turnstone::sim::plant_free_files(&turnstone::vfs::OsVfs, dir).expect("plant free files");
 }
 
 fn sessions_of(thread: usize) -> [String; 2] {

@@ -814,27 +814,10 @@ fn build(input: &Input, seg: u32) -> (Vec<(String, Vec<u8>)>, Written) {
     (snapshot(&sim, &dir), written)
 }
 
-/// Copy each sealed segment of `dir` to its free name, durably.
+/// Copy each sealed segment of `dir` to its free name, durably (a fault
+/// the input armed may stop it part way: what is planted stays).
 fn plant_free_files(sim: &SimVfs, dir: &std::path::Path) {
-    use turnstone::vfs::Vfs;
-    let Ok(names) = sim.list(dir) else { return };
-    let mut ids: Vec<u32> = names
-        .iter()
-        .filter_map(|n| turnstone::frame::parse_segment_file_name(n).map(|s| s.0))
-        .collect();
-    ids.sort();
-    ids.pop();
-    for id in ids {
-        let from = dir.join(format!("{id:010}.tseg"));
-        let to = dir.join(format!("{id:010}.tseg.free"));
-        let Some(bytes) = sim.read_file(&from) else {
-            continue;
-        };
-        if let Ok(f) = sim.create_new(&to) {
-            let _ = f.write_all_at(&bytes, 0).and_then(|_| f.sync_data());
-        }
-    }
-    let _ = sim.sync_dir(dir);
+    let _ = turnstone::sim::plant_free_files(sim, dir);
 }
 
 /// Let the store run `after_ops` more file operations (a sync), then cut the
