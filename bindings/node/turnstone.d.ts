@@ -4,6 +4,42 @@ export interface SessionInfo { id: string; events: number; createdMs: number | n
 export interface Hit { session: string; seq: number; snippet: string }
 export type Format = 'anthropic' | 'openai-responses' | 'openai-chat'
 
+/** What `Store.collect` did (or, with `dryRun`, would do); keys as the engine and `turnstone gc --json` name them. */
+export interface CollectReport {
+  /** The collection only decided and reported; nothing changed. */
+  dry_run: boolean
+  /** Sealed segment files looked at (the last segment is never touched). */
+  segments_examined: number
+  /** Compacted files written (one per range of rewritten segments). */
+  ranges_rewritten: number
+  /** Segment files removed (or kept as free files, with `recycleSegments`). */
+  segment_files_removed: number
+  /** Sessions dead at this collection (deleted or expired) that were not reclaimed before. */
+  sessions_reclaimed: number
+  /** Of those, the ones evicted by the retention policy's `max_bytes`. */
+  sessions_evicted: number
+  /** Bytes of the sealed segment files before. */
+  bytes_before: number
+  /** Bytes of live frames in them, padding included. */
+  bytes_live: number
+  /** Bytes of the sealed segment files after. */
+  bytes_after: number
+  /** `bytes_before - bytes_after` (0 if a rewrite grew the files). */
+  bytes_reclaimed: number
+  /** Blob files looked at. */
+  blobs_examined: number
+  /** Blob files no live event references, removed (or, dry, that would be). */
+  blobs_removed: number
+  /** Their bytes. */
+  blob_bytes_reclaimed: number
+  /** How long the collection took, in microseconds. */
+  duration_us: number
+  /** Bytes of segment files read and written by this collection. */
+  bytes_io: number
+  /** A session decided dead was written to (or forked) before it could be reclaimed: nothing changed, the next collection decides again. */
+  retry: boolean
+}
+
 export class TurnstoneError extends Error {
   kind: string
   path: string | null
@@ -13,7 +49,12 @@ export class ToolRefused extends Error { reason: string }
 export class ToolAborted extends Error {}
 
 export class Store {
-  constructor(path: string, options?: { readOnly?: boolean; plugins?: Record<string, boolean>; owner?: string; leaseTtlMs?: number })
+  /**
+   * `segmentBytes` (size of a segment file, default 64 MiB) and `recycleSegments` (segment files
+   * that `collect` frees kept and made into new segments, costing up to that many segment files of
+   * disk beyond the live data; default 0: off) are for a store directory only.
+   */
+  constructor(path: string, options?: { readOnly?: boolean; plugins?: Record<string, boolean>; owner?: string; leaseTtlMs?: number; segmentBytes?: number; recycleSegments?: number })
   readonly backend: 'embedded' | 'postgres'
   createSession(id: string): Session
   openSession(id: string): Promise<Session>
@@ -23,6 +64,8 @@ export class Store {
   replay(id: string, options?: { start?: number; end?: number }): Promise<SessionEvent[]>
   search(query: string, options?: { limit?: number; session?: string }): Promise<Hit[]>
   delete(id: string): Promise<number>
+  /** Reclaim disk while the store stays open (a directory only; `threshold` 0..1, default 0.5). */
+  collect(options?: { threshold?: number; dryRun?: boolean }): Promise<CollectReport>
   subscribe(id: string, fromSeq?: number): Subscription
   close(): Promise<void>
 }

@@ -86,11 +86,16 @@ class Store {
    * are then leased to `owner` (default `node:<pid>`; another owner gets
    * kind 'fenced'), and a dead worker's session is taken over once its
    * lease (`leaseTtlMs`, default 30 s) expires and repaired by openSession.
+   * A directory only (refused with a database URL): `segmentBytes`, the
+   * size of its segment files (default 64 MiB), and `recycleSegments`, how
+   * many segment files that `collect` frees are kept and made into new
+   * segments instead of new files (up to that many segment files of disk
+   * beyond the live data; 0, the default: freed files are removed).
    */
-  constructor(path, { readOnly = false, plugins, owner, leaseTtlMs } = {}) {
+  constructor(path, { readOnly = false, plugins, owner, leaseTtlMs, segmentBytes, recycleSegments } = {}) {
     // plugins: the harness's own event kinds, {name: ignorable}.
     this._n = call(() => new native.NativeStore(String(path), readOnly, plugins ? JSON.stringify(plugins) : null,
-      owner ?? null, leaseTtlMs ?? null))
+      owner ?? null, leaseTtlMs ?? null, segmentBytes ?? null, recycleSegments ?? null))
   }
   /** 'embedded' (a store directory) or 'postgres'. */
   get backend() {
@@ -101,34 +106,46 @@ class Store {
   }
   /** Load a session for writing, repairing what a crash left open (durably). */
   async openSession(id) {
-    const n = await wait(this._n.openSession(id))
+    const n = await wait(call(() => this._n.openSession(id)))
     return new Session(n, JSON.parse(n.repairReport()))
   }
   async openReadOnly(id) {
-    return new Session(await wait(this._n.openReadOnly(id)))
+    return new Session(await wait(call(() => this._n.openReadOnly(id))))
   }
   async sessions() {
-    return JSON.parse(await wait(this._n.sessions()))
+    return JSON.parse(await wait(call(() => this._n.sessions())))
   }
   /** Fork at a turn boundary (default: the end of the last closed turn). */
   async fork(source, { at, child } = {}) {
-    return wait(this._n.fork(source, at ?? null, child ?? null))
+    return wait(call(() => this._n.fork(source, at ?? null, child ?? null)))
   }
   async replay(id, { start, end } = {}) {
-    return JSON.parse(await wait(this._n.replay(id, start ?? null, end ?? null)))
+    return JSON.parse(await wait(call(() => this._n.replay(id, start ?? null, end ?? null))))
   }
   async search(query, { limit, session } = {}) {
-    return JSON.parse(await wait(this._n.search(query, limit ?? null, session ?? null)))
+    return JSON.parse(await wait(call(() => this._n.search(query, limit ?? null, session ?? null))))
   }
   async delete(id) {
-    return wait(this._n.delete(id))
+    return wait(call(() => this._n.delete(id)))
+  }
+  /**
+   * Reclaim disk while the store stays open (a directory only): the bytes
+   * of deleted sessions and of those the store's retention expires, then
+   * blob files no event references. A sealed segment is rewritten when its
+   * live bytes are below `threshold` (0..1, default 0.5) of its data;
+   * `dryRun` decides and reports, changing nothing. Writers keep appending
+   * meanwhile. Resolves to the report, keys as the engine and the CLI's
+   * `turnstone gc --json` name them (`sessions_reclaimed`, `bytes_reclaimed`, ...).
+   */
+  async collect({ threshold, dryRun } = {}) {
+    return JSON.parse(await wait(call(() => this._n.collect(threshold ?? null, dryRun ?? null))))
   }
   /** Follow a session live: `for await (const ev of store.subscribe(id))`. */
   subscribe(id, fromSeq = 0) {
     return new Subscription(call(() => this._n.subscribe(id, fromSeq)))
   }
   async close() {
-    return wait(this._n.close())
+    return wait(call(() => this._n.close()))
   }
 }
 
@@ -309,7 +326,7 @@ class Subscription {
   }
   /** The next durable event (null when the store closes). */
   async next() {
-    const e = await wait(this._n.next())
+    const e = await wait(call(() => this._n.next()))
     return e === null ? null : JSON.parse(e)
   }
   tryNext() {

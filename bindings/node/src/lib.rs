@@ -15,6 +15,8 @@ use napi::{Env, Task};
 use napi_derive::napi;
 use parking_lot::Mutex;
 use serde_json::{json, Value};
+use turnstone::gc::CollectOptions;
+use turnstone::session::gc::{collect_live, Retention};
 use turnstone::session::query::{list_sessions, SearchIndex};
 use turnstone::session::{
     self as ts, Host, LogHandle, Provider, Registry, SessionEvent, SessionSubscription,
@@ -40,6 +42,19 @@ fn err(e: TsError) -> napi::Error {
 
 fn usage(msg: impl Into<String>) -> napi::Error {
     thrown("invalid_argument", msg.into(), None, None)
+}
+
+/// A whole number from JavaScript within `0..=max` (a JavaScript number
+/// is a double: a negative, fractional or too large one is refused rather
+/// than wrapped or truncated), or a usage error naming `what`.
+fn whole(what: &str, v: f64, max: u64) -> napi::Result<u64> {
+    if v.fract() == 0.0 && v >= 0.0 && v <= max as f64 {
+        Ok(v as u64)
+    } else {
+        Err(usage(format!(
+            "{what} must be a whole number from 0 to {max}, not {v}"
+        )))
+    }
 }
 
 fn event_json(ev: &SessionEvent) -> Value {
@@ -116,7 +131,12 @@ impl NativeStore {
 
 #[napi]
 impl NativeStore {
-    /// Open (or create, unless read-only) the store in `path`.
+    /// Open (or create, unless read-only) the store in `path`. A directory
+    /// only: `segment_bytes`, the size of its segment files (default 64
+    /// MiB), and `recycle_segments`, how many segment files an online
+    /// collection frees are kept and made into new segments (default 0:
+    /// freed files are removed); given with a database URL, they are
+    /// refused.
     #[napi(constructor, catch_unwind)]
     pub fn new(
         path: String,
@@ -124,7 +144,15 @@ impl NativeStore {
         plugins: Option<String>,
         owner: Option<String>,
         lease_ttl_ms: Option<u32>,
+        segment_bytes: Option<f64>,
+        recycle_segments: Option<f64>,
     ) -> napi::Result<Self> {
+        let segment_bytes = segment_bytes
+            .map(|v| whole("segmentBytes", v, u32::MAX as u64).map(|v| v as u32))
+            .transpose()?;
+        let recycle_segments = recycle_segments
+            .map(|v| whole("recycleSegments", v, u32::MAX as u64).map(|v| v as usize))
+            .transpose()?;
         let mut registry = Registry::new();
         if let Some(text) = plugins {
             let map: std::collections::BTreeMap<String, bool> = serde_json::from_str(&text)
@@ -139,6 +167,11 @@ impl NativeStore {
         }
         let registry = Arc::new(registry);
         if is_url(&path) {
+            if segment_bytes.is_some() || recycle_segments.is_some_and(|n| n != 0) {
+                return Err(usage(
+                    "segmentBytes and recycleSegments are options of a store directory, not of a database",
+                ));
+            }
             // A database: sessions opened for writing are leased by `owner`.
             let owner = owner.unwrap_or_else(|| format!("node:{}", std::process::id()));
             let ttl = lease_ttl_ms.map(|ms| std::time::Duration::from_millis(ms.max(1) as u64));
@@ -153,11 +186,14 @@ impl NativeStore {
                 registry,
             });
         }
+        let defaults = Options::default();
         let store = TsStore::open_with(
             &path,
             Options {
                 read_only: read_only.unwrap_or(false),
-                ..Options::default()
+                segment_bytes: segment_bytes.unwrap_or(defaults.segment_bytes),
+                recycle_segments: recycle_segments.unwrap_or(defaults.recycle_segments),
+                ..defaults
             },
         )
         .map_err(err)?;
@@ -312,6 +348,40 @@ impl NativeStore {
         let host = self.host()?;
         Ok(Job::new(move || {
             host.delete(&id).map(|s| s as i64).map_err(err)
+        }))
+    }
+
+    /// Collect now, while the store stays open (an online collection; a
+    /// directory only): the bytes of deleted sessions and of the sessions
+    /// the store's retention expires, then the blob files no event
+    /// references. A sealed segment is rewritten when its live bytes are
+    /// below `threshold` (0.0..=1.0, default 0.5) of its data; `dry_run`
+    /// decides and reports, changing nothing. Writers keep appending
+    /// meanwhile. Resolves to the report (the engine's `CollectReport`), as
+    /// JSON.
+    #[napi(catch_unwind, ts_return_type = "Promise<string>")]
+    pub fn collect(
+        &self,
+        threshold: Option<f64>,
+        dry_run: Option<bool>,
+    ) -> napi::Result<AsyncTask<Job<String>>> {
+        let defaults = CollectOptions::default();
+        let threshold = threshold.unwrap_or(defaults.threshold);
+        if !(0.0..=1.0).contains(&threshold) {
+            return Err(usage(format!(
+                "threshold must be within 0.0 and 1.0, not {threshold}"
+            )));
+        }
+        let opts = CollectOptions {
+            threshold,
+            dry_run: dry_run.unwrap_or(false),
+            ..defaults
+        };
+        let store = self.store("collect")?;
+        Ok(Job::new(move || {
+            let report = collect_live(&store, &opts, &Retention::default()).map_err(err)?;
+            serde_json::to_string(&report)
+                .map_err(|e| thrown("panic", format!("internal error (a bug): {e}"), None, None))
         }))
     }
 

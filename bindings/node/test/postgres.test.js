@@ -78,6 +78,9 @@ test('the same calls give the same session on a directory and a database', async
   assert.deepEqual(await list(d), await list(p))
   const hits = await p.search('zebras')
   assert.deepEqual(hits.filter((h) => h.session === 's1').map((h) => h.seq).sort(), [1, 5])
+  // An online collection is a store directory's: refused on a database.
+  await assert.rejects(p.collect(), (e) => e instanceof TurnstoneError && e.kind === 'refused' && /collect is not available on a database/.test(e.message))
+  assert.equal((await d.collect()).sessions_reclaimed, 0)
   await d.close()
   await p.close()
 })

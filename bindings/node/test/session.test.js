@@ -76,6 +76,14 @@ test('bad input throws typed errors and writes nothing', async () => {
   await assert.rejects(st.openSession('missing'), (e) => e instanceof TurnstoneError && e.kind === 'unknown_session')
   await st.close()
   assert.equal(kindOf(() => st.createSession('c')), 'closed')
+  // Every asynchronous call of a closed store rejects with the typed error
+  // too (not a plain Error carrying the error's JSON).
+  const closed = (e) => e instanceof TurnstoneError && e.kind === 'closed'
+  for (const f of [() => st.openSession('s'), () => st.openReadOnly('s'), () => st.sessions(),
+    () => st.fork('s'), () => st.replay('s'), () => st.search('x'), () => st.delete('s'),
+    () => st.collect()]) {
+    await assert.rejects(f, closed)
+  }
 })
 
 test('toolCall: order, refusal, abort, failure, oversized result', async () => {

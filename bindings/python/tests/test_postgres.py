@@ -105,6 +105,11 @@ def test_the_same_calls_give_the_same_session_on_a_directory_and_a_database(db, 
         with pytest.raises(turnstone.TurnstoneError) as e:
             p.open_read_only("s1-fork")
         assert turnstone.error_kind(e.value) in ("session_deleted", "unknown_session")
+        # The online collection is the directory's (a database is collected
+        # by `turnstone gc URL` or the server).
+        with pytest.raises(turnstone.TurnstoneError) as e:
+            p.collect()
+        assert turnstone.error_kind(e.value) == "refused"
 
 
 def test_a_session_has_one_writer_across_processes(db):
