@@ -18,6 +18,12 @@ pub const FIRST_SEGMENT: SegmentId = SegmentId(frame::FIRST_SEGMENT_ID);
 #[derive(Debug, Clone)]
 pub struct Options {
     /// Segment size; a segment rolls when the next batch would not fit.
+    /// Not recorded in the store: each open may give another, which applies
+    /// to the segment being written from then on and to the segments it
+    /// creates (a segment already written keeps its length; readers take
+    /// each segment's own; free files of another length are removed at
+    /// open, [`Options::recycle_segments`]). It also bounds the largest
+    /// event group.
     pub segment_bytes: u32,
     /// What to do with damage found on open.
     pub recovery_mode: RecoveryMode,
