@@ -18,7 +18,7 @@ use crate::vfs::Vfs;
 use super::{BatchInfo, FrameInfo, Item, SegmentInfo, Tail};
 
 /// Follows a store as a live writer appends to it, read-only (like
-/// `tail -f`): start from the [`Tail`] of a [`walk`], then [`Follower::poll`]
+/// `tail -f`): start from the [`Tail`] of a [`walk`](super::walk), then [`Follower::poll`]
 /// now and then. It reads only whole batches that validate; a batch still
 /// being written is simply not there yet. When the writer rolls to the next
 /// segment (created only after the last batch of this one was durable), it

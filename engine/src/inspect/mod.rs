@@ -2,7 +2,7 @@
 //! in log order, every segment header, batch boundary and frame, and every
 //! problem found in place: the engine of `turnstone verify` and `dump`.
 //!
-//! Unlike the recovery pass ([`crate::recovery`]) it never stops at the first
+//! Unlike the recovery pass (the store's open) it never stops at the first
 //! damage: after a bad batch it resynchronises on the next valid batch header
 //! ([`crate::recovery::probe_after`]) and goes on, so one report lists all
 //! damage. It classifies each problem with the same functions as recovery

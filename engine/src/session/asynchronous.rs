@@ -135,7 +135,7 @@ pub async fn run_tool_async<T>(
 
 /// Follow session `id` live from seq `from`: its events as they become
 /// durable, decoded (events of kinds this process does not know come as
-/// opaque plugin events, as in [`crate::session::replay`]), each once and in
+/// opaque plugin events, as in [`crate::session::replay()`]), each once and in
 /// seq order. Blocking as an [`Iterator`], or
 /// [`SessionSubscription::next_async`]. On the embedded store it is built
 /// on [`crate::Store::subscribe`]: it never causes an fdatasync, resumes from any

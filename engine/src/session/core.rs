@@ -2,7 +2,7 @@
 //!
 //! Every piece of state here (surface, messages, header, open turn/step/tool
 //! calls, seed boundary) is a fold over the session's events, computed by one
-//! function ([`Session::apply`]) both when an event is appended live and when
+//! function (`Session::apply`) both when an event is appended live and when
 //! the session is restored from the log. That is how "model-visible iff
 //! logged" (invariant 4) holds by construction; the proptest in
 //! `tests/model_visible.rs` checks it.
@@ -229,7 +229,7 @@ impl Session {
     /// Whether opening this handle took the session over from a writer
     /// that held it without releasing it (on PostgreSQL: an expired lease
     /// of a worker that died or stalled). Such a session may have a turn
-    /// left open: run [`crate::session::repair`] before going on.
+    /// left open: run [`crate::session::repair()`] before going on.
     pub fn took_over(&self) -> bool {
         self.took_over
     }

@@ -482,7 +482,7 @@ impl SessionMetadata {
 
 /// `session/delete`: the tombstone. Once durable, the session is not found
 /// by loads, lists or search; its fork children keep the events they
-/// inherit. Written only by [`crate::session::delete`] and
+/// inherit. Written only by [`crate::session::delete()`] and
 /// [`crate::session::Session::delete`]; always the session's last event.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct SessionDelete {}

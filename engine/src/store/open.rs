@@ -31,7 +31,7 @@ impl Store {
     /// A read-only open takes no lock, so the writer's online collection
     /// may rewrite and remove segment files while it reads them; an open
     /// that fails while the directory changed under it (its files or
-    /// `gc.manifest`) is tried again, up to [`READ_ONLY_OPEN_TRIES`] times.
+    /// `gc.manifest`) is tried again, up to 20 times (`READ_ONLY_OPEN_TRIES`).
     pub fn open_with(dir: impl AsRef<Path>, opts: Options) -> Result<Store> {
         if !opts.read_only {
             return Self::open_once(dir.as_ref(), opts);
