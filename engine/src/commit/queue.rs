@@ -9,7 +9,9 @@
 //! its batch, in order, for an explicit retry.
 
 use std::collections::{HashMap, VecDeque};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::task::{Context, Poll, Waker};
+use std::thread::Thread;
 
 use parking_lot::{Condvar, Mutex, MutexGuard};
 
@@ -53,11 +55,14 @@ pub(crate) struct State {
     pub stats: Stats,
     /// The batch the flusher is writing: its sequence number and end.
     pub inflight: Option<(u64, LogPos)>,
-    /// Threads inside [`CommitQueue::wait_durable`] whose position is not
-    /// durable yet.
-    pub waiting_threads: usize,
+    /// Threads parked in [`CommitQueue::wait_durable`], by the parity of
+    /// the batch they wait for (so the fdatasync of one batch does not wake
+    /// the waiters of the next one: they would only park again). A woken
+    /// thread reads the durable position from [`CommitQueue`]'s atomic copy
+    /// and, when its position is durable, returns without this mutex.
+    pub parked: [Vec<Thread>; 2],
     /// Tasks waiting (without a thread) for a position to be durable, by
-    /// the parity of its batch, like the threads on `durable_cvs`.
+    /// the parity of its batch, like the threads in `parked`.
     pub wakers: [Vec<Waker>; 2],
     /// Tasks following the durable position (any change): woken after
     /// every batch, with the threads on `change_cv`.
@@ -133,13 +138,19 @@ impl State {
 #[derive(Debug)]
 pub(crate) struct CommitQueue {
     state: Mutex<State>,
+    /// A copy of `State::durable` (its `LogPos` value), published under the
+    /// mutex by [`CommitQueue::notify_durable`] and
+    /// [`CommitQueue::notify_batch_durable`] after the followers are woken
+    /// and before the durability waiters are: a waiter whose position is
+    /// durable returns without taking the mutex (on its first check and
+    /// after every wake-up), and when it does, the followers of what it
+    /// waited for have been woken.
+    durable_pos: AtomicU64,
+    /// Threads inside [`CommitQueue::wait_durable`] whose position was not
+    /// durable when they looked (whether a lone waiter leads a write).
+    waiting_threads: AtomicUsize,
     /// Wakes the flusher.
     pub(super) work_cv: Condvar,
-    /// Wakes durability waiters: a thread waiting for a position in batch
-    /// `n` sleeps on `durable_cvs[n % 2]`, so the fdatasync of one batch
-    /// does not wake the waiters of the next one (they would only go back
-    /// to sleep).
-    pub(super) durable_cvs: [Condvar; 2],
     /// Wakes followers, which wait for any durable change.
     pub(super) change_cv: Condvar,
     /// Segment size: a segment rolls when the next batch would not fit.
@@ -188,10 +199,11 @@ impl CommitQueue {
                 session_wakers: HashMap::new(),
                 session_cvs: HashMap::new(),
                 inflight: None,
-                waiting_threads: 0,
+                parked: [Vec::new(), Vec::new()],
             }),
+            durable_pos: AtomicU64::new(end.0),
+            waiting_threads: AtomicUsize::new(0),
             work_cv: Condvar::new(),
-            durable_cvs: [Condvar::new(), Condvar::new()],
             change_cv: Condvar::new(),
             segment_bytes: segment_bytes as usize,
             flush_bytes,
@@ -274,26 +286,26 @@ impl CommitQueue {
     /// batch is durable and more is wanted, the flusher takes over
     /// ([`CommitQueue::hand_off`]) and chains batches while there is work.
     pub fn wait_durable(&self, pos: LogPos, env: Option<&FlusherEnv<'_>>) -> Result<()> {
+        if self.durable_pos.load(Ordering::Acquire) >= pos.0 {
+            return Ok(());
+        }
         let mut st = self.state.lock();
         let mut retry = RetryState::default();
         let env = env.filter(|_| self.leaders);
         let mut counted = false;
-        loop {
+        let done = loop {
             if let Some(done) = self.durable_step(&mut st, pos, &mut retry) {
-                if counted {
-                    st.waiting_threads -= 1;
-                }
-                return done;
+                break done;
             }
             if !counted {
                 counted = true;
-                st.waiting_threads += 1;
+                self.waiting_threads.fetch_add(1, Ordering::Relaxed);
             }
             if let Some(env) = env {
                 let stalled = st.write_failed.is_some() && !st.retry_requested;
                 // Only a lone waiter leads: with others waiting the flusher
                 // writes, chaining batches without a wake-up each.
-                let alone = st.waiting_threads == 1;
+                let alone = self.waiting_threads.load(Ordering::Relaxed) == 1;
                 if alone && st.inflight.is_none() && st.has_work() && !stalled {
                     let batch = flusher::take(&mut st);
                     drop(st);
@@ -305,9 +317,25 @@ impl CommitQueue {
             if env.is_none() || st.inflight.is_none() {
                 self.work_cv.notify_one();
             }
-            let cv = &self.durable_cvs[(batch_of(&st, pos) % 2) as usize];
-            cv.wait(&mut st);
+            let parity = (batch_of(&st, pos) % 2) as usize;
+            let me = std::thread::current();
+            if !st.parked[parity].iter().any(|t| t.id() == me.id()) {
+                st.parked[parity].push(me);
+            }
+            drop(st);
+            // A wake-up that comes between the unlock and the park leaves
+            // the park token set: `park` then returns at once. `park` may
+            // also return for no reason: the loop looks again.
+            std::thread::park();
+            if self.durable_pos.load(Ordering::Acquire) >= pos.0 {
+                break Ok(());
+            }
+            st = self.state.lock();
+        };
+        if counted {
+            self.waiting_threads.fetch_sub(1, Ordering::Relaxed);
         }
+        done
     }
 
     /// Whether waiting threads lead writes.
@@ -476,11 +504,10 @@ impl CommitQueue {
 
     /// Wake every durability waiter, threads and tasks (the durable position
     /// moved, a write failed, or the store stopped). Called with the state
-    /// locked, so that no waiter checks and then sleeps past a wake-up.
+    /// locked, so that no waiter checks and then sleeps past a wake-up (a
+    /// thread registers in `parked` under the lock, and an unpark that comes
+    /// before its park is kept for it).
     pub fn notify_durable(&self, st: &mut State) {
-        for parity in 0..2 {
-            self.wake_parity(st, parity);
-        }
         self.notify_followers(st);
         for (_, wakers) in st.session_wakers.drain() {
             wakers.into_iter().for_each(Waker::wake);
@@ -488,6 +515,14 @@ impl CommitQueue {
         for (_, cv) in st.session_cvs.drain() {
             cv.notify_all();
         }
+        self.publish_durable(st);
+        for parity in 0..2 {
+            self.wake_parity(st, parity);
+        }
+    }
+
+    fn publish_durable(&self, st: &State) {
+        self.durable_pos.store(st.durable.0, Ordering::Release);
     }
 
     /// Batch `batch_seq`, holding frames of `sessions`, is durable: wake the
@@ -495,7 +530,6 @@ impl CommitQueue {
     /// two batches later), every follower of the whole log and the
     /// followers of those sessions. Called with the state locked.
     pub fn notify_batch_durable(&self, st: &mut State, batch_seq: u64, sessions: &[SessionId]) {
-        self.wake_parity(st, (batch_seq % 2) as usize);
         self.notify_followers(st);
         if !st.session_wakers.is_empty() || !st.session_cvs.is_empty() {
             for sid in sessions {
@@ -507,10 +541,14 @@ impl CommitQueue {
                 }
             }
         }
+        self.publish_durable(st);
+        self.wake_parity(st, (batch_seq % 2) as usize);
     }
 
     fn wake_parity(&self, st: &mut State, parity: usize) {
-        self.durable_cvs[parity].notify_all();
+        for t in st.parked[parity].drain(..) {
+            t.unpark();
+        }
         for w in st.wakers[parity].drain(..) {
             w.wake();
         }
@@ -603,5 +641,48 @@ mod tests {
         // Poison wins over news: nothing after it is trusted.
         q.lock().poisoned = Some(("flush", "test".into()));
         assert_eq!(q.wait_durable_change(seen), None);
+    }
+
+    /// Parked waiters: one woken for a batch that does not cover its
+    /// position parks again; the one it covers returns; a poisoned queue
+    /// wakes the rest with the poison.
+    #[test]
+    fn parked_waiters_return_only_when_their_position_is_durable() {
+        let q = std::sync::Arc::new(CommitQueue::new(LogPos(0), 0, None, 1 << 20, 1 << 20));
+        let spawn = |pos: u64| {
+            let q = q.clone();
+            std::thread::spawn(move || q.wait_durable(LogPos(pos), None))
+        };
+        let parked = |n: usize| {
+            while q.lock().parked.iter().map(Vec::len).sum::<usize>() < n {
+                std::thread::yield_now();
+            }
+        };
+        let near = spawn(100);
+        let far = spawn(200);
+        parked(2);
+        let publish = |at: u64, batch: u64| {
+            let mut st = q.lock();
+            st.durable = LogPos(at);
+            q.notify_batch_durable(&mut st, batch, &[]);
+        };
+        // Both wait for batch 0 (nothing is open): a move to 50 wakes them,
+        // and both park again.
+        publish(50, 0);
+        parked(2);
+        assert!(!near.is_finished() && !far.is_finished());
+        publish(150, 0);
+        assert!(near.join().unwrap().is_ok());
+        parked(1);
+        assert!(!far.is_finished());
+        {
+            let mut st = q.lock();
+            st.poisoned = Some(("flush", "test".into()));
+            q.notify_durable(&mut st);
+        }
+        assert!(matches!(far.join().unwrap(), Err(Error::Poisoned { .. })));
+        assert_eq!(q.waiting_threads.load(Ordering::Relaxed), 0);
+        // A position already durable is answered without waiting.
+        assert!(q.wait_durable(LogPos(150), None).is_ok());
     }
 }
