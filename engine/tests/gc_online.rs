@@ -7,7 +7,7 @@ mod common;
 
 use std::collections::BTreeMap;
 use std::path::Path;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -196,11 +196,15 @@ fn writers_deleting_readers_reading_collections_looping(recycle_segments: usize)
     };
     let store = Arc::new(Store::open_with(tmp.path(), opts()).unwrap());
     let stop = Arc::new(AtomicBool::new(false));
+    // Collections finished so far: the writers wait for two more at a few
+    // rounds, so that collections run between their deletes however fast
+    // the writers are (the assertions below count them).
+    let collections = Arc::new(AtomicU64::new(0));
     // Writers: each keeps one session for good and writes then deletes a
     // stream of short-lived ones.
     let writers: Vec<_> = (0..3)
         .map(|w| {
-            let store = store.clone();
+            let (store, collections) = (store.clone(), collections.clone());
             std::thread::spawn(move || {
                 let keep = format!("keep-{w}");
                 let mut kept = 0u64;
@@ -220,6 +224,17 @@ fn writers_deleting_readers_reading_collections_looping(recycle_segments: usize)
                     }
                     store.sync().unwrap();
                     delete::delete(&store, &tmp).unwrap();
+                    if round % 10 == 9 {
+                        // (Bounded: a collector that panicked is reported
+                        // when it is joined.)
+                        let seen = collections.load(Ordering::SeqCst);
+                        let until = Instant::now() + Duration::from_secs(10);
+                        while collections.load(Ordering::SeqCst) < seen + 2
+                            && Instant::now() < until
+                        {
+                            std::thread::sleep(Duration::from_millis(1));
+                        }
+                    }
                 }
                 store.sync().unwrap();
                 kept
@@ -256,7 +271,7 @@ fn writers_deleting_readers_reading_collections_looping(recycle_segments: usize)
         .collect();
     // The collector.
     let collector = {
-        let (store, stop) = (store.clone(), stop.clone());
+        let (store, stop, collections) = (store.clone(), stop.clone(), collections.clone());
         std::thread::spawn(move || {
             let mut reports = Vec::new();
             while !stop.load(Ordering::SeqCst) {
@@ -270,6 +285,7 @@ fn writers_deleting_readers_reading_collections_looping(recycle_segments: usize)
                 )
                 .unwrap();
                 reports.push(r);
+                collections.fetch_add(1, Ordering::SeqCst);
                 std::thread::sleep(Duration::from_millis(5));
             }
             reports
