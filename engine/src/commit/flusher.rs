@@ -119,16 +119,19 @@ pub(crate) fn run(queue: &CommitQueue, env: &FlusherEnv<'_>) {
             let wanted = st.flush_target > st.durable
                 || st.pending_bytes() >= queue.flush_bytes
                 || st.closing;
-            if has_work && wanted && !stalled {
+            // Without waiters leading writes, a roll's checkpoint is written
+            // before the next batch is taken: it then covers exactly the
+            // batches up to the roll, and a steady load cannot put it off.
+            // With them, it runs beside their writes (it covers what is
+            // durable when it starts).
+            let checkpoint_first = st.checkpoint_due && !queue.leaders();
+            if has_work && wanted && !stalled && !checkpoint_first {
                 let batch = take(&mut st);
                 drop(st);
                 st = flush(queue, env, batch);
                 continue;
             }
-            // With waiters leading writes, the checkpoint runs beside them
-            // (it covers what is durable when it starts); without, it waits
-            // for a moment with nothing to write.
-            if st.checkpoint_due && (queue.leaders() || !has_work) {
+            if st.checkpoint_due {
                 st.checkpoint_due = false;
                 drop(st);
                 if (env.checkpoint)().is_err() {
