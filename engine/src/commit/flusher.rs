@@ -217,6 +217,7 @@ pub(crate) fn flush<'q>(
             }
             queue.notify_batch_durable(&mut st, batch.batch_seq, &batch.sessions);
             queue.hand_off(&st);
+            st = queue.unpark_outside(st);
         }
         Err(FlushError::Write(detail)) => {
             st.stats.write_failures += 1;

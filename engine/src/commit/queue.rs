@@ -61,6 +61,10 @@ pub(crate) struct State {
     /// thread reads the durable position from [`CommitQueue`]'s atomic copy
     /// and, when its position is durable, returns without this mutex.
     pub parked: [Vec<Thread>; 2],
+    /// Threads [`CommitQueue::notify_batch_durable`] took from `parked`,
+    /// for the flusher to unpark once it has released the mutex (so the
+    /// wake-up system calls do not hold up appenders); empty otherwise.
+    pub unparking: Vec<Thread>,
     /// Tasks waiting (without a thread) for a position to be durable, by
     /// the parity of its batch, like the threads in `parked`.
     pub wakers: [Vec<Waker>; 2],
@@ -200,6 +204,7 @@ impl CommitQueue {
                 session_cvs: HashMap::new(),
                 inflight: None,
                 parked: [Vec::new(), Vec::new()],
+                unparking: Vec::new(),
             }),
             durable_pos: AtomicU64::new(end.0),
             waiting_threads: AtomicUsize::new(0),
@@ -526,7 +531,8 @@ impl CommitQueue {
     }
 
     /// Batch `batch_seq`, holding frames of `sessions`, is durable: wake the
-    /// threads and tasks waiting for positions in it (and, harmlessly, any
+    /// tasks waiting for positions in it (the threads are left for
+    /// [`CommitQueue::unpark_outside`]) (and, harmlessly, any
     /// two batches later), every follower of the whole log and the
     /// followers of those sessions. Called with the state locked.
     pub fn notify_batch_durable(&self, st: &mut State, batch_seq: u64, sessions: &[SessionId]) {
@@ -542,7 +548,33 @@ impl CommitQueue {
             }
         }
         self.publish_durable(st);
-        self.wake_parity(st, (batch_seq % 2) as usize);
+        let parity = (batch_seq % 2) as usize;
+        for w in st.wakers[parity].drain(..) {
+            w.wake();
+        }
+        // The threads are left in `unparking` for the caller (the spare
+        // vector, empty, takes their place).
+        debug_assert!(st.unparking.is_empty());
+        let State {
+            parked, unparking, ..
+        } = st;
+        std::mem::swap(&mut parked[parity], unparking);
+    }
+
+    /// Unpark the threads [`CommitQueue::notify_batch_durable`] left in
+    /// `unparking`, with the mutex released; returns it locked again.
+    pub fn unpark_outside<'q>(&'q self, mut st: MutexGuard<'q, State>) -> MutexGuard<'q, State> {
+        if st.unparking.is_empty() {
+            return st;
+        }
+        let mut threads = std::mem::take(&mut st.unparking);
+        drop(st);
+        threads.drain(..).for_each(|t| t.unpark());
+        let mut st = self.state.lock();
+        if st.unparking.is_empty() {
+            st.unparking = threads;
+        }
+        st
     }
 
     fn wake_parity(&self, st: &mut State, parity: usize) {
@@ -665,6 +697,7 @@ mod tests {
             let mut st = q.lock();
             st.durable = LogPos(at);
             q.notify_batch_durable(&mut st, batch, &[]);
+            drop(q.unpark_outside(st));
         };
         // Both wait for batch 0 (nothing is open): a move to 50 wakes them,
         // and both park again.
