@@ -373,6 +373,9 @@ impl CommitQueue {
         retry: &mut RetryState,
         cx: &mut Context<'_>,
     ) -> Poll<Result<()>> {
+        if self.durable_pos.load(Ordering::Acquire) >= pos.0 {
+            return Poll::Ready(Ok(()));
+        }
         let mut st = self.state.lock();
         match self.durable_step(&mut st, pos, retry) {
             Some(done) => Poll::Ready(done),
