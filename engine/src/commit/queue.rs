@@ -533,11 +533,12 @@ impl CommitQueue {
         self.durable_pos.store(st.durable.0, Ordering::Release);
     }
 
-    /// Batch `batch_seq`, holding frames of `sessions`, is durable: wake the
-    /// tasks waiting for positions in it (the threads are left for
-    /// [`CommitQueue::unpark_outside`]) (and, harmlessly, any
-    /// two batches later), every follower of the whole log and the
-    /// followers of those sessions. Called with the state locked.
+    /// Batch `batch_seq`, holding frames of `sessions`, is durable: wake
+    /// every follower of the whole log, the followers of those sessions and
+    /// the tasks waiting for positions in the batch (and, harmlessly, any
+    /// two batches later). The threads waiting for them are moved to
+    /// `unparking`: the caller must pass the guard to
+    /// [`CommitQueue::unpark_outside`]. Called with the state locked.
     pub fn notify_batch_durable(&self, st: &mut State, batch_seq: u64, sessions: &[SessionId]) {
         self.notify_followers(st);
         if !st.session_wakers.is_empty() || !st.session_cvs.is_empty() {
