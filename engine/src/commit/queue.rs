@@ -553,9 +553,7 @@ impl CommitQueue {
         }
         self.publish_durable(st);
         let parity = (batch_seq % 2) as usize;
-        for w in st.wakers[parity].drain(..) {
-            w.wake();
-        }
+        wake_tasks(st, parity);
         // The threads are left in `unparking` for the caller (the spare
         // vector, empty, takes their place).
         debug_assert!(st.unparking.is_empty());
@@ -585,9 +583,7 @@ impl CommitQueue {
         for t in st.parked[parity].drain(..) {
             t.unpark();
         }
-        for w in st.wakers[parity].drain(..) {
-            w.wake();
-        }
+        wake_tasks(st, parity);
     }
 
     fn notify_followers(&self, st: &mut State) {
@@ -610,6 +606,13 @@ impl CommitQueue {
 #[derive(Debug, Default, Clone, Copy)]
 pub(crate) struct RetryState {
     asked_at: Option<u64>,
+}
+
+/// Wake the tasks waiting for a position in a batch of this parity.
+fn wake_tasks(st: &mut State, parity: usize) {
+    for w in st.wakers[parity].drain(..) {
+        w.wake();
+    }
 }
 
 /// Keep one waker per task: a task polled again before a wake-up replaces
