@@ -89,6 +89,9 @@ pub(crate) struct Shared {
 pub struct Store {
     shared: Arc<Shared>,
     flusher: Mutex<Option<JoinHandle<()>>>,
+    /// Writes free files of zeros ahead of need
+    /// ([`Options::prepare_segments`]).
+    preparer: Mutex<Option<JoinHandle<()>>>,
     report: RecoveryReport,
     live: crate::live::LiveSet,
     /// The store's blob files (FORMAT.md §15).
@@ -143,7 +146,12 @@ impl Store {
 
     /// Counters since open.
     pub fn stats(&self) -> Stats {
-        self.shared.commit.lock().stats
+        let mut s = self.shared.commit.lock().stats;
+        let p = self.shared.pool.prepare_counts();
+        s.prepared_files = p.files;
+        s.prepared_bytes = p.bytes;
+        s.prepare_errors = p.errors;
+        s
     }
 
     /// End of the durable log: every frame before it survives any crash.
@@ -625,6 +633,11 @@ impl Store {
         // remove files once the directory lock is released.
         sh.gc_stop.store(true, std::sync::atomic::Ordering::SeqCst);
         drop(sh.gc_running.lock());
+        // The same for the preparer (it removes a file it had not finished).
+        sh.pool.stop_preparer();
+        if let Some(p) = self.preparer.lock().take() {
+            let _ = p.join();
+        }
         let handle = self.flusher.lock().take();
         let Some(handle) = handle else {
             // Read-only (or already closed): end what follows this store.

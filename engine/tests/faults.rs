@@ -483,11 +483,12 @@ fn snapshot_sim(sim: &SimVfs) -> BTreeMap<String, Vec<u8>> {
 #[test]
 fn read_only_open_alongside_the_writer_changes_no_byte() {
     let tmp = tempfile::tempdir().unwrap();
-    // No checkpoints: a background checkpoint of the writer would change
-    // bytes while the reader is open.
+    // No checkpoints and no segment prepared ahead: the writer's background
+    // checkpoint or preparer would change bytes while the reader is open.
     let small = Options {
         segment_bytes: SEGMENT,
         checkpoints: false,
+        prepare_segments: false,
         ..Default::default()
     };
     let store = Store::open_with(tmp.path(), small.clone()).unwrap();

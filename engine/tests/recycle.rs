@@ -15,10 +15,13 @@ use turnstone::{Options, ProblemKind, RecoveryMode, Store};
 
 const SEGMENT: u32 = 64 * 1024;
 
+/// Without the preparer (`prepare.rs` tests it): the free files here are
+/// the collected ones only, so the tests can count them.
 fn opts() -> Options {
     Options {
         segment_bytes: SEGMENT,
         recycle_segments: 3,
+        prepare_segments: false,
         ..Default::default()
     }
 }

@@ -47,6 +47,11 @@ pub(crate) struct WriterFile {
     /// batch are stale, so every batch is followed by 32 zero bytes (when
     /// they fit), and nothing is zero-extended (every block was written).
     pub recycled: bool,
+    /// The pool was asked for a file for the next segment
+    /// ([`SegmentPool::want_prepared`], once this segment is a quarter full:
+    /// writing a prepared file took 40–340 ms here, against ~0.3 s for the
+    /// writer to fill the rest of a 64 MiB segment at 256 × 8).
+    pub prepare_asked: bool,
 }
 
 /// What the flusher needs besides the queue.
@@ -286,6 +291,7 @@ fn write_batch(
             },
             written_to: SEGMENT_HEADER_BYTES as u64,
             recycled: new.recycled,
+            prepare_asked: false,
         };
         rolled = if new.recycled {
             NewSegment::Recycled
@@ -318,6 +324,12 @@ fn write_batch(
         .sync_data()
         .map_err(|e| FlushError::Fatal("fdatasync", format!("{}: {e}", w.path.display())))?;
     w.end = batch.offset + batch.buf.len() as u32;
+    if !w.prepare_asked && u64::from(w.end) * 4 >= w.len {
+        w.prepare_asked = true;
+        if let Some(pool) = env.pool {
+            pool.want_prepared();
+        }
+    }
     Ok((rolled, zeros))
 }
 

@@ -34,4 +34,11 @@ pub struct Stats {
     /// the flusher thread ([`crate::Options::flush_in_caller`]); the
     /// successful ones are counted in `batches` too.
     pub caller_batches: u64,
+    /// Free files of zeros the preparer thread wrote ahead of need
+    /// ([`crate::Options::prepare_segments`]), their bytes (not in
+    /// `bytes_written` nor `zero_fill_bytes`), and the preparations that
+    /// failed (the writer then creates a fresh segment).
+    pub prepared_files: u64,
+    pub prepared_bytes: u64,
+    pub prepare_errors: u64,
 }

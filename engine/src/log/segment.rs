@@ -167,7 +167,7 @@ pub(crate) fn create_segment(
     // reused below; a free file is taken only when there is none.
     if let Some(pool) = pool.filter(|_| !vfs.exists(&path)) {
         if let Some(free) = pool.take() {
-            return match recycle(vfs, dir, &header, &free, &path) {
+            let made = match recycle(vfs, dir, &header, &free, &path) {
                 Ok(seg) => Ok(seg),
                 Err(CreateError::Retryable(e)) => {
                     // Still a free file under its free name (the rename is
@@ -180,6 +180,8 @@ pub(crate) fn create_segment(
                 }
                 Err(e) => Err(e),
             };
+            pool.done_with_taken();
+            return made;
         }
     }
     let retryable = CreateError::Retryable;

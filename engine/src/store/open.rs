@@ -127,6 +127,7 @@ impl Store {
                 blobs: super::blobs::BlobDir::with_vfs(&shared.dir, vfs.clone()),
                 shared: Arc::new(shared),
                 flusher: Mutex::new(None),
+                preparer: Mutex::new(None),
                 report,
                 live: Default::default(),
             });
@@ -176,6 +177,7 @@ impl Store {
             },
             opts.segment_bytes as u64,
             seg,
+            opts.preallocate && opts.prepare_segments && vfs.zero_ahead_helps(),
         )?;
         let writer = WriterFile {
             segment: seg,
@@ -187,6 +189,7 @@ impl Store {
             // written zeros: assume not.
             written_to: off as u64,
             recycled,
+            prepare_asked: false,
         };
         let last = (seq > 0).then_some((end, 0));
         let leaders = opts.flush_in_caller;
@@ -205,7 +208,19 @@ impl Store {
                 commit::run_flusher(&sh.commit, &env);
             })
             .map_err(|e| Error::io("spawn flusher thread", &shared.dir, e))?;
+        // Without the preparer (off, or its thread could not start) the
+        // writer creates fresh segments: nothing else changes.
+        let preparer = if shared.pool.prepares() {
+            let s3 = shared.clone();
+            std::thread::Builder::new()
+                .name("turnstone-prepare".into())
+                .spawn(move || s3.pool.run_preparer(s3.vfs.as_ref(), &s3.dir))
+                .ok()
+        } else {
+            None
+        };
         Ok(Store {
+            preparer: Mutex::new(preparer),
             blobs: super::blobs::BlobDir::with_vfs(&shared.dir, vfs.clone()),
             shared,
             flusher: Mutex::new(Some(handle)),

@@ -66,6 +66,19 @@ pub struct Options {
     /// between two collections. 0 (the default): off, collected files are
     /// removed.
     pub recycle_segments: usize,
+    /// Write the next segment's file ahead of need, off the write path
+    /// (with `preallocate`, on file layers where zeroing ahead helps,
+    /// [`crate::vfs::Vfs::zero_ahead_helps`]): when the segment being
+    /// written is a quarter full and no free file is at hand, a background thread
+    /// writes a file of zeros of the segment size, fdatasyncs it and keeps
+    /// it as a free file (`0000000000.tseg.free`, FORMAT.md §6.2 rule 7).
+    /// The next segment is made from it like a recycled one: its batches
+    /// overwrite written blocks, so their fdatasyncs flush data without a
+    /// file-system journal commit, and the flusher writes no zeros. Costs
+    /// one segment file of disk beyond the log, and the zeros in device
+    /// bytes (as zero extension does). A store that never fills a quarter of
+    /// a segment never writes one. On by default.
+    pub prepare_segments: bool,
     /// The file layer.
     pub vfs: Arc<dyn Vfs>,
 }
@@ -82,6 +95,7 @@ impl Default for Options {
             zero_ahead_bytes: 1 << 20,
             flush_in_caller: false,
             recycle_segments: 0,
+            prepare_segments: true,
             vfs: Arc::new(OsVfs),
         }
     }
