@@ -1,8 +1,8 @@
 //! Segments prepared ahead of need (`Options::prepare_segments`, FORMAT.md
-//! §6.2 rule 7): a background thread writes a free file of zeros once the
-//! segment being written is a quarter full, and the writer's next segment
-//! is made from it. On the real file system: every event reads back after
-//! reopen, the walk finds no damage, an unfinished preparation is removed
+//! §6.2 rule 7): a background thread writes a free file of zeros when the
+//! writer rolls (or once the segment an open found is a quarter full), and
+//! the writer's next segment is made from it. On the real file system:
+//! every event reads back after reopen, the walk finds no damage, an unfinished preparation is removed
 //! at open, a prepared file of another length is removed, one of the
 //! segment length is used, and nothing is prepared when the option is off
 //! or the store never fills a quarter of a segment. Kill -9 during a
@@ -77,7 +77,8 @@ fn later_segments_are_made_from_prepared_files_and_read_back() {
     let dir = tempfile::tempdir().unwrap();
     let store = Store::open_with(dir.path(), opts()).unwrap();
     // Each round fills a little over a quarter of a segment, then waits for
-    // the preparer, so every roll after the first finds a prepared file.
+    // the preparer (asked at that quarter of the first segment, then at each
+    // roll), so every roll finds a prepared file.
     let mut n = 0;
     for round in 1..=5u64 {
         append(&store, "a", n, 40, 2000);
@@ -163,8 +164,9 @@ fn a_prepared_file_left_by_an_earlier_run_becomes_the_next_segment() {
     let len = std::fs::metadata(dir.path().join(PREPARED)).unwrap().len();
     assert_eq!(len, u64::from(SEGMENT));
 
-    // The next run uses it at its first roll without preparing one itself
-    // (it asks for one only after a quarter of the new segment).
+    // The next run uses it at its first roll: the open kept it, and this
+    // run's preparer was not asked before (under a quarter of the segment
+    // it opened with).
     let store = Store::open_with(dir.path(), opts()).unwrap();
     append(&store, "a", 40, 100, 2000);
     let st = store.stats();

@@ -48,9 +48,11 @@ pub(crate) struct WriterFile {
     /// they fit), and nothing is zero-extended (every block was written).
     pub recycled: bool,
     /// The pool was asked for a file for the next segment
-    /// ([`SegmentPool::want_prepared`], once this segment is a quarter full:
-    /// writing a prepared file took 40–340 ms here, against ~0.3 s for the
-    /// writer to fill the rest of a 64 MiB segment at 256 × 8).
+    /// ([`SegmentPool::want_prepared`]): as soon as a roll made this
+    /// segment, or, for the segment an open found, once it is a quarter full
+    /// (so a store that stays small never writes one). Asking only at a
+    /// quarter left the preparer behind the writer at 256 × 64: a third of
+    /// the rolls found no file (docs/PERFORMANCE-writepath.md).
     pub prepare_asked: bool,
 }
 
@@ -324,7 +326,7 @@ fn write_batch(
         .sync_data()
         .map_err(|e| FlushError::Fatal("fdatasync", format!("{}: {e}", w.path.display())))?;
     w.end = batch.offset + batch.buf.len() as u32;
-    if !w.prepare_asked && u64::from(w.end) * 4 >= w.len {
+    if !w.prepare_asked && (rolled != NewSegment::None || u64::from(w.end) * 4 >= w.len) {
         w.prepare_asked = true;
         if let Some(pool) = env.pool {
             pool.want_prepared();

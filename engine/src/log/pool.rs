@@ -16,10 +16,11 @@
 //!
 //! A fresh store has no collected files to recycle, so a *preparer* thread
 //! makes one ahead of need ([`crate::Options::prepare_segments`]): when the
-//! segment being written is a quarter full and the pool is empty, it writes a
-//! file of zeros of the segment size under a temporary name, fdatasyncs it
-//! and renames it to `0000000000.tseg.free` (id 0: it never carried a
-//! segment id, so it may become any segment). The zeros are written off the
+//! writer rolls to a new segment (or its first segment in this process is a
+//! quarter full) and the pool is empty, it writes a file of zeros of the
+//! segment size under a temporary name, fdatasyncs it once and renames it to
+//! `0000000000.tseg.free` (id 0: it never carried a segment id, so it may
+//! become any segment). The zeros are written off the
 //! hot path, and the writer's next segment is an overwrite like a recycled
 //! one.
 
@@ -62,13 +63,6 @@ pub(crate) fn prepare_tmp_path(dir: &Path) -> PathBuf {
 /// Zeros are written in pieces of this size, so a close stops the
 /// preparer quickly.
 const PREPARE_CHUNK: usize = 1 << 20;
-
-/// The preparer fdatasyncs after every this many bytes of zeros rather than
-/// once at the end: the device then takes them in small pieces, and the
-/// writer's fdatasyncs wait less behind them (at 256 × 64 the 99.9th
-/// percentile wait was 21–32 ms this way against 32–49 ms with one sync per
-/// file, docs/PERFORMANCE-writepath.md).
-const PREPARE_SYNC_BYTES: u64 = 4 << 20;
 
 /// Free files ready to become segments, and the bound on how many are kept.
 pub(crate) struct SegmentPool {
@@ -228,8 +222,8 @@ impl SegmentPool {
         self.prepare
     }
 
-    /// The writer's segment is a quarter full: have a file ready for the next
-    /// one, unless the pool holds one already.
+    /// The writer began a segment (or filled a quarter of its first): have a
+    /// file ready for the next one, unless the pool holds one already.
     pub fn want_prepared(&self) {
         if !self.prepare || !self.files.lock().is_empty() {
             return;
@@ -295,8 +289,10 @@ impl SegmentPool {
         }
     }
 
-    /// Write one prepared file: zeros under the temporary name, fdatasync,
-    /// rename, fsync the directory. `None`: stopped by a close (the
+    /// Write one prepared file: zeros under the temporary name, one
+    /// fdatasync (one per 4 MiB kept up with the writer at 256 × 8 but not
+    /// at 256 × 64, docs/PERFORMANCE-writepath.md), rename, fsync the
+    /// directory. `None`: stopped by a close (the
     /// temporary file is removed).
     fn prepare_one(&self, vfs: &dyn Vfs, dir: &Path) -> std::io::Result<Option<PathBuf>> {
         let tmp = prepare_tmp_path(dir);
@@ -316,9 +312,6 @@ impl SegmentPool {
             let n = (self.file_len - at).min(PREPARE_CHUNK as u64) as usize;
             file.write_all_at(&zeros[..n], at)?;
             at += n as u64;
-            if at.is_multiple_of(PREPARE_SYNC_BYTES) {
-                file.sync_data()?;
-            }
         }
         file.sync_data()?;
         let to = free_path(dir, PREPARED_ID);

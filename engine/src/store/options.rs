@@ -68,11 +68,12 @@ pub struct Options {
     pub recycle_segments: usize,
     /// Write the next segment's file ahead of need, off the write path
     /// (with `preallocate`, on file layers where zeroing ahead helps,
-    /// [`crate::vfs::Vfs::zero_ahead_helps`]): when the segment being
-    /// written is a quarter full and no free file is at hand, a background thread
-    /// writes a file of zeros of the segment size, fdatasyncs it and keeps
-    /// it as a free file (`0000000000.tseg.free`, FORMAT.md §6.2 rule 7).
-    /// The next segment is made from it like a recycled one: its batches
+    /// [`crate::vfs::Vfs::zero_ahead_helps`]): when the writer rolls to a
+    /// new segment (or the segment it opened with is a quarter full) and no
+    /// free file is at hand, a background thread writes a file of zeros of
+    /// the segment size, fdatasyncs it and keeps it as a free file
+    /// (`0000000000.tseg.free`, FORMAT.md §6.2 rule 7). The next segment is
+    /// made from it like a recycled one: its batches
     /// overwrite written blocks, so their fdatasyncs flush data without a
     /// file-system journal commit, and the flusher writes no zeros. Costs
     /// one segment file of disk beyond the log, and the zeros in device
