@@ -1,12 +1,13 @@
 //! Segments prepared ahead of need (`Options::prepare_segments`, FORMAT.md
 //! §6.2 rule 7): a background thread writes a free file of zeros when the
-//! writer rolls (or once the segment an open found is a quarter full), and
-//! the writer's next segment is made from it. On the real file system:
-//! every event reads back after reopen, the walk finds no damage, an unfinished preparation is removed
-//! at open, a prepared file of another length is removed, one of the
-//! segment length is used, and nothing is prepared when the option is off
-//! or the store never fills a quarter of a segment. Kill -9 during a
-//! preparation is covered by `kill9.rs` (default options).
+//! writer rolls (or once the segment an open found is a quarter full) while
+//! its batches are small, and the writer's next segment is made from it. On
+//! the real file system: every event reads back after reopen, the walk
+//! finds no damage, an unfinished preparation is removed at open, a
+//! prepared file of another length is removed, one of the segment length is
+//! used, and nothing is prepared when the option is off, when the store
+//! never fills a quarter of a segment, or when batches are large. Kill -9
+//! during a preparation is covered by `kill9.rs` (default options).
 
 mod common;
 
@@ -198,4 +199,32 @@ fn a_read_only_open_leaves_a_prepared_file_alone() {
     check(&ro, "a", 40, 2000);
     drop(ro);
     assert!(dir.path().join(PREPARED).exists());
+}
+
+/// Batches of ~200 KB amortise an unwritten extent's journal commit
+/// themselves: the writer does not ask for prepared files (the rule zero
+/// extension follows), so the device does not write each byte twice.
+#[test]
+fn large_batches_do_not_ask_for_prepared_files() {
+    let dir = tempfile::tempdir().unwrap();
+    let o = Options {
+        segment_bytes: 16 << 20,
+        ..Default::default()
+    };
+    let store = Store::open_with(dir.path(), o.clone()).unwrap();
+    // Two rolls, each batch one 200 KB event.
+    append(&store, "big", 0, 180, 200_000);
+    std::thread::sleep(Duration::from_millis(200));
+    let st = store.stats();
+    assert!(st.segments_created >= 2, "{st:?}");
+    assert_eq!(st.prepared_files, 0, "{st:?}");
+    assert_eq!(st.segments_recycled, 0, "{st:?}");
+    store.close().unwrap();
+    assert!(!dir.path().join(PREPARED).exists());
+    check(
+        &Store::open_with(dir.path(), o).unwrap(),
+        "big",
+        180,
+        200_000,
+    );
 }

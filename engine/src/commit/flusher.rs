@@ -50,10 +50,16 @@ pub(crate) struct WriterFile {
     /// The pool was asked for a file for the next segment
     /// ([`SegmentPool::want_prepared`]): as soon as a roll made this
     /// segment, or, for the segment an open found, once it is a quarter full
-    /// (so a store that stays small never writes one). Asking only at a
-    /// quarter left the preparer behind the writer at 256 × 64: a third of
-    /// the rolls found no file (docs/PERFORMANCE-writepath.md).
+    /// (so a store that stays small never writes one), and only while
+    /// batches are small ([`prepare_helps`]). Asking only at a quarter left
+    /// the preparer behind the writer at 256 × 64: a third of the rolls
+    /// found no file (docs/PERFORMANCE-writepath.md).
     pub prepare_asked: bool,
+    /// Batches written into this segment by this process, and their bytes:
+    /// their mean size says whether zeros written ahead pay
+    /// ([`prepare_helps`]).
+    pub batches: u64,
+    pub batch_bytes: u64,
 }
 
 /// What the flusher needs besides the queue.
@@ -263,6 +269,7 @@ fn write_batch(
     batch: &mut PendingBatch,
 ) -> std::result::Result<(NewSegment, u64), FlushError> {
     let mut rolled = NewSegment::None;
+    let mut prev_mean = 0;
     if batch.segment != w.segment {
         debug_assert_eq!(batch.segment.0, w.segment.0 + 1);
         // A full disk (or any failure) before the new segment's fsync is a
@@ -281,6 +288,7 @@ fn write_batch(
         })?;
         // The old segment is sealed from now on: reads may map it.
         env.reader.set_active(batch.segment, Some(new.file.clone()));
+        prev_mean = mean_batch(w);
         *w = WriterFile {
             segment: batch.segment,
             path: segment_path(env.dir, batch.segment),
@@ -294,6 +302,8 @@ fn write_batch(
             written_to: SEGMENT_HEADER_BYTES as u64,
             recycled: new.recycled,
             prepare_asked: false,
+            batches: 0,
+            batch_bytes: 0,
         };
         rolled = if new.recycled {
             NewSegment::Recycled
@@ -326,13 +336,46 @@ fn write_batch(
         .sync_data()
         .map_err(|e| FlushError::Fatal("fdatasync", format!("{}: {e}", w.path.display())))?;
     w.end = batch.offset + batch.buf.len() as u32;
-    if !w.prepare_asked && (rolled != NewSegment::None || u64::from(w.end) * 4 >= w.len) {
+    w.batches += 1;
+    w.batch_bytes += batch.buf.len() as u64;
+    // At a roll the segment just sealed tells the batch size; later, once a
+    // quarter is written, this one does.
+    let mean = if rolled != NewSegment::None {
+        Some(prev_mean)
+    } else if u64::from(w.end) * 4 >= w.len {
+        Some(mean_batch(w))
+    } else {
+        None
+    };
+    if !w.prepare_asked && mean.is_some_and(prepare_helps) {
         w.prepare_asked = true;
         if let Some(pool) = env.pool {
             pool.want_prepared();
         }
     }
     Ok((rolled, zeros))
+}
+
+/// Batches at least this large on average make the writer stop asking for
+/// prepared files ([`prepare_helps`]).
+const PREPARE_BATCH_MAX: u64 = 128 << 10;
+
+/// Mean size of the batches this process wrote into `w` (0: none yet).
+fn mean_batch(w: &WriterFile) -> u64 {
+    w.batch_bytes.checked_div(w.batches).unwrap_or(0)
+}
+
+/// Whether a prepared file (zeros written ahead by the pool's preparer)
+/// pays for the segment after this one, given the mean batch of the
+/// segment being written (or the one just sealed): by the rule zero
+/// extension follows with its default step, only while batches are small
+/// (under 128 KiB on average). Large batches amortise the journal commit of
+/// an unwritten extent themselves, and near the device's bandwidth the
+/// zeros cost more than they save: at 256 × 64 (batches of ~200 KB)
+/// preparing every segment gave the same events/s, 1.4x the device bytes
+/// and twice the 99.9th percentile wait (docs/PERFORMANCE-writepath.md).
+fn prepare_helps(mean_batch: u64) -> bool {
+    mean_batch < PREPARE_BATCH_MAX
 }
 
 /// Zero extension: a small batch that reaches space this process has not

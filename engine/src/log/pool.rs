@@ -17,7 +17,7 @@
 //! A fresh store has no collected files to recycle, so a *preparer* thread
 //! makes one ahead of need ([`crate::Options::prepare_segments`]): when the
 //! writer rolls to a new segment (or its first segment in this process is a
-//! quarter full) and the pool is empty, it writes a file of zeros of the
+//! quarter full) while its batches are small, and the pool is empty, it writes a file of zeros of the
 //! segment size under a temporary name, fdatasyncs it once and renames it to
 //! `0000000000.tseg.free` (id 0: it never carried a segment id, so it may
 //! become any segment). The zeros are written off the

@@ -190,6 +190,8 @@ impl Store {
             written_to: off as u64,
             recycled,
             prepare_asked: false,
+            batches: 0,
+            batch_bytes: 0,
         };
         let last = (seq > 0).then_some((end, 0));
         let leaders = opts.flush_in_caller;

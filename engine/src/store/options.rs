@@ -69,8 +69,10 @@ pub struct Options {
     /// Write the next segment's file ahead of need, off the write path
     /// (with `preallocate`, on file layers where zeroing ahead helps,
     /// [`crate::vfs::Vfs::zero_ahead_helps`]): when the writer rolls to a
-    /// new segment (or the segment it opened with is a quarter full) and no
-    /// free file is at hand, a background thread writes a file of zeros of
+    /// new segment (or the segment it opened with is a quarter full), its
+    /// batches are small (under 128 KiB on average: larger ones amortise a
+    /// journal commit themselves) and no free file is at hand, a background
+    /// thread writes a file of zeros of
     /// the segment size, fdatasyncs it and keeps it as a free file
     /// (`0000000000.tseg.free`, FORMAT.md §6.2 rule 7). The next segment is
     /// made from it like a recycled one: its batches
