@@ -66,6 +66,17 @@ fn wait_prepared(store: &Store, files: u64) {
     }
 }
 
+/// A closed store of 40 events of session "a" (over a quarter of its
+/// first segment) whose preparer finished a file.
+fn store_with_a_prepared_file() -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open_with(dir.path(), opts()).unwrap();
+    append(&store, "a", 0, 40, 2000);
+    wait_prepared(&store, 1);
+    store.close().unwrap();
+    dir
+}
+
 fn walk_clean(dir: &Path) {
     let summary = turnstone::inspect::walk(dir, |_| ControlFlow::Continue(())).expect("walk");
     assert_eq!(summary.corruptions, 0, "{summary:?}");
@@ -157,11 +168,7 @@ fn open_removes_an_unfinished_preparation_and_a_file_of_another_length() {
 
 #[test]
 fn a_prepared_file_left_by_an_earlier_run_becomes_the_next_segment() {
-    let dir = tempfile::tempdir().unwrap();
-    let store = Store::open_with(dir.path(), opts()).unwrap();
-    append(&store, "a", 0, 40, 2000);
-    wait_prepared(&store, 1);
-    store.close().unwrap();
+    let dir = store_with_a_prepared_file();
     let len = std::fs::metadata(dir.path().join(PREPARED)).unwrap().len();
     assert_eq!(len, u64::from(SEGMENT));
 
@@ -183,11 +190,7 @@ fn a_prepared_file_left_by_an_earlier_run_becomes_the_next_segment() {
 
 #[test]
 fn a_read_only_open_leaves_a_prepared_file_alone() {
-    let dir = tempfile::tempdir().unwrap();
-    let store = Store::open_with(dir.path(), opts()).unwrap();
-    append(&store, "a", 0, 40, 2000);
-    wait_prepared(&store, 1);
-    store.close().unwrap();
+    let dir = store_with_a_prepared_file();
     let ro = Store::open_with(
         dir.path(),
         Options {
