@@ -34,7 +34,7 @@
 use std::fs::File;
 use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -165,6 +165,49 @@ struct Shared<'a> {
     ledger: Option<&'a File>,
     ledger_path: Option<&'a Path>,
     progress: &'a ProgressBar,
+    /// Writer threads, and those that have finished their first pass (or
+    /// ended): see [`FirstPass`].
+    threads: usize,
+    first_pass_done: AtomicUsize,
+}
+
+/// Every writer thread's sessions take their first action before any
+/// thread goes on to a second pass. Without this, a thread the scheduler
+/// starts late can find the event budget spent by the others, and its
+/// sessions never begin (a small `--events` on a loaded machine: a test's
+/// `sess-000001` was missing). Counted when the first pass ends, or when
+/// the thread ends however it ends (drop), so no thread waits forever.
+struct FirstPass<'a> {
+    sh: &'a Shared<'a>,
+    counted: bool,
+}
+
+impl FirstPass<'_> {
+    fn count(&mut self) {
+        if !self.counted {
+            self.counted = true;
+            self.sh.first_pass_done.fetch_add(1, Ordering::SeqCst);
+        }
+    }
+
+    /// Count this thread, then wait for the others (or a stop).
+    fn finish_and_wait(&mut self) {
+        if self.counted {
+            return;
+        }
+        self.count();
+        while self.sh.first_pass_done.load(Ordering::SeqCst) < self.sh.threads
+            && !self.sh.stop.load(Ordering::Relaxed)
+        {
+            std::thread::yield_now();
+        }
+    }
+}
+
+impl Drop for FirstPass<'_> {
+    fn drop(&mut self) {
+        self.count();
+    }
 }
 
 impl Shared<'_> {
@@ -582,9 +625,9 @@ fn wind_down(s: &mut Session) -> turnstone::Result<()> {
     Ok(())
 }
 
-fn run_thread(
+fn run_thread<'a>(
     host: &Host,
-    sh: &Shared<'_>,
+    sh: &'a Shared<'a>,
     names: Vec<String>,
     seed: u64,
     max_text: usize,
@@ -615,6 +658,7 @@ fn run_thread(
         .collect();
     let mut pending_progress = 0u64;
     let mut graceful = false;
+    let mut first_pass = FirstPass { sh, counted: false };
     'outer: loop {
         for a in agents.iter_mut() {
             if sh.stop.load(Ordering::Relaxed) {
@@ -659,7 +703,9 @@ fn run_thread(
                 pending_progress = 0;
             }
         }
+        first_pass.finish_and_wait();
     }
+    first_pass.count();
     if graceful {
         for a in agents.iter().filter_map(|a| a.session.as_ref()) {
             let mut s = a.lock();
@@ -814,6 +860,8 @@ pub fn run(args: &FleetArgs) -> Result<(), Failure> {
         ledger: ledger.as_ref(),
         ledger_path: args.ack_ledger.as_deref(),
         progress: &progress,
+        threads,
+        first_pass_done: AtomicUsize::new(0),
     };
     let mut registry = Registry::new();
     registry.register(PLUGIN_KIND, true).map_err(Failure::io)?;
@@ -919,6 +967,8 @@ mod tests {
             ledger: None,
             ledger_path: None,
             progress: &progress,
+            threads: 1,
+            first_pass_done: AtomicUsize::new(0),
         };
         let mut g = Gen {
             rng: StdRng::seed_from_u64(3),
@@ -1031,6 +1081,8 @@ mod tests {
             ledger: None,
             ledger_path: None,
             progress: &progress,
+            threads: 1,
+            first_pass_done: AtomicUsize::new(0),
         };
         let names: Vec<String> = (0..16).map(|i| format!("sess-{i:06}")).collect();
         let res = run_thread(&host, &sh, names, 9, usize::MAX);
