@@ -219,7 +219,8 @@ impl SegmentPool {
 
     /// Give back a file [`SegmentPool::take`] gave, still under its free name.
     pub fn give_back(&self, path: PathBuf) {
-        if path.file_name() == free_path(Path::new(""), PREPARED_ID).file_name() {
+        let name = path.file_name().and_then(|n| n.to_str());
+        if name.and_then(parse_free_file_name) == Some(PREPARED_ID) {
             self.prepared.lock().file = Some(path);
         } else {
             self.files.lock().push(path);
