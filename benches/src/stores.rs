@@ -77,6 +77,11 @@ pub enum StoreKind {
     /// recycled ones (`Options::recycle_segments`, FORMAT.md §6.2 rule 7)
     /// rather than new preallocated files (not in `ALL`).
     TurnstoneRecycled,
+    /// `turnstone-recycled` with its free files evicted from the page cache
+    /// before the run (`posix_fadvise(POSIX_FADV_DONTNEED)`), as a store's
+    /// collected files usually are: they were written long before an
+    /// online collection freed them (not in `ALL`).
+    TurnstoneRecycledCold,
     /// turnstone-pg on the server of `TURNSTONE_BENCH_PG_URL` (not in `ALL`).
     Postgres,
     /// One INSERT per event, autocommit, on that server (not in `ALL`).
@@ -98,6 +103,7 @@ impl StoreKind {
             StoreKind::TurnstoneLeader => "turnstone-leader",
             StoreKind::TurnstoneSession => "turnstone-session",
             StoreKind::TurnstoneRecycled => "turnstone-recycled",
+            StoreKind::TurnstoneRecycledCold => "turnstone-recycled-cold",
             StoreKind::SqliteWal => "sqlite-wal",
             StoreKind::JsonlPerSession => "jsonl-per-session",
             StoreKind::Okaywal => "okaywal",
@@ -117,6 +123,7 @@ impl StoreKind {
                 StoreKind::TurnstoneLeader,
                 StoreKind::TurnstoneSession,
                 StoreKind::TurnstoneRecycled,
+                StoreKind::TurnstoneRecycledCold,
             ])
             .find(|k| k.name() == n)
     }
@@ -144,6 +151,15 @@ pub fn create(kind: StoreKind, ctx: &Ctx) -> Result<Box<dyn FleetStore>> {
             RECYCLED_FREE_FILES,
             turnstone::Options::default().segment_bytes,
         )?),
+        StoreKind::TurnstoneRecycledCold => {
+            let store = TsStore::create_recycled(
+                ctx,
+                RECYCLED_FREE_FILES,
+                turnstone::Options::default().segment_bytes,
+            )?;
+            crate::sys::evict_files(&ctx.dir.join("turnstone"), ".tseg.free")?;
+            Box::new(store)
+        }
         StoreKind::SqliteWal => Box::new(SqlStore::create(ctx)?),
         StoreKind::JsonlPerSession => Box::new(JsonlStore::create(ctx)?),
         StoreKind::Okaywal => Box::new(WalStore::create(ctx)?),
@@ -186,7 +202,7 @@ pub fn reopen_and_check(kind: StoreKind, ctx: &Ctx, expected: &[u64]) -> Result<
         StoreKind::Turnstone | StoreKind::TurnstoneLeader => {
             TsStore::check(ctx, &mut ck, Default::default())?
         }
-        StoreKind::TurnstoneRecycled => TsStore::check(
+        StoreKind::TurnstoneRecycled | StoreKind::TurnstoneRecycledCold => TsStore::check(
             ctx,
             &mut ck,
             turnstone::Options {

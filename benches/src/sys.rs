@@ -159,12 +159,23 @@ pub fn drop_page_cache(dir: &std::path::Path) -> std::io::Result<&'static str> {
     if std::fs::write("/proc/sys/vm/drop_caches", "3").is_ok() {
         return Ok("sync; echo 3 > /proc/sys/vm/drop_caches");
     }
+    evict_files(dir, "")?;
+    Ok("posix_fadvise(POSIX_FADV_DONTNEED) on every file of the store")
+}
+
+/// Drop the cached pages of every file under `dir` whose name ends with
+/// `suffix` (`posix_fadvise(POSIX_FADV_DONTNEED)`; written pages must be
+/// durable already, as fadvise only drops clean ones).
+pub fn evict_files(dir: &std::path::Path, suffix: &str) -> std::io::Result<()> {
     let mut stack = vec![dir.to_path_buf()];
     while let Some(d) = stack.pop() {
         for e in std::fs::read_dir(&d)? {
             let p = e?.path();
             if p.is_dir() {
                 stack.push(p);
+                continue;
+            }
+            if !p.to_string_lossy().ends_with(suffix) {
                 continue;
             }
             let Ok(f) = std::fs::File::open(&p) else {
@@ -179,7 +190,7 @@ pub fn drop_page_cache(dir: &std::path::Path) -> std::io::Result<&'static str> {
             }
         }
     }
-    Ok("posix_fadvise(POSIX_FADV_DONTNEED) on every file of the store")
+    Ok(())
 }
 
 #[cfg(test)]

@@ -700,6 +700,7 @@ impl Shared {
             },
             pool: Some(&self.pool),
             reader: &self.reader,
+            page_bytes: self.vfs.page_bytes(),
             checkpoint,
         }
     }

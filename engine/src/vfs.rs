@@ -112,6 +112,14 @@ pub trait Vfs: Send + Sync + fmt::Debug {
     fn zero_ahead_helps(&self) -> bool {
         false
     }
+    /// The page size of the page cache: a buffered write that ends inside
+    /// a page the cache does not hold makes the kernel read that page from
+    /// the device first, so the writer of a recycled segment ends each
+    /// write on a page boundary (`commit/flusher.rs`, `end_marker_len`).
+    /// The default, 4096, is the common page size; the simulators use it.
+    fn page_bytes(&self) -> u64 {
+        4096
+    }
 }
 
 /// Read a whole (small) file: derived files such as checkpoints and
@@ -580,6 +588,9 @@ impl Vfs for OsVfs {
     }
     fn zero_ahead_helps(&self) -> bool {
         true
+    }
+    fn page_bytes(&self) -> u64 {
+        page_bytes()
     }
     fn is_dir(&self, path: &Path) -> bool {
         path.is_dir()

@@ -133,6 +133,58 @@ fn collected_files_become_segments_and_reopen_clean() {
     assert!(summary.clean_close, "{summary:?}");
 }
 
+/// In a recycled segment every write ends on a page boundary: the zeros
+/// after each batch (the end marker, FORMAT.md §6.2 rule 7) run on to the
+/// next multiple of 4 KiB, so that a buffered write never ends inside a
+/// page the page cache may not hold (a collected file's pages are usually
+/// cold, and such a write reads the page from the device first). Past that
+/// boundary the free file's stale bytes stay.
+#[test]
+fn writes_into_a_recycled_segment_end_on_a_page_boundary() {
+    const PAGE: usize = 4096;
+    let tmp = tempfile::tempdir().unwrap();
+    let (store, mut live) = store_with_free_files(tmp.path());
+    let before = store.stats();
+    // Into the first recycled segment.
+    while store.stats().segments_recycled == before.segments_recycled {
+        append_synced(&store, "live", live, 700);
+        live += 1;
+    }
+    let segment = store.durable_pos().segment();
+    let path = tmp.path().join(format!("{:010}.tseg", segment.0));
+    let mut checked = 0;
+    // Batches of several lengths, so their ends fall all over a page.
+    for len in [1usize, 33, 500, 4000, 4064, 4070, 9000, 123] {
+        append_synced(&store, "live", live, len);
+        live += 1;
+        let pos = store.durable_pos();
+        if pos.segment() != segment {
+            break;
+        }
+        let end = pos.offset() as usize;
+        let bytes = std::fs::read(&path).unwrap();
+        assert!(turnstone::frame::header_is_recycled(&bytes));
+        let to = (end + 32).next_multiple_of(PAGE).min(bytes.len());
+        assert!(
+            bytes[end..to].iter().all(|b| *b == 0),
+            "after a {len}-byte event the bytes {end}..{to} are zeros"
+        );
+        assert!(
+            bytes[to..].iter().any(|b| *b != 0),
+            "stale bytes lie past the page boundary {to}"
+        );
+        checked += 1;
+    }
+    assert!(
+        checked >= 6,
+        "{checked} batches landed in segment {segment:?}"
+    );
+    drop(store);
+    let store = Store::open_with(tmp.path(), opts()).unwrap();
+    assert!(store.recovery_report().problems.is_empty());
+    assert_eq!(store.session_len("live"), Some(live));
+}
+
 #[test]
 fn a_torn_batch_in_a_recycled_segment_is_repaired_and_writing_goes_on() {
     let tmp = tempfile::tempdir().unwrap();

@@ -77,6 +77,9 @@ pub(crate) struct FlusherEnv<'a> {
     pub pool: Option<&'a SegmentPool>,
     /// Readers learn of a new active segment here.
     pub reader: &'a SegmentReader,
+    /// The page cache's page size ([`Vfs::page_bytes`]): a recycled
+    /// segment's writes end on a multiple of it ([`end_marker_len`]).
+    pub page_bytes: u64,
     /// Writes an index checkpoint of what is durable (the layer above owns it).
     pub checkpoint: &'a dyn Fn() -> Result<()>,
 }
@@ -317,7 +320,12 @@ fn write_batch(
         segment: batch.segment,
     };
     batch.seal(&salt);
-    let marker = end_marker_len(w, batch);
+    let marker = end_marker_len(
+        w.recycled,
+        w.len,
+        batch.offset as u64 + batch.buf.len() as u64,
+        env.page_bytes,
+    );
     // The end marker of a recycled segment goes out in the batch's own
     // write: zeros appended to the sealed buffer for the call, then cut off.
     let data_len = batch.buf.len();
@@ -413,19 +421,33 @@ fn zero_extend(
     Ok(to.saturating_sub(end))
 }
 
-/// The end marker's length after a batch: in a recycled segment, the 32
-/// bytes after the batch in flight become zeros in the same write and
-/// fdatasync (FORMAT.md §6.2 rule 7), so whatever a power cut keeps of it,
-/// the bytes at the end of the last durable batch are an end of data or
-/// this one torn batch, never a stale one. None in a fresh segment (its
-/// space is zero already), nor when fewer than 32 bytes are left (that is
-/// an end of data already).
-fn end_marker_len(w: &WriterFile, batch: &PendingBatch) -> usize {
-    let end = batch.offset as u64 + batch.buf.len() as u64;
-    if !w.recycled || end + BATCH_HEADER_BYTES as u64 > w.len {
+/// The end marker's length after a batch: in a recycled segment, the bytes
+/// after the batch in flight become zeros in the same write and fdatasync
+/// (FORMAT.md §6.2 rule 7), at least 32 of them, so whatever a power cut
+/// keeps of it, the bytes at the end of the last durable batch are an end
+/// of data or this one torn batch, never a stale one. None in a fresh
+/// segment (its space is zero already), nor when fewer than 32 bytes are
+/// left (that is an end of data already).
+///
+/// The marker runs on to the next page boundary (`page`, the page cache's
+/// page size; the end of the file at the latest), so that the write ends
+/// on one. A recycled file's pages are often not cached (an online
+/// collection freed it long after it was written): a buffered write that
+/// ended inside such a page would make the kernel read the page from the
+/// device before copying the batch in, one synchronous read in every
+/// batch's write. The write's last page goes to the device whole at the
+/// fdatasync whatever it holds, so the zeros cost no device bytes; the
+/// next batch starts inside that page, now cached.
+///
+/// `recycled` and `len` are the segment's ([`WriterFile`]), `end` the
+/// offset just after the batch.
+fn end_marker_len(recycled: bool, len: u64, end: u64, page: u64) -> usize {
+    let min_end = end + BATCH_HEADER_BYTES as u64;
+    if !recycled || min_end > len {
         return 0;
     }
-    BATCH_HEADER_BYTES
+    let to = min_end.next_multiple_of(page.max(1)).min(len);
+    (to - end) as usize
 }
 
 /// A shared buffer of at least `len` zeros.
@@ -440,5 +462,30 @@ fn zero_buf(len: usize) -> std::sync::Arc<Vec<u8>> {
             *z = Some(b.clone());
             b
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::end_marker_len;
+
+    const SEG: u64 = 64 << 10;
+
+    #[test]
+    fn the_end_marker_runs_to_the_next_page_boundary() {
+        // Only in a recycled segment.
+        assert_eq!(end_marker_len(false, SEG, 100, 4096), 0);
+        // To the boundary after the batch's end ...
+        assert_eq!(end_marker_len(true, SEG, 100, 4096), 4096 - 100);
+        assert_eq!(end_marker_len(true, SEG, 4064, 4096), 32);
+        // ... but never fewer than 32 bytes: the one after.
+        assert_eq!(end_marker_len(true, SEG, 4072, 4096), 8192 - 4072);
+        assert_eq!(end_marker_len(true, SEG, 4096, 4096), 4096);
+        // Cut at the end of the file; none when 32 bytes do not fit.
+        assert_eq!(end_marker_len(true, SEG, SEG - 40, 4096), 40);
+        assert_eq!(end_marker_len(true, SEG, SEG - 32, 4096), 32);
+        assert_eq!(end_marker_len(true, SEG, SEG - 31, 4096), 0);
+        // Another page size.
+        assert_eq!(end_marker_len(true, SEG, 100, 16384), 16384 - 100);
     }
 }
