@@ -79,6 +79,12 @@ pub trait VfsFile: Send + Sync + fmt::Debug {
     /// nothing writes to while the map lives (sealed segments, or the active
     /// one during recovery under the store lock).
     fn map(&self) -> io::Result<MappedBytes>;
+    /// The file was renamed to `to` (by [`Vfs::rename`]) while this handle
+    /// is open. A file layer that opens the file again by name (for direct
+    /// I/O, say) must use the new name from now on: the old one may name
+    /// another file soon (a prepared segment file's name is given to the
+    /// next one, `log/pool.rs`). The default does nothing.
+    fn renamed(&self, _to: &Path) {}
 }
 
 /// A directory-scoped file system.
@@ -142,8 +148,10 @@ pub struct OsVfs;
 
 struct OsFile {
     file: File,
-    /// Where the file was opened, to open it again for direct I/O.
-    path: PathBuf,
+    /// Where the file is, to open it again for direct I/O or reads without
+    /// read-ahead: where it was opened, or where [`VfsFile::renamed`] says
+    /// it went.
+    path: parking_lot::Mutex<PathBuf>,
     /// The same file opened with `O_DIRECT` for [`VfsFile::read_sparse`],
     /// once it is needed; `Err` when the file system refuses direct I/O
     /// (then sparse reads go through the page cache, without read-ahead).
@@ -189,7 +197,7 @@ impl OsFile {
     fn new(file: File, path: &Path) -> OsFile {
         OsFile {
             file,
-            path: path.to_path_buf(),
+            path: parking_lot::Mutex::new(path.to_path_buf()),
             direct: std::sync::OnceLock::new(),
             random: std::sync::OnceLock::new(),
             live_map: parking_lot::RwLock::new(None),
@@ -244,7 +252,7 @@ impl OsFile {
         use std::os::unix::fs::FileExt;
         let random = self.random.get_or_init(|| {
             use std::os::fd::AsRawFd;
-            let f = File::open(&self.path).ok()?;
+            let f = File::open(&*self.path.lock()).ok()?;
             // SAFETY: the descriptor is open for the call; the advice only
             // changes how the kernel reads ahead for this descriptor.
             let rc = unsafe { libc::posix_fadvise(f.as_raw_fd(), 0, 0, libc::POSIX_FADV_RANDOM) };
@@ -273,7 +281,7 @@ impl OsFile {
                 OpenOptions::new()
                     .read(true)
                     .custom_flags(libc::O_DIRECT)
-                    .open(&self.path)
+                    .open(&*self.path.lock())
                     .map(|file| Direct {
                         file,
                         align: std::sync::atomic::AtomicUsize::new(DIRECT_ALIGNS[0]),
@@ -457,6 +465,9 @@ impl VfsFile for OsFile {
     }
     fn sync_data(&self) -> io::Result<()> {
         self.file.sync_data()
+    }
+    fn renamed(&self, to: &Path) {
+        *self.path.lock() = to.to_path_buf();
     }
     fn len(&self) -> io::Result<u64> {
         Ok(self.file.metadata()?.len())
@@ -675,6 +686,32 @@ mod tests {
         evict_cached(&path).unwrap();
         assert_eq!(f.read_sparse(&mut buf, 8).unwrap(), 4);
         assert_eq!(&buf, &data[8..12]);
+    }
+
+    /// A handle told of its file's rename reads that file, not whatever
+    /// takes the old name: reads that open the file again by name (sparse
+    /// reads of uncached bytes) once read the next prepared segment file,
+    /// which takes the name a segment was made from.
+    #[test]
+    fn a_renamed_file_is_read_under_its_new_name() {
+        let dir = tempfile::tempdir().unwrap();
+        let (old, new) = (dir.path().join("old"), dir.path().join("new"));
+        let data: Vec<u8> = (0..65_536u32).map(|i| (i % 251) as u8 + 1).collect();
+        std::fs::write(&old, &data).unwrap();
+        let f = OsVfs.open(&old, false).unwrap();
+        OsVfs.rename(&old, &new).unwrap();
+        f.renamed(&new);
+        // Another file under the old name, as the next prepared file.
+        std::fs::write(&old, vec![0u8; data.len()]).unwrap();
+        evict_cached(&new).unwrap();
+        // A few bytes in a page (direct I/O), then bytes that fill most of
+        // their pages (the descriptor without read-ahead): both open the
+        // file again by name.
+        for (off, len) in [(4096 + 10, 16usize), (20_000, 8000)] {
+            let mut buf = vec![0u8; len];
+            assert_eq!(f.read_sparse(&mut buf, off as u64).unwrap(), len);
+            assert_eq!(&buf[..], &data[off..off + len], "at {off}");
+        }
     }
 
     #[test]

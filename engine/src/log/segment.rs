@@ -238,6 +238,10 @@ fn recycle(
         .map_err(|e| CreateError::Fatal(Error::io("fsync recycled segment", free, e)))?;
     vfs.rename(free, path)
         .map_err(|e| retryable(Error::io("rename free file to a segment", free, e)))?;
+    // The handle outlives the free name, which the next prepared file
+    // takes (`log/pool.rs`): reads that open the file again must find this
+    // one.
+    file.renamed(path);
     vfs.sync_dir(dir)
         .map_err(|e| CreateError::Fatal(Error::io("fsync directory", dir, e)))?;
     Ok(NewSegment {
