@@ -85,6 +85,30 @@ pub trait VfsFile: Send + Sync + fmt::Debug {
     /// another file soon (a prepared segment file's name is given to the
     /// next one, `log/pool.rs`). The default does nothing.
     fn renamed(&self, _to: &Path) {}
+    /// Write `len` zero bytes at `offset`: the zeros of a prepared segment
+    /// file (`log/pool.rs`), which nothing reads before they are durable.
+    /// The real file system writes them with direct I/O where it can (an
+    /// `offset` and `len` aligned to 4096, a file system that accepts
+    /// `O_DIRECT`): no copy into the page cache, no write-back of its
+    /// pages, and the cache keeps what readers use instead of 64 MiB of
+    /// zeros. The default writes a buffer of zeros.
+    fn write_zeros(&self, offset: u64, len: usize) -> io::Result<()> {
+        self.write_all_at(&zeros(len)[..len], offset)
+    }
+}
+
+/// At least `len` zero bytes, shared (the buffer only grows).
+pub(crate) fn zeros(len: usize) -> Arc<Vec<u8>> {
+    static ZEROS: parking_lot::Mutex<Option<Arc<Vec<u8>>>> = parking_lot::Mutex::new(None);
+    let mut z = ZEROS.lock();
+    match &*z {
+        Some(b) if b.len() >= len => b.clone(),
+        _ => {
+            let b = Arc::new(vec![0u8; len]);
+            *z = Some(b.clone());
+            b
+        }
+    }
 }
 
 /// A directory-scoped file system.
@@ -163,6 +187,13 @@ struct OsFile {
     /// Read-only map for [`VfsFile::read_stable`], made on first use and
     /// remade when a read reaches past it (the file grew).
     live_map: parking_lot::RwLock<Option<memmap2::MmapRaw>>,
+    /// The same file opened for writing with `O_DIRECT`, for
+    /// [`VfsFile::write_zeros`], once it is needed; `None` when the file
+    /// system refuses it (then the zeros go through the page cache).
+    direct_write: std::sync::OnceLock<Option<File>>,
+    /// A direct write of zeros was refused (EINVAL: an alignment the device
+    /// does not take): the zeros go through the page cache from then on.
+    direct_write_refused: std::sync::atomic::AtomicBool,
 }
 
 /// A file descriptor opened with `O_DIRECT`, and the alignment its reads
@@ -193,6 +224,11 @@ fn page_bytes() -> u64 {
 /// block size, then the common page and file-system block size.
 const DIRECT_ALIGNS: [usize; 2] = [512, 4096];
 
+/// Offset, length and address alignment of [`VfsFile::write_zeros`]'s
+/// direct writes: the common page and file-system block size, a multiple
+/// of every logical block size in use.
+const DIRECT_WRITE_ALIGN: usize = 4096;
+
 impl OsFile {
     fn new(file: File, path: &Path) -> OsFile {
         OsFile {
@@ -201,6 +237,8 @@ impl OsFile {
             direct: std::sync::OnceLock::new(),
             random: std::sync::OnceLock::new(),
             live_map: parking_lot::RwLock::new(None),
+            direct_write: std::sync::OnceLock::new(),
+            direct_write_refused: std::sync::atomic::AtomicBool::new(false),
         }
     }
 }
@@ -356,6 +394,48 @@ impl OsFile {
         }
     }
 
+    /// Write `len` zeros at `offset` with direct I/O; `None` (nothing
+    /// written) if they are not aligned to [`DIRECT_WRITE_ALIGN`] or the
+    /// file system refuses direct writes.
+    fn write_zeros_direct(&self, offset: u64, len: usize) -> Option<io::Result<()>> {
+        use std::os::unix::fs::{FileExt, OpenOptionsExt};
+        use std::sync::atomic::Ordering;
+        let align = DIRECT_WRITE_ALIGN;
+        if !offset.is_multiple_of(align as u64)
+            || !len.is_multiple_of(align)
+            || len == 0
+            || self.direct_write_refused.load(Ordering::Relaxed)
+        {
+            return None;
+        }
+        let f = self
+            .direct_write
+            .get_or_init(|| {
+                OpenOptions::new()
+                    .write(true)
+                    .custom_flags(libc::O_DIRECT)
+                    .open(&*self.path.lock())
+                    .ok()
+            })
+            .as_ref()?;
+        // An aligned window of a shared zero buffer: a direct write reads
+        // its memory from an aligned address.
+        let buf = zeros(len + align);
+        let skew = buf.as_ptr().align_offset(align);
+        if skew > align {
+            return None;
+        }
+        match f.write_all_at(&buf[skew..skew + len], offset) {
+            // Refused (the device wants another alignment, say): through
+            // the page cache instead, this time and from now on.
+            Err(e) if e.raw_os_error() == Some(libc::EINVAL) => {
+                self.direct_write_refused.store(true, Ordering::Relaxed);
+                None
+            }
+            r => Some(r),
+        }
+    }
+
     /// Make sure the live map covers `..end` (remapping if the file grew).
     /// `false`: the file ends before `end`.
     fn map_to(&self, end: u64) -> io::Result<bool> {
@@ -468,6 +548,12 @@ impl VfsFile for OsFile {
     }
     fn renamed(&self, to: &Path) {
         *self.path.lock() = to.to_path_buf();
+    }
+    fn write_zeros(&self, offset: u64, len: usize) -> io::Result<()> {
+        match self.write_zeros_direct(offset, len) {
+            Some(r) => r,
+            None => self.write_all_at(&zeros(len)[..len], offset),
+        }
     }
     fn len(&self) -> io::Result<u64> {
         Ok(self.file.metadata()?.len())
@@ -686,6 +772,55 @@ mod tests {
         evict_cached(&path).unwrap();
         assert_eq!(f.read_sparse(&mut buf, 8).unwrap(), 4);
         assert_eq!(&buf, &data[8..12]);
+    }
+
+    /// `write_zeros` zeros exactly the bytes asked for; aligned zeros go
+    /// around the page cache when the file system takes direct writes (the
+    /// pages are not cached afterwards, as they are after a buffered
+    /// write), unaligned ones through it.
+    #[test]
+    fn write_zeros_zeros_the_range_and_aligned_zeros_skip_the_page_cache() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("f");
+        let len = 64 * 1024;
+        std::fs::write(&path, vec![0xAAu8; len]).unwrap();
+        File::open(&path).unwrap().sync_all().unwrap();
+        evict_cached(&path).unwrap();
+        let f = OsFile::new(
+            OpenOptions::new()
+                .read(true)
+                .write(true)
+                .open(&path)
+                .unwrap(),
+            &path,
+        );
+        f.write_zeros(8192, 16384).unwrap();
+        f.write_zeros(100, 50).unwrap();
+        f.sync_data().unwrap();
+        let direct = f.direct_write.get().is_some_and(|d| d.is_some());
+        let bytes = std::fs::read(&path).unwrap();
+        for (i, b) in bytes.iter().enumerate() {
+            let zero = (8192..8192 + 16384).contains(&i) || (100..150).contains(&i);
+            assert_eq!(*b == 0, zero, "byte {i}");
+        }
+        // Whether the file system takes direct writes at all: then the
+        // aligned zeros must have used them.
+        let takes_direct = {
+            use std::os::unix::fs::OpenOptionsExt;
+            OpenOptions::new()
+                .write(true)
+                .custom_flags(libc::O_DIRECT)
+                .open(&path)
+                .is_ok()
+        };
+        assert_eq!(direct, takes_direct);
+        if direct {
+            evict_cached(&path).unwrap();
+            f.write_zeros(32768, 8192).unwrap();
+            assert!(!f.is_cached(32768, 8192), "direct zeros are not cached");
+            f.write_all_at(&[0u8; 8192], 32768).unwrap();
+            assert!(f.is_cached(32768, 8192), "buffered bytes are cached");
+        }
     }
 
     /// A handle told of its file's rename reads that file, not whatever

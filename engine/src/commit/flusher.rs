@@ -412,7 +412,7 @@ fn zero_extend(
     }
     let to = (end.div_ceil(step) * step).min(w.len);
     if to > end {
-        let zeros = zero_buf(step as usize);
+        let zeros = crate::vfs::zeros(step as usize);
         w.file
             .write_all_at(&zeros[..(to - end) as usize], end)
             .map_err(|e| FlushError::Write(format!("{}: {e}", w.path.display())))?;
@@ -448,21 +448,6 @@ fn end_marker_len(recycled: bool, len: u64, end: u64, page: u64) -> usize {
     }
     let to = min_end.next_multiple_of(page.max(1)).min(len);
     (to - end) as usize
-}
-
-/// A shared buffer of at least `len` zeros.
-fn zero_buf(len: usize) -> std::sync::Arc<Vec<u8>> {
-    static ZEROS: parking_lot::Mutex<Option<std::sync::Arc<Vec<u8>>>> =
-        parking_lot::Mutex::new(None);
-    let mut z = ZEROS.lock();
-    match &*z {
-        Some(b) if b.len() >= len => b.clone(),
-        _ => {
-            let b = std::sync::Arc::new(vec![0u8; len]);
-            *z = Some(b.clone());
-            b
-        }
-    }
 }
 
 #[cfg(test)]

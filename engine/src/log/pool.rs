@@ -310,7 +310,6 @@ impl SegmentPool {
         }
         let file = vfs.create_new(&tmp)?;
         file.allocate(self.file_len)?;
-        let zeros = vec![0u8; PREPARE_CHUNK];
         let mut at = 0u64;
         while at < self.file_len {
             if self.stop.load(Ordering::SeqCst) {
@@ -319,7 +318,7 @@ impl SegmentPool {
                 return Ok(None);
             }
             let n = (self.file_len - at).min(PREPARE_CHUNK as u64) as usize;
-            file.write_all_at(&zeros[..n], at)?;
+            file.write_zeros(at, n)?;
             at += n as u64;
             if at.is_multiple_of(PREPARE_SYNC_BYTES) && at < self.file_len {
                 file.sync_data()?;
