@@ -52,9 +52,11 @@ export class Store {
   /**
    * `segmentBytes` (size of a segment file, default 64 MiB) and `recycleSegments` (segment files
    * that `collect` frees kept and made into new segments, costing up to that many segment files of
-   * disk beyond the live data; default 0: off) are for a store directory only.
+   * disk beyond the live data; default 0: off) and `prepareSegments` (a background thread writes the
+   * next segment's file of zeros ahead of need while batches are small; default true) are for a
+   * store directory only.
    */
-  constructor(path: string, options?: { readOnly?: boolean; plugins?: Record<string, boolean>; owner?: string; leaseTtlMs?: number; segmentBytes?: number; recycleSegments?: number })
+  constructor(path: string, options?: { readOnly?: boolean; plugins?: Record<string, boolean>; owner?: string; leaseTtlMs?: number; segmentBytes?: number; recycleSegments?: number; prepareSegments?: boolean })
   readonly backend: 'embedded' | 'postgres'
   createSession(id: string): Session
   openSession(id: string): Promise<Session>

@@ -90,12 +90,18 @@ class Store {
    * size of its segment files (default 64 MiB), and `recycleSegments`, how
    * many segment files that `collect` frees are kept and made into new
    * segments instead of new files (up to that many segment files of disk
-   * beyond the live data; 0, the default: freed files are removed).
+   * beyond the live data; 0, the default: freed files are removed), and
+   * `prepareSegments`, whether a background thread writes the next segment's
+   * file of zeros ahead of need while batches are small (default true).
    */
-  constructor(path, { readOnly = false, plugins, owner, leaseTtlMs, segmentBytes, recycleSegments } = {}) {
+  constructor(path, { readOnly = false, plugins, owner, leaseTtlMs, segmentBytes, recycleSegments, prepareSegments } = {}) {
     // plugins: the harness's own event kinds, {name: ignorable}.
+    if (prepareSegments != null && typeof prepareSegments !== 'boolean') {
+      throw new TurnstoneError('invalid_argument', `prepareSegments must be true or false, not ${typeof prepareSegments}`)
+    }
     this._n = call(() => new native.NativeStore(String(path), readOnly, plugins ? JSON.stringify(plugins) : null,
-      owner ?? null, leaseTtlMs ?? null, segmentBytes ?? null, recycleSegments ?? null))
+      owner ?? null, leaseTtlMs ?? null, segmentBytes ?? null, recycleSegments ?? null,
+      prepareSegments ?? null))
   }
   /** 'embedded' (a store directory) or 'postgres'. */
   get backend() {

@@ -66,6 +66,12 @@ pub struct ServeArgs {
     /// of disk beyond the live data. 0: off.
     #[arg(long, default_value_t = 0)]
     pub recycle_segments: usize,
+    /// Do not write the next segment's file of zeros ahead of need
+    /// (`Options::prepare_segments`, on by default: a background thread
+    /// does it while batches are small, for one segment file of disk
+    /// beyond the log).
+    #[arg(long)]
+    pub no_prepare_segments: bool,
 }
 
 impl ServeArgs {
@@ -94,6 +100,7 @@ impl ServeArgs {
         o.cors_origin = self.cors_origin.clone();
         o.access_log = self.access_log;
         o.store.recycle_segments = self.recycle_segments;
+        o.store.prepare_segments = !self.no_prepare_segments;
         o.gc = (self.gc_interval_ms > 0).then(|| turnstone::session::gc::BackgroundOptions {
             interval: Duration::from_millis(self.gc_interval_ms),
             collect: turnstone::gc::CollectOptions {
@@ -127,5 +134,13 @@ mod tests {
         assert_eq!(cli.serve.options().store.recycle_segments, 6);
         let cli = Cli::parse_from(["serve", "/tmp/x"]);
         assert_eq!(cli.serve.options().store.recycle_segments, 0);
+    }
+
+    #[test]
+    fn no_prepare_segments_reaches_the_store_options() {
+        let cli = Cli::parse_from(["serve", "/tmp/x", "--no-prepare-segments"]);
+        assert!(!cli.serve.options().store.prepare_segments);
+        let cli = Cli::parse_from(["serve", "/tmp/x"]);
+        assert!(cli.serve.options().store.prepare_segments);
     }
 }

@@ -135,8 +135,9 @@ impl NativeStore {
     /// only: `segment_bytes`, the size of its segment files (default 64
     /// MiB), and `recycle_segments`, how many segment files an online
     /// collection frees are kept and made into new segments (default 0:
-    /// freed files are removed); given with a database URL, they are
-    /// refused.
+    /// freed files are removed), and `prepare_segments`, whether a
+    /// background thread writes the next segment's file of zeros ahead of
+    /// need (default on); given with a database URL, they are refused.
     #[napi(constructor, catch_unwind)]
     pub fn new(
         path: String,
@@ -146,6 +147,7 @@ impl NativeStore {
         lease_ttl_ms: Option<u32>,
         segment_bytes: Option<f64>,
         recycle_segments: Option<f64>,
+        prepare_segments: Option<bool>,
     ) -> napi::Result<Self> {
         let segment_bytes = segment_bytes
             .map(|v| whole("segmentBytes", v, u32::MAX as u64).map(|v| v as u32))
@@ -167,9 +169,12 @@ impl NativeStore {
         }
         let registry = Arc::new(registry);
         if is_url(&path) {
-            if segment_bytes.is_some() || recycle_segments.is_some_and(|n| n != 0) {
+            if segment_bytes.is_some()
+                || recycle_segments.is_some_and(|n| n != 0)
+                || prepare_segments.is_some()
+            {
                 return Err(usage(
-                    "segmentBytes and recycleSegments are options of a store directory, not of a database",
+                    "segmentBytes, recycleSegments and prepareSegments are options of a store directory, not of a database",
                 ));
             }
             // A database: sessions opened for writing are leased by `owner`.
@@ -193,6 +198,7 @@ impl NativeStore {
                 read_only: read_only.unwrap_or(false),
                 segment_bytes: segment_bytes.unwrap_or(defaults.segment_bytes),
                 recycle_segments: recycle_segments.unwrap_or(defaults.recycle_segments),
+                prepare_segments: prepare_segments.unwrap_or(defaults.prepare_segments),
                 ..defaults
             },
         )

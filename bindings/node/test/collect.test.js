@@ -147,6 +147,30 @@ test('collect dryRun reports and changes nothing', async () => {
   await st.close()
 })
 
+test('prepareSegments turns the preparer on and off', async () => {
+  const off = tmp()
+  let st = new Store(off, { segmentBytes: SEGMENT, prepareSegments: false })
+  await fill(st, ['s0', 's1', 's2', 's3'])
+  assert.ok(segments(off).files.length > 2, 'several segments')
+  await new Promise((r) => setTimeout(r, 300))
+  assert.ok(!fs.readdirSync(off).some((f) => f.startsWith(PREPARED)), fs.readdirSync(off).join(' '))
+  st.close()
+  const on = tmp()
+  st = new Store(on, { segmentBytes: SEGMENT })
+  await fill(st, ['s0', 's1', 's2', 's3'])
+  // The writer asked at its rolls; the thread writes the file soon.
+  const deadline = Date.now() + 10000
+  while (!fs.existsSync(path.join(on, PREPARED))) {
+    assert.ok(Date.now() < deadline, fs.readdirSync(on).join(' '))
+    await new Promise((r) => setTimeout(r, 20))
+  }
+  assert.equal(fs.statSync(path.join(on, PREPARED)).size, SEGMENT)
+  st.close()
+  const [kind, message] = kindOf(() => new Store(tmp(), { prepareSegments: 'no' }))
+  assert.equal(kind, 'invalid_argument')
+  assert.match(message, /prepareSegments must be true or false/)
+})
+
 test('bad collection options are refused with typed errors', async () => {
   let [kind, message] = kindOf(() => new Store(tmp(), { segmentBytes: 100 }))
   assert.equal(kind, 'invalid_argument')
@@ -161,7 +185,7 @@ test('bad collection options are refused with typed errors', async () => {
   assert.match(message, /recycleSegments must be a whole number/)
   // A database takes neither (refused before any connection is tried;
   // recycleSegments: 0, off, is what a database has anyway).
-  for (const opt of [{ recycleSegments: 2 }, { segmentBytes: SEGMENT }]) {
+  for (const opt of [{ recycleSegments: 2 }, { segmentBytes: SEGMENT }, { prepareSegments: false }]) {
     ;[kind, message] = kindOf(() => new Store('postgres://127.0.0.1:1/none', opt))
     assert.equal(kind, 'invalid_argument')
     assert.match(message, /not of a database/)

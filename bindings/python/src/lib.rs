@@ -173,7 +173,7 @@ impl NativeStore {
 #[pymethods]
 impl NativeStore {
     #[new]
-    #[pyo3(signature = (path, read_only = false, plugins = None, owner = None, lease_ttl_ms = None, segment_bytes = None, recycle_segments = 0))]
+    #[pyo3(signature = (path, read_only = false, plugins = None, owner = None, lease_ttl_ms = None, segment_bytes = None, recycle_segments = 0, prepare_segments = None))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
@@ -184,12 +184,13 @@ impl NativeStore {
         lease_ttl_ms: Option<u64>,
         segment_bytes: Option<u32>,
         recycle_segments: usize,
+        prepare_segments: Option<bool>,
     ) -> PyResult<Self> {
         let registry = Arc::new(registry_from(plugins)?);
         if is_url(&path) {
-            if segment_bytes.is_some() || recycle_segments != 0 {
+            if segment_bytes.is_some() || recycle_segments != 0 || prepare_segments.is_some() {
                 return Err(usage(
-                    "segment_bytes and recycle_segments are options of a store directory, not of a database",
+                    "segment_bytes, recycle_segments and prepare_segments are options of a store directory, not of a database",
                 ));
             }
             // A database: sessions are leased by `owner` (this process by
@@ -218,6 +219,7 @@ impl NativeStore {
                         read_only,
                         segment_bytes: segment_bytes.unwrap_or(defaults.segment_bytes),
                         recycle_segments,
+                        prepare_segments: prepare_segments.unwrap_or(defaults.prepare_segments),
                         ..defaults
                     },
                 )

@@ -122,6 +122,27 @@ def test_without_recycling_collected_files_are_removed(tmp_path):
     st.close()
 
 
+def test_prepare_segments_turns_the_preparer_on_and_off(tmp_path):
+    import time
+
+    off = str(tmp_path / "off")
+    with Store(off, segment_bytes=SEGMENT, prepare_segments=False) as st:
+        fill(st, [f"s{i}" for i in range(4)])
+        assert len(segment_files(off)[0]) > 2
+        time.sleep(0.3)
+        assert not os.path.exists(os.path.join(off, PREPARED))
+        assert not os.path.exists(os.path.join(off, PREPARED + ".tmp"))
+    on = str(tmp_path / "on")
+    with Store(on, segment_bytes=SEGMENT) as st:
+        fill(st, [f"s{i}" for i in range(4)])
+        # The writer asked at its rolls; the thread writes the file soon.
+        deadline = time.monotonic() + 10
+        while not os.path.exists(os.path.join(on, PREPARED)):
+            assert time.monotonic() < deadline, os.listdir(on)
+            time.sleep(0.02)
+        assert os.path.getsize(os.path.join(on, PREPARED)) == SEGMENT
+
+
 def test_bad_options_are_refused(tmp_path):
     with pytest.raises(TurnstoneError) as e:
         Store(str(tmp_path / "a"), segment_bytes=100)
@@ -133,4 +154,7 @@ def test_bad_options_are_refused(tmp_path):
             assert error_kind(e.value) == "invalid_argument"
     with pytest.raises(TurnstoneError) as e:
         Store("postgres://127.0.0.1:1/none", recycle_segments=2)
+    assert error_kind(e.value) == "invalid_argument"
+    with pytest.raises(TurnstoneError) as e:
+        Store("postgres://127.0.0.1:1/none", prepare_segments=False)
     assert error_kind(e.value) == "invalid_argument"

@@ -71,7 +71,8 @@ class Store:
     def __init__(self, path: str, *, read_only: bool = False,
                  plugins: Optional[dict] = None, owner: Optional[str] = None,
                  lease_ttl_ms: Optional[int] = None, segment_bytes: Optional[int] = None,
-                 recycle_segments: int = 0) -> None:
+                 recycle_segments: int = 0,
+                 prepare_segments: Optional[bool] = None) -> None:
         """``plugins``: the harness's own event kinds, ``{"name": ignorable}``
         (an ignorable kind is skipped by processes that do not know it).
         ``owner``: on a database, the name this process's leases carry
@@ -83,10 +84,14 @@ class Store:
         :meth:`collect` frees are kept and made into new segments instead of
         new files (fewer bytes written to the device and cheaper syncs, for
         up to that many segment files of disk beyond the live data; 0, the
-        default: freed files are removed)."""
+        default: freed files are removed); ``prepare_segments``, whether a
+        background thread writes the next segment's file of zeros ahead of
+        need while batches are small (so that syncs flush data without a
+        file-system journal commit; one segment file of disk beyond the log;
+        default on, ``False`` turns it off)."""
         self._native = NativeStore(
             str(path), read_only, None if plugins is None else json.dumps(plugins), owner,
-            lease_ttl_ms, segment_bytes, recycle_segments,
+            lease_ttl_ms, segment_bytes, recycle_segments, prepare_segments,
         )
 
     @property
