@@ -154,6 +154,16 @@ impl Store {
         s
     }
 
+    /// Why the thread that writes segment files ahead of need
+    /// ([`Options::prepare_segments`]) last failed, if it failed since
+    /// open: the step and the file, as in `"fdatasync a prepared file:
+    /// /data/store/0000000000.tseg.free.tmp: …"`. A failure costs no data
+    /// (the writer then creates its next segment as without the option);
+    /// [`Stats::prepare_errors`] counts them.
+    pub fn last_prepare_error(&self) -> Option<String> {
+        self.shared.pool.last_prepare_error()
+    }
+
     /// End of the durable log: every frame before it survives any crash.
     pub fn durable_pos(&self) -> LogPos {
         self.shared.commit.durable()

@@ -231,3 +231,35 @@ fn large_batches_do_not_ask_for_prepared_files() {
         200_000,
     );
 }
+
+/// A failed preparation is counted and explained (the step and the file),
+/// and costs nothing else: the writer creates its next segment itself.
+/// Here a directory sits under the temporary name, so the preparer cannot
+/// remove it.
+#[test]
+fn a_failed_preparation_is_counted_and_explained() {
+    let tmp = tempfile::tempdir().unwrap();
+    let store = Store::open_with(tmp.path(), opts()).unwrap();
+    assert_eq!(store.last_prepare_error(), None);
+    std::fs::create_dir(tmp.path().join(PREPARED_TMP)).unwrap();
+    // Past a quarter of the first segment (the writer asks), then rolls.
+    append(&store, "s", 0, 300, 1000);
+    let start = Instant::now();
+    while store.stats().prepare_errors == 0 {
+        assert!(start.elapsed() < Duration::from_secs(10), "no failure seen");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let err = store.last_prepare_error().expect("a message");
+    assert!(err.contains("remove an unfinished prepared file"), "{err}");
+    assert!(err.contains(PREPARED_TMP), "{err}");
+    assert_eq!(store.stats().prepared_files, 0);
+    assert!(
+        store.durable_pos().segment().0 > 1,
+        "the writer rolled anyway"
+    );
+    check(&store, "s", 300, 1000);
+    drop(store);
+    std::fs::remove_dir(tmp.path().join(PREPARED_TMP)).unwrap();
+    let store = Store::open_with(tmp.path(), opts()).unwrap();
+    check(&store, "s", 300, 1000);
+}

@@ -92,6 +92,8 @@ pub(crate) struct SegmentPool {
     prepared_bytes: AtomicU64,
     /// Preparations that failed (the writer creates fresh segments instead).
     prepare_errors: AtomicU64,
+    /// The most recent failure's message (what, and which file).
+    last_prepare_error: Mutex<Option<String>>,
 }
 
 /// The preparer's slot: one prepared file at most.
@@ -131,6 +133,7 @@ impl SegmentPool {
             prepared_files: AtomicU64::new(0),
             prepared_bytes: AtomicU64::new(0),
             prepare_errors: AtomicU64::new(0),
+            last_prepare_error: Mutex::new(None),
         }
     }
 
@@ -254,6 +257,11 @@ impl SegmentPool {
         }
     }
 
+    /// The message of the preparer's most recent failure, if any.
+    pub fn last_prepare_error(&self) -> Option<String> {
+        self.last_prepare_error.lock().clone()
+    }
+
     /// End [`SegmentPool::run_preparer`] (at close, before the directory
     /// lock is released): it stops at its next piece and removes what it
     /// had not finished.
@@ -291,8 +299,9 @@ impl SegmentPool {
                     self.prepared.lock().file = Some(path);
                 }
                 Ok(None) => return,
-                Err(_) => {
+                Err(e) => {
                     self.prepare_errors.fetch_add(1, Ordering::Relaxed);
+                    *self.last_prepare_error.lock() = Some(e.to_string());
                     let _ = vfs.remove(&prepare_tmp_path(dir));
                 }
             }
@@ -303,31 +312,45 @@ impl SegmentPool {
     /// fdatasync every [`PREPARE_SYNC_BYTES`] and at the end, rename, fsync
     /// the directory. `None`: stopped by a close (the
     /// temporary file is removed).
-    fn prepare_one(&self, vfs: &dyn Vfs, dir: &Path) -> std::io::Result<Option<PathBuf>> {
+    fn prepare_one(&self, vfs: &dyn Vfs, dir: &Path) -> Result<Option<PathBuf>> {
         let tmp = prepare_tmp_path(dir);
+        let at_tmp = |what: &'static str| {
+            let tmp = &tmp;
+            move |e| Error::io(what, tmp, e)
+        };
         if vfs.exists(&tmp) {
-            vfs.remove(&tmp)?;
+            vfs.remove(&tmp)
+                .map_err(at_tmp("remove an unfinished prepared file"))?;
         }
-        let file = vfs.create_new(&tmp)?;
-        file.allocate(self.file_len)?;
+        let file = vfs
+            .create_new(&tmp)
+            .map_err(at_tmp("create a prepared file"))?;
+        file.allocate(self.file_len)
+            .map_err(at_tmp("allocate a prepared file"))?;
         let mut at = 0u64;
         while at < self.file_len {
             if self.stop.load(Ordering::SeqCst) {
                 drop(file);
-                vfs.remove(&tmp)?;
+                vfs.remove(&tmp)
+                    .map_err(at_tmp("remove an unfinished prepared file"))?;
                 return Ok(None);
             }
             let n = (self.file_len - at).min(PREPARE_CHUNK as u64) as usize;
-            file.write_zeros(at, n)?;
+            file.write_zeros(at, n)
+                .map_err(at_tmp("write zeros of a prepared file"))?;
             at += n as u64;
             if at.is_multiple_of(PREPARE_SYNC_BYTES) && at < self.file_len {
-                file.sync_data()?;
+                file.sync_data()
+                    .map_err(at_tmp("fdatasync a prepared file"))?;
             }
         }
-        file.sync_data()?;
+        file.sync_data()
+            .map_err(at_tmp("fdatasync a prepared file"))?;
         let to = free_path(dir, PREPARED_ID);
-        vfs.rename(&tmp, &to)?;
-        vfs.sync_dir(dir)?;
+        vfs.rename(&tmp, &to)
+            .map_err(at_tmp("rename a prepared file to its free name"))?;
+        vfs.sync_dir(dir)
+            .map_err(|e| Error::io("fsync the directory of a prepared file", dir, e))?;
         Ok(Some(to))
     }
 
