@@ -156,8 +156,9 @@ impl Store {
 
     /// Why the thread that writes segment files ahead of need
     /// ([`Options::prepare_segments`]) last failed, if it failed since
-    /// open: the step and the file, as in `"fdatasync a prepared file:
-    /// /data/store/0000000000.tseg.free.tmp: …"`. A failure costs no data
+    /// open: the step and the file, as in `"I/O error during fdatasync a
+    /// prepared file on /data/store/0000000000.tseg.free.tmp: …"`. A
+    /// failure costs no data
     /// (the writer then creates its next segment as without the option);
     /// [`Stats::prepare_errors`] counts them.
     pub fn last_prepare_error(&self) -> Option<String> {
