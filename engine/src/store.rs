@@ -158,9 +158,8 @@ impl Store {
     /// ([`Options::prepare_segments`]) last failed, if it failed since
     /// open: the step and the file, as in `"I/O error during fdatasync a
     /// prepared file on /data/store/0000000000.tseg.free.tmp: …"`. A
-    /// failure costs no data
-    /// (the writer then creates its next segment as without the option);
-    /// [`Stats::prepare_errors`] counts them.
+    /// failure costs no data (the writer then creates its next segment as
+    /// without the option); [`Stats::prepare_errors`] counts them.
     pub fn last_prepare_error(&self) -> Option<String> {
         self.shared.pool.last_prepare_error()
     }
