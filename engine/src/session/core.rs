@@ -460,9 +460,21 @@ impl Session {
                 let op = ev
                     .surface
                     .ok_or_else(|| self.bad(ev.seq, "surface event without op"))?;
+                let removed = match op {
+                    SurfaceOp::Replace { start, end } => self
+                        .surface
+                        .nodes
+                        .get(start as usize..end as usize)
+                        .map(<[u64]>::to_vec),
+                    SurfaceOp::Append => None,
+                };
                 self.surface
                     .apply(ev.seq, op)
                     .map_err(|e| self.bad(ev.seq, e.to_string()))?;
+                if let Some(removed) = removed {
+                    self.messages
+                        .replaced(&removed, self.surface.replace_generation);
+                }
                 let msg = match kind {
                     CoreKind::UserMessage => {
                         let d: UserMessage = if let Some(event::Parsed::User(d)) = pre {
@@ -1492,5 +1504,50 @@ impl Session {
             .append_encoded(items)?
             .last()
             .expect("at least one event"))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::session::{ContentBlock, UserMessage};
+
+    /// A session that appends without ever deriving its messages holds the
+    /// messages of its surface only: a compaction drops the messages it
+    /// replaced there and then (before, they stayed until the next derive,
+    /// and the fleet, which never derives, grew with its log).
+    #[test]
+    fn a_replace_drops_the_messages_it_took_off_the_surface() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Arc::new(Store::open(dir.path()).unwrap());
+        let mut s = Session::create(store.clone(), "s", Arc::new(Registry::new())).unwrap();
+        for round in 0..20u64 {
+            for i in 0..10 {
+                s.append(
+                    UserMessage {
+                        content: vec![ContentBlock::text(format!("round {round} message {i}"))],
+                    },
+                    SurfaceOp::Append,
+                )
+                .unwrap();
+            }
+            // Keep the last 5 nodes; the rest becomes one summary.
+            let end = s.surface().len() as u64 - 5;
+            s.compact(&format!("c{round}"), 0, end, &format!("summary {round}"))
+                .unwrap();
+            assert_eq!(s.surface().len(), 6);
+            assert_eq!(s.messages.held(), s.surface().len(), "round {round}");
+        }
+        // What the session derives is what a fresh open of the log derives.
+        let derived: Vec<Message> = s.derive_messages().iter().map(|m| (**m).clone()).collect();
+        drop(s);
+        let mut reopened = Session::open(store, "s", Arc::new(Registry::new())).unwrap();
+        let again: Vec<Message> = reopened
+            .derive_messages()
+            .iter()
+            .map(|m| (**m).clone())
+            .collect();
+        assert_eq!(derived.len(), 6);
+        assert_eq!(derived, again);
     }
 }

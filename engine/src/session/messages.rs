@@ -148,6 +148,30 @@ impl MessageCache {
         self.node_msgs.get(&seq).and_then(|m| m.as_ref())
     }
 
+    /// Nodes `removed` left the surface in the replace that made surface
+    /// generation `generation`: their messages are dropped now rather than
+    /// at the next [`MessageCache::derive`], so a session that appends
+    /// without deriving (a recorder, the fleet) holds only the messages of
+    /// its surface, however long its log.
+    pub(crate) fn replaced(&mut self, removed: &[u64], generation: u64) {
+        for seq in removed {
+            self.node_msgs.remove(seq);
+        }
+        if !self.pending.is_empty() {
+            let gone: std::collections::HashSet<u64> = removed.iter().copied().collect();
+            self.pending.retain(|seq| !gone.contains(seq));
+        }
+        self.list.clear();
+        self.nodes_done = 0;
+        self.generation = generation;
+    }
+
+    /// Messages (or skipped nodes) held.
+    #[cfg(test)]
+    pub(crate) fn held(&self) -> usize {
+        self.node_msgs.len()
+    }
+
     /// Start from the keys of a state snapshot: every node of `surface`
     /// derives a message still to be read, except those in `no_message`
     /// (ascending), which derive none.
