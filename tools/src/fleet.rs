@@ -39,15 +39,16 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use clap::Args;
+use futures_util::stream::{FuturesUnordered, StreamExt};
 use indicatif::ProgressBar;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use serde_json::{json, Value};
 use turnstone::session::{
-    run_tool, AssistantChunk, AssistantMessage, CancelToken, ContentBlock, Host, Registry,
-    RepairReport, RequestContext, RequestSpec, Session, SharedSession, StepEnd, StepEndReason,
-    StepStart, ToolBody, ToolResult, ToolSchema, ToolScope, TurnEnd, TurnEndReason, TurnStart,
-    Usage, UserMessage,
+    run_tool, run_tool_async, AssistantChunk, AssistantMessage, CancelToken, ContentBlock, Host,
+    Registry, RepairReport, RequestContext, RequestSpec, Session, SharedSession, StepEnd,
+    StepEndReason, StepStart, ToolBody, ToolResult, ToolSchema, ToolScope, TurnEnd, TurnEndReason,
+    TurnStart, Usage, UserMessage,
 };
 use turnstone::session::{SurfaceOp, SystemPrompt};
 use turnstone::{Options, Store};
@@ -78,6 +79,11 @@ pub struct FleetArgs {
     /// unbuffered write per line, no fsync).
     #[arg(long)]
     pub ack_ledger: Option<PathBuf>,
+    /// Run each session as a task awaiting its durability waits
+    /// (`Session::flush_async`, `run_tool_async`) on a current-thread runtime
+    /// per thread, instead of a thread that blocks on each wait.
+    #[arg(long = "async")]
+    pub async_waits: bool,
 }
 
 /// Chunks per assistant message.
@@ -152,6 +158,8 @@ struct Agent {
 #[derive(Default)]
 struct ThreadResult {
     ack_us: Vec<u64>,
+    /// Events appended and not yet counted on the progress bar.
+    pending_progress: u64,
     reopened: u64,
     repairs: Vec<RepairReport>,
 }
@@ -179,26 +187,36 @@ struct Shared<'a> {
 /// the thread ends however it ends (drop), so no thread waits forever.
 struct FirstPass<'a> {
     sh: &'a Shared<'a>,
-    counted: bool,
+    counted: std::cell::Cell<bool>,
 }
 
-impl FirstPass<'_> {
-    fn count(&mut self) {
-        if !self.counted {
-            self.counted = true;
+impl<'a> FirstPass<'a> {
+    fn new(sh: &'a Shared<'a>) -> Self {
+        FirstPass {
+            sh,
+            counted: std::cell::Cell::new(false),
+        }
+    }
+
+    fn count(&self) {
+        if !self.counted.replace(true) {
             self.sh.first_pass_done.fetch_add(1, Ordering::SeqCst);
         }
     }
 
+    /// Every thread has counted itself, or the run stops.
+    fn all_done(&self) -> bool {
+        self.sh.first_pass_done.load(Ordering::SeqCst) >= self.sh.threads
+            || self.sh.stop.load(Ordering::Relaxed)
+    }
+
     /// Count this thread, then wait for the others (or a stop).
-    fn finish_and_wait(&mut self) {
-        if self.counted {
+    fn finish_and_wait(&self) {
+        if self.counted.get() {
             return;
         }
         self.count();
-        while self.sh.first_pass_done.load(Ordering::SeqCst) < self.sh.threads
-            && !self.sh.stop.load(Ordering::Relaxed)
-        {
+        while !self.all_done() {
             std::thread::yield_now();
         }
     }
@@ -270,7 +288,8 @@ fn corpus(rng: &mut StdRng) -> String {
 
 struct Gen {
     rng: StdRng,
-    corpus: String,
+    /// Shared by the tasks of one thread ([`Waits::Async`]).
+    corpus: Arc<str>,
     /// Longest text that still fits in one segment with its frame.
     max_text: usize,
 }
@@ -325,11 +344,17 @@ impl Agent {
 
     /// Perform the next action on the locked session. Returns the durability
     /// latency when the action waited for one.
-    fn act(
+    ///
+    /// With [`Waits::Async`] the durability waits are awaited
+    /// ([`Session::flush_async`], [`run_tool_async`]); with
+    /// [`Waits::Blocking`] they block the thread ([`Session::flush`],
+    /// [`run_tool`]) and the future is ready the first time it is polled.
+    async fn act(
         &mut self,
         s: &mut Session,
         g: &mut Gen,
         sh: &Shared<'_>,
+        waits: Waits,
     ) -> Result<Option<u64>, String> {
         let name = s.id().to_string();
         let err = |what: &str, e: turnstone::Error| format!("{what} in session {name}: {e}");
@@ -373,7 +398,8 @@ impl Agent {
                     .map_err(|e| err("request/context", e))?;
                 }
                 let t0 = Instant::now();
-                s.flush()
+                checkpoint(s, waits)
+                    .await
                     .map_err(|e| err("checkpoint before the model request", e))?;
                 waited = Some(t0.elapsed().as_micros() as u64);
                 sh.ack(&name, s.len() - 1)?;
@@ -463,36 +489,54 @@ impl Agent {
                 let t0 = Instant::now();
                 let mut ack_err = None;
                 let mut latency = 0;
-                let out = run_tool(
-                    s,
-                    ToolScope::model(),
-                    &call_id,
-                    "shell",
-                    input,
-                    &CancelToken::new(),
-                    |_| Ok(()),
-                    |s, _scope| {
-                        // The tool/call is durable now: acknowledge it.
-                        latency = t0.elapsed().as_micros() as u64;
-                        if let Err(e) = sh.ack(s.id(), s.len() - 1) {
-                            ack_err = Some(e);
-                        }
-                        // Some tools answer with blocks (text and an image).
-                        let content = if blocks {
-                            vec![
-                                ContentBlock::text(output),
-                                ContentBlock::image_base64("image/png", TINY_PNG_BASE64),
-                            ]
-                        } else {
-                            vec![ContentBlock::text(output)]
-                        };
-                        ToolBody {
-                            content,
-                            is_error: false,
-                            value: (),
-                        }
-                    },
-                )
+                let cancel = CancelToken::new();
+                let body = |s: &mut Session, _scope: ToolScope| {
+                    // The tool/call is durable now: acknowledge it.
+                    latency = t0.elapsed().as_micros() as u64;
+                    if let Err(e) = sh.ack(s.id(), s.len() - 1) {
+                        ack_err = Some(e);
+                    }
+                    // Some tools answer with blocks (text and an image).
+                    let content = if blocks {
+                        vec![
+                            ContentBlock::text(output),
+                            ContentBlock::image_base64("image/png", TINY_PNG_BASE64),
+                        ]
+                    } else {
+                        vec![ContentBlock::text(output)]
+                    };
+                    ToolBody {
+                        content,
+                        is_error: false,
+                        value: (),
+                    }
+                };
+                let scope = ToolScope::model();
+                let out = match waits {
+                    Waits::Blocking => run_tool(
+                        s,
+                        scope,
+                        &call_id,
+                        "shell",
+                        input,
+                        &cancel,
+                        |_| Ok(()),
+                        body,
+                    ),
+                    Waits::Async => {
+                        run_tool_async(
+                            s,
+                            scope,
+                            &call_id,
+                            "shell",
+                            input,
+                            &cancel,
+                            |_| Ok(()),
+                            async |s, scope| body(s, scope),
+                        )
+                        .await
+                    }
+                }
                 .map_err(|e| err("tool run", e))?;
                 if let Some(e) = ack_err {
                     return Err(e);
@@ -521,7 +565,8 @@ impl Agent {
                 )
                 .map_err(|e| err("step/end", e))?;
                 let t0 = Instant::now();
-                s.flush()
+                checkpoint(s, waits)
+                    .await
                     .map_err(|e| err("checkpoint before the next step", e))?;
                 waited = Some(t0.elapsed().as_micros() as u64);
                 sh.ack(&name, s.len() - 1)?;
@@ -625,87 +670,126 @@ fn wind_down(s: &mut Session) -> turnstone::Result<()> {
     Ok(())
 }
 
-fn run_thread<'a>(
-    host: &Host,
-    sh: &'a Shared<'a>,
-    names: Vec<String>,
-    seed: u64,
-    max_text: usize,
-) -> ThreadResult {
-    let mut rng = StdRng::seed_from_u64(seed);
-    let corpus = corpus(&mut rng);
-    let mut g = Gen {
-        rng,
-        corpus,
-        max_text,
-    };
-    let mut res = ThreadResult::default();
-    let mut agents: Vec<Agent> = names
-        .into_iter()
-        .map(|name| Agent {
-            name,
-            session: None,
-            phase: Phase::TurnStart,
-            prefix: 0,
-            turn: 0,
-            step: 0,
-            steps: 1,
-            model: 0,
-            turn_mark: 0,
-            prune: None,
-            tool_use: None,
-        })
-        .collect();
-    let mut pending_progress = 0u64;
-    let mut graceful = false;
-    let mut first_pass = FirstPass { sh, counted: false };
-    'outer: loop {
-        for a in agents.iter_mut() {
-            if sh.stop.load(Ordering::Relaxed) {
-                break 'outer;
-            }
-            let max = a.phase.max_events();
-            if max > 0 && !sh.claim(max) {
-                graceful = true;
-                break 'outer;
-            }
-            let session = match &a.session {
-                Some(s) => s.clone(),
-                None => match load(host, &a.name, &mut res) {
-                    Ok(s) => {
-                        a.prefix = s.lock().len();
-                        a.session = Some(s.clone());
-                        s
-                    }
-                    Err(e) => {
-                        sh.fail(e);
-                        break 'outer;
-                    }
-                },
-            };
-            let mut s = session.lock();
-            let before = s.len();
-            let r = a.act(&mut s, &mut g, sh);
-            let added = s.len() - before;
-            drop(s);
-            sh.refund(max.saturating_sub(added));
-            match r {
-                Ok(Some(us)) => res.ack_us.push(us),
-                Ok(None) => {}
-                Err(e) => {
-                    sh.fail(e);
-                    break 'outer;
-                }
-            }
-            pending_progress += added;
-            if pending_progress >= 64 {
-                sh.progress.inc(pending_progress);
-                pending_progress = 0;
-            }
-        }
-        first_pass.finish_and_wait();
+/// How agents wait for durability.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Waits {
+    /// A thread per share of the sessions, blocked by each wait: while one
+    /// of its sessions waits, the thread's other sessions wait with it.
+    Blocking,
+    /// A task per session on a current-thread runtime per thread: a
+    /// session's wait holds no thread, so the thread's other sessions go on.
+    Async,
+}
+
+/// The durability checkpoint: every event the session appended is durable.
+async fn checkpoint(s: &Session, waits: Waits) -> turnstone::Result<()> {
+    match waits {
+        Waits::Blocking => s.flush(),
+        Waits::Async => s.flush_async().await,
     }
-    first_pass.count();
+}
+
+/// Run a future that never waits (an action with [`Waits::Blocking`]) to
+/// its end on this thread.
+fn ready<T>(f: impl std::future::Future<Output = Result<T, String>>) -> Result<T, String> {
+    let mut f = std::pin::pin!(f);
+    let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+    match f.as_mut().poll(&mut cx) {
+        std::task::Poll::Ready(v) => v,
+        std::task::Poll::Pending => Err("a blocking action waited on a future".into()),
+    }
+}
+
+fn new_agent(name: String) -> Agent {
+    Agent {
+        name,
+        session: None,
+        phase: Phase::TurnStart,
+        prefix: 0,
+        turn: 0,
+        step: 0,
+        steps: 1,
+        model: 0,
+        turn_mark: 0,
+        prune: None,
+        tool_use: None,
+    }
+}
+
+/// What an agent's turn to act came to.
+enum Next {
+    /// It acted (or had nothing to do); it acts again.
+    Again,
+    /// The event budget is spent: a graceful stop.
+    Spent,
+    /// The run stops (an error, recorded in [`Shared::error`]).
+    Stop,
+}
+
+/// One action of agent `a`: claim its events of the budget, load its
+/// session if this is its first, act, give back what it did not append.
+///
+/// The session's lock is held across the action's durability wait: only
+/// this agent's task (or thread) ever locks its session, so no one waits
+/// on it, and with [`Waits::Async`] the task stays on its thread's
+/// current-thread runtime.
+#[allow(clippy::await_holding_lock)]
+async fn step(
+    a: &mut Agent,
+    host: &Host,
+    sh: &Shared<'_>,
+    g: &mut Gen,
+    res: &mut ThreadResult,
+    waits: Waits,
+) -> Next {
+    if sh.stop.load(Ordering::Relaxed) {
+        return Next::Stop;
+    }
+    let max = a.phase.max_events();
+    if max > 0 && !sh.claim(max) {
+        return Next::Spent;
+    }
+    let session = match &a.session {
+        Some(s) => s.clone(),
+        None => match load(host, &a.name, res) {
+            Ok(s) => {
+                a.prefix = s.lock().len();
+                a.session = Some(s.clone());
+                s
+            }
+            Err(e) => {
+                sh.fail(e);
+                return Next::Stop;
+            }
+        },
+    };
+    let mut s = session.lock();
+    let before = s.len();
+    let r = a.act(&mut s, g, sh, waits).await;
+    let added = s.len() - before;
+    drop(s);
+    sh.refund(max.saturating_sub(added));
+    match r {
+        Ok(Some(us)) => res.ack_us.push(us),
+        Ok(None) => {}
+        Err(e) => {
+            sh.fail(e);
+            return Next::Stop;
+        }
+    }
+    res.pending_progress += added;
+    if res.pending_progress >= 64 {
+        sh.progress.inc(res.pending_progress);
+        res.pending_progress = 0;
+    }
+    Next::Again
+}
+
+/// The end of a thread's run: after a graceful stop, close what each
+/// session left open and each handle this run used (the host keeps only
+/// weak references): a session with a long tail past its state snapshot
+/// gets a fresh one, so the next run's open folds little.
+fn finish_thread(sh: &Shared<'_>, agents: Vec<Agent>, graceful: bool, res: &mut ThreadResult) {
     if graceful {
         for a in agents.iter().filter_map(|a| a.session.as_ref()) {
             let mut s = a.lock();
@@ -718,11 +802,9 @@ fn run_thread<'a>(
             }
         }
     }
-    sh.progress.inc(pending_progress);
+    sh.progress.inc(res.pending_progress);
+    res.pending_progress = 0;
     if graceful {
-        // Close each handle this run used (the host keeps only weak
-        // references): a session with a long tail past its state snapshot
-        // gets a fresh one, so the next run's open folds little.
         for a in agents {
             let Some(shared) = a.session else { continue };
             if let Ok(m) = Arc::try_unwrap(shared) {
@@ -735,6 +817,130 @@ fn run_thread<'a>(
             }
         }
     }
+}
+
+/// A thread of [`Waits::Blocking`]: its sessions act round-robin, one
+/// action at a time, each durability wait blocking the thread.
+fn run_thread<'a>(
+    host: &Host,
+    sh: &'a Shared<'a>,
+    names: Vec<String>,
+    seed: u64,
+    max_text: usize,
+) -> ThreadResult {
+    let mut rng = StdRng::seed_from_u64(seed);
+    let corpus = corpus(&mut rng).into();
+    let mut g = Gen {
+        rng,
+        corpus,
+        max_text,
+    };
+    let mut res = ThreadResult::default();
+    let mut agents: Vec<Agent> = names.into_iter().map(new_agent).collect();
+    let mut graceful = false;
+    let first_pass = FirstPass::new(sh);
+    'outer: loop {
+        for a in agents.iter_mut() {
+            let next =
+                ready(async { Ok(step(a, host, sh, &mut g, &mut res, Waits::Blocking).await) });
+            match next {
+                Ok(Next::Again) => {}
+                Ok(Next::Spent) => {
+                    graceful = true;
+                    break 'outer;
+                }
+                Ok(Next::Stop) => break 'outer,
+                Err(e) => {
+                    sh.fail(e);
+                    break 'outer;
+                }
+            }
+        }
+        first_pass.finish_and_wait();
+    }
+    first_pass.count();
+    finish_thread(sh, agents, graceful, &mut res);
+    res
+}
+
+/// A thread of [`Waits::Async`]: each of its sessions is a task on this
+/// thread's own current-thread runtime, so a session awaiting durability
+/// lets the others act. The tasks of one thread share its corpus; each has
+/// its own random stream.
+fn run_thread_async<'a>(
+    host: &Host,
+    sh: &'a Shared<'a>,
+    names: Vec<String>,
+    seed: u64,
+    max_text: usize,
+) -> ThreadResult {
+    let mut res = ThreadResult::default();
+    let rt = match tokio::runtime::Builder::new_current_thread().build() {
+        Ok(rt) => rt,
+        Err(e) => {
+            sh.fail(format!("cannot start a runtime: {e}"));
+            return res;
+        }
+    };
+    let mut rng = StdRng::seed_from_u64(seed);
+    let corpus: Arc<str> = corpus(&mut rng).into();
+    let first_pass = FirstPass::new(sh);
+    let total = names.len();
+    // Sessions of this thread that have taken their first action.
+    let first_done = std::cell::Cell::new(0usize);
+    let tasks = names.into_iter().enumerate().map(|(i, name)| {
+        let mut g = Gen {
+            rng: StdRng::seed_from_u64(seed ^ (i as u64 + 1).wrapping_mul(0xD1B5_4A32_D192_ED03)),
+            corpus: corpus.clone(),
+            max_text,
+        };
+        let (first_done, first_pass) = (&first_done, &first_pass);
+        async move {
+            let mut a = new_agent(name);
+            let mut res = ThreadResult::default();
+            let mut graceful = false;
+            let mut first = true;
+            loop {
+                match step(&mut a, host, sh, &mut g, &mut res, Waits::Async).await {
+                    Next::Again => {}
+                    Next::Spent => {
+                        graceful = true;
+                        break;
+                    }
+                    Next::Stop => break,
+                }
+                if first {
+                    // Every session of every thread acts once before any
+                    // acts twice (see FirstPass).
+                    first = false;
+                    first_done.set(first_done.get() + 1);
+                    if first_done.get() == total {
+                        first_pass.count();
+                    }
+                    while !first_pass.all_done() {
+                        tokio::task::yield_now().await;
+                    }
+                }
+            }
+            (a, graceful, res)
+        }
+    });
+    let ended: Vec<(Agent, bool, ThreadResult)> =
+        rt.block_on(tasks.collect::<FuturesUnordered<_>>().collect());
+    // A thread whose sessions did not all act once is counted now, so no
+    // other thread waits for it.
+    first_pass.count();
+    let mut agents = Vec::with_capacity(ended.len());
+    let mut graceful = false;
+    for (a, g, r) in ended {
+        agents.push(a);
+        graceful |= g;
+        res.ack_us.extend(r.ack_us);
+        res.reopened += r.reopened;
+        res.repairs.extend(r.repairs);
+        res.pending_progress += r.pending_progress;
+    }
+    finish_thread(sh, agents, graceful, &mut res);
     res
 }
 
@@ -881,7 +1087,12 @@ pub fn run(args: &FleetArgs) -> Result<(), Failure> {
                     .collect();
                 let seed = args.seed ^ (t as u64 + 1).wrapping_mul(0x9E37_79B9_7F4A_7C15);
                 let (host, shared) = (&host, &shared);
-                s.spawn(move || run_thread(host, shared, names, seed, max_text))
+                let run = if args.async_waits {
+                    run_thread_async
+                } else {
+                    run_thread
+                };
+                s.spawn(move || run(host, shared, names, seed, max_text))
             })
             .collect();
         handles
@@ -950,9 +1161,19 @@ mod tests {
     use turnstone::session::validate_messages;
 
     /// One agent through several turns on a real store: the turn shape, and
-    /// every durability wait acknowledged after its events.
+    /// every durability wait acknowledged after its events, blocking or
+    /// awaited.
     #[test]
     fn turn_shape_through_the_session_layer() {
+        turn_shape(Waits::Blocking);
+    }
+
+    #[test]
+    fn turn_shape_with_async_waits() {
+        turn_shape(Waits::Async);
+    }
+
+    fn turn_shape(waits: Waits) {
         let dir = tempfile::tempdir().unwrap();
         let store = Arc::new(Store::open(dir.path()).unwrap());
         let mut reg = Registry::new();
@@ -970,34 +1191,40 @@ mod tests {
             threads: 1,
             first_pass_done: AtomicUsize::new(0),
         };
+        let mut rng = StdRng::seed_from_u64(3);
+        let corpus = corpus(&mut rng).into();
         let mut g = Gen {
-            rng: StdRng::seed_from_u64(3),
-            corpus: String::new(),
+            rng,
+            corpus,
             max_text: usize::MAX,
         };
-        g.corpus = corpus(&mut g.rng);
         let session = host.create("s").unwrap();
-        let mut a = Agent {
-            name: "s".into(),
-            session: Some(session.clone()),
-            phase: Phase::TurnStart,
-            prefix: 0,
-            turn: 0,
-            step: 0,
-            steps: 1,
-            model: 0,
-            turn_mark: 0,
-            prune: None,
-            tool_use: None,
-        };
+        let mut a = new_agent("s".into());
+        a.session = Some(session.clone());
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap();
         let mut s = session.lock();
         let mut phases = Vec::new();
+        let mut waited = 0;
         while a.turn < 12 {
             phases.push(a.phase);
             let before = s.len();
-            a.act(&mut s, &mut g, &sh).unwrap();
+            let acted = match waits {
+                Waits::Blocking => ready(a.act(&mut s, &mut g, &sh, waits)),
+                Waits::Async => rt.block_on(a.act(&mut s, &mut g, &sh, waits)),
+            };
+            if acted.unwrap().is_some() {
+                waited += 1;
+            }
+            if matches!(phases.last(), Some(Phase::StepStart | Phase::StepEnd)) {
+                // A checkpoint: everything the session appended is durable.
+                let (st, pos) = s.durability_point().log_pos().unwrap();
+                assert!(st.durable_pos() >= pos, "{:?}", phases.last());
+            }
             assert!(s.len() - before <= phases.last().unwrap().max_events());
         }
+        assert!(waited > 12, "{waited} waits");
         assert!(phases.contains(&Phase::Tool));
         let ev = s.events(0..s.len()).unwrap();
         let kinds: Vec<&str> = ev.iter().map(|e| e.kind.name()).collect();
@@ -1050,6 +1277,7 @@ mod tests {
             segment_bytes: None,
             seed: 5,
             ack_ledger: None,
+            async_waits: false,
         })
         .unwrap();
         let store = Arc::new(Store::open(dir.path()).unwrap());

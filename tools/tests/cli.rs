@@ -440,6 +440,69 @@ fn random_files_and_missing_paths_are_clear_errors() {
     assert_eq!(code(&out), 2);
 }
 
+/// `fleet --async`: every session a task awaiting its waits. Both runs
+/// reach every session, seqs stay dense across the reopen (the second run
+/// resumes and repairs nothing), the store verifies clean, and each ack in
+/// the ledger names a checkpoint's event that is in the store.
+#[test]
+fn fleet_with_async_waits_reopens_and_verifies() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("store");
+    let ledger = tmp.path().join("acks.txt");
+    let args = ["--async", "--ack-ledger", p(&ledger)];
+    let n1 = check_fleet_line(&fleet(&dir, 3000, &args), 3000);
+    let n2 = check_fleet_line(&fleet(&dir, 3000, &args), 3000);
+    let (lines, rc) = dump_json(&dir, &[]);
+    assert_eq!(rc, 0);
+    assert!(problems(&lines).is_empty());
+    let all = frames(&lines);
+    assert_eq!(all.len() as u64, n1 + n2);
+    let seqs = seqs_by_session(&all);
+    assert_eq!(seqs.len(), 16);
+    assert_dense(&seqs);
+    let headers: Vec<&str> = all
+        .iter()
+        .filter(|f| f["kind"] == "request/header")
+        .map(|f| f["data"]["reason"].as_str().unwrap())
+        .collect();
+    assert_eq!(headers.iter().filter(|r| **r == "initial").count(), 16);
+    assert_eq!(headers.iter().filter(|r| **r == "resume").count(), 16);
+    let out = turnstone(&["verify", p(&dir)]);
+    assert_eq!(code(&out), 0, "{}{}", stdout(&out), stderr(&out));
+    let kind_of: HashMap<(String, u64), &str> = all
+        .iter()
+        .map(|f| {
+            (
+                (
+                    f["session"].as_str().unwrap().to_string(),
+                    f["seq"].as_u64().unwrap(),
+                ),
+                f["kind"].as_str().unwrap(),
+            )
+        })
+        .collect();
+    let text = std::fs::read_to_string(&ledger).unwrap();
+    assert!(text.lines().count() > 20, "ledger has acks: {text}");
+    for line in text.lines() {
+        let (session, seq) = line.split_once(' ').unwrap();
+        let kind = kind_of
+            .get(&(session.to_string(), seq.parse().unwrap()))
+            .unwrap_or_else(|| panic!("ack {line} names no event in the store"));
+        // A checkpoint's last event, or the tool call a tool waited for.
+        assert!(
+            [
+                "step/start",
+                "request/header",
+                "request/context",
+                "step/end",
+                "tool/call"
+            ]
+            .contains(kind),
+            "ack {line} is a {kind}"
+        );
+    }
+}
+
 /// Every session of a fleet begins, however the threads are scheduled:
 /// each thread's sessions take their first action before any thread takes
 /// a second pass. Before, with a budget of one event per session, threads
@@ -447,9 +510,20 @@ fn random_files_and_missing_paths_are_clear_errors() {
 /// `sess-000001` was once missing in CI).
 #[test]
 fn every_fleet_session_begins_even_with_a_budget_of_one_event_each() {
+    every_session_begins(&[]);
+}
+
+/// The same with `--async`: a thread's tasks each act once, and every
+/// thread's did, before any task acts twice.
+#[test]
+fn every_async_fleet_session_begins_even_with_a_budget_of_one_event_each() {
+    every_session_begins(&["--async"]);
+}
+
+fn every_session_begins(extra: &[&str]) {
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path().join("store");
-    let out = turnstone(&[
+    let mut args = vec![
         "fleet",
         p(&dir),
         "--sessions",
@@ -460,7 +534,9 @@ fn every_fleet_session_begins_even_with_a_budget_of_one_event_each() {
         "64",
         "--segment-bytes",
         "65536",
-    ]);
+    ];
+    args.extend_from_slice(extra);
+    let out = turnstone(&args);
     assert_eq!(code(&out), 0, "{}", stderr(&out));
     let listed = stdout(&turnstone(&["sessions", p(&dir), "--json"]));
     let mut ids: Vec<String> = listed
