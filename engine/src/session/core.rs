@@ -993,27 +993,37 @@ impl Session {
             };
             new_msgs.insert(ev.seq, m);
         }
-        let pairs = |surface: &Surface, extra: &std::collections::HashMap<u64, Option<Message>>| {
+        // The tool-use ids used and answered on a surface, borrowed from
+        // its messages (no copies: a compaction checks the whole surface).
+        fn pairs<'a>(
+            cache: &'a MessageCache,
+            surface: &Surface,
+            extra: &'a std::collections::HashMap<u64, Option<Message>>,
+        ) -> (
+            std::collections::BTreeSet<&'a str>,
+            std::collections::BTreeSet<&'a str>,
+        ) {
             let mut uses = std::collections::BTreeSet::new();
             let mut results = std::collections::BTreeSet::new();
             for seq in &surface.nodes {
                 let msg = match extra.get(seq) {
                     Some(m) => m.as_ref(),
-                    None => self.messages.node(*seq).map(|m| &**m),
+                    None => cache.node(*seq).map(|m| &**m),
                 };
                 for b in msg.map(|m| m.content.as_slice()).unwrap_or(&[]) {
                     if let Some((id, _)) = b.client_tool_use() {
-                        uses.insert(id.to_string());
+                        uses.insert(id);
                     }
                     if let Some(id) = b.answers_tool_use() {
-                        results.insert(id.to_string());
+                        results.insert(id);
                     }
                 }
             }
             (uses, results)
-        };
-        let (uses_before, results_before) = pairs(&self.surface, &Default::default());
-        let (uses_after, results_after) = pairs(after, &new_msgs);
+        }
+        let none = Default::default();
+        let (uses_before, results_before) = pairs(&self.messages, &self.surface, &none);
+        let (uses_after, results_after) = pairs(&self.messages, after, &new_msgs);
         for id in uses_before.intersection(&results_before) {
             if uses_after.contains(id) != results_after.contains(id) {
                 return Err(Error::Refused(format!(
@@ -1024,7 +1034,8 @@ impl Session {
         // A tool use whose result is still to come must stay on the surface:
         // its result (from the tool, or from repair) would answer nothing.
         for id in uses_before.difference(&results_before) {
-            let pending = self.open.calls.contains_key(id) || self.open.requested.contains_key(id);
+            let pending =
+                self.open.calls.contains_key(*id) || self.open.requested.contains_key(*id);
             if pending && !uses_after.contains(id) && !results_after.contains(id) {
                 return Err(Error::Refused(format!(
                     "this replace would remove tool use {id:?} while its result is still pending; record the result first"
@@ -1237,12 +1248,11 @@ impl Session {
     /// of a new agent loop over an existing session, `change` when config,
     /// system or tools changed. Returns the reason written, or `None`.
     pub fn prepare_request(&mut self, spec: &RequestSpec) -> Result<Option<HeaderReason>> {
-        let next = spec.resolve();
         // A difference is a `change` even for the first request of a new
         // loop (or of a fork child): the header records what changed.
         let reason = match &self.header {
             None => Some(HeaderReason::Initial),
-            Some(prev) if *prev != next => Some(HeaderReason::Change),
+            Some(prev) if !spec.resolves_to(prev) => Some(HeaderReason::Change),
             Some(_) if !self.loop_wrote_header => Some(HeaderReason::Resume),
             Some(_) => None,
         };
@@ -1250,7 +1260,7 @@ impl Session {
             self.append(
                 RequestHeader {
                     reason,
-                    header: next,
+                    header: spec.resolve(),
                 },
                 (),
             )?;

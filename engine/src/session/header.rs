@@ -50,6 +50,41 @@ impl RequestSpec {
         }
     }
 
+    /// Whether this spec resolves to `header` (`self.resolve() == *header`),
+    /// without building the resolved header: the check made before every
+    /// request, where the answer is nearly always yes.
+    pub fn resolves_to(&self, header: &EpochHeader) -> bool {
+        let c = &header.config;
+        if c.provider != self.provider
+            || c.model != self.model
+            || header.system != self.system
+            || header.tools != self.tools
+        {
+            return false;
+        }
+        // The defaults that apply, in the order resolve() lists them.
+        let mut from_defaults = self
+            .adapter_defaults
+            .iter()
+            .filter(|(k, _)| !self.explicit.contains_key(*k));
+        let mut listed = header.adapter_defaults.iter();
+        let mut applied = 0;
+        loop {
+            match (from_defaults.next(), listed.next()) {
+                (None, None) => break,
+                (Some((k, v)), Some(name)) if k == name && c.params.get(k) == Some(v) => {
+                    applied += 1
+                }
+                _ => return false,
+            }
+        }
+        c.params.len() == self.explicit.len() + applied
+            && self
+                .explicit
+                .iter()
+                .all(|(k, v)| c.params.get(k) == Some(v))
+    }
+
     /// The epoch header this spec resolves to.
     pub fn resolve(&self) -> EpochHeader {
         let mut params = self.explicit.clone();
@@ -182,7 +217,85 @@ fn diff_value(e: &Value, a: &Value, path: String) -> Option<Difference> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use proptest::prelude::*;
     use serde_json::json;
+
+    fn params() -> impl Strategy<Value = BTreeMap<String, Value>> {
+        prop::collection::btree_map(
+            prop::sample::select(vec!["a", "b", "c", "d"]).prop_map(String::from),
+            (0..3i64).prop_map(|n| json!(n)),
+            0..4,
+        )
+    }
+
+    fn spec() -> impl Strategy<Value = RequestSpec> {
+        (
+            prop::sample::select(vec!["p1", "p2"]),
+            prop::sample::select(vec!["m1", "m2"]),
+            params(),
+            params(),
+            prop::option::of(prop::sample::select(vec!["s1", "s2"])),
+            0..3usize,
+        )
+            .prop_map(
+                |(p, m, explicit, adapter_defaults, system, tools)| RequestSpec {
+                    provider: p.into(),
+                    model: m.into(),
+                    explicit,
+                    adapter_defaults,
+                    system: system.map(SystemPrompt::from),
+                    tools: (0..tools)
+                        .map(|i| ToolSchema::new(format!("t{i}"), "", json!({})))
+                        .collect(),
+                },
+            )
+    }
+
+    proptest! {
+        /// `resolves_to` answers what comparing `resolve()` answers: for a
+        /// spec's own header, another spec's header, and that header with
+        /// one of its fields changed.
+        #[test]
+        fn resolves_to_is_resolve_then_compare(
+            a in spec(),
+            b in spec(),
+            tweak in 0..7u8,
+        ) {
+            let own = a.resolve();
+            prop_assert!(a.resolves_to(&own));
+            let mut other = b.resolve();
+            prop_assert_eq!(a.resolves_to(&other), a.resolve() == other);
+            match tweak {
+                0 => { other.config.params.insert("z".into(), json!(1)); }
+                1 => { other.config.params.pop_first(); }
+                2 => other.adapter_defaults.reverse(),
+                3 => other.adapter_defaults.push("a".into()),
+                4 => { other.adapter_defaults.pop(); }
+                5 => {
+                    if let Some((_, v)) = other.config.params.iter_mut().last() {
+                        *v = json!(9);
+                    }
+                }
+                _ => other.tools.clear(),
+            }
+            prop_assert_eq!(a.resolves_to(&other), a.resolve() == other);
+            let mut own = own;
+            match tweak {
+                0 => { own.config.params.insert("z".into(), json!(1)); }
+                1 => { own.config.params.pop_first(); }
+                2 => own.adapter_defaults.reverse(),
+                3 => own.adapter_defaults.push("a".into()),
+                4 => { own.adapter_defaults.pop(); }
+                5 => {
+                    if let Some((_, v)) = own.config.params.iter_mut().last() {
+                        *v = json!(9);
+                    }
+                }
+                _ => own.tools.clear(),
+            }
+            prop_assert_eq!(a.resolves_to(&own), a.resolve() == own);
+        }
+    }
 
     #[test]
     fn adapter_defaults_are_dropped_and_explicit_kept() {
