@@ -100,6 +100,26 @@ const SWITCH_EVERY: u64 = 10;
 /// A plugin event after every this many turns.
 const PLUGIN_EVERY: u64 = 2;
 
+/// The request spec of model `model` (an index into [`MODELS`]) for
+/// session `name`.
+fn build_spec(model: usize, name: &str) -> RequestSpec {
+    let (model_name, _) = MODELS[model];
+    RequestSpec {
+        provider: "provider-a".into(),
+        model: model_name.into(),
+        explicit: [("temperature".to_string(), json!(0.7))].into(),
+        adapter_defaults: [(
+            "max_tokens".to_string(),
+            json!(if model == 0 { 8192 } else { 4096 }),
+        )]
+        .into(),
+        system: Some(SystemPrompt::from(format!(
+            "You are fleet agent {name}. Use the shell tool to inspect the workspace."
+        ))),
+        tools: vec![tool_schema()],
+    }
+}
+
 /// Where an agent is in its turn: the next action.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Phase {
@@ -133,7 +153,7 @@ impl Phase {
 }
 
 struct Agent {
-    name: String,
+    name: Arc<str>,
     /// Loaded (and repaired) when the agent first acts: a reopened store's
     /// sessions are not all held in memory at once.
     session: Option<SharedSession>,
@@ -152,6 +172,8 @@ struct Agent {
     prune: Option<u64>,
     /// The current step's tool use: (call id, input).
     tool_use: Option<(String, Value)>,
+    /// The request spec and the model it is for.
+    spec: Option<(usize, RequestSpec)>,
 }
 
 /// What one thread measured.
@@ -324,22 +346,18 @@ fn tool_schema() -> ToolSchema {
 }
 
 impl Agent {
-    fn spec(&self, name: &str) -> RequestSpec {
-        let (model, _) = MODELS[self.model];
-        RequestSpec {
-            provider: "provider-a".into(),
-            model: model.into(),
-            explicit: [("temperature".to_string(), json!(0.7))].into(),
-            adapter_defaults: [(
-                "max_tokens".to_string(),
-                json!(if self.model == 0 { 8192 } else { 4096 }),
-            )]
-            .into(),
-            system: Some(SystemPrompt::from(format!(
-                "You are fleet agent {name}. Use the shell tool to inspect the workspace."
-            ))),
-            tools: vec![tool_schema()],
+    /// The request spec for the current model: built when the model
+    /// changes, as a harness keeps its configuration between requests (the
+    /// session resolves and compares it on every request).
+    fn spec(&mut self, name: &str) -> &RequestSpec {
+        let model = self.model;
+        if self.spec.as_ref().is_some_and(|(m, _)| *m != model) {
+            self.spec = None;
         }
+        &self
+            .spec
+            .get_or_insert_with(|| (model, build_spec(model, name)))
+            .1
     }
 
     /// Perform the next action on the locked session. Returns the durability
@@ -356,17 +374,18 @@ impl Agent {
         sh: &Shared<'_>,
         waits: Waits,
     ) -> Result<Option<u64>, String> {
-        let name = s.id().to_string();
+        // Shared, not copied: most actions are a chunk and need no ids.
+        let name = self.name.clone();
         let err = |what: &str, e: turnstone::Error| format!("{what} in session {name}: {e}");
-        let turn_id = format!("t{}-{}", self.prefix, self.turn);
-        let step_id = format!("s{}", self.step);
+        let turn_id = || format!("t{}-{}", self.prefix, self.turn);
+        let step_id = || format!("s{}", self.step);
         let mut waited = None;
         match self.phase {
             Phase::TurnStart => {
                 self.steps = g.rng.gen_range(1..=3);
                 self.step = 0;
                 self.turn_mark = s.surface().len() as u64;
-                s.append(TurnStart { turn_id }, ())
+                s.append(TurnStart { turn_id: turn_id() }, ())
                     .map_err(|e| err("turn/start", e))?;
                 self.phase = Phase::UserMessage;
             }
@@ -382,16 +401,22 @@ impl Agent {
                 self.phase = Phase::StepStart;
             }
             Phase::StepStart => {
-                s.append(StepStart { turn_id, step_id }, ())
-                    .map_err(|e| err("step/start", e))?;
+                s.append(
+                    StepStart {
+                        turn_id: turn_id(),
+                        step_id: step_id(),
+                    },
+                    (),
+                )
+                .map_err(|e| err("step/start", e))?;
+                let (model, window) = MODELS[self.model];
                 let spec = self.spec(&name);
                 let reason = s
-                    .prepare_request(&spec)
+                    .prepare_request(spec)
                     .map_err(|e| err("request/header", e))?;
                 if reason.is_some() || g.rng.gen_bool(0.1) {
-                    let (model, window) = MODELS[self.model];
                     s.record_context(RequestContext {
-                        provider: spec.provider,
+                        provider: spec.provider.clone(),
                         model: model.into(),
                         context_window: window,
                     })
@@ -557,8 +582,8 @@ impl Agent {
                 };
                 s.append(
                     StepEnd {
-                        turn_id,
-                        step_id,
+                        turn_id: turn_id(),
+                        step_id: step_id(),
                         reason,
                     },
                     (),
@@ -580,7 +605,7 @@ impl Agent {
             Phase::TurnEnd => {
                 s.append(
                     TurnEnd {
-                        turn_id,
+                        turn_id: turn_id(),
                         reason: TurnEndReason::Completed,
                     },
                     (),
@@ -702,7 +727,7 @@ fn ready<T>(f: impl std::future::Future<Output = Result<T, String>>) -> Result<T
 
 fn new_agent(name: String) -> Agent {
     Agent {
-        name,
+        name: name.into(),
         session: None,
         phase: Phase::TurnStart,
         prefix: 0,
@@ -713,6 +738,7 @@ fn new_agent(name: String) -> Agent {
         turn_mark: 0,
         prune: None,
         tool_use: None,
+        spec: None,
     }
 }
 
