@@ -18,6 +18,12 @@
 //! a model switch. Now and then a step's assistant message is empty (no tool,
 //! the turn ends).
 //!
+//! With `--async` each session is instead a task on its thread's own
+//! current-thread runtime and awaits its durability waits
+//! ([`Session::flush_async`], [`run_tool_async`]): a session waiting for an
+//! fdatasync no longer holds up the other sessions of its thread, as it
+//! does when the thread blocks. The turns are the same.
+//!
 //! When the event budget is spent each thread closes its open turns as
 //! cancelled (a graceful stop), so a clean run leaves nothing for repair; a
 //! killed run leaves every shape of open state, which the next run (or
