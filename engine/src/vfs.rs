@@ -267,7 +267,16 @@ impl OsFile {
         let page = page_bytes();
         let first = offset / page * page;
         let span = (end - first) as usize;
-        let mut vec = vec![0u8; span.div_ceil(page as usize)];
+        let pages = span.div_ceil(page as usize);
+        // Most asks are about a frame or a few (a sparse read's pages).
+        let mut small = [0u8; 16];
+        let mut large = Vec::new();
+        let vec: &mut [u8] = if pages <= small.len() {
+            &mut small[..pages]
+        } else {
+            large.resize(pages, 0);
+            &mut large
+        };
         // SAFETY: `first..end` lies inside the live mapping (`map_to` made
         // it cover `..end`, and the read guard keeps it mapped for the
         // call); `first` is page aligned because the mapping starts at a

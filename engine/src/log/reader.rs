@@ -119,16 +119,31 @@ fn sparse_read_end(positions: &[u64], k: usize) -> usize {
     j
 }
 
-/// Whether the page cache holds the whole span of a run (a session written
-/// or read a moment ago): then the map serves it without a copy, and without
-/// device I/O.
+/// Whether the page cache holds the pages of a run's frames (a session
+/// written or read a moment ago): then the map serves it without a copy,
+/// and without device I/O. Asked of the byte ranges the sparse reads would
+/// fetch ([`sparse_read_end`]), in log order, stopping at the first that is
+/// not cached: a session whose frames are spread over a whole segment
+/// among other sessions' is asked about its own pages, not the segment's
+/// (asking about the span was one `mincore` over up to 16k pages per run,
+/// whatever the run held).
 fn run_cached(file: &dyn VfsFile, positions: &[u64]) -> bool {
-    let (Some(first), Some(last)) = (positions.first(), positions.last()) else {
+    if positions.is_empty() {
         return false;
-    };
-    let (first, last) = (offset_of(*first), offset_of(*last));
-    last.checked_sub(first)
-        .is_some_and(|span| file.is_cached(first, (span + SPARSE_TAIL_BYTES) as usize))
+    }
+    let mut k = 0;
+    while k < positions.len() {
+        let j = sparse_read_end(positions, k);
+        let (first, last) = (offset_of(positions[k]), offset_of(positions[j]));
+        let Some(span) = last.checked_sub(first) else {
+            return false;
+        };
+        if !file.is_cached(first, (span + SPARSE_TAIL_BYTES) as usize) {
+            return false;
+        }
+        k = j + 1;
+    }
+    true
 }
 
 /// Whether a run of the active segment is read sparsely (a sealed
@@ -493,4 +508,98 @@ fn check_frame<'a>(
         ));
     }
     Ok((h, &frame[FRAME_HEADER_BYTES..h.frame_len as usize]))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io;
+
+    /// A file that answers `is_cached` from a set of cached 4 KiB pages
+    /// and records what it was asked.
+    #[derive(Debug)]
+    struct Pages {
+        cached: Vec<bool>,
+        asked: parking_lot::Mutex<Vec<(u64, usize)>>,
+    }
+
+    impl VfsFile for Pages {
+        fn read_at(&self, _: &mut [u8], _: u64) -> io::Result<usize> {
+            Ok(0)
+        }
+        fn write_all_at(&self, _: &[u8], _: u64) -> io::Result<()> {
+            Ok(())
+        }
+        fn sync_data(&self) -> io::Result<()> {
+            Ok(())
+        }
+        fn len(&self) -> io::Result<u64> {
+            Ok(self.cached.len() as u64 * 4096)
+        }
+        fn set_len(&self, _: u64) -> io::Result<()> {
+            Ok(())
+        }
+        fn allocate(&self, _: u64) -> io::Result<()> {
+            Ok(())
+        }
+        fn map(&self) -> io::Result<crate::vfs::MappedBytes> {
+            Ok(Arc::new(Vec::<u8>::new()))
+        }
+        fn is_cached(&self, offset: u64, len: usize) -> bool {
+            self.asked.lock().push((offset, len));
+            let (first, end) = (offset / 4096, (offset + len as u64).div_ceil(4096));
+            (first..end).all(|p| self.cached.get(p as usize) == Some(&true))
+        }
+    }
+
+    fn at(offset: u64) -> u64 {
+        LogPos::new(SegmentId(1), offset as u32).0
+    }
+
+    /// A session's frames spread over a segment among other sessions': the
+    /// run is cached when the pages of its frames are, whatever the pages
+    /// between them hold, and the file is asked about those pages only.
+    #[test]
+    fn a_run_is_cached_when_the_pages_of_its_frames_are() {
+        // 64 MiB; frames every 256 KiB (each its own sparse read).
+        let positions: Vec<u64> = (0..256u64).map(|i| at(4096 + i * (256 << 10))).collect();
+        let mut cached = vec![false; 16384];
+        for p in &positions {
+            let page = (offset_of(*p) / 4096) as usize;
+            cached[page] = true;
+        }
+        let file = Pages {
+            cached,
+            asked: Default::default(),
+        };
+        assert!(run_cached(&file, &positions));
+        let asked: u64 = file.asked.lock().iter().map(|(_, len)| *len as u64).sum();
+        assert!(
+            asked <= 256 * SPARSE_TAIL_BYTES,
+            "asked about {asked} bytes"
+        );
+
+        // One frame's page not cached: not cached, and asking stops there.
+        let mut cached = file.cached.clone();
+        cached[(offset_of(positions[10]) / 4096) as usize] = false;
+        let file = Pages {
+            cached,
+            asked: Default::default(),
+        };
+        assert!(!run_cached(&file, &positions));
+        assert_eq!(file.asked.lock().len(), 11);
+
+        // Frames close together are asked about as one read's bytes.
+        let dense: Vec<u64> = (0..64u64).map(|i| at(8192 + i * 512)).collect();
+        let file = Pages {
+            cached: vec![true; 64],
+            asked: Default::default(),
+        };
+        assert!(run_cached(&file, &dense));
+        assert_eq!(
+            *file.asked.lock(),
+            [(8192, (63 * 512 + SPARSE_TAIL_BYTES) as usize)]
+        );
+        assert!(!run_cached(&file, &[]));
+    }
 }
