@@ -135,6 +135,62 @@ fn messages_stats_and_recover_on_a_healthy_store() {
     assert_eq!(r["errors"], json!([]));
 }
 
+/// `fleet --async` killed with SIGKILL: every event the ledger
+/// acknowledged is in the store, and `recover` repairs what the tasks left
+/// open.
+#[test]
+fn killed_async_fleet_loses_no_acknowledged_event() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("store");
+    let ledger_path = tmp.path().join("acks.txt");
+    let mut child = Command::new(BIN)
+        .args([
+            "fleet",
+            p(&dir),
+            "--async",
+            "--sessions",
+            "64",
+            "--threads",
+            "2",
+            "--events",
+            "100000000",
+            "--segment-bytes",
+            "262144",
+            "--ack-ledger",
+            p(&ledger_path),
+        ])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while std::fs::read_to_string(&ledger_path).map_or(0, |t| t.lines().count()) < 600 {
+        assert!(Instant::now() < deadline, "fleet made no progress");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    child.kill().unwrap();
+    child.wait().unwrap();
+
+    let (lines, rc) = dump_json(&dir, &[]);
+    assert_eq!(rc, 0);
+    let all = frames(&lines);
+    assert_dense(&seqs_by_session(&all));
+    let have = present(&all);
+    let acks = ledger(&ledger_path);
+    assert!(acks.len() >= 600);
+    for a in &acks {
+        assert!(have.contains(a), "acknowledged {a:?} is missing");
+    }
+    let out = turnstone(&["recover", p(&dir), "--json"]);
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    let r = json_one(&out);
+    assert_eq!(r["sessions"], 64);
+    assert_eq!(r["errors"], json!([]));
+    assert!(r["turns_interrupted"].as_u64().unwrap() > 0, "{r}");
+    let out = turnstone(&["verify", p(&dir)]);
+    assert_eq!(code(&out), 0, "{}{}", stdout(&out), stderr(&out));
+}
+
 #[test]
 fn killed_fleet_then_recover() {
     let tmp = tempfile::tempdir().unwrap();
