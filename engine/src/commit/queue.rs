@@ -65,6 +65,9 @@ pub(crate) struct State {
     /// for the flusher to unpark once it has released the mutex (so the
     /// wake-up system calls do not hold up appenders); empty otherwise.
     pub unparking: Vec<Thread>,
+    /// Tasks [`CommitQueue::notify_batch_durable`] took from `wakers`, to
+    /// be woken with `unparking`, outside the mutex; empty otherwise.
+    pub waking: Vec<Waker>,
     /// Tasks waiting (without a thread) for a position to be durable, by
     /// the parity of its batch, like the threads in `parked`.
     pub wakers: [Vec<Waker>; 2],
@@ -205,6 +208,7 @@ impl CommitQueue {
                 inflight: None,
                 parked: [Vec::new(), Vec::new()],
                 unparking: Vec::new(),
+                waking: Vec::new(),
             }),
             durable_pos: AtomicU64::new(end.0),
             waiting_threads: AtomicUsize::new(0),
@@ -527,6 +531,9 @@ impl CommitQueue {
         for parity in 0..2 {
             self.wake_parity(st, parity);
         }
+        // Any a flusher took out to wake after the mutex and did not get to.
+        st.unparking.drain(..).for_each(|t| t.unpark());
+        st.waking.drain(..).for_each(Waker::wake);
     }
 
     fn publish_durable(&self, st: &State) {
@@ -553,28 +560,38 @@ impl CommitQueue {
         }
         self.publish_durable(st);
         let parity = (batch_seq % 2) as usize;
-        wake_tasks(st, parity);
-        // The threads are left in `unparking` for the caller (the spare
-        // vector, empty, takes their place).
-        debug_assert!(st.unparking.is_empty());
+        // The threads and tasks are left in `unparking` and `waking` for
+        // the caller (the spare vectors, empty, take their place).
+        debug_assert!(st.unparking.is_empty() && st.waking.is_empty());
         let State {
-            parked, unparking, ..
+            parked,
+            unparking,
+            wakers,
+            waking,
+            ..
         } = st;
         std::mem::swap(&mut parked[parity], unparking);
+        std::mem::swap(&mut wakers[parity], waking);
     }
 
-    /// Unpark the threads [`CommitQueue::notify_batch_durable`] left in
-    /// `unparking`, with the mutex released; returns it locked again.
+    /// Unpark the threads and wake the tasks
+    /// [`CommitQueue::notify_batch_durable`] left in `unparking` and
+    /// `waking`, with the mutex released; returns it locked again.
     pub fn unpark_outside<'q>(&'q self, mut st: MutexGuard<'q, State>) -> MutexGuard<'q, State> {
-        if st.unparking.is_empty() {
+        if st.unparking.is_empty() && st.waking.is_empty() {
             return st;
         }
         let mut threads = std::mem::take(&mut st.unparking);
+        let mut tasks = std::mem::take(&mut st.waking);
         drop(st);
         threads.drain(..).for_each(|t| t.unpark());
+        tasks.drain(..).for_each(Waker::wake);
         let mut st = self.state.lock();
         if st.unparking.is_empty() {
             st.unparking = threads;
+        }
+        if st.waking.is_empty() {
+            st.waking = tasks;
         }
         st
     }
