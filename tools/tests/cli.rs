@@ -8,6 +8,21 @@ use std::collections::HashMap;
 use common::*;
 use serde_json::Value;
 
+/// Each frame's kind by (session, seq).
+fn kinds_by_event<'a>(all: &[&'a Value]) -> HashMap<(String, u64), &'a str> {
+    all.iter()
+        .map(|f| {
+            (
+                (
+                    f["session"].as_str().unwrap().to_string(),
+                    f["seq"].as_u64().unwrap(),
+                ),
+                f["kind"].as_str().unwrap(),
+            )
+        })
+        .collect()
+}
+
 /// The fleet line's fields are consistent; `events` is at least the budget
 /// (then open turns are closed as cancelled: a few events per session).
 fn check_fleet_line(v: &Value, budget: u64) -> u64 {
@@ -189,18 +204,7 @@ fn fleet_reopen_dump_verify_and_ack_ledger() {
         .collect();
     let text = std::fs::read_to_string(&ledger).unwrap();
     assert!(text.lines().count() > 20, "ledger has acks: {text}");
-    let kind_of: HashMap<(String, u64), &str> = all
-        .iter()
-        .map(|f| {
-            (
-                (
-                    f["session"].as_str().unwrap().to_string(),
-                    f["seq"].as_u64().unwrap(),
-                ),
-                f["kind"].as_str().unwrap(),
-            )
-        })
-        .collect();
+    let kind_of = kinds_by_event(&all);
     for line in text.lines() {
         let (s, seq) = line.split_once(' ').expect("SESSION SEQ");
         let seq: u64 = seq.parse().expect("numeric seq");
@@ -469,18 +473,7 @@ fn fleet_with_async_waits_reopens_and_verifies() {
     assert_eq!(headers.iter().filter(|r| **r == "resume").count(), 16);
     let out = turnstone(&["verify", p(&dir)]);
     assert_eq!(code(&out), 0, "{}{}", stdout(&out), stderr(&out));
-    let kind_of: HashMap<(String, u64), &str> = all
-        .iter()
-        .map(|f| {
-            (
-                (
-                    f["session"].as_str().unwrap().to_string(),
-                    f["seq"].as_u64().unwrap(),
-                ),
-                f["kind"].as_str().unwrap(),
-            )
-        })
-        .collect();
+    let kind_of = kinds_by_event(&all);
     let text = std::fs::read_to_string(&ledger).unwrap();
     assert!(text.lines().count() > 20, "ledger has acks: {text}");
     for line in text.lines() {

@@ -135,6 +135,44 @@ fn messages_stats_and_recover_on_a_healthy_store() {
     assert_eq!(r["errors"], json!([]));
 }
 
+/// Run `turnstone fleet` (with `args` after the store directory and the
+/// ack ledger's) until its ledger holds 600 acks, then SIGKILL it; check
+/// that every acknowledged event is in the store and seqs are dense.
+/// Returns the number of events in the store and the acks.
+fn kill_fleet_after_600_acks(
+    dir: &Path,
+    ledger_path: &Path,
+    args: &[&str],
+) -> (usize, Vec<(String, u64)>) {
+    let mut child = Command::new(BIN)
+        .args(["fleet", p(dir), "--ack-ledger", p(ledger_path)])
+        .args(args)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while std::fs::read_to_string(ledger_path).map_or(0, |t| t.lines().count()) < 600 {
+        assert!(Instant::now() < deadline, "fleet made no progress");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    child.kill().unwrap(); // SIGKILL: no clean close, turns left open
+    child.wait().unwrap();
+
+    // Read-only views before recover: every acknowledged event is there.
+    let (lines, rc) = dump_json(dir, &[]);
+    assert_eq!(rc, 0);
+    let all = frames(&lines);
+    assert_dense(&seqs_by_session(&all));
+    let have = present(&all);
+    let acks = ledger(ledger_path);
+    assert!(acks.len() >= 600);
+    for a in &acks {
+        assert!(have.contains(a), "acknowledged {a:?} is missing");
+    }
+    (all.len(), acks)
+}
+
 /// `fleet --async` killed with SIGKILL: every event the ledger
 /// acknowledged is in the store, and `recover` repairs what the tasks left
 /// open.
@@ -143,10 +181,10 @@ fn killed_async_fleet_loses_no_acknowledged_event() {
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path().join("store");
     let ledger_path = tmp.path().join("acks.txt");
-    let mut child = Command::new(BIN)
-        .args([
-            "fleet",
-            p(&dir),
+    kill_fleet_after_600_acks(
+        &dir,
+        &ledger_path,
+        &[
             "--async",
             "--sessions",
             "64",
@@ -156,31 +194,8 @@ fn killed_async_fleet_loses_no_acknowledged_event() {
             "100000000",
             "--segment-bytes",
             "262144",
-            "--ack-ledger",
-            p(&ledger_path),
-        ])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while std::fs::read_to_string(&ledger_path).map_or(0, |t| t.lines().count()) < 600 {
-        assert!(Instant::now() < deadline, "fleet made no progress");
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    child.kill().unwrap();
-    child.wait().unwrap();
-
-    let (lines, rc) = dump_json(&dir, &[]);
-    assert_eq!(rc, 0);
-    let all = frames(&lines);
-    assert_dense(&seqs_by_session(&all));
-    let have = present(&all);
-    let acks = ledger(&ledger_path);
-    assert!(acks.len() >= 600);
-    for a in &acks {
-        assert!(have.contains(a), "acknowledged {a:?} is missing");
-    }
+        ],
+    );
     let out = turnstone(&["recover", p(&dir), "--json"]);
     assert_eq!(code(&out), 0, "{}", stderr(&out));
     let r = json_one(&out);
@@ -196,10 +211,10 @@ fn killed_fleet_then_recover() {
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path().join("store");
     let ledger_path = tmp.path().join("acks.txt");
-    let mut child = Command::new(BIN)
-        .args([
-            "fleet",
-            p(&dir),
+    let (before, acks) = kill_fleet_after_600_acks(
+        &dir,
+        &ledger_path,
+        &[
             "--sessions",
             "32",
             "--threads",
@@ -208,36 +223,8 @@ fn killed_fleet_then_recover() {
             "100000000",
             "--segment-bytes",
             "262144",
-            "--ack-ledger",
-            p(&ledger_path),
-        ])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
-        let n = std::fs::read_to_string(&ledger_path).map_or(0, |t| t.lines().count());
-        if n >= 600 {
-            break;
-        }
-        assert!(Instant::now() < deadline, "fleet made no progress");
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    child.kill().unwrap(); // SIGKILL: no clean close, turns left open
-    child.wait().unwrap();
-
-    // Read-only views before recover: every acknowledged event is there.
-    let (lines, rc) = dump_json(&dir, &[]);
-    assert_eq!(rc, 0);
-    let all = frames(&lines);
-    assert_dense(&seqs_by_session(&all));
-    let have = present(&all);
-    let acks = ledger(&ledger_path);
-    assert!(acks.len() >= 600);
-    for a in &acks {
-        assert!(have.contains(a), "acknowledged {a:?} is missing");
-    }
+        ],
+    );
     let st = json_one(&turnstone(&["stats", p(&dir), "--json"]));
     assert_eq!(st["clean_close"], false);
     let open_before = st["open_turns"]["count"].as_u64().unwrap();
@@ -278,10 +265,10 @@ fn killed_fleet_then_recover() {
         assert!(have.contains(a), "acknowledged {a:?} lost by recover");
     }
     assert_eq!(
-        after.len() - all.len(),
+        after.len() - before,
         r["events_appended"].as_u64().unwrap() as usize
     );
-    let synthetic: Vec<(String, String, String)> = after[all.len()..]
+    let synthetic: Vec<(String, String, String)> = after[before..]
         .iter()
         .filter(|f| f["kind"] == "tool/result")
         .map(|f| {
@@ -299,7 +286,7 @@ fn killed_fleet_then_recover() {
         assert!(synthetic.contains(&(s.clone(), c.clone(), "TOOL_NOT_STARTED".into())));
     }
     assert_eq!(synthetic.len(), unknown.len() + not_started.len());
-    assert!(after[all.len()..]
+    assert!(after[before..]
         .iter()
         .filter(|f| f["kind"] == "turn/end")
         .all(|f| f["data"]["reason"]["kind"] == "interrupted"));
