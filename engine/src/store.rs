@@ -169,6 +169,12 @@ impl Store {
         self.shared.commit.durable()
     }
 
+    /// [`Store::durable_pos`] without taking the commit lock: a position
+    /// that is durable, at most a flush behind.
+    pub(crate) fn durable_hint(&self) -> LogPos {
+        self.shared.commit.durable_hint()
+    }
+
     /// Append one event to `session` (created on first use). Returns at once
     /// with its seq and position; it is durable after a later
     /// [`Store::sync`] or [`Store::wait_durable`] returns.

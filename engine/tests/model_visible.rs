@@ -20,6 +20,9 @@ enum Op {
     Header(u8, u8, bool),
     Plugin(u8),
     Derive,
+    /// A checkpoint: the handle's appends become durable, so a handle that
+    /// has not derived drops their messages at its next append.
+    Flush,
     /// A user (false) or assistant (true) message of arbitrary JSON blocks:
     /// typed, odd-shaped or unknown, all must come back equal.
     Blocks(bool, Vec<serde_json::Value>),
@@ -94,6 +97,7 @@ fn op() -> impl Strategy<Value = Op> {
         1 => (0u8..3, 0u8..3, any::<bool>()).prop_map(|(m, t, s)| Op::Header(m, t, s)),
         1 => (0u8..2).prop_map(Op::Plugin),
         2 => Just(Op::Derive),
+        2 => Just(Op::Flush),
         2 => (any::<bool>(), proptest::collection::vec(block(), 1..4)).prop_map(|(a, b)| Op::Blocks(a, b)),
     ]
 }
@@ -264,6 +268,7 @@ fn run(ops: &[Op]) -> (Vec<u8>, Vec<u8>, Vec<u8>, Vec<u8>) {
             Op::Derive => {
                 s.derive_messages();
             }
+            Op::Flush => s.flush().unwrap(),
             Op::Blocks(assistant, blocks) => {
                 let content: Vec<ContentBlock> = blocks
                     .iter()

@@ -237,6 +237,12 @@ impl CommitQueue {
         self.state.lock().durable
     }
 
+    /// End of the durable log as last published, without the lock: never
+    /// past [`CommitQueue::durable`], and soon equal to it.
+    pub fn durable_hint(&self) -> LogPos {
+        LogPos(self.durable_pos.load(Ordering::Acquire))
+    }
+
     /// Largest event group (padded frames) one batch can hold.
     pub fn group_bytes_max(&self) -> usize {
         BATCH_BODY_BYTES_MAX.min(self.segment_bytes - SEGMENT_HEADER_BYTES - BATCH_HEADER_BYTES)

@@ -22,7 +22,7 @@ use crate::session::event::{
 };
 use crate::session::header::{first_difference, first_json_difference, Request, RequestSpec};
 use crate::session::log::{AppendEnd, DurabilityPoint, LogHandle, LogRef};
-use crate::session::messages::{self, Message, MessageCache};
+use crate::session::messages::{self, Keep, Message, MessageCache};
 use crate::session::state_snapshot::{self, KindsSeen, Loaded};
 use crate::session::surface::{Surface, SurfaceOp};
 use crate::store::Store;
@@ -382,12 +382,18 @@ impl Session {
     /// Fold one event into the state. The single definition of what an event
     /// means, used live and on restore.
     fn apply(&mut self, ev: &SessionEvent) -> Result<()> {
-        self.apply_parsed(ev, None)
+        self.apply_parsed(ev, None, Keep::Hold)
     }
 
     /// [`Session::apply`] with a surface kind's data already parsed (by the
-    /// check before a live append).
-    fn apply_parsed(&mut self, ev: &SessionEvent, pre: Option<event::Parsed>) -> Result<()> {
+    /// check before a live append); `keep` says how long its message is
+    /// kept ([`Keep`]).
+    fn apply_parsed(
+        &mut self,
+        ev: &SessionEvent,
+        pre: Option<event::Parsed>,
+        keep: Keep,
+    ) -> Result<()> {
         if ev.seq != self.len {
             return Err(self.bad(ev.seq, format!("expected seq {}", self.len)));
         }
@@ -534,7 +540,7 @@ impl Session {
                         }
                     }
                 };
-                self.messages.insert(ev.seq, msg);
+                self.messages.insert_kept(ev.seq, msg, keep);
             }
             CoreKind::ToolCall => {
                 let d: event::ToolCall = if let Some(event::Parsed::ToolCall(d)) = pre {
@@ -924,8 +930,8 @@ impl Session {
             .iter()
             .any(|ev| matches!(ev.surface, Some(SurfaceOp::Replace { .. })));
         if replaces {
-            // The check reads the messages of the surface.
-            self.load_messages()?;
+            // The check reads the tool-use ids of the surface's messages.
+            self.load_restored_messages()?;
             let mut scratch = self.surface.clone();
             for ev in decoded {
                 if let Some(op) = ev.surface {
@@ -967,8 +973,19 @@ impl Session {
             )));
         }
         self.last_end = last_end;
+        // Until this handle derives, the messages of its appends are
+        // dropped once durable (an embedded store says when, cheaply).
+        let keep = match last_end {
+            AppendEnd::At(pos) => Keep::UntilDurable(pos.0),
+            _ => Keep::Hold,
+        };
         for ev in decoded {
-            self.apply_parsed(ev, pre.take())?;
+            self.apply_parsed(ev, pre.take(), keep)?;
+        }
+        if self.messages.has_unsettled() {
+            if let Some(store) = self.log.store() {
+                self.messages.settle(store.durable_hint().0);
+            }
         }
         Ok(expected_first)
     }
@@ -1010,6 +1027,14 @@ impl Session {
                     Some(m) => m.as_ref(),
                     None => cache.node(*seq).map(|m| &**m),
                 };
+                // A message dropped once durable left its ids behind.
+                for (is_use, id) in cache.settled_ids(*seq).unwrap_or(&[]) {
+                    if *is_use {
+                        uses.insert(&**id);
+                    } else {
+                        results.insert(&**id);
+                    }
+                }
                 for b in msg.map(|m| m.content.as_slice()).unwrap_or(&[]) {
                     if let Some((id, _)) = b.client_tool_use() {
                         uses.insert(id);
@@ -1169,9 +1194,13 @@ impl Session {
     /// plain appends only the new nodes are visited.
     ///
     /// A session restored from a state snapshot reads the messages of its
-    /// surface from the log on the first call; if that read fails, this
-    /// returns no messages, and appends are refused with the error (see
-    /// [`Session::try_derive_messages`], which returns it).
+    /// surface from the log on the first call, and so does a handle that
+    /// has appended without deriving, for its appends already durable (it
+    /// does not keep their messages in memory until it first derives: a
+    /// recorder's memory does not grow with its sessions' surfaces). If
+    /// that read fails, this returns no messages, and appends are refused
+    /// with the error (see [`Session::try_derive_messages`], which returns
+    /// it).
     pub fn derive_messages(&mut self) -> &[Arc<Message>] {
         match self.load_messages() {
             Ok(()) => self.messages.derive(&self.surface),
@@ -1546,7 +1575,8 @@ mod tests {
             s.compact(&format!("c{round}"), 0, end, &format!("summary {round}"))
                 .unwrap();
             assert_eq!(s.surface().len(), 6);
-            assert_eq!(s.messages.held(), s.surface().len(), "round {round}");
+            let (kept, settled) = s.messages.held();
+            assert_eq!(kept + settled, s.surface().len(), "round {round}");
         }
         // What the session derives is what a fresh open of the log derives.
         let derived: Vec<Message> = s.derive_messages().iter().map(|m| (**m).clone()).collect();
@@ -1559,5 +1589,142 @@ mod tests {
             .collect();
         assert_eq!(derived.len(), 6);
         assert_eq!(derived, again);
+    }
+
+    fn tool_use(id: &str) -> AssistantMessage {
+        AssistantMessage {
+            content: vec![ContentBlock::tool_use(id, "shell", serde_json::json!({}))],
+            usage: None,
+            stop_reason: None,
+            extra: Default::default(),
+        }
+    }
+
+    fn tool_result(id: &str, text: String) -> ToolResult {
+        ToolResult {
+            call_id: id.into(),
+            content: vec![ContentBlock::text(text)],
+            is_error: false,
+            status: None,
+        }
+    }
+
+    /// A handle that only appends (a recorder) keeps none of its durable
+    /// messages; its first derive reads them back from the log, blobs
+    /// resolved, equal to what a fresh open derives, and keeps them from
+    /// then on.
+    #[test]
+    fn a_recorder_keeps_no_durable_message_and_derives_them_from_the_log() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Arc::new(Store::open(dir.path()).unwrap());
+        store.blobs().set_threshold(1024);
+        let mut s = Session::create(store.clone(), "s", Arc::new(Registry::new())).unwrap();
+        for turn in 0..8u64 {
+            s.append(
+                UserMessage {
+                    content: vec![ContentBlock::text(format!("turn {turn}"))],
+                },
+                SurfaceOp::Append,
+            )
+            .unwrap();
+            let id = format!("c{turn}");
+            s.append(tool_use(&id), SurfaceOp::Append).unwrap();
+            s.append(
+                event::ToolCall {
+                    call_id: id.clone(),
+                    name: "shell".into(),
+                    input: serde_json::json!({}),
+                },
+                (),
+            )
+            .unwrap();
+            // Every other result goes out of line, as a blob.
+            let body = "x".repeat(if turn % 2 == 0 { 4096 } else { 16 });
+            s.append(tool_result(&id, format!("{turn}{body}")), SurfaceOp::Append)
+                .unwrap();
+            s.flush().unwrap();
+        }
+        // The last turn's messages settle at the next append.
+        s.append(
+            UserMessage {
+                content: vec![ContentBlock::text("last")],
+            },
+            SurfaceOp::Append,
+        )
+        .unwrap();
+        let (kept, settled) = s.messages.held();
+        assert_eq!(settled, 8 * 3, "durable messages dropped");
+        assert_eq!(kept, 1, "only the newest, not yet durable, is kept");
+        assert_eq!(kept + settled, s.surface().len());
+        let derived: Vec<Message> = s.derive_messages().iter().map(|m| (**m).clone()).collect();
+        assert_eq!(derived.len(), 8 * 3 + 1);
+        assert_eq!(s.messages.held(), (8 * 3 + 1, 0), "kept once derived");
+        // Appends after a derive keep their messages, durable or not.
+        s.append(tool_result("nobody", "stray".into()), SurfaceOp::Append)
+            .unwrap();
+        s.flush().unwrap();
+        s.append(
+            UserMessage {
+                content: vec![ContentBlock::text("after")],
+            },
+            SurfaceOp::Append,
+        )
+        .unwrap();
+        assert_eq!(s.messages.held().1, 0);
+        let derived: Vec<Message> = s.derive_messages().iter().map(|m| (**m).clone()).collect();
+        drop(s);
+        let mut reopened = Session::open(store, "s", Arc::new(Registry::new())).unwrap();
+        let again: Vec<Message> = reopened
+            .derive_messages()
+            .iter()
+            .map(|m| (**m).clone())
+            .collect();
+        assert_eq!(derived, again);
+        match &derived[2].content[0] {
+            ContentBlock::ToolResult { content, .. } => {
+                assert_eq!(
+                    serde_json::to_value(content).unwrap(),
+                    format!("0{}", "x".repeat(4096))
+                );
+            }
+            other => panic!("not a tool result: {other:?}"),
+        }
+    }
+
+    /// The pair check of a replace sees the tool-use ids of messages
+    /// dropped once durable: a compaction that would take a durable tool
+    /// result off the surface without its tool use is refused, and one that
+    /// takes both is not.
+    #[test]
+    fn a_replace_cannot_split_a_pair_whose_messages_were_dropped() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Arc::new(Store::open(dir.path()).unwrap());
+        let mut s = Session::create(store, "s", Arc::new(Registry::new())).unwrap();
+        s.append(tool_use("c1"), SurfaceOp::Append).unwrap();
+        s.append(
+            event::ToolCall {
+                call_id: "c1".into(),
+                name: "shell".into(),
+                input: serde_json::json!({}),
+            },
+            (),
+        )
+        .unwrap();
+        s.append(tool_result("c1", "ok".into()), SurfaceOp::Append)
+            .unwrap();
+        s.flush().unwrap();
+        s.append(
+            UserMessage {
+                content: vec![ContentBlock::text("next")],
+            },
+            SurfaceOp::Append,
+        )
+        .unwrap();
+        assert_eq!(s.messages.held(), (1, 2), "the pair's messages dropped");
+        let err = s.compact("k1", 1, 2, "summary").unwrap_err();
+        assert!(err.to_string().contains("\"c1\""), "{err}");
+        s.compact("k2", 0, 2, "summary").unwrap();
+        crate::session::validate_messages(s.derive_messages()).unwrap();
+        assert_eq!(s.derive_messages().len(), 2);
     }
 }

@@ -6,7 +6,9 @@
 //! never merged. Messages are built once per event (when the event is applied)
 //! and shared as `Arc<Message>`, so the list keeps a stable identity between
 //! calls. After plain appends only the new nodes are visited; after a replace
-//! the list is rebuilt from the per-node cache.
+//! the list is rebuilt from the per-node cache. A handle that has not derived
+//! yet drops the messages of its own appends once they are durable and reads
+//! them back from the log at its first derive (see [`MessageCache`]).
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -122,10 +124,49 @@ pub(crate) fn tool_result_message(seq: u64, mut r: ToolResult) -> Option<Message
     })
 }
 
+/// When the message of a folded surface event may be dropped, to be read
+/// back from the log by the next derive.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Keep {
+    /// Keep it (an event folded from the log at open).
+    Hold,
+    /// The handle's own append, durable once the log is durable up to this
+    /// position (an embedded store's byte offset): droppable from then on
+    /// while the handle has not derived.
+    UntilDurable(u64),
+    /// Read back from the log just now (durable): droppable at once while
+    /// the handle has not derived.
+    Durable,
+}
+
+/// The tool-use ids of a message: `(true, id)` for a use, `(false, id)` for
+/// an answer.
+pub(crate) type ToolIds = Box<[(bool, Box<str>)]>;
+
+/// The tool-use ids a message uses (true) and answers (false).
+fn tool_ids(m: &Message) -> ToolIds {
+    m.content
+        .iter()
+        .filter_map(|b| match (b.client_tool_use(), b.answers_tool_use()) {
+            (Some((id, _)), _) => Some((true, id.into())),
+            (None, Some(id)) => Some((false, id.into())),
+            (None, None) => None,
+        })
+        .collect()
+}
+
 /// Incremental message list over a surface.
+///
+/// A handle that has never derived (a recorder, a fleet worker) does not
+/// keep the messages of its own appends once they are durable: it keeps
+/// only their tool-use ids (for the pair check of a replace) and reads the
+/// messages back from the log at its first derive, as it does for the
+/// nodes of a state snapshot. From the first derive on, every message is
+/// kept, so derives stay incremental.
 #[derive(Debug, Default)]
 pub struct MessageCache {
-    /// Message (or None when skipped) of every node on the surface.
+    /// Message (or None when skipped) of every node on the surface, except
+    /// those `pending` or `settled`.
     node_msgs: HashMap<u64, Option<Arc<Message>>>,
     list: Vec<Arc<Message>>,
     nodes_done: usize,
@@ -135,15 +176,66 @@ pub struct MessageCache {
     /// Surface nodes restored from a state snapshot whose message is still
     /// to be read from the log (the session loads them before deriving).
     pending: Vec<u64>,
+    /// Whether this handle has derived: from then on messages are kept.
+    derived: bool,
+    /// Kept messages of this handle's appends that are not known durable
+    /// yet: (seq, log position that makes it durable), in append order.
+    unsettled: std::collections::VecDeque<(u64, u64)>,
+    /// Nodes whose message was dropped once durable, with the tool-use ids
+    /// the message uses (true) and answers (false).
+    settled: HashMap<u64, ToolIds>,
 }
 
 impl MessageCache {
     /// Record the message of a new surface node.
     pub fn insert(&mut self, seq: u64, msg: Option<Message>) {
-        self.node_msgs.insert(seq, msg.map(Arc::new));
+        self.insert_kept(seq, msg, Keep::Hold);
     }
 
-    /// The message of a surface node (None: not on the surface, or skipped).
+    /// Record the message of a new surface node, kept as `keep` says.
+    pub(crate) fn insert_kept(&mut self, seq: u64, msg: Option<Message>, keep: Keep) {
+        match (msg, keep) {
+            (Some(m), Keep::Durable) if !self.derived => {
+                self.settled.insert(seq, tool_ids(&m));
+            }
+            (Some(m), Keep::UntilDurable(pos)) if !self.derived => {
+                self.unsettled.push_back((seq, pos));
+                self.node_msgs.insert(seq, Some(Arc::new(m)));
+            }
+            (msg, _) => {
+                self.node_msgs.insert(seq, msg.map(Arc::new));
+            }
+        }
+    }
+
+    /// Whether some kept message waits for the log to be durable.
+    pub(crate) fn has_unsettled(&self) -> bool {
+        !self.unsettled.is_empty()
+    }
+
+    /// The log is durable up to `durable`: drop the kept messages of this
+    /// handle's appends it covers (keeping their tool-use ids).
+    pub(crate) fn settle(&mut self, durable: u64) {
+        while let Some(&(seq, pos)) = self.unsettled.front() {
+            if pos > durable {
+                break;
+            }
+            self.unsettled.pop_front();
+            // Gone when a replace took the node off the surface since.
+            if let Some(Some(m)) = self.node_msgs.remove(&seq) {
+                self.settled.insert(seq, tool_ids(&m));
+            }
+        }
+    }
+
+    /// The tool-use ids of a node whose message was dropped once durable:
+    /// (uses, id) pairs, `true` for a use and `false` for an answer.
+    pub(crate) fn settled_ids(&self, seq: u64) -> Option<&[(bool, Box<str>)]> {
+        self.settled.get(&seq).map(|ids| &ids[..])
+    }
+
+    /// The message of a surface node (None: not on the surface, skipped, or
+    /// still to be read from the log).
     pub fn node(&self, seq: u64) -> Option<&Arc<Message>> {
         self.node_msgs.get(&seq).and_then(|m| m.as_ref())
     }
@@ -156,6 +248,7 @@ impl MessageCache {
     pub(crate) fn replaced(&mut self, removed: &[u64], generation: u64) {
         for seq in removed {
             self.node_msgs.remove(seq);
+            self.settled.remove(seq);
         }
         if !self.pending.is_empty() {
             let gone: std::collections::HashSet<u64> = removed.iter().copied().collect();
@@ -166,10 +259,11 @@ impl MessageCache {
         self.generation = generation;
     }
 
-    /// Messages (or skipped nodes) held.
+    /// Messages (or skipped nodes) held, and nodes whose message was
+    /// dropped once durable.
     #[cfg(test)]
-    pub(crate) fn held(&self) -> usize {
-        self.node_msgs.len()
+    pub(crate) fn held(&self) -> (usize, usize) {
+        (self.node_msgs.len(), self.settled.len())
     }
 
     /// Start from the keys of a state snapshot: every node of `surface`
@@ -186,9 +280,19 @@ impl MessageCache {
         }
     }
 
-    /// Take the nodes whose message is still to be read.
-    pub(crate) fn take_pending(&mut self) -> Vec<u64> {
-        std::mem::take(&mut self.pending)
+    /// Take the nodes whose message is still to be read: those restored
+    /// from a state snapshot, and with `settled` those dropped once durable.
+    pub(crate) fn take_pending(&mut self, settled: bool) -> Vec<u64> {
+        let mut seqs = std::mem::take(&mut self.pending);
+        if settled {
+            seqs.extend(self.settled.drain().map(|(seq, _)| seq));
+        }
+        seqs
+    }
+
+    /// Whether a derive has a message to read from the log first.
+    pub(crate) fn has_unread(&self) -> bool {
+        !self.pending.is_empty() || !self.settled.is_empty()
     }
 
     /// Put back nodes whose message could not be read.
@@ -217,7 +321,10 @@ impl MessageCache {
     /// Bring the list up to date with `surface` and return it. Every
     /// pending message must have been loaded.
     pub fn derive(&mut self, surface: &Surface) -> &[Arc<Message>] {
-        debug_assert!(self.pending.is_empty(), "messages not loaded");
+        debug_assert!(!self.has_unread(), "messages not loaded");
+        // Kept from now on: a handle that derives once derives again.
+        self.derived = true;
+        self.unsettled.clear();
         if self.generation != surface.replace_generation || self.nodes_done > surface.nodes.len() {
             self.list.clear();
             self.nodes_done = 0;

@@ -360,7 +360,7 @@ pub(crate) fn save(log: LogRef<'_>, session: &str, parts: &Parts<'_>) -> Result<
 
 use crate::session::core::Session;
 use crate::session::event::{self, AssistantMessage, CoreKind, EventKind, ToolResult, UserMessage};
-use crate::session::messages;
+use crate::session::messages::{self, Keep};
 
 impl Session {
     /// Take the state of a snapshot (the fold then goes on from `r.len`).
@@ -381,12 +381,29 @@ impl Session {
     }
 
     /// Read from the log the messages of surface nodes restored from a
-    /// snapshot (nodes close together share one walk of the index).
+    /// snapshot and of those dropped once durable (nodes close together
+    /// share one walk of the index), and keep them: a derive follows.
     pub(super) fn load_messages(&mut self) -> Result<()> {
-        if !self.messages.has_pending() {
+        self.load_messages_kept(true)
+    }
+
+    /// [`Session::load_messages`] for the tool-pair check of a replace:
+    /// only the nodes restored from a snapshot, whose tool-use ids are not
+    /// known; a handle that has not derived keeps only their ids.
+    pub(super) fn load_restored_messages(&mut self) -> Result<()> {
+        self.load_messages_kept(false)
+    }
+
+    fn load_messages_kept(&mut self, for_derive: bool) -> Result<()> {
+        let unread = if for_derive {
+            self.messages.has_unread()
+        } else {
+            self.messages.has_pending()
+        };
+        if !unread {
             return Ok(());
         }
-        let mut seqs = self.messages.take_pending();
+        let mut seqs = self.messages.take_pending(for_derive);
         seqs.sort_unstable();
         seqs.dedup();
         let mut loaded = Vec::with_capacity(seqs.len());
@@ -436,8 +453,13 @@ impl Session {
             }
             i = j;
         }
+        let keep = if for_derive {
+            Keep::Hold
+        } else {
+            Keep::Durable
+        };
         for (seq, m) in loaded {
-            self.messages.insert(seq, m);
+            self.messages.insert_kept(seq, m, keep);
         }
         Ok(())
     }
