@@ -62,6 +62,33 @@ pub(crate) struct WriterFile {
     pub batch_bytes: u64,
 }
 
+impl WriterFile {
+    /// The writer at offset `end` of segment file `file`, `len` bytes long,
+    /// before this process wrote anything past `end` (an earlier run may or
+    /// may not have written zeros there: assume not).
+    pub fn at(
+        segment: SegmentId,
+        path: PathBuf,
+        file: Arc<dyn VfsFile>,
+        end: u32,
+        len: u64,
+        recycled: bool,
+    ) -> WriterFile {
+        WriterFile {
+            segment,
+            path,
+            file,
+            end,
+            len,
+            written_to: u64::from(end),
+            recycled,
+            prepare_asked: false,
+            batches: 0,
+            batch_bytes: 0,
+        }
+    }
+}
+
 /// What the flusher needs besides the queue.
 pub(crate) struct FlusherEnv<'a> {
     pub vfs: &'a dyn Vfs,
@@ -292,22 +319,19 @@ fn write_batch(
         // The old segment is sealed from now on: reads may map it.
         env.reader.set_active(batch.segment, Some(new.file.clone()));
         prev_mean = mean_batch(w);
-        *w = WriterFile {
-            segment: batch.segment,
-            path: segment_path(env.dir, batch.segment),
-            file: new.file,
-            end: SEGMENT_HEADER_BYTES as u32,
-            len: if new.recycled {
-                new.len
-            } else {
-                env.preallocate_bytes.unwrap_or(0)
-            },
-            written_to: SEGMENT_HEADER_BYTES as u64,
-            recycled: new.recycled,
-            prepare_asked: false,
-            batches: 0,
-            batch_bytes: 0,
+        let len = if new.recycled {
+            new.len
+        } else {
+            env.preallocate_bytes.unwrap_or(0)
         };
+        *w = WriterFile::at(
+            batch.segment,
+            segment_path(env.dir, batch.segment),
+            new.file,
+            SEGMENT_HEADER_BYTES as u32,
+            len,
+            new.recycled,
+        );
         rolled = if new.recycled {
             NewSegment::Recycled
         } else {

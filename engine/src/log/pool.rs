@@ -87,9 +87,8 @@ pub(crate) struct SegmentPool {
     prepared_cv: Condvar,
     /// Set at close: the preparer stops at its next piece.
     stop: AtomicBool,
-    /// Files the preparer finished, and the zero bytes it wrote.
+    /// Files the preparer finished (each `file_len` bytes of zeros).
     prepared_files: AtomicU64,
-    prepared_bytes: AtomicU64,
     /// Preparations that failed (the writer creates fresh segments instead).
     prepare_errors: AtomicU64,
     /// The most recent failure's message (what, and which file).
@@ -131,7 +130,6 @@ impl SegmentPool {
             prepared_cv: Condvar::new(),
             stop: AtomicBool::new(false),
             prepared_files: AtomicU64::new(0),
-            prepared_bytes: AtomicU64::new(0),
             prepare_errors: AtomicU64::new(0),
             last_prepare_error: Mutex::new(None),
         }
@@ -252,7 +250,7 @@ impl SegmentPool {
     pub fn prepare_counts(&self) -> PrepareCounts {
         PrepareCounts {
             files: self.prepared_files.load(Ordering::Relaxed),
-            bytes: self.prepared_bytes.load(Ordering::Relaxed),
+            bytes: self.prepared_files.load(Ordering::Relaxed) * self.file_len,
             errors: self.prepare_errors.load(Ordering::Relaxed),
         }
     }
@@ -294,8 +292,6 @@ impl SegmentPool {
             match self.prepare_one(vfs, dir) {
                 Ok(Some(path)) => {
                     self.prepared_files.fetch_add(1, Ordering::Relaxed);
-                    self.prepared_bytes
-                        .fetch_add(self.file_len, Ordering::Relaxed);
                     self.prepared.lock().file = Some(path);
                 }
                 Ok(None) => return,

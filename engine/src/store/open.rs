@@ -179,20 +179,7 @@ impl Store {
             seg,
             opts.preallocate && opts.prepare_segments && vfs.zero_ahead_helps(),
         )?;
-        let writer = WriterFile {
-            segment: seg,
-            path,
-            file: file.clone(),
-            end: off,
-            len,
-            // Past the durable end, an earlier run may or may not have
-            // written zeros: assume not.
-            written_to: off as u64,
-            recycled,
-            prepare_asked: false,
-            batches: 0,
-            batch_bytes: 0,
-        };
+        let writer = WriterFile::at(seg, path, file.clone(), off, len, recycled);
         let last = (seq > 0).then_some((end, 0));
         let leaders = opts.flush_in_caller;
         let mut shared = Self::make_shared(dir, opts, store_id, rec.index, end, seq, lock, last);
