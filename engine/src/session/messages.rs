@@ -155,6 +155,18 @@ fn tool_ids(m: &Message) -> ToolIds {
         .collect()
 }
 
+/// What the cache holds for one surface node.
+#[derive(Debug)]
+enum Node {
+    /// The node derives no message.
+    Skipped,
+    /// Its message, kept.
+    Kept(Arc<Message>),
+    /// Its message was dropped once durable (to be read from the log by the
+    /// next derive); the tool-use ids it uses and answers stay.
+    Dropped(ToolIds),
+}
+
 /// Incremental message list over a surface.
 ///
 /// A handle that has never derived (a recorder, a fleet worker) does not
@@ -165,9 +177,10 @@ fn tool_ids(m: &Message) -> ToolIds {
 /// kept, so derives stay incremental.
 #[derive(Debug, Default)]
 pub struct MessageCache {
-    /// Message (or None when skipped) of every node on the surface, except
-    /// those `pending` or `settled`.
-    node_msgs: HashMap<u64, Option<Arc<Message>>>,
+    /// Every node on the surface, except those `pending`.
+    nodes: HashMap<u64, Node>,
+    /// How many of `nodes` are [`Node::Dropped`].
+    dropped: usize,
     list: Vec<Arc<Message>>,
     nodes_done: usize,
     generation: u64,
@@ -181,9 +194,6 @@ pub struct MessageCache {
     /// Kept messages of this handle's appends that are not known durable
     /// yet: (seq, log position that makes it durable), in append order.
     unsettled: std::collections::VecDeque<(u64, u64)>,
-    /// Nodes whose message was dropped once durable, with the tool-use ids
-    /// the message uses (true) and answers (false).
-    settled: HashMap<u64, ToolIds>,
 }
 
 impl MessageCache {
@@ -192,19 +202,22 @@ impl MessageCache {
         self.insert_kept(seq, msg, Keep::Hold);
     }
 
-    /// Record the message of a new surface node, kept as `keep` says.
+    /// Record the message of a surface node, kept as `keep` says.
     pub(crate) fn insert_kept(&mut self, seq: u64, msg: Option<Message>, keep: Keep) {
-        match (msg, keep) {
+        let node = match (msg, keep) {
+            (None, _) => Node::Skipped,
             (Some(m), Keep::Durable) if !self.derived => {
-                self.settled.insert(seq, tool_ids(&m));
+                self.dropped += 1;
+                Node::Dropped(tool_ids(&m))
             }
             (Some(m), Keep::UntilDurable(pos)) if !self.derived => {
                 self.unsettled.push_back((seq, pos));
-                self.node_msgs.insert(seq, Some(Arc::new(m)));
+                Node::Kept(Arc::new(m))
             }
-            (msg, _) => {
-                self.node_msgs.insert(seq, msg.map(Arc::new));
-            }
+            (Some(m), _) => Node::Kept(Arc::new(m)),
+        };
+        if let Some(Node::Dropped(_)) = self.nodes.insert(seq, node) {
+            self.dropped -= 1;
         }
     }
 
@@ -222,22 +235,31 @@ impl MessageCache {
             }
             self.unsettled.pop_front();
             // Gone when a replace took the node off the surface since.
-            if let Some(Some(m)) = self.node_msgs.remove(&seq) {
-                self.settled.insert(seq, tool_ids(&m));
+            if let Some(node) = self.nodes.get_mut(&seq) {
+                if let Node::Kept(m) = node {
+                    *node = Node::Dropped(tool_ids(m));
+                    self.dropped += 1;
+                }
             }
         }
     }
 
     /// The tool-use ids of a node whose message was dropped once durable:
-    /// (uses, id) pairs, `true` for a use and `false` for an answer.
+    /// `(true, id)` for a use, `(false, id)` for an answer.
     pub(crate) fn settled_ids(&self, seq: u64) -> Option<&[(bool, Box<str>)]> {
-        self.settled.get(&seq).map(|ids| &ids[..])
+        match self.nodes.get(&seq) {
+            Some(Node::Dropped(ids)) => Some(ids),
+            _ => None,
+        }
     }
 
     /// The message of a surface node (None: not on the surface, skipped, or
     /// still to be read from the log).
     pub fn node(&self, seq: u64) -> Option<&Arc<Message>> {
-        self.node_msgs.get(&seq).and_then(|m| m.as_ref())
+        match self.nodes.get(&seq) {
+            Some(Node::Kept(m)) => Some(m),
+            _ => None,
+        }
     }
 
     /// Nodes `removed` left the surface in the replace that made surface
@@ -247,8 +269,9 @@ impl MessageCache {
     /// its surface, however long its log.
     pub(crate) fn replaced(&mut self, removed: &[u64], generation: u64) {
         for seq in removed {
-            self.node_msgs.remove(seq);
-            self.settled.remove(seq);
+            if let Some(Node::Dropped(_)) = self.nodes.remove(seq) {
+                self.dropped -= 1;
+            }
         }
         if !self.pending.is_empty() {
             let gone: std::collections::HashSet<u64> = removed.iter().copied().collect();
@@ -259,11 +282,11 @@ impl MessageCache {
         self.generation = generation;
     }
 
-    /// Messages (or skipped nodes) held, and nodes whose message was
-    /// dropped once durable.
+    /// Nodes whose message (or its absence) is held, and nodes whose
+    /// message was dropped once durable.
     #[cfg(test)]
     pub(crate) fn held(&self) -> (usize, usize) {
-        (self.node_msgs.len(), self.settled.len())
+        (self.nodes.len() - self.dropped, self.dropped)
     }
 
     /// Start from the keys of a state snapshot: every node of `surface`
@@ -273,7 +296,7 @@ impl MessageCache {
         self.pending.reserve(surface.nodes.len());
         for &seq in &surface.nodes {
             if no_message.binary_search(&seq).is_ok() {
-                self.node_msgs.insert(seq, None);
+                self.nodes.insert(seq, Node::Skipped);
             } else {
                 self.pending.push(seq);
             }
@@ -281,23 +304,30 @@ impl MessageCache {
     }
 
     /// Take the nodes whose message is still to be read: those restored
-    /// from a state snapshot, and with `settled` those dropped once durable.
-    pub(crate) fn take_pending(&mut self, settled: bool) -> Vec<u64> {
+    /// from a state snapshot, and with `dropped` those dropped once durable
+    /// (which keep their tool-use ids until their message is back).
+    pub(crate) fn take_pending(&mut self, dropped: bool) -> Vec<u64> {
         let mut seqs = std::mem::take(&mut self.pending);
-        if settled {
-            seqs.extend(self.settled.drain().map(|(seq, _)| seq));
+        if dropped && self.dropped > 0 {
+            seqs.extend(
+                self.nodes
+                    .iter()
+                    .filter(|(_, n)| matches!(n, Node::Dropped(_)))
+                    .map(|(seq, _)| *seq),
+            );
         }
         seqs
     }
 
     /// Whether a derive has a message to read from the log first.
     pub(crate) fn has_unread(&self) -> bool {
-        !self.pending.is_empty() || !self.settled.is_empty()
+        !self.pending.is_empty() || self.dropped > 0
     }
 
     /// Put back nodes whose message could not be read.
     pub(crate) fn put_back_pending(&mut self, seqs: Vec<u64>) {
-        self.pending.extend(seqs);
+        self.pending
+            .extend(seqs.into_iter().filter(|seq| !self.nodes.contains_key(seq)));
     }
 
     /// Whether some node's message is still to be read.
@@ -312,7 +342,7 @@ impl MessageCache {
             .nodes
             .iter()
             .copied()
-            .filter(|seq| matches!(self.node_msgs.get(seq), Some(None)))
+            .filter(|seq| matches!(self.nodes.get(seq), Some(Node::Skipped)))
             .collect();
         out.sort_unstable();
         out
@@ -331,12 +361,12 @@ impl MessageCache {
             self.generation = surface.replace_generation;
             // Forget messages of nodes no longer on the surface.
             let live: std::collections::HashSet<u64> = surface.nodes.iter().copied().collect();
-            self.node_msgs.retain(|seq, _| live.contains(seq));
+            self.nodes.retain(|seq, _| live.contains(seq));
         }
         let new = &surface.nodes[self.nodes_done..];
         self.last_work = new.len();
         for seq in new {
-            if let Some(Some(m)) = self.node_msgs.get(seq) {
+            if let Some(Node::Kept(m)) = self.nodes.get(seq) {
                 self.list.push(m.clone());
             }
         }
