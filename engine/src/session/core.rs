@@ -1727,4 +1727,91 @@ mod tests {
         crate::session::validate_messages(s.derive_messages()).unwrap();
         assert_eq!(s.derive_messages().len(), 2);
     }
+
+    /// A fork child's own appends are dropped once durable like any
+    /// recorder's, here waited for with `flush_async`; its first derive reads
+    /// them back through the fork (inherited events from the parent's
+    /// frames) and equals a fresh open's.
+    #[test]
+    fn a_fork_child_recording_with_async_flushes_derives_what_a_fresh_open_does() {
+        use crate::session::event::{TurnEnd, TurnEndReason, TurnStart};
+        let dir = tempfile::tempdir().unwrap();
+        let store = Arc::new(Store::open(dir.path()).unwrap());
+        let reg = Arc::new(Registry::new());
+        let mut parent = Session::create(store.clone(), "p", reg.clone()).unwrap();
+        parent
+            .append(
+                TurnStart {
+                    turn_id: "t0".into(),
+                },
+                (),
+            )
+            .unwrap();
+        parent
+            .append(
+                UserMessage {
+                    content: vec![ContentBlock::text("inherited")],
+                },
+                SurfaceOp::Append,
+            )
+            .unwrap();
+        parent
+            .append(
+                TurnEnd {
+                    turn_id: "t0".into(),
+                    reason: TurnEndReason::Completed,
+                },
+                (),
+            )
+            .unwrap();
+        parent.flush().unwrap();
+        let f = crate::session::fork(&store, "p", None, Some("c")).unwrap();
+        let mut child = Session::open(store.clone(), &f.child, reg.clone()).unwrap();
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap();
+        for i in 0..5 {
+            let id = format!("c{i}");
+            child.append(tool_use(&id), SurfaceOp::Append).unwrap();
+            child
+                .append(
+                    event::ToolCall {
+                        call_id: id.clone(),
+                        name: "shell".into(),
+                        input: serde_json::json!({}),
+                    },
+                    (),
+                )
+                .unwrap();
+            child
+                .append(tool_result(&id, format!("result {i}")), SurfaceOp::Append)
+                .unwrap();
+            rt.block_on(child.flush_async()).unwrap();
+        }
+        child
+            .append(
+                UserMessage {
+                    content: vec![ContentBlock::text("next")],
+                },
+                SurfaceOp::Append,
+            )
+            .unwrap();
+        // The inherited message was folded at open (kept); the child's own
+        // ten are dropped; the newest is kept until durable.
+        assert_eq!(child.messages.held(), (2, 10));
+        let derived: Vec<Message> = child
+            .derive_messages()
+            .iter()
+            .map(|m| (**m).clone())
+            .collect();
+        assert_eq!(derived.len(), 12);
+        drop(child);
+        let mut again = Session::open(store, &f.child, reg).unwrap();
+        let fresh: Vec<Message> = again
+            .derive_messages()
+            .iter()
+            .map(|m| (**m).clone())
+            .collect();
+        assert_eq!(derived, fresh);
+    }
 }
