@@ -346,12 +346,14 @@ fn write_batch(
     batch.seal(&salt);
     let marker = end_marker_len(
         w.recycled,
+        env.zero_step_bytes > 0,
         w.len,
         batch.offset as u64 + batch.buf.len() as u64,
         env.page_bytes,
     );
-    // The end marker of a recycled segment goes out in the batch's own
-    // write: zeros appended to the sealed buffer for the call, then cut off.
+    // The end marker (the page fill of a fresh segment) goes out in the
+    // batch's own write: zeros appended to the sealed buffer for the call,
+    // then cut off.
     let data_len = batch.buf.len();
     batch.buf.resize(data_len + marker, 0);
     let written = w.file.write_all_at(&batch.buf, batch.offset as u64);
@@ -362,7 +364,7 @@ fn write_batch(
         w.written_to = w.written_to.max(end + marker as u64);
         marker as u64
     } else {
-        zero_extend(env, w, batch)?
+        zero_extend(env, w, batch, marker as u64)?
     };
     w.file
         .sync_data()
@@ -421,28 +423,34 @@ fn prepare_helps(mean_batch: u64) -> bool {
 ///
 /// The zeros go after the batch in flight, inside the preallocated file,
 /// where the bytes are zero already (FORMAT.md §6.2 rule 3): a power cut
-/// during them leaves the same bytes. Returns the zero bytes written.
+/// during them leaves the same bytes. The batch's write ran on to a page
+/// boundary (`fill` zeros, [`end_marker_len`]), so the zeros after it start
+/// on one and go around the page cache where the file system allows
+/// ([`VfsFile::write_zeros`]): no copy of the step into cache pages nobody
+/// reads, and no write-back of them. Returns the zero bytes written after
+/// the batch, its page fill included.
 fn zero_extend(
     env: &FlusherEnv<'_>,
     w: &mut WriterFile,
     batch: &PendingBatch,
+    fill: u64,
 ) -> std::result::Result<u64, FlushError> {
     let end = batch.offset as u64 + batch.buf.len() as u64;
+    let filled = end + fill;
     let step = env.zero_step_bytes;
     let small = (batch.buf.len() as u64) < step / 8;
     if step == 0 || end <= w.written_to || !small {
-        w.written_to = w.written_to.max(end);
-        return Ok(0);
+        w.written_to = w.written_to.max(filled);
+        return Ok(fill);
     }
     let to = (end.div_ceil(step) * step).min(w.len);
-    if to > end {
-        let zeros = crate::vfs::zeros(step as usize);
+    if to > filled {
         w.file
-            .write_all_at(&zeros[..(to - end) as usize], end)
+            .write_zeros(filled, (to - filled) as usize)
             .map_err(|e| FlushError::Write(format!("{}: {e}", w.path.display())))?;
     }
-    w.written_to = to.max(end);
-    Ok(to.saturating_sub(end))
+    w.written_to = to.max(filled);
+    Ok(to.max(filled) - end)
 }
 
 /// The end marker's length after a batch: in a recycled segment, the bytes
@@ -463,11 +471,24 @@ fn zero_extend(
 /// fdatasync whatever it holds, so the zeros cost no device bytes; the
 /// next batch starts inside that page, now cached.
 ///
+/// In a fresh segment with zero extension on (`fill`), the write runs on
+/// to the next page boundary too, with no minimum (its space is zero
+/// already: the zeros change no byte). Zero extension writes its zeros
+/// around the page cache from that boundary on ([`zero_extend`]), so the
+/// pages after it are not cached either, and the same read would wait in
+/// every batch's write without the fill.
+///
 /// `recycled` and `len` are the segment's ([`WriterFile`]), `end` the
 /// offset just after the batch.
-fn end_marker_len(recycled: bool, len: u64, end: u64, page: u64) -> usize {
-    let min_end = end + BATCH_HEADER_BYTES as u64;
-    if !recycled || min_end > len {
+fn end_marker_len(recycled: bool, fill: bool, len: u64, end: u64, page: u64) -> usize {
+    let min_end = if recycled {
+        end + BATCH_HEADER_BYTES as u64
+    } else if fill {
+        end
+    } else {
+        return 0;
+    };
+    if min_end > len {
         return 0;
     }
     let to = min_end.next_multiple_of(page.max(1)).min(len);
@@ -483,18 +504,25 @@ mod tests {
     #[test]
     fn the_end_marker_runs_to_the_next_page_boundary() {
         // Only in a recycled segment.
-        assert_eq!(end_marker_len(false, SEG, 100, 4096), 0);
+        assert_eq!(end_marker_len(false, false, SEG, 100, 4096), 0);
         // To the boundary after the batch's end ...
-        assert_eq!(end_marker_len(true, SEG, 100, 4096), 4096 - 100);
-        assert_eq!(end_marker_len(true, SEG, 4064, 4096), 32);
+        assert_eq!(end_marker_len(true, false, SEG, 100, 4096), 4096 - 100);
+        assert_eq!(end_marker_len(true, false, SEG, 4064, 4096), 32);
         // ... but never fewer than 32 bytes: the one after.
-        assert_eq!(end_marker_len(true, SEG, 4072, 4096), 8192 - 4072);
-        assert_eq!(end_marker_len(true, SEG, 4096, 4096), 4096);
+        assert_eq!(end_marker_len(true, false, SEG, 4072, 4096), 8192 - 4072);
+        assert_eq!(end_marker_len(true, false, SEG, 4096, 4096), 4096);
         // Cut at the end of the file; none when 32 bytes do not fit.
-        assert_eq!(end_marker_len(true, SEG, SEG - 40, 4096), 40);
-        assert_eq!(end_marker_len(true, SEG, SEG - 32, 4096), 32);
-        assert_eq!(end_marker_len(true, SEG, SEG - 31, 4096), 0);
+        assert_eq!(end_marker_len(true, false, SEG, SEG - 40, 4096), 40);
+        assert_eq!(end_marker_len(true, false, SEG, SEG - 32, 4096), 32);
+        assert_eq!(end_marker_len(true, false, SEG, SEG - 31, 4096), 0);
         // Another page size.
-        assert_eq!(end_marker_len(true, SEG, 100, 16384), 16384 - 100);
+        assert_eq!(end_marker_len(true, false, SEG, 100, 16384), 16384 - 100);
+        // A fresh segment with zero extension: to the boundary, no minimum.
+        assert_eq!(end_marker_len(false, true, SEG, 100, 4096), 4096 - 100);
+        assert_eq!(end_marker_len(false, true, SEG, 4072, 4096), 24);
+        assert_eq!(end_marker_len(false, true, SEG, 4096, 4096), 0);
+        assert_eq!(end_marker_len(false, true, SEG, SEG - 8, 4096), 8);
+        // Past a file that is not preallocated (it would grow it): none.
+        assert_eq!(end_marker_len(false, true, 0, 100, 4096), 0);
     }
 }
