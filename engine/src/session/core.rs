@@ -1551,44 +1551,14 @@ mod tests {
     use super::*;
     use crate::session::{ContentBlock, UserMessage};
 
-    /// A session that appends without ever deriving its messages holds the
-    /// messages of its surface only: a compaction drops the messages it
-    /// replaced there and then (before, they stayed until the next derive,
-    /// and the fleet, which never derives, grew with its log).
-    #[test]
-    fn a_replace_drops_the_messages_it_took_off_the_surface() {
-        let dir = tempfile::tempdir().unwrap();
-        let store = Arc::new(Store::open(dir.path()).unwrap());
-        let mut s = Session::create(store.clone(), "s", Arc::new(Registry::new())).unwrap();
-        for round in 0..20u64 {
-            for i in 0..10 {
-                s.append(
-                    UserMessage {
-                        content: vec![ContentBlock::text(format!("round {round} message {i}"))],
-                    },
-                    SurfaceOp::Append,
-                )
-                .unwrap();
-            }
-            // Keep the last 5 nodes; the rest becomes one summary.
-            let end = s.surface().len() as u64 - 5;
-            s.compact(&format!("c{round}"), 0, end, &format!("summary {round}"))
-                .unwrap();
-            assert_eq!(s.surface().len(), 6);
-            let (kept, settled) = s.messages.held();
-            assert_eq!(kept + settled, s.surface().len(), "round {round}");
-        }
-        // What the session derives is what a fresh open of the log derives.
-        let derived: Vec<Message> = s.derive_messages().iter().map(|m| (**m).clone()).collect();
-        drop(s);
-        let mut reopened = Session::open(store, "s", Arc::new(Registry::new())).unwrap();
-        let again: Vec<Message> = reopened
-            .derive_messages()
-            .iter()
-            .map(|m| (**m).clone())
-            .collect();
-        assert_eq!(derived.len(), 6);
-        assert_eq!(derived, again);
+    fn user(s: &mut Session, text: impl Into<String>) {
+        s.append(
+            UserMessage {
+                content: vec![ContentBlock::text(text.into())],
+            },
+            SurfaceOp::Append,
+        )
+        .unwrap();
     }
 
     fn tool_use(id: &str) -> AssistantMessage {
@@ -1609,6 +1579,58 @@ mod tests {
         }
     }
 
+    /// A tool use, its call and its result (`text`).
+    fn tool_round(s: &mut Session, id: &str, text: String) {
+        s.append(tool_use(id), SurfaceOp::Append).unwrap();
+        s.append(
+            event::ToolCall {
+                call_id: id.into(),
+                name: "shell".into(),
+                input: serde_json::json!({}),
+            },
+            (),
+        )
+        .unwrap();
+        s.append(tool_result(id, text), SurfaceOp::Append).unwrap();
+    }
+
+    fn derived(s: &mut Session) -> Vec<Message> {
+        s.derive_messages().iter().map(|m| (**m).clone()).collect()
+    }
+
+    /// What a fresh open of session `id` derives.
+    fn derived_fresh(store: Arc<Store>, id: &str) -> Vec<Message> {
+        derived(&mut Session::open(store, id, Arc::new(Registry::new())).unwrap())
+    }
+
+    /// A session that appends without ever deriving its messages holds the
+    /// messages of its surface only: a compaction drops the messages it
+    /// replaced there and then (before, they stayed until the next derive,
+    /// and the fleet, which never derives, grew with its log).
+    #[test]
+    fn a_replace_drops_the_messages_it_took_off_the_surface() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Arc::new(Store::open(dir.path()).unwrap());
+        let mut s = Session::create(store.clone(), "s", Arc::new(Registry::new())).unwrap();
+        for round in 0..20u64 {
+            for i in 0..10 {
+                user(&mut s, format!("round {round} message {i}"));
+            }
+            // Keep the last 5 nodes; the rest becomes one summary.
+            let end = s.surface().len() as u64 - 5;
+            s.compact(&format!("c{round}"), 0, end, &format!("summary {round}"))
+                .unwrap();
+            assert_eq!(s.surface().len(), 6);
+            let (kept, settled) = s.messages.held();
+            assert_eq!(kept + settled, s.surface().len(), "round {round}");
+        }
+        // What the session derives is what a fresh open of the log derives.
+        let live = derived(&mut s);
+        drop(s);
+        assert_eq!(live.len(), 6);
+        assert_eq!(live, derived_fresh(store, "s"));
+    }
+
     /// A handle that only appends (a recorder) keeps none of its durable
     /// messages; its first derive reads them back from the log, blobs
     /// resolved, equal to what a fresh open derives, and keeps them from
@@ -1620,67 +1642,30 @@ mod tests {
         store.blobs().set_threshold(1024);
         let mut s = Session::create(store.clone(), "s", Arc::new(Registry::new())).unwrap();
         for turn in 0..8u64 {
-            s.append(
-                UserMessage {
-                    content: vec![ContentBlock::text(format!("turn {turn}"))],
-                },
-                SurfaceOp::Append,
-            )
-            .unwrap();
-            let id = format!("c{turn}");
-            s.append(tool_use(&id), SurfaceOp::Append).unwrap();
-            s.append(
-                event::ToolCall {
-                    call_id: id.clone(),
-                    name: "shell".into(),
-                    input: serde_json::json!({}),
-                },
-                (),
-            )
-            .unwrap();
+            user(&mut s, format!("turn {turn}"));
             // Every other result goes out of line, as a blob.
             let body = "x".repeat(if turn % 2 == 0 { 4096 } else { 16 });
-            s.append(tool_result(&id, format!("{turn}{body}")), SurfaceOp::Append)
-                .unwrap();
+            tool_round(&mut s, &format!("c{turn}"), format!("{turn}{body}"));
             s.flush().unwrap();
         }
         // The last turn's messages settle at the next append.
-        s.append(
-            UserMessage {
-                content: vec![ContentBlock::text("last")],
-            },
-            SurfaceOp::Append,
-        )
-        .unwrap();
+        user(&mut s, "last");
         let (kept, settled) = s.messages.held();
         assert_eq!(settled, 8 * 3, "durable messages dropped");
         assert_eq!(kept, 1, "only the newest, not yet durable, is kept");
         assert_eq!(kept + settled, s.surface().len());
-        let derived: Vec<Message> = s.derive_messages().iter().map(|m| (**m).clone()).collect();
-        assert_eq!(derived.len(), 8 * 3 + 1);
+        assert_eq!(derived(&mut s).len(), 8 * 3 + 1);
         assert_eq!(s.messages.held(), (8 * 3 + 1, 0), "kept once derived");
         // Appends after a derive keep their messages, durable or not.
         s.append(tool_result("nobody", "stray".into()), SurfaceOp::Append)
             .unwrap();
         s.flush().unwrap();
-        s.append(
-            UserMessage {
-                content: vec![ContentBlock::text("after")],
-            },
-            SurfaceOp::Append,
-        )
-        .unwrap();
+        user(&mut s, "after");
         assert_eq!(s.messages.held().1, 0);
-        let derived: Vec<Message> = s.derive_messages().iter().map(|m| (**m).clone()).collect();
+        let live = derived(&mut s);
         drop(s);
-        let mut reopened = Session::open(store, "s", Arc::new(Registry::new())).unwrap();
-        let again: Vec<Message> = reopened
-            .derive_messages()
-            .iter()
-            .map(|m| (**m).clone())
-            .collect();
-        assert_eq!(derived, again);
-        match &derived[2].content[0] {
+        assert_eq!(live, derived_fresh(store, "s"));
+        match &live[2].content[0] {
             ContentBlock::ToolResult { content, .. } => {
                 assert_eq!(
                     serde_json::to_value(content).unwrap(),
@@ -1700,26 +1685,9 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let store = Arc::new(Store::open(dir.path()).unwrap());
         let mut s = Session::create(store, "s", Arc::new(Registry::new())).unwrap();
-        s.append(tool_use("c1"), SurfaceOp::Append).unwrap();
-        s.append(
-            event::ToolCall {
-                call_id: "c1".into(),
-                name: "shell".into(),
-                input: serde_json::json!({}),
-            },
-            (),
-        )
-        .unwrap();
-        s.append(tool_result("c1", "ok".into()), SurfaceOp::Append)
-            .unwrap();
+        tool_round(&mut s, "c1", "ok".into());
         s.flush().unwrap();
-        s.append(
-            UserMessage {
-                content: vec![ContentBlock::text("next")],
-            },
-            SurfaceOp::Append,
-        )
-        .unwrap();
+        user(&mut s, "next");
         assert_eq!(s.messages.held(), (1, 2), "the pair's messages dropped");
         let err = s.compact("k1", 1, 2, "summary").unwrap_err();
         assert!(err.to_string().contains("\"c1\""), "{err}");
@@ -1747,71 +1715,29 @@ mod tests {
                 (),
             )
             .unwrap();
-        parent
-            .append(
-                UserMessage {
-                    content: vec![ContentBlock::text("inherited")],
-                },
-                SurfaceOp::Append,
-            )
-            .unwrap();
-        parent
-            .append(
-                TurnEnd {
-                    turn_id: "t0".into(),
-                    reason: TurnEndReason::Completed,
-                },
-                (),
-            )
-            .unwrap();
+        user(&mut parent, "inherited");
+        let end = TurnEnd {
+            turn_id: "t0".into(),
+            reason: TurnEndReason::Completed,
+        };
+        parent.append(end, ()).unwrap();
         parent.flush().unwrap();
         let f = crate::session::fork(&store, "p", None, Some("c")).unwrap();
-        let mut child = Session::open(store.clone(), &f.child, reg.clone()).unwrap();
+        let mut child = Session::open(store.clone(), &f.child, reg).unwrap();
         let rt = tokio::runtime::Builder::new_current_thread()
             .build()
             .unwrap();
         for i in 0..5 {
-            let id = format!("c{i}");
-            child.append(tool_use(&id), SurfaceOp::Append).unwrap();
-            child
-                .append(
-                    event::ToolCall {
-                        call_id: id.clone(),
-                        name: "shell".into(),
-                        input: serde_json::json!({}),
-                    },
-                    (),
-                )
-                .unwrap();
-            child
-                .append(tool_result(&id, format!("result {i}")), SurfaceOp::Append)
-                .unwrap();
+            tool_round(&mut child, &format!("c{i}"), format!("result {i}"));
             rt.block_on(child.flush_async()).unwrap();
         }
-        child
-            .append(
-                UserMessage {
-                    content: vec![ContentBlock::text("next")],
-                },
-                SurfaceOp::Append,
-            )
-            .unwrap();
+        user(&mut child, "next");
         // The inherited message was folded at open (kept); the child's own
         // ten are dropped; the newest is kept until durable.
         assert_eq!(child.messages.held(), (2, 10));
-        let derived: Vec<Message> = child
-            .derive_messages()
-            .iter()
-            .map(|m| (**m).clone())
-            .collect();
-        assert_eq!(derived.len(), 12);
+        let live = derived(&mut child);
+        assert_eq!(live.len(), 12);
         drop(child);
-        let mut again = Session::open(store, &f.child, reg).unwrap();
-        let fresh: Vec<Message> = again
-            .derive_messages()
-            .iter()
-            .map(|m| (**m).clone())
-            .collect();
-        assert_eq!(derived, fresh);
+        assert_eq!(live, derived_fresh(store, &f.child));
     }
 }
