@@ -27,8 +27,10 @@ pub struct Stats {
     /// Batch writes that failed and were kept for retry.
     pub write_failures: u64,
     /// Zeros the flusher wrote past small batches into preallocated space
-    /// (zero extension, [`crate::Options::zero_ahead_bytes`]), and the 32
-    /// after each batch in a recycled segment; not in `bytes_written`.
+    /// (zero extension, [`crate::Options::zero_ahead_bytes`]), with those
+    /// that end each batch's write on a page boundary (in a fresh segment
+    /// with zero extension on, and the end marker in a recycled segment);
+    /// not in `bytes_written`.
     pub zero_fill_bytes: u64,
     /// Batch writes led by a thread waiting for durability rather than by
     /// the flusher thread ([`crate::Options::flush_in_caller`]); the

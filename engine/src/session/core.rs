@@ -1028,7 +1028,7 @@ impl Session {
                     None => cache.node(*seq).map(|m| &**m),
                 };
                 // A message dropped once durable left its ids behind.
-                for (is_use, id) in cache.settled_ids(*seq).unwrap_or(&[]) {
+                for (is_use, id) in cache.dropped_ids(*seq).unwrap_or(&[]) {
                     if *is_use {
                         uses.insert(&**id);
                     } else {

@@ -246,7 +246,7 @@ impl MessageCache {
 
     /// The tool-use ids of a node whose message was dropped once durable:
     /// `(true, id)` for a use, `(false, id)` for an answer.
-    pub(crate) fn settled_ids(&self, seq: u64) -> Option<&[(bool, Box<str>)]> {
+    pub(crate) fn dropped_ids(&self, seq: u64) -> Option<&[(bool, Box<str>)]> {
         match self.nodes.get(&seq) {
             Some(Node::Dropped(ids)) => Some(ids),
             _ => None,
