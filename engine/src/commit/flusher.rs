@@ -415,10 +415,11 @@ fn prepare_helps(mean_batch: u64) -> bool {
 /// Zero extension: a small batch that reaches space this process has not
 /// written yet (preallocated, so *unwritten* extents) is followed, before
 /// its fdatasync, by zeros up to the next multiple of the step. That one
-/// fdatasync commits the extent conversion for the whole step through the
-/// file-system journal; the batches after it overwrite written blocks and
-/// their fdatasyncs flush data only. Large batches are left alone: they
-/// amortise the journal commit themselves, and near the device's bandwidth
+/// fdatasync writes the extent conversion for the whole step (a journal
+/// commit where the file system has a journal, a metadata write where it
+/// has none); the batches after it overwrite written blocks and their
+/// fdatasyncs flush data only. Large batches are left alone: they amortise
+/// the conversion themselves, and near the device's bandwidth
 /// the extra zeros cost more than they save (docs/PERFORMANCE-writepath.md).
 ///
 /// The zeros go after the batch in flight, inside the preallocated file,
@@ -503,7 +504,7 @@ mod tests {
 
     #[test]
     fn the_end_marker_runs_to_the_next_page_boundary() {
-        // Only in a recycled segment.
+        // Only in a recycled segment, or a fresh one with zero extension.
         assert_eq!(end_marker_len(false, false, SEG, 100, 4096), 0);
         // To the boundary after the batch's end ...
         assert_eq!(end_marker_len(true, false, SEG, 100, 4096), 4096 - 100);
