@@ -82,6 +82,9 @@ pub enum StoreKind {
     /// collected files usually are: they were written long before an
     /// online collection freed them (not in `ALL`).
     TurnstoneRecycledCold,
+    /// `turnstone-recycled` with `Options::direct_writes`: the batches of
+    /// recycled segments are written around the page cache (not in `ALL`).
+    TurnstoneDirect,
     /// turnstone-pg on the server of `TURNSTONE_BENCH_PG_URL` (not in `ALL`).
     Postgres,
     /// One INSERT per event, autocommit, on that server (not in `ALL`).
@@ -104,6 +107,7 @@ impl StoreKind {
             StoreKind::TurnstoneSession => "turnstone-session",
             StoreKind::TurnstoneRecycled => "turnstone-recycled",
             StoreKind::TurnstoneRecycledCold => "turnstone-recycled-cold",
+            StoreKind::TurnstoneDirect => "turnstone-direct",
             StoreKind::SqliteWal => "sqlite-wal",
             StoreKind::JsonlPerSession => "jsonl-per-session",
             StoreKind::Okaywal => "okaywal",
@@ -124,6 +128,7 @@ impl StoreKind {
                 StoreKind::TurnstoneSession,
                 StoreKind::TurnstoneRecycled,
                 StoreKind::TurnstoneRecycledCold,
+                StoreKind::TurnstoneDirect,
             ])
             .find(|k| k.name() == n)
     }
@@ -150,12 +155,20 @@ pub fn create(kind: StoreKind, ctx: &Ctx) -> Result<Box<dyn FleetStore>> {
             ctx,
             RECYCLED_FREE_FILES,
             turnstone::Options::default().segment_bytes,
+            false,
+        )?),
+        StoreKind::TurnstoneDirect => Box::new(TsStore::create_recycled(
+            ctx,
+            RECYCLED_FREE_FILES,
+            turnstone::Options::default().segment_bytes,
+            true,
         )?),
         StoreKind::TurnstoneRecycledCold => {
             let store = TsStore::create_recycled(
                 ctx,
                 RECYCLED_FREE_FILES,
                 turnstone::Options::default().segment_bytes,
+                false,
             )?;
             crate::sys::evict_files(&ctx.dir.join("turnstone"), ".tseg.free")?;
             Box::new(store)
@@ -202,11 +215,14 @@ pub fn reopen_and_check(kind: StoreKind, ctx: &Ctx, expected: &[u64]) -> Result<
         StoreKind::Turnstone | StoreKind::TurnstoneLeader => {
             TsStore::check(ctx, &mut ck, Default::default())?
         }
-        StoreKind::TurnstoneRecycled | StoreKind::TurnstoneRecycledCold => TsStore::check(
+        StoreKind::TurnstoneRecycled
+        | StoreKind::TurnstoneRecycledCold
+        | StoreKind::TurnstoneDirect => TsStore::check(
             ctx,
             &mut ck,
             turnstone::Options {
                 recycle_segments: RECYCLED_FREE_FILES,
+                direct_writes: kind == StoreKind::TurnstoneDirect,
                 ..Default::default()
             },
         )?,
@@ -365,13 +381,19 @@ impl TsStore {
     /// all of the one after, and an online collection declares it dead (the
     /// range's first file becomes its compacted header; the others become
     /// free files). Its writes happen before the run's measurements start.
-    fn create_recycled(ctx: &Ctx, free: usize, segment_bytes: u32) -> Result<Self> {
+    fn create_recycled(
+        ctx: &Ctx,
+        free: usize,
+        segment_bytes: u32,
+        direct_writes: bool,
+    ) -> Result<Self> {
         const FILLER: &str = "recycle-filler";
         let store = turnstone::Store::open_with(
             ctx.dir.join("turnstone"),
             turnstone::Options {
                 segment_bytes,
                 recycle_segments: free,
+                direct_writes,
                 ..Default::default()
             },
         )?;
@@ -1266,7 +1288,7 @@ mod tests {
             prealloc: None,
             nonce: 1,
         };
-        let ts = TsStore::create_recycled(&ctx, 3, 64 << 10).unwrap();
+        let ts = TsStore::create_recycled(&ctx, 3, 64 << 10, false).unwrap();
         let free = std::fs::read_dir(base.path().join("turnstone"))
             .unwrap()
             .filter(|e| {

@@ -5,8 +5,8 @@
 //! cache), plus the list of operations issued since the last sync. A simulated
 //! power cut ([`SimVfs::crash`]) keeps any subset of those pending operations,
 //! applied in any order, with every 512-byte sector of a kept write torn to its
-//! old bytes, its new bytes or zeros. A file's name survives only if its
-//! directory was fsynced after the create or rename (and a removed name comes
+//! old bytes, its new bytes or zeros (a byte it sets to the value it held
+//! keeps it). A file's name survives only if its directory was fsynced after the create or rename (and a removed name comes
 //! back unless the removal was synced). It can also fail writes and fsyncs, run
 //! out of space, and "cut the power" after a number of operations, after which
 //! every call fails until [`SimVfs::crash`] is called.
@@ -207,7 +207,10 @@ impl SimVfs {
     }
 }
 
-/// Apply a write sector by sector: each sector ends up new, old or zero.
+/// Apply a write sector by sector: each sector ends up new, old or zero,
+/// except that a byte the write sets to the value it held keeps it
+/// (FORMAT.md §6.1 M1: a direct write rewrites the bytes before its batch
+/// in the same block, as the page cache does a page's).
 fn apply_torn_write(image: &mut Vec<u8>, offset: usize, data: &[u8], rng: &mut StdRng) {
     let end = offset + data.len();
     let mut pos = offset;
@@ -222,7 +225,12 @@ fn apply_torn_write(image: &mut Vec<u8>, offset: usize, data: &[u8], rng: &mut S
                 if image.len() < chunk_end {
                     image.resize(chunk_end, 0);
                 }
-                image[pos..chunk_end].fill(0);
+                let new = &data[pos - offset..chunk_end - offset];
+                for (b, n) in image[pos..chunk_end].iter_mut().zip(new) {
+                    if *b != *n {
+                        *b = 0;
+                    }
+                }
             }
             _ => {
                 if image.len() < chunk_end {
@@ -282,6 +290,19 @@ impl VfsFile for SimFile {
             data: buf.to_vec(),
         });
         Ok(())
+    }
+
+    fn direct_write_align(&self) -> Option<usize> {
+        Some(SECTOR_BYTES)
+    }
+
+    /// A direct write is a write (the simulator has no page cache); the
+    /// alignment is checked as the real one's is.
+    fn write_direct(&self, buf: &[u8], offset: u64) -> Option<io::Result<()>> {
+        let aligned = !buf.is_empty()
+            && offset.is_multiple_of(SECTOR_BYTES as u64)
+            && buf.len().is_multiple_of(SECTOR_BYTES);
+        aligned.then(|| self.write_all_at(buf, offset))
     }
 
     fn sync_data(&self) -> io::Result<()> {

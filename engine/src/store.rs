@@ -717,6 +717,7 @@ impl Shared {
             pool: Some(&self.pool),
             reader: &self.reader,
             page_bytes: self.vfs.page_bytes(),
+            direct_writes: self.opts.direct_writes,
             checkpoint,
         }
     }

@@ -34,8 +34,10 @@ pub trait VfsFile: Send + Sync + fmt::Debug {
     fn allocate(&self, len: u64) -> io::Result<()>;
     /// Read exactly `buf.len()` bytes at `offset` of a file that is still
     /// being appended to, where the caller guarantees that these bytes were
-    /// written and are never written again (durable frames of the active
-    /// segment, read by the process that writes it). Returns the number read
+    /// written and are never written again, or only with the same values
+    /// (durable frames of the active segment, read by the process that
+    /// writes it; a direct write rewrites the end of the batch before its
+    /// own, [`VfsFile::write_direct`]). Returns the number read
     /// (less at EOF). The real file system serves this from a growing
     /// read-only map instead of a system call per read; the default is
     /// [`VfsFile::read_at`].
@@ -94,6 +96,24 @@ pub trait VfsFile: Send + Sync + fmt::Debug {
     /// zeros. The default writes a buffer of zeros.
     fn write_zeros(&self, offset: u64, len: usize) -> io::Result<()> {
         self.write_all_at(&zeros(len)[..len], offset)
+    }
+    /// The alignment of offset, length and memory address that
+    /// [`VfsFile::write_direct`] takes, or `None` when this file is not
+    /// written around the page cache. The default: `None`.
+    fn direct_write_align(&self) -> Option<usize> {
+        None
+    }
+    /// Write all of `buf` at `offset` around the page cache (the real file
+    /// system: `O_DIRECT`), where `offset`, `buf.len()` and `buf`'s address
+    /// are multiples of [`VfsFile::direct_write_align`]. The bytes are
+    /// written to the device by the call (their durability still needs
+    /// [`VfsFile::sync_data`]), no page of the cache is dirtied, and cached
+    /// pages of the range are dropped: reads after it come from the device.
+    /// `None`: nothing was written (the range is not aligned, or the file
+    /// system refused direct I/O; the caller writes through the page cache
+    /// instead). The default: `None`.
+    fn write_direct(&self, _buf: &[u8], _offset: u64) -> Option<io::Result<()>> {
+        None
     }
 }
 
@@ -194,6 +214,10 @@ struct OsFile {
     /// A direct write of zeros was refused (EINVAL: an alignment the device
     /// does not take): the zeros go through the page cache from then on.
     direct_write_refused: std::sync::atomic::AtomicBool,
+    /// The alignment [`VfsFile::write_direct`] uses: the first of
+    /// [`DIRECT_ALIGNS`], the next one after the device refused it (EINVAL),
+    /// 0 once every one was refused.
+    direct_write_align: std::sync::atomic::AtomicUsize,
 }
 
 /// A file descriptor opened with `O_DIRECT`, and the alignment its reads
@@ -239,6 +263,7 @@ impl OsFile {
             live_map: parking_lot::RwLock::new(None),
             direct_write: std::sync::OnceLock::new(),
             direct_write_refused: std::sync::atomic::AtomicBool::new(false),
+            direct_write_align: std::sync::atomic::AtomicUsize::new(DIRECT_ALIGNS[0]),
         }
     }
 }
@@ -407,7 +432,7 @@ impl OsFile {
     /// written) if they are not aligned to [`DIRECT_WRITE_ALIGN`] or the
     /// file system refuses direct writes.
     fn write_zeros_direct(&self, offset: u64, len: usize) -> Option<io::Result<()>> {
-        use std::os::unix::fs::{FileExt, OpenOptionsExt};
+        use std::os::unix::fs::FileExt;
         use std::sync::atomic::Ordering;
         let align = DIRECT_WRITE_ALIGN;
         if !offset.is_multiple_of(align as u64)
@@ -417,16 +442,7 @@ impl OsFile {
         {
             return None;
         }
-        let f = self
-            .direct_write
-            .get_or_init(|| {
-                OpenOptions::new()
-                    .write(true)
-                    .custom_flags(libc::O_DIRECT)
-                    .open(&*self.path.lock())
-                    .ok()
-            })
-            .as_ref()?;
+        let f = self.direct_writer()?;
         // An aligned window of a shared zero buffer: a direct write reads
         // its memory from an aligned address.
         let buf = zeros(len + align);
@@ -443,6 +459,21 @@ impl OsFile {
             }
             r => Some(r),
         }
+    }
+
+    /// The file opened for writing with `O_DIRECT`, on first use; `None`
+    /// when the file system refuses it.
+    fn direct_writer(&self) -> Option<&File> {
+        use std::os::unix::fs::OpenOptionsExt;
+        self.direct_write
+            .get_or_init(|| {
+                OpenOptions::new()
+                    .write(true)
+                    .custom_flags(libc::O_DIRECT)
+                    .open(&*self.path.lock())
+                    .ok()
+            })
+            .as_ref()
     }
 
     /// Make sure the live map covers `..end` (remapping if the file grew).
@@ -562,6 +593,38 @@ impl VfsFile for OsFile {
         match self.write_zeros_direct(offset, len) {
             Some(r) => r,
             None => self.write_all_at(&zeros(len)[..len], offset),
+        }
+    }
+    fn direct_write_align(&self) -> Option<usize> {
+        use std::sync::atomic::Ordering;
+        let align = self.direct_write_align.load(Ordering::Relaxed);
+        (align != 0 && self.direct_writer().is_some()).then_some(align)
+    }
+    fn write_direct(&self, buf: &[u8], offset: u64) -> Option<io::Result<()>> {
+        use std::os::unix::fs::FileExt;
+        use std::sync::atomic::Ordering;
+        let align = self.direct_write_align.load(Ordering::Relaxed);
+        if align == 0
+            || buf.is_empty()
+            || !offset.is_multiple_of(align as u64)
+            || !buf.len().is_multiple_of(align)
+            || !(buf.as_ptr() as usize).is_multiple_of(align)
+        {
+            return None;
+        }
+        match self.direct_writer()?.write_all_at(buf, offset) {
+            // The device wants a larger alignment (the kernel checks it
+            // before writing anything): the next one from now on, or none.
+            Err(e) if e.raw_os_error() == Some(libc::EINVAL) => {
+                let next = DIRECT_ALIGNS
+                    .iter()
+                    .copied()
+                    .find(|a| *a > align)
+                    .unwrap_or(0);
+                self.direct_write_align.store(next, Ordering::Relaxed);
+                None
+            }
+            r => Some(r),
         }
     }
     fn len(&self) -> io::Result<u64> {

@@ -67,7 +67,7 @@ fn usage() -> ! {
         "usage: compare [--quick] [--runs N] [--duration SECS] [--stores a,b] \
          [--configs 256x8,4096x64] [--dir BASE] [--out FILE] \
          [--skip limits,fleet,read,reopen,rss,gc,cold,session,lazy] [--seed S]\n\
-         stores: {} (and, when named: turnstone-session, turnstone-leader, turnstone-recycled, turnstone-recycled-cold, postgres, pg-naive)\n\
+         stores: {} (and, when named: turnstone-session, turnstone-leader, turnstone-recycled, turnstone-recycled-cold, turnstone-direct, postgres, pg-naive)\n\
          env: TURNSTONE_BENCH_REOPEN_MB (size of the reopen store)",
         StoreKind::ALL.map(|k| k.name()).join(", ")
     );

@@ -20,6 +20,7 @@ use std::sync::Arc;
 use parking_lot::MutexGuard;
 
 use crate::commit::batch::PendingBatch;
+use crate::commit::direct::DirectTail;
 use crate::commit::queue::{CommitQueue, State};
 use crate::error::Result;
 use crate::frame::{Salt, BATCH_HEADER_BYTES, SEGMENT_HEADER_BYTES};
@@ -60,6 +61,9 @@ pub(crate) struct WriterFile {
     /// ([`prepare_helps`]).
     pub batches: u64,
     pub batch_bytes: u64,
+    /// The bytes before the next batch, for a direct write
+    /// ([`FlusherEnv::direct_writes`]).
+    pub direct: DirectTail,
 }
 
 impl WriterFile {
@@ -85,6 +89,7 @@ impl WriterFile {
             prepare_asked: false,
             batches: 0,
             batch_bytes: 0,
+            direct: DirectTail::default(),
         }
     }
 }
@@ -107,6 +112,9 @@ pub(crate) struct FlusherEnv<'a> {
     /// The page cache's page size ([`Vfs::page_bytes`]): a recycled
     /// segment's writes end on a multiple of it ([`end_marker_len`]).
     pub page_bytes: u64,
+    /// Write batches of recycled segments around the page cache
+    /// ([`crate::Options::direct_writes`], [`write_batch`]).
+    pub direct_writes: bool,
     /// Writes an index checkpoint of what is durable (the layer above owns it).
     pub checkpoint: &'a dyn Fn() -> Result<()>,
 }
@@ -234,8 +242,13 @@ pub(crate) fn flush<'q>(
     let mut st = queue.lock();
     st.inflight = None;
     match result {
-        Ok((segment, zeros)) => {
+        Ok(Written {
+            segment,
+            zeros,
+            direct,
+        }) => {
             st.stats.zero_fill_bytes += zeros;
+            st.stats.direct_batches += direct as u64;
             st.durable = batch.end();
             st.durable_next_batch_seq = batch.batch_seq + 1;
             st.durable_last_batch = Some((batch.start(), batch.flags));
@@ -290,14 +303,23 @@ enum NewSegment {
     Recycled,
 }
 
+/// What writing one batch did.
+struct Written {
+    /// Whether a new segment was created, and how.
+    segment: NewSegment,
+    /// The zeros written after the batch ([`zero_extend`], the end marker of
+    /// a recycled segment).
+    zeros: u64,
+    /// The batch was written around the page cache.
+    direct: bool,
+}
+
 /// Write and sync one batch; create its segment first if it starts one.
-/// Returns whether a new segment was created, and the zeros written after
-/// the batch ([`zero_extend`], the end marker of a recycled segment).
 fn write_batch(
     env: &FlusherEnv<'_>,
     w: &mut WriterFile,
     batch: &mut PendingBatch,
-) -> std::result::Result<(NewSegment, u64), FlushError> {
+) -> std::result::Result<Written, FlushError> {
     let mut rolled = NewSegment::None;
     let mut prev_mean = 0;
     if batch.segment != w.segment {
@@ -344,23 +366,50 @@ fn write_batch(
         segment: batch.segment,
     };
     batch.seal(&salt);
-    let marker = end_marker_len(
-        w.recycled,
-        env.zero_step_bytes > 0,
-        w.len,
-        batch.offset as u64 + batch.buf.len() as u64,
-        env.page_bytes,
-    );
-    // The end marker (the page fill of a fresh segment) goes out in the
-    // batch's own write: zeros appended to the sealed buffer for the call,
-    // then cut off.
     let data_len = batch.buf.len();
-    batch.buf.resize(data_len + marker, 0);
-    let written = w.file.write_all_at(&batch.buf, batch.offset as u64);
-    batch.buf.truncate(data_len);
-    written.map_err(|e| FlushError::Write(format!("{}: {e}", w.path.display())))?;
+    let end = batch.offset as u64 + data_len as u64;
+    // In a recycled segment, with direct writes on, the batch goes around
+    // the page cache when the bytes before it are known: from the device
+    // block boundary before it, with its end marker to the next one.
+    let direct = (env.direct_writes && w.recycled)
+        .then(|| w.file.direct_write_align())
+        .flatten()
+        .and_then(|align| {
+            let marker = end_marker_len(true, false, w.len, end, align as u64);
+            let (at, buf) = w
+                .direct
+                .stage(batch.offset as u64, &batch.buf, marker, align)?;
+            let written = w.file.write_direct(buf, at)?;
+            Some(written.map(|()| marker))
+        });
+    let wrote_direct = direct.is_some();
+    let marker = match direct {
+        Some(written) => {
+            written.map_err(|e| FlushError::Write(format!("{}: {e}", w.path.display())))?
+        }
+        None => {
+            let marker = end_marker_len(
+                w.recycled,
+                env.zero_step_bytes > 0,
+                w.len,
+                end,
+                env.page_bytes,
+            );
+            // The end marker (the page fill of a fresh segment) goes out in
+            // the batch's own write: zeros appended to the sealed buffer for
+            // the call, then cut off.
+            batch.buf.resize(data_len + marker, 0);
+            let written = w.file.write_all_at(&batch.buf, batch.offset as u64);
+            batch.buf.truncate(data_len);
+            written.map_err(|e| FlushError::Write(format!("{}: {e}", w.path.display())))?;
+            marker
+        }
+    };
+    if env.direct_writes {
+        w.direct.wrote(batch.offset as u64, &batch.buf);
+        w.direct.trim();
+    }
     let zeros = if w.recycled {
-        let end = batch.offset as u64 + data_len as u64;
         w.written_to = w.written_to.max(end + marker as u64);
         marker as u64
     } else {
@@ -387,7 +436,11 @@ fn write_batch(
             pool.want_prepared();
         }
     }
-    Ok((rolled, zeros))
+    Ok(Written {
+        segment: rolled,
+        zeros,
+        direct: wrote_direct,
+    })
 }
 
 /// Batches at least this large on average make the writer stop asking for

@@ -19,6 +19,7 @@
 //! rewrites it from our own buffer).
 
 mod batch;
+mod direct;
 mod flusher;
 mod queue;
 mod stats;

@@ -43,4 +43,7 @@ pub struct Stats {
     pub prepared_files: u64,
     pub prepared_bytes: u64,
     pub prepare_errors: u64,
+    /// Batches written around the page cache
+    /// ([`crate::Options::direct_writes`]); also counted in `batches`.
+    pub direct_batches: u64,
 }

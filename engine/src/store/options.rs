@@ -82,6 +82,23 @@ pub struct Options {
     /// bytes (as zero extension does). A store that never fills a quarter of
     /// a segment never writes one. On by default.
     pub prepare_segments: bool,
+    /// Write the batches of recycled segments (free files,
+    /// [`Options::recycle_segments`], and prepared ones,
+    /// [`Options::prepare_segments`]) around the page cache, with direct
+    /// I/O where the file system takes it (`O_DIRECT`). Each write starts at
+    /// the device block boundary (512 bytes on most devices) before its
+    /// batch, carrying again the bytes of the batch before it up to there,
+    /// and ends at the next one with the end marker (FORMAT.md §6.2 rule 7).
+    /// Through the page cache a batch's write instead starts and ends on
+    /// page boundaries (4096 bytes): the page that two batches share is
+    /// written to the device twice. So direct writes cut device bytes (1.34
+    /// to 1.21 times the payload at 256 × 8, docs/PERFORMANCE-writepath.md)
+    /// and the copy into the page cache. The cost: what was just written is
+    /// not cached, so reads of it (a session opened or replayed soon after,
+    /// a follower of the log) read the device. A segment's first batch, and
+    /// every batch on a file layer without direct I/O, go through the page
+    /// cache as before. Off by default.
+    pub direct_writes: bool,
     /// The file layer.
     pub vfs: Arc<dyn Vfs>,
 }
@@ -99,6 +116,7 @@ impl Default for Options {
             flush_in_caller: false,
             recycle_segments: 0,
             prepare_segments: true,
+            direct_writes: false,
             vfs: Arc::new(OsVfs),
         }
     }
