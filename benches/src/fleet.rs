@@ -47,6 +47,9 @@ pub struct FleetResult {
     /// The user-mode part of `cpu`.
     pub cpu_user: Duration,
     pub syncs: Option<u64>,
+    /// Index checkpoint bytes written during the run (not the one at
+    /// close), where the store writes them; they are in `device_bytes`.
+    pub checkpoint_bytes: Option<u64>,
     pub readback: ReadBack,
     /// The raw-prealloc log ran past its zero-filled file.
     pub prealloc_exceeded: bool,
@@ -96,6 +99,10 @@ impl FleetResult {
             "cpu_user_s": self.cpu_user.as_secs_f64(),
             "syncs": self.syncs,
             "events_per_sync": self.events_per_sync(),
+            "checkpoint_bytes": self.checkpoint_bytes,
+            "checkpoint_bytes_per_payload_byte": self
+                .checkpoint_bytes
+                .map(|c| c as f64 / self.payload_bytes.max(1) as f64),
             "reopen_ms": self.readback.reopen.as_secs_f64() * 1e3,
             "readback_ms": self.readback.read.as_secs_f64() * 1e3,
             "readback_events": self.readback.events,
@@ -208,6 +215,7 @@ pub fn run(
     })?;
     let end = outs.iter().map(|o| o.done).max().unwrap_or(start);
     let syncs = store.syncs();
+    let checkpoint_bytes = store.checkpoint_bytes();
     store.close()?;
     let (user1, system1) = sys::cpu_times();
     let cpu_user = user1.saturating_sub(user0);
@@ -255,6 +263,7 @@ pub fn run(
         cpu,
         cpu_user,
         syncs,
+        checkpoint_bytes,
         readback,
         prealloc_exceeded,
     })

@@ -36,6 +36,10 @@ pub trait FleetStore: Send + Sync {
     fn syncs(&self) -> Option<u64> {
         None
     }
+    /// Bytes of index checkpoints written, where the store writes them.
+    fn checkpoint_bytes(&self) -> Option<u64> {
+        None
+    }
     fn close(self: Box<Self>) -> Result<()>;
 }
 
@@ -479,6 +483,9 @@ impl FleetStore for TsStore {
     fn syncs(&self) -> Option<u64> {
         Some(self.store.stats().syncs)
     }
+    fn checkpoint_bytes(&self) -> Option<u64> {
+        Some(self.store.stats().checkpoint_bytes)
+    }
     fn close(self: Box<Self>) -> Result<()> {
         Ok(self.store.close()?)
     }
@@ -547,6 +554,9 @@ impl FleetStore for SessionStore {
     }
     fn syncs(&self) -> Option<u64> {
         Some(self.store.stats().syncs)
+    }
+    fn checkpoint_bytes(&self) -> Option<u64> {
+        Some(self.store.stats().checkpoint_bytes)
     }
     fn close(self: Box<Self>) -> Result<()> {
         let store = Arc::try_unwrap(self.store).map_err(|_| "a session still holds the store")?;

@@ -53,8 +53,9 @@ pub(crate) struct Shared {
     index: RwLock<Index>,
     reader: SegmentReader,
     /// Serialises checkpoint writers (the flusher after a roll, and close),
-    /// and a read-only store's refreshes.
-    checkpoint_lock: Mutex<()>,
+    /// and a read-only store's refreshes. Holds the position the last
+    /// checkpoint this process wrote covers ([`write_checkpoint`]).
+    checkpoint_lock: Mutex<Option<LogPos>>,
     /// A read-only store's follow poller runs ([`Store::subscribe`]).
     poller_started: std::sync::atomic::AtomicBool,
     /// The directory lock, released at close ([`Store::shutdown`]).
@@ -680,7 +681,7 @@ impl Store {
             Err(e) => result = Err(e),
         }
         if result.is_ok() && sh.opts.checkpoints {
-            if let Err(e) = write_checkpoint(sh) {
+            if let Err(e) = write_checkpoint(sh, CheckpointWhy::Close) {
                 // A checkpoint is an optimisation; the log is the truth.
                 sh.commit.lock().stats.checkpoint_errors += 1;
                 let _ = e;
@@ -730,7 +731,7 @@ impl Shared {
         if self.opts.read_only || !self.opts.flush_in_caller {
             return self.commit.wait_durable(pos, None);
         }
-        let checkpoint = || write_checkpoint(self);
+        let checkpoint = || write_checkpoint(self, CheckpointWhy::Roll);
         let env = self.flush_env(&checkpoint);
         self.commit.wait_durable(pos, Some(&env))
     }
@@ -808,8 +809,8 @@ fn validate_session_name(name: &str) -> Result<()> {
 
 /// Checkpoint the index up to the durable position (invariant 5: a derived
 /// file never leads the log).
-fn write_checkpoint(sh: &Shared) -> Result<()> {
-    let _guard = sh.checkpoint_lock.lock();
+fn write_checkpoint(sh: &Shared, why: CheckpointWhy) -> Result<()> {
+    let mut last = sh.checkpoint_lock.lock();
     if sh.gc_active.load(std::sync::atomic::Ordering::SeqCst) {
         // An online collection is moving frames; it writes one when done.
         return Ok(());
@@ -822,7 +823,20 @@ fn write_checkpoint(sh: &Shared) -> Result<()> {
         (st.durable, st.durable_next_batch_seq, last)
     };
     // Every indexed position before `covered` is durable and never changes.
-    let index = sh.index.read().prefix_before(covered);
+    let index = {
+        let index = sh.index.read();
+        if why == CheckpointWhy::Roll {
+            if let Some(prev) = *last {
+                let since = log_bytes_between(prev, covered, sh.opts.segment_bytes);
+                if index.checkpoint_bytes_estimate() * ROLL_CHECKPOINT_LOG_RATIO > since {
+                    drop(index);
+                    sh.commit.lock().stats.checkpoints_skipped += 1;
+                    return Ok(());
+                }
+            }
+        }
+        index.prefix_before(covered)
+    };
     let ck = Checkpoint {
         store_id: sh.store_id,
         covered,
@@ -831,11 +845,69 @@ fn write_checkpoint(sh: &Shared) -> Result<()> {
         last_batch_flags,
         index,
     };
-    checkpoint::write(sh.vfs.as_ref(), &sh.dir, &ck)?;
+    let bytes = checkpoint::write(sh.vfs.as_ref(), &sh.dir, &ck)?;
+    *last = Some(covered);
     let mut st = sh.commit.lock();
     st.stats.checkpoints_written += 1;
+    st.stats.checkpoint_bytes += bytes;
     st.stats.metadata_syncs += 2;
     Ok(())
+}
+
+/// Why an index checkpoint is written ([`write_checkpoint`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum CheckpointWhy {
+    /// The flusher rolled to a new segment.
+    Roll,
+    /// The store closes.
+    Close,
+    /// An online collection moved frames.
+    Collect,
+}
+
+/// A segment roll writes an index checkpoint only when the log written
+/// since the last checkpoint of this process is at least this many times
+/// the checkpoint's size. A checkpoint holds the whole index (8 bytes per
+/// event, FORMAT.md §7), so writing one at every roll costs more with every
+/// segment: a store of 40 million events would write 320 MB of checkpoint
+/// per 64 MiB segment. With the rule, checkpoints add at most a quarter to
+/// the bytes the log writes, and an open after a crash scans at most about
+/// four checkpoints' worth of log past the last one (plus a segment).
+/// While the index is small next to a segment (below 16 MiB, some two
+/// million events, with the default segment) every roll still writes one.
+/// Close and online collections always write one.
+const ROLL_CHECKPOINT_LOG_RATIO: u64 = 4;
+
+/// Log bytes from `from` to `to` (`to` at or after `from`), counting each
+/// segment between them as `segment_bytes` long.
+fn log_bytes_between(from: LogPos, to: LogPos, segment_bytes: u32) -> u64 {
+    let (fs, ts) = (from.segment().0 as u64, to.segment().0 as u64);
+    if ts <= fs {
+        return (to.offset() as u64).saturating_sub(from.offset() as u64);
+    }
+    let seg = segment_bytes as u64;
+    seg.saturating_sub(from.offset() as u64) + (ts - fs - 1) * seg + to.offset() as u64
+}
+
+#[cfg(test)]
+mod checkpoint_spacing_tests {
+    use super::log_bytes_between;
+    use crate::types::{LogPos, SegmentId};
+
+    #[test]
+    fn log_bytes_between_counts_whole_segments_between() {
+        let p = |s, o| LogPos::new(SegmentId(s), o);
+        assert_eq!(log_bytes_between(p(3, 100), p(3, 900), 1000), 800);
+        assert_eq!(log_bytes_between(p(3, 900), p(3, 900), 1000), 0);
+        assert_eq!(log_bytes_between(p(3, 900), p(4, 64), 1000), 100 + 64);
+        assert_eq!(
+            log_bytes_between(p(3, 900), p(6, 64), 1000),
+            100 + 2000 + 64
+        );
+        // A segment longer than the configured size (an earlier run's):
+        // nothing negative.
+        assert_eq!(log_bytes_between(p(3, 1500), p(4, 64), 1000), 64);
+    }
 }
 
 #[cfg(test)]

@@ -206,10 +206,13 @@ pub fn load(vfs: &dyn Vfs, dir: &Path) -> Result<Option<std::result::Result<Chec
 }
 
 /// Write atomically: temp file, fsync, rename, fsync directory.
-pub fn write(vfs: &dyn Vfs, dir: &Path, ck: &Checkpoint) -> Result<()> {
+/// Returns the bytes written.
+pub fn write(vfs: &dyn Vfs, dir: &Path, ck: &Checkpoint) -> Result<u64> {
     let tmp: PathBuf = dir.join(CHECKPOINT_TMP_FILE);
     let dst: PathBuf = dir.join(CHECKPOINT_FILE);
-    write_atomic(vfs, DerivedKind::Checkpoint, &tmp, &dst, &ck.encode())
+    let bytes = ck.encode();
+    write_atomic(vfs, DerivedKind::Checkpoint, &tmp, &dst, &bytes)?;
+    Ok(bytes.len() as u64)
 }
 
 /// Remove a checkpoint that no longer matches (durably).
@@ -266,6 +269,15 @@ mod tests {
         };
         let bytes = ck.encode();
         assert_eq!(Checkpoint::decode(&bytes).unwrap(), ck);
+        // The estimate a roll decides by is not below the size, nor far
+        // above it (12 bytes per session at most).
+        let estimate = ck.index.checkpoint_bytes_estimate();
+        assert!(
+            estimate >= bytes.len() as u64,
+            "{estimate} < {}",
+            bytes.len()
+        );
+        assert!(estimate <= bytes.len() as u64 + 2 * 12, "{estimate}");
         for i in 0..bytes.len() {
             let mut bad = bytes.clone();
             bad[i] ^= 0x40;

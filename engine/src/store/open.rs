@@ -18,7 +18,7 @@ use crate::recovery::{self, RecoveryMode};
 use crate::types::LogPos;
 use crate::vfs::LockGuard;
 
-use super::{write_checkpoint, Options, Shared, Store, FIRST_SEGMENT, LOCK_FILE};
+use super::{write_checkpoint, CheckpointWhy, Options, Shared, Store, FIRST_SEGMENT, LOCK_FILE};
 
 impl Store {
     /// Open (or create) the store in `dir` with default options.
@@ -192,7 +192,7 @@ impl Store {
             .name("turnstone-flusher".into())
             .spawn(move || {
                 let sh = &*s2;
-                let checkpoint = || write_checkpoint(sh);
+                let checkpoint = || write_checkpoint(sh, CheckpointWhy::Roll);
                 let env = sh.flush_env(&checkpoint);
                 commit::run_flusher(&sh.commit, &env);
             })
@@ -243,7 +243,7 @@ impl Store {
             opts,
             store_id,
             index: RwLock::new(index),
-            checkpoint_lock: Mutex::new(()),
+            checkpoint_lock: Mutex::new(None),
             poller_started: Default::default(),
             lock: Mutex::new(lock),
             gc_gate: RwLock::new(()),

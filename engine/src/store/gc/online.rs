@@ -48,7 +48,7 @@ use super::{
     CollectCandidate, CollectOptions, CollectReport, Throttle,
 };
 use crate::error::Error;
-use crate::store::{write_checkpoint, Store};
+use crate::store::{write_checkpoint, CheckpointWhy, Store};
 
 /// Clears `gc_active` however the collection ends.
 struct Active<'a>(&'a std::sync::atomic::AtomicBool);
@@ -166,8 +166,10 @@ impl Store {
         sh.gc_active.store(true, Ordering::SeqCst);
         let active = Active(&sh.gc_active);
         {
-            let _ck = sh.checkpoint_lock.lock();
+            let mut last = sh.checkpoint_lock.lock();
             remove_checkpoints(vfs, dir)?;
+            // The next roll writes one whatever its size.
+            *last = None;
         }
         // Step 4, each range swapped in under the gate.
         rewrite_ranges(
@@ -210,7 +212,7 @@ impl Store {
         drop(active);
         if sh.opts.checkpoints {
             // Derived: a failure only costs the next open a longer scan.
-            if write_checkpoint(sh).is_err() {
+            if write_checkpoint(sh, CheckpointWhy::Collect).is_err() {
                 sh.commit.lock().stats.checkpoint_errors += 1;
             }
         }
