@@ -1807,6 +1807,14 @@ fn targets(s: &Summary, runs: usize) -> Vec<String> {
         false,
         format!("{}×", with_range(s, &k, runs)),
     );
+    let k = format!("fleet/{c}/turnstone-direct/device_bytes_per_payload_byte");
+    check(
+        "device bytes written ≤ 1.3× payload bytes, recycled segments written around the page cache (turnstone-direct, Options::direct_writes, 256 × 8)",
+        med(s, &k),
+        1.3,
+        false,
+        format!("{}×", with_range(s, &k, runs)),
+    );
     if let Some(mb) = med(s, "reopen/log_mb") {
         let k = "reopen/with_checkpoint_ms";
         check(
