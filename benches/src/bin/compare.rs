@@ -610,6 +610,12 @@ fn record_fleet(m: &mut Metrics, r: &fleet::FleetResult) {
     if let Some(e) = r.events_per_sync() {
         put("events_per_sync", e);
     }
+    if let Some(c) = r.checkpoint_bytes {
+        put(
+            "checkpoint_bytes_per_payload_byte",
+            c as f64 / r.payload_bytes.max(1) as f64,
+        );
+    }
     if r.prealloc_exceeded {
         put("prealloc_exceeded", 1.0);
     }
