@@ -27,6 +27,9 @@ const ENV_LOCK_PROBE: &str = "TURNSTONE_LOCK_PROBE_DIR";
 const ENV_LOCK_EXPECT: &str = "TURNSTONE_LOCK_PROBE_EXPECT";
 /// Set for a child that makes its segments from free files.
 const ENV_RECYCLE: &str = "TURNSTONE_KILL9_RECYCLE";
+/// Set (with `ENV_RECYCLE`) for a child that writes recycled segments'
+/// batches around the page cache (`Options::direct_writes`).
+const ENV_DIRECT: &str = "TURNSTONE_KILL9_DIRECT";
 const THREADS: usize = 4;
 const ROUNDS: usize = 6;
 
@@ -85,7 +88,10 @@ fn child_writer() {
     };
     let root = PathBuf::from(root);
     let opts = if std::env::var(ENV_RECYCLE).is_ok() {
-        recycling_opts()
+        Options {
+            direct_writes: std::env::var(ENV_DIRECT).is_ok(),
+            ..recycling_opts()
+        }
     } else {
         opts()
     };
@@ -102,6 +108,7 @@ fn child_writer() {
         .map(|t| {
             let store = store.clone();
             let ledger = ledger.clone();
+            let root = root.clone();
             std::thread::spawn(move || {
                 let names = sessions_of(t);
                 let mut next: Vec<u64> = names
@@ -142,6 +149,12 @@ fn child_writer() {
                     // line is in the ledger or it is not.
                     let line = format!("{s} {}\n", a.seq.0);
                     (&*ledger).write_all(line.as_bytes()).expect("ledger write");
+                    // What the parent checks the direct path by.
+                    if t == 0 && round.is_multiple_of(8) {
+                        let n = store.stats().direct_batches;
+                        std::fs::write(root.join("direct_batches"), n.to_string())
+                            .expect("direct_batches");
+                    }
                 }
             })
         })
@@ -214,7 +227,7 @@ fn sigkill_loses_no_acknowledged_event() {
     if std::env::var(ENV_DIR).is_ok() || std::env::var(ENV_LOCK_PROBE).is_ok() {
         return; // we are a child
     }
-    kill_rounds(false);
+    kill_rounds(false, false);
 }
 
 /// The same, with the child making its segments from free files planted
@@ -224,11 +237,24 @@ fn sigkill_in_recycled_segments_loses_no_acknowledged_event() {
     if std::env::var(ENV_DIR).is_ok() || std::env::var(ENV_LOCK_PROBE).is_ok() {
         return; // we are a child
     }
-    kill_rounds(true);
+    kill_rounds(true, false);
 }
 
-fn kill_rounds(recycle: bool) {
-    let opts = if recycle { recycling_opts } else { opts };
+/// The same in recycled segments, with their batches written around the
+/// page cache from the sector before each (`Options::direct_writes`).
+#[test]
+fn sigkill_with_direct_writes_loses_no_acknowledged_event() {
+    if std::env::var(ENV_DIR).is_ok() || std::env::var(ENV_LOCK_PROBE).is_ok() {
+        return; // we are a child
+    }
+    kill_rounds(true, true);
+}
+
+fn kill_rounds(recycle: bool, direct: bool) {
+    let opts = || Options {
+        direct_writes: direct,
+        ..if recycle { recycling_opts() } else { opts() }
+    };
     let mut recycled_active = 0;
     let tmp = tempfile::tempdir().unwrap();
     let ledger = tmp.path().join("ledger");
@@ -243,6 +269,9 @@ fn kill_rounds(recycle: bool) {
         let mut cmd = self_command("child_writer");
         if recycle {
             cmd.env(ENV_RECYCLE, "1");
+        }
+        if direct {
+            cmd.env(ENV_DIRECT, "1");
         }
         let mut child = cmd
             .env(ENV_DIR, tmp.path())
@@ -297,6 +326,29 @@ fn kill_rounds(recycle: bool) {
             "the child never wrote in a recycled segment"
         );
     }
+    let direct_batches: u64 = std::fs::read_to_string(tmp.path().join("direct_batches"))
+        .map(|n| n.parse().unwrap())
+        .unwrap_or(0);
+    // (Where the file system refuses O_DIRECT, tmpfs say, none is.)
+    assert_eq!(
+        direct_batches > 0,
+        direct && direct_io_here(tmp.path()),
+        "{direct_batches} batches written directly"
+    );
+}
+
+/// Whether the file system of `dir` takes `O_DIRECT` writes.
+fn direct_io_here(dir: &Path) -> bool {
+    use std::os::unix::fs::OpenOptionsExt;
+    let probe = dir.join("probe");
+    std::fs::write(&probe, [0u8; 4096]).unwrap();
+    let ok = std::fs::OpenOptions::new()
+        .write(true)
+        .custom_flags(libc::O_DIRECT)
+        .open(&probe)
+        .is_ok();
+    std::fs::remove_file(&probe).unwrap();
+    ok
 }
 
 /// The child side of the cross-process lock test.
