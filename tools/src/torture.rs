@@ -611,6 +611,9 @@ fn child(dir: &Path, seed: u64) -> Result<(), Failure> {
         &store_dir,
         Options {
             segment_bytes: 1 << 20,
+            // Half the children write prepared segments' batches around
+            // the page cache (`Options::direct_writes`).
+            direct_writes: seed.is_multiple_of(2),
             ..Default::default()
         },
     )?;
