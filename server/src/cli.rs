@@ -72,6 +72,12 @@ pub struct ServeArgs {
     /// beyond the log).
     #[arg(long)]
     pub no_prepare_segments: bool,
+    /// Write the batches of recycled and prepared segments around the page
+    /// cache, with direct I/O (`Options::direct_writes`): fewer device bytes
+    /// and no copy into the page cache, but reads of what was just written
+    /// (a stream read right after its append) go to the device.
+    #[arg(long)]
+    pub direct_writes: bool,
 }
 
 impl ServeArgs {
@@ -101,6 +107,7 @@ impl ServeArgs {
         o.access_log = self.access_log;
         o.store.recycle_segments = self.recycle_segments;
         o.store.prepare_segments = !self.no_prepare_segments;
+        o.store.direct_writes = self.direct_writes;
         o.gc = (self.gc_interval_ms > 0).then(|| turnstone::session::gc::BackgroundOptions {
             interval: Duration::from_millis(self.gc_interval_ms),
             collect: turnstone::gc::CollectOptions {
@@ -142,5 +149,13 @@ mod tests {
         assert!(!cli.serve.options().store.prepare_segments);
         let cli = Cli::parse_from(["serve", "/tmp/x"]);
         assert!(cli.serve.options().store.prepare_segments);
+    }
+
+    #[test]
+    fn direct_writes_reaches_the_store_options() {
+        let cli = Cli::parse_from(["serve", "/tmp/x", "--direct-writes"]);
+        assert!(cli.serve.options().store.direct_writes);
+        let cli = Cli::parse_from(["serve", "/tmp/x"]);
+        assert!(!cli.serve.options().store.direct_writes);
     }
 }
