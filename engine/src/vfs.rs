@@ -248,6 +248,16 @@ fn page_bytes() -> u64 {
 /// block size, then the common page and file-system block size.
 const DIRECT_ALIGNS: [usize; 2] = [512, 4096];
 
+/// The alignment to try after the device refused `align` (EINVAL); 0:
+/// none is left, direct I/O is given up for the file.
+fn next_direct_align(align: usize) -> usize {
+    DIRECT_ALIGNS
+        .iter()
+        .copied()
+        .find(|a| *a > align)
+        .unwrap_or(0)
+}
+
 /// Offset, length and address alignment of [`VfsFile::write_zeros`]'s
 /// direct writes: the common page and file-system block size, a multiple
 /// of every logical block size in use.
@@ -345,15 +355,21 @@ impl OsFile {
         Ok(done)
     }
 
+    /// The file opened again with `O_DIRECT`, for reading or for writing.
+    fn open_direct(&self, write: bool) -> io::Result<File> {
+        use std::os::unix::fs::OpenOptionsExt;
+        OpenOptions::new()
+            .read(!write)
+            .write(write)
+            .custom_flags(libc::O_DIRECT)
+            .open(&*self.path.lock())
+    }
+
     /// The `O_DIRECT` descriptor, opened on first use.
     fn direct(&self) -> Option<&Direct> {
         self.direct
             .get_or_init(|| {
-                use std::os::unix::fs::OpenOptionsExt;
-                OpenOptions::new()
-                    .read(true)
-                    .custom_flags(libc::O_DIRECT)
-                    .open(&*self.path.lock())
+                self.open_direct(false)
                     .map(|file| Direct {
                         file,
                         align: std::sync::atomic::AtomicUsize::new(DIRECT_ALIGNS[0]),
@@ -416,12 +432,7 @@ impl OsFile {
                 Err(e) if e.raw_os_error() == Some(libc::EINVAL) => {
                     // The device wants a larger alignment: try the next one,
                     // or give direct I/O up for this file.
-                    let next = DIRECT_ALIGNS
-                        .iter()
-                        .copied()
-                        .find(|a| *a > align)
-                        .unwrap_or(0);
-                    d.align.store(next, Ordering::Relaxed);
+                    d.align.store(next_direct_align(align), Ordering::Relaxed);
                 }
                 Err(e) => return Some(Err(e)),
             }
@@ -464,15 +475,8 @@ impl OsFile {
     /// The file opened for writing with `O_DIRECT`, on first use; `None`
     /// when the file system refuses it.
     fn direct_writer(&self) -> Option<&File> {
-        use std::os::unix::fs::OpenOptionsExt;
         self.direct_write
-            .get_or_init(|| {
-                OpenOptions::new()
-                    .write(true)
-                    .custom_flags(libc::O_DIRECT)
-                    .open(&*self.path.lock())
-                    .ok()
-            })
+            .get_or_init(|| self.open_direct(true).ok())
             .as_ref()
     }
 
@@ -616,12 +620,8 @@ impl VfsFile for OsFile {
             // The device wants a larger alignment (the kernel checks it
             // before writing anything): the next one from now on, or none.
             Err(e) if e.raw_os_error() == Some(libc::EINVAL) => {
-                let next = DIRECT_ALIGNS
-                    .iter()
-                    .copied()
-                    .find(|a| *a > align)
-                    .unwrap_or(0);
-                self.direct_write_align.store(next, Ordering::Relaxed);
+                self.direct_write_align
+                    .store(next_direct_align(align), Ordering::Relaxed);
                 None
             }
             r => Some(r),

@@ -20,7 +20,7 @@ use std::time::{Duration, Instant};
 use rand::Rng;
 use turnstone::{Error, Options, ProblemKind, Store};
 
-use common::payload_for;
+use common::{direct_io_here, payload_for};
 
 const ENV_DIR: &str = "TURNSTONE_KILL9_DIR";
 const ENV_LOCK_PROBE: &str = "TURNSTONE_LOCK_PROBE_DIR";
@@ -335,20 +335,6 @@ fn kill_rounds(recycle: bool, direct: bool) {
         direct && direct_io_here(tmp.path()),
         "{direct_batches} batches written directly"
     );
-}
-
-/// Whether the file system of `dir` takes `O_DIRECT` writes.
-fn direct_io_here(dir: &Path) -> bool {
-    use std::os::unix::fs::OpenOptionsExt;
-    let probe = dir.join("probe");
-    std::fs::write(&probe, [0u8; 4096]).unwrap();
-    let ok = std::fs::OpenOptions::new()
-        .write(true)
-        .custom_flags(libc::O_DIRECT)
-        .open(&probe)
-        .is_ok();
-    std::fs::remove_file(&probe).unwrap();
-    ok
 }
 
 /// The child side of the cross-process lock test.

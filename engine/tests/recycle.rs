@@ -9,7 +9,7 @@ mod common;
 use std::path::Path;
 
 use common::gc_fleet::append_synced;
-use common::payload_for;
+use common::{direct_io_here, payload_for};
 use turnstone::gc::CollectOptions;
 use turnstone::{Options, ProblemKind, RecoveryMode, Store};
 
@@ -123,14 +123,7 @@ fn collected_files_become_segments_and_reopen_clean() {
     drop(salvage);
 
     // verify and dump read it the same way: no problem anywhere.
-    let summary =
-        turnstone::inspect::walk(tmp.path(), |_| std::ops::ControlFlow::Continue(())).unwrap();
-    assert_eq!(
-        (summary.corruptions, summary.torn_tails),
-        (0, 0),
-        "{summary:?}"
-    );
-    assert!(summary.clean_close, "{summary:?}");
+    walk_finds_a_clean_close(tmp.path());
 }
 
 /// In a recycled segment every write ends on a page boundary: the zeros
@@ -139,6 +132,33 @@ fn collected_files_become_segments_and_reopen_clean() {
 /// page the page cache may not hold (a collected file's pages are usually
 /// cold, and such a write reads the page from the device first). Past that
 /// boundary the free file's stale bytes stay.
+/// `verify` and `dump`'s walk reads the store in `dir` as recovery does:
+/// no problem anywhere, and a clean close at the end.
+fn walk_finds_a_clean_close(dir: &Path) {
+    let summary = turnstone::inspect::walk(dir, |_| std::ops::ControlFlow::Continue(())).unwrap();
+    assert_eq!(
+        (summary.corruptions, summary.torn_tails),
+        (0, 0),
+        "{summary:?}"
+    );
+    assert!(summary.clean_close, "{summary:?}");
+}
+
+/// After the batch that ends at `end` (of a `len`-byte event), the end
+/// marker's zeros run to the `boundary` after `end + 32`, and the file's
+/// stale bytes follow.
+fn check_marker(bytes: &[u8], end: usize, boundary: usize, len: usize) {
+    let to = (end + 32).next_multiple_of(boundary).min(bytes.len());
+    assert!(
+        bytes[end..to].iter().all(|b| *b == 0),
+        "after a {len}-byte event the bytes {end}..{to} are zeros"
+    );
+    assert!(
+        bytes[to..].iter().any(|b| *b != 0),
+        "stale bytes lie past the boundary {to}"
+    );
+}
+
 #[test]
 fn writes_into_a_recycled_segment_end_on_a_page_boundary() {
     const PAGE: usize = 4096;
@@ -164,15 +184,7 @@ fn writes_into_a_recycled_segment_end_on_a_page_boundary() {
         let end = pos.offset() as usize;
         let bytes = std::fs::read(&path).unwrap();
         assert!(turnstone::frame::header_is_recycled(&bytes));
-        let to = (end + 32).next_multiple_of(PAGE).min(bytes.len());
-        assert!(
-            bytes[end..to].iter().all(|b| *b == 0),
-            "after a {len}-byte event the bytes {end}..{to} are zeros"
-        );
-        assert!(
-            bytes[to..].iter().any(|b| *b != 0),
-            "stale bytes lie past the page boundary {to}"
-        );
+        check_marker(&bytes, end, PAGE, len);
         checked += 1;
     }
     assert!(
@@ -183,20 +195,6 @@ fn writes_into_a_recycled_segment_end_on_a_page_boundary() {
     let store = Store::open_with(tmp.path(), opts()).unwrap();
     assert!(store.recovery_report().problems.is_empty());
     assert_eq!(store.session_len("live"), Some(live));
-}
-
-/// Whether the file system of `dir` takes `O_DIRECT` writes (tmpfs does not).
-fn direct_io_here(dir: &Path) -> bool {
-    use std::os::unix::fs::OpenOptionsExt;
-    let probe = dir.join("probe");
-    std::fs::write(&probe, [0u8; 4096]).unwrap();
-    let ok = std::fs::OpenOptions::new()
-        .write(true)
-        .custom_flags(libc::O_DIRECT)
-        .open(&probe)
-        .is_ok();
-    std::fs::remove_file(&probe).unwrap();
-    ok
 }
 
 #[test]
@@ -242,16 +240,7 @@ fn direct_writes_into_a_recycled_segment_end_on_a_sector_and_skip_the_cache() {
         let page = (end as u64 - 1) / 4096 * 4096;
         let file = OsVfs.open(&path, false).unwrap();
         assert!(!file.is_cached(page, 4096), "after a {len}-byte event");
-        let bytes = std::fs::read(&path).unwrap();
-        let to = (end + 32).next_multiple_of(SECTOR).min(bytes.len());
-        assert!(
-            bytes[end..to].iter().all(|b| *b == 0),
-            "after a {len}-byte event the bytes {end}..{to} are zeros"
-        );
-        assert!(
-            bytes[to..].iter().any(|b| *b != 0),
-            "stale bytes lie past the sector boundary {to}"
-        );
+        check_marker(&std::fs::read(&path).unwrap(), end, SECTOR, len);
         checked += 1;
     }
     assert!(
@@ -275,14 +264,7 @@ fn direct_writes_into_a_recycled_segment_end_on_a_sector_and_skip_the_cache() {
     assert!(store.recovery_report().problems.is_empty());
     check(&store);
     drop(store);
-    let summary =
-        turnstone::inspect::walk(tmp.path(), |_| std::ops::ControlFlow::Continue(())).unwrap();
-    assert_eq!(
-        (summary.corruptions, summary.torn_tails),
-        (0, 0),
-        "{summary:?}"
-    );
-    assert!(summary.clean_close, "{summary:?}");
+    walk_finds_a_clean_close(tmp.path());
 }
 
 #[test]

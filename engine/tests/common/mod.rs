@@ -58,3 +58,19 @@ pub fn payload_for(session: &str, seq: u64, len: usize) -> Vec<u8> {
         })
         .collect()
 }
+
+/// Whether the file system of `dir` takes `O_DIRECT` writes (tmpfs does
+/// not): tests of the direct paths check them only where it does.
+#[allow(dead_code)]
+pub fn direct_io_here(dir: &Path) -> bool {
+    use std::os::unix::fs::OpenOptionsExt;
+    let probe = dir.join("direct-io-probe");
+    std::fs::write(&probe, [0u8; 4096]).expect("probe");
+    let ok = std::fs::OpenOptions::new()
+        .write(true)
+        .custom_flags(libc::O_DIRECT)
+        .open(&probe)
+        .is_ok();
+    std::fs::remove_file(&probe).expect("remove probe");
+    ok
+}
