@@ -22,7 +22,7 @@ use turnstone::frame::{
     KIND_SESSION_DEFINE,
 };
 use turnstone::internals::Index;
-use turnstone::internals::{Checkpoint, CHECKPOINT_FILE};
+use turnstone::internals::{Checkpoint, Delta, CHECKPOINT_FILE, DELTA_PREFIX};
 use turnstone::{LogPos, SegmentId, SessionId};
 
 /// The store id of every vector: 16 readable bytes.
@@ -52,6 +52,7 @@ pub fn build() -> Vec<Vector> {
         clean_close_then_torn(),
         nonzero_padding(),
         recycled_segment(),
+        checkpoint_delta(),
     ]
 }
 
@@ -318,6 +319,28 @@ impl Log {
         .encode()
     }
 
+    /// The checkpoint delta (FORMAT.md §7.1) from `from` up to the end of
+    /// every batch written so far.
+    fn delta(&self, from: LogPos) -> Vec<u8> {
+        let last = *self.batches.last().expect("a batch");
+        let seg = SegmentId(last.segment);
+        Delta::of(
+            &self.index,
+            STORE_ID,
+            from,
+            LogPos::new(seg, last.end()),
+            self.next_batch_seq,
+            (LogPos::new(seg, last.offset), last.flags),
+        )
+        .encode()
+    }
+
+    /// Where the last batch written so far ends.
+    fn end(&self) -> LogPos {
+        let last = *self.batches.last().expect("a batch");
+        LogPos::new(SegmentId(last.segment), last.end())
+    }
+
     fn sessions_json(&self) -> Value {
         Value::Array(
             self.sessions
@@ -402,6 +425,9 @@ struct Opened {
     problems: Vec<Value>,
     clean_shutdown: bool,
     checkpoint_used: bool,
+    /// Batches the open scans after the checkpoint (only where a vector
+    /// says: it shows how far the checkpoint reached).
+    batches_scanned: Option<u64>,
 }
 
 impl Opened {
@@ -411,6 +437,7 @@ impl Opened {
             problems: Vec::new(),
             clean_shutdown: false,
             checkpoint_used: false,
+            batches_scanned: None,
         }
     }
     fn problem(mut self, p: Value) -> Opened {
@@ -418,13 +445,17 @@ impl Opened {
         self
     }
     fn json(&self) -> Value {
-        json!({
+        let mut v = json!({
             "opens": true,
             "problems": self.problems,
             "clean_shutdown": self.clean_shutdown,
             "checkpoint_used": self.checkpoint_used,
             "sessions": self.sessions,
-        })
+        });
+        if let Some(n) = self.batches_scanned {
+            v["batches_scanned"] = json!(n);
+        }
+        v
     }
 }
 
@@ -765,6 +796,48 @@ fn checkpoint() -> Vector {
         "An index checkpoint covering batches 0 and 1 (three sessions, one a fork of `a` \
          inheriting seq 0), and the log with batch 2 after it: recovery starts at the \
          checkpoint's covered position and scans only batch 2.",
+        "ok",
+        Some(&log),
+        files,
+        opened.json(),
+    )
+}
+
+fn checkpoint_delta() -> Vector {
+    let mut log = Log::new();
+    log.batch(&[
+        Op::Define("a"),
+        Op::Event("a", 1, 0, b"a0"),
+        Op::Event("a", 1, 0, b"a1"),
+        Op::Define("b"),
+        Op::Event("b", 1, 0, b"b0"),
+    ]);
+    let ck = log.checkpoint();
+    let first = log.end();
+    log.batch(&[
+        Op::Fork("c", "a", 1),
+        Op::Event("c", 1, 0, b"c1"),
+        Op::Event("a", 1, 0, b"a2"),
+    ]);
+    // A stale delta (one a power cut left from before the checkpoint: it
+    // starts at the first batch) and the one that chains.
+    let stale = log.delta(LogPos::new(SegmentId(1), 64));
+    let delta = log.delta(first);
+    log.batch(&[Op::Event("b", 1, 0, b"b1"), Op::Event("c", 1, 0, b"c2")]);
+    let mut files = log.files();
+    files.push((CHECKPOINT_FILE.to_string(), ck));
+    files.push((format!("{DELTA_PREFIX}0000000001"), stale));
+    files.push((format!("{DELTA_PREFIX}0000000002"), delta));
+    let mut opened = Opened::new(log.sessions_json());
+    opened.checkpoint_used = true;
+    opened.batches_scanned = Some(1);
+    same(
+        "checkpoint-delta",
+        "An index checkpoint covering batch 0 (sessions `a` and `b`), then two deltas: \
+         `index.delta.0000000001` starts before the checkpoint's end (a stale one) and is \
+         passed over; `index.delta.0000000002` starts at it and adds batch 1 (the fork `c` \
+         of `a` inheriting seq 0, and `a`'s seq 2). Recovery starts where the delta ends and \
+         scans only batch 2.",
         "ok",
         Some(&log),
         files,

@@ -60,7 +60,10 @@ pub use types::{Appended, Event, EventRef, LogPos, SegmentId, Seq, SessionId};
 /// [`inspect`].
 #[doc(hidden)]
 pub mod internals {
-    pub use crate::index::checkpoint::{Checkpoint, CHECKPOINT_FILE, CHECKPOINT_TMP_FILE};
+    pub use crate::index::checkpoint::{
+        Checkpoint, Delta, DeltaRecord, CHECKPOINT_FILE, CHECKPOINT_TMP_FILE, DELTA_PREFIX,
+        DELTA_TMP_FILE,
+    };
     pub use crate::index::{Index, SessionEntry};
     pub use crate::recovery::{
         check_batch, classify_bad_header, classify_stop, probe_after, scan_batches, HeaderFacts,

@@ -22,7 +22,7 @@ use crate::frame::{
     frame_padded_len, SessionDefine, BATCH_FLAG_CLEAN_CLOSE, KIND_SESSION_DEFINE,
     PAYLOAD_BYTES_MAX, SESSION_NAME_BYTES_MAX,
 };
-use crate::index::checkpoint::{self, Checkpoint};
+use crate::index::checkpoint::{self, Checkpoint, Delta};
 use crate::index::Index;
 use crate::log::{Run, SegmentReader};
 use crate::recovery::RecoveryReport;
@@ -53,9 +53,9 @@ pub(crate) struct Shared {
     index: RwLock<Index>,
     reader: SegmentReader,
     /// Serialises checkpoint writers (the flusher after a roll, and close),
-    /// and a read-only store's refreshes. Holds the position the last
-    /// checkpoint this process wrote covers ([`write_checkpoint`]).
-    checkpoint_lock: Mutex<Option<LogPos>>,
+    /// and a read-only store's refreshes. Holds the chain of checkpoint and
+    /// deltas this process wrote ([`write_checkpoint`]).
+    checkpoint_lock: Mutex<Option<CheckpointChain>>,
     /// A read-only store's follow poller runs ([`Store::subscribe`]).
     poller_started: std::sync::atomic::AtomicBool,
     /// The directory lock, released at close ([`Store::shutdown`]).
@@ -810,43 +810,77 @@ fn validate_session_name(name: &str) -> Result<()> {
 /// Checkpoint the index up to the durable position (invariant 5: a derived
 /// file never leads the log).
 fn write_checkpoint(sh: &Shared, why: CheckpointWhy) -> Result<()> {
-    let mut last = sh.checkpoint_lock.lock();
+    let mut chain = sh.checkpoint_lock.lock();
     if sh.gc_active.load(std::sync::atomic::Ordering::SeqCst) {
         // An online collection is moving frames; it writes one when done.
         return Ok(());
     }
-    let (covered, next_batch_seq, (last_batch, last_batch_flags)) = {
+    let (covered, next_batch_seq, last) = {
         let st = sh.commit.lock();
         let Some(last) = st.durable_last_batch else {
             return Ok(());
         };
         (st.durable, st.durable_next_batch_seq, last)
     };
-    // Every indexed position before `covered` is durable and never changes.
-    let index = {
-        let index = sh.index.read();
-        if why == CheckpointWhy::Roll {
-            if let Some(prev) = *last {
-                let since = log_bytes_between(prev, covered, sh.opts.segment_bytes);
-                if index.checkpoint_bytes_estimate() * ROLL_CHECKPOINT_LOG_RATIO > since {
-                    drop(index);
-                    sh.commit.lock().stats.checkpoints_skipped += 1;
-                    return Ok(());
-                }
-            }
+    // A delta extends the chain this process wrote, while the deltas stay
+    // smaller than the checkpoint they extend (FORMAT.md §7.1); an online
+    // collection moved positions, so it writes a whole checkpoint.
+    if let Some(c) = chain.as_mut().filter(|_| why != CheckpointWhy::Collect) {
+        if c.covered == covered {
+            return Ok(());
         }
-        index.prefix_before(covered)
-    };
+        let delta = Delta::of(
+            &sh.index.read(),
+            sh.store_id,
+            c.covered,
+            covered,
+            next_batch_seq,
+            last,
+        );
+        if c.delta_bytes + delta.encoded_len() as u64 <= c.base_bytes {
+            let n = c.deltas + 1;
+            let written = checkpoint::write_delta(sh.vfs.as_ref(), &sh.dir, n, &delta);
+            let bytes = match written {
+                Ok(bytes) => bytes,
+                Err(e) => {
+                    // Whether the file is there is not known: the next one
+                    // is a whole checkpoint, which removes it.
+                    *chain = None;
+                    return Err(e);
+                }
+            };
+            c.covered = covered;
+            c.deltas = n;
+            c.delta_bytes += bytes;
+            let mut st = sh.commit.lock();
+            st.stats.checkpoints_written += 1;
+            st.stats.checkpoint_deltas += 1;
+            st.stats.checkpoint_bytes += bytes;
+            st.stats.metadata_syncs += 2;
+            return Ok(());
+        }
+    }
+    // Every indexed position before `covered` is durable and never changes.
     let ck = Checkpoint {
         store_id: sh.store_id,
         covered,
         next_batch_seq,
-        last_batch,
-        last_batch_flags,
-        index,
+        last_batch: last.0,
+        last_batch_flags: last.1,
+        index: sh.index.read().prefix_before(covered),
     };
+    *chain = None;
     let bytes = checkpoint::write(sh.vfs.as_ref(), &sh.dir, &ck)?;
-    *last = Some(covered);
+    // The deltas of the checkpoint it replaced are stale now (a load
+    // passes over them; they go so that none is ever taken for one of
+    // this chain's).
+    checkpoint::remove_deltas(sh.vfs.as_ref(), &sh.dir)?;
+    *chain = Some(CheckpointChain {
+        covered,
+        base_bytes: bytes,
+        delta_bytes: 0,
+        deltas: 0,
+    });
     let mut st = sh.commit.lock();
     st.stats.checkpoints_written += 1;
     st.stats.checkpoint_bytes += bytes;
@@ -865,49 +899,19 @@ pub(crate) enum CheckpointWhy {
     Collect,
 }
 
-/// A segment roll writes an index checkpoint only when the log written
-/// since the last checkpoint of this process is at least this many times
-/// the checkpoint's size. A checkpoint holds the whole index (8 bytes per
-/// event, FORMAT.md §7), so writing one at every roll costs more with every
-/// segment: a store of 40 million events would write 320 MB of checkpoint
-/// per 64 MiB segment. With the rule, checkpoints add at most a quarter to
-/// the bytes the log writes, and an open after a crash scans at most about
-/// four checkpoints' worth of log past the last one (plus a segment).
-/// While the index is small next to a segment (below 16 MiB, some two
-/// million events, with the default segment) every roll still writes one.
-/// Close and online collections always write one.
-const ROLL_CHECKPOINT_LOG_RATIO: u64 = 4;
-
-/// Log bytes from `from` to `to` (`to` at or after `from`), counting each
-/// segment between them as `segment_bytes` long.
-fn log_bytes_between(from: LogPos, to: LogPos, segment_bytes: u32) -> u64 {
-    let (fs, ts) = (from.segment().0 as u64, to.segment().0 as u64);
-    if ts <= fs {
-        return (to.offset() as u64).saturating_sub(from.offset() as u64);
-    }
-    let seg = segment_bytes as u64;
-    seg.saturating_sub(from.offset() as u64) + (ts - fs - 1) * seg + to.offset() as u64
-}
-
-#[cfg(test)]
-mod checkpoint_spacing_tests {
-    use super::log_bytes_between;
-    use crate::types::{LogPos, SegmentId};
-
-    #[test]
-    fn log_bytes_between_counts_whole_segments_between() {
-        let p = |s, o| LogPos::new(SegmentId(s), o);
-        assert_eq!(log_bytes_between(p(3, 100), p(3, 900), 1000), 800);
-        assert_eq!(log_bytes_between(p(3, 900), p(3, 900), 1000), 0);
-        assert_eq!(log_bytes_between(p(3, 900), p(4, 64), 1000), 100 + 64);
-        assert_eq!(
-            log_bytes_between(p(3, 900), p(6, 64), 1000),
-            100 + 2000 + 64
-        );
-        // A segment longer than the configured size (an earlier run's):
-        // nothing negative.
-        assert_eq!(log_bytes_between(p(3, 1500), p(4, 64), 1000), 64);
-    }
+/// The checkpoint this process wrote last and the deltas after it
+/// (FORMAT.md §7.1): a roll writes only the positions added since (about
+/// 8 bytes per event of the segment), until the deltas add up to the
+/// checkpoint's size; then a whole checkpoint again. So checkpoints cost
+/// about twice the index's final size over a store's life, not the whole
+/// index at every roll, and an open reads at most about twice the index.
+pub(crate) struct CheckpointChain {
+    /// Where the last checkpoint or delta ends.
+    covered: LogPos,
+    base_bytes: u64,
+    delta_bytes: u64,
+    /// Deltas written after the checkpoint (the last one's number).
+    deltas: u64,
 }
 
 #[cfg(test)]

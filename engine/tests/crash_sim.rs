@@ -110,6 +110,8 @@ struct Coverage {
     segments_recycled: u64,
     /// Batches written around the page cache (`Options::direct_writes`).
     direct_batches: u64,
+    /// Checkpoint deltas written (FORMAT.md §7.1).
+    checkpoint_deltas: u64,
     /// Reopens whose active segment was a recycled one, and of those the
     /// ones that repaired a torn tail there.
     recycled_tails: u64,
@@ -380,6 +382,7 @@ fn finish(
     cov.segments_rolled += store.stats().segments_created;
     cov.segments_recycled += store.stats().segments_recycled;
     cov.direct_batches += store.stats().direct_batches;
+    cov.checkpoint_deltas += store.stats().checkpoint_deltas;
     let mut clean = false;
     if sim.powered_off() || rng.gen_bool(0.6) {
         cut_power_and_drop(sim, store);
@@ -609,6 +612,7 @@ fn assert_exercised(cov: &Coverage, checkpoints: bool) {
     assert!(cov.acked_events > cov.runs * 5, "{cov:?}");
     if checkpoints {
         assert!(cov.checkpoint_used > 0, "{cov:?}");
+        assert!(cov.checkpoint_deltas > cov.runs, "{cov:?}");
     }
 }
 

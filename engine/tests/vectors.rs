@@ -121,6 +121,9 @@ fn check_opened(store: &Store, want: &Value, ctx: &str) {
         r.checkpoint_discarded
     );
     assert_eq!(sessions_of(store), want["sessions"], "{ctx}: sessions");
+    if let Some(n) = want.get("batches_scanned") {
+        assert_eq!(json!(r.batches_scanned), *n, "{ctx}: batches scanned");
+    }
 }
 
 fn check_refused(err: &Error, want: &Value, ctx: &str) {
@@ -262,6 +265,11 @@ fn checkpoint() {
 #[test]
 fn clean_close() {
     check_vector("clean-close");
+}
+
+#[test]
+fn checkpoint_delta() {
+    check_vector("checkpoint-delta");
 }
 
 #[test]

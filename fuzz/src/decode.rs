@@ -1,13 +1,13 @@
 //! Target `decode`: every byte-level decoder over arbitrary bytes.
 //!
 //! Input: either raw bytes, or a structure (segment header, batch of frames,
-//! frame, session-define, index checkpoint) encoded by the engine and then
+//! frame, session-define, index checkpoint or delta) encoded by the engine and then
 //! damaged (bytes flipped, cut short), so that the fuzzer reaches the code
 //! behind the checksums. Every decoder runs on every byte string.
 //!
 //! Properties: no decoder panics; whatever decodes re-encodes to exactly the
 //! same bytes (segment header, batch header, frame, session-define,
-//! checkpoint); a scan never reports positions outside the bytes; a probe
+//! checkpoint, checkpoint delta); a scan never reports positions outside the bytes; a probe
 //! only reports a later batch that validates.
 
 use arbitrary::{Arbitrary, Unstructured};
@@ -15,9 +15,9 @@ use turnstone::frame::{
     self, decode_frame, encode_frame, BatchHeader, Salt, SegmentHeader, SessionDefine,
     BATCH_HEADER_BYTES, FRAME_HEADER_BYTES, SEGMENT_HEADER_BYTES,
 };
-use turnstone::internals::Checkpoint;
 use turnstone::internals::Index;
 use turnstone::internals::{check_batch, probe_after, scan_batches};
+use turnstone::internals::{Checkpoint, Delta};
 use turnstone::session::event::{self, Registry};
 use turnstone::{LogPos, SegmentId, SessionId};
 
@@ -58,6 +58,9 @@ enum Shape {
         next_batch_seq: u64,
         last_batch: u64,
         flags: u32,
+        /// Encode the checkpoint delta (FORMAT.md §7.1) of the index from
+        /// this position instead.
+        delta_from: Option<u64>,
     },
     /// A session event payload (JSON envelope) as stored in a frame.
     Envelope {
@@ -193,6 +196,7 @@ fn build(shape: &Shape, salt: &Salt) -> Vec<u8> {
             next_batch_seq,
             last_batch,
             flags,
+            delta_from,
         } => {
             let mut index = Index::default();
             for (i, (name, parent, own)) in sessions.iter().take(6).enumerate() {
@@ -216,15 +220,26 @@ fn build(shape: &Shape, salt: &Salt) -> Vec<u8> {
                         index.apply_frame(SessionId(i as u32), have + k as u64, LogPos(*p as u64));
                 }
             }
-            Checkpoint {
-                store_id: salt.store_id,
-                covered: LogPos(*covered),
-                next_batch_seq: *next_batch_seq,
-                last_batch: LogPos(*last_batch),
-                last_batch_flags: *flags,
-                index,
+            match delta_from {
+                Some(from) => Delta::of(
+                    &index,
+                    salt.store_id,
+                    LogPos(*from),
+                    LogPos(*covered),
+                    *next_batch_seq,
+                    (LogPos(*last_batch), *flags),
+                )
+                .encode(),
+                None => Checkpoint {
+                    store_id: salt.store_id,
+                    covered: LogPos(*covered),
+                    next_batch_seq: *next_batch_seq,
+                    last_batch: LogPos(*last_batch),
+                    last_batch_flags: *flags,
+                    index,
+                }
+                .encode(),
             }
-            .encode()
         }
         Shape::Envelope { json, .. } => json.as_bytes().to_vec(),
     }
@@ -277,6 +292,10 @@ fn check_all(b: &[u8], salt: &Salt, scan_from: u16, probe_from: u16) {
     }
     if let Ok(ck) = Checkpoint::decode(b) {
         assert_eq!(ck.encode(), b, "checkpoint re-encodes differently");
+    }
+    if let Ok(d) = Delta::decode(b) {
+        assert_eq!(d.encoded_len(), b.len());
+        assert_eq!(d.encode(), b, "checkpoint delta re-encodes differently");
     }
     if let Ok(name) = std::str::from_utf8(b) {
         if let Some(id) = frame::parse_segment_file_name(name) {

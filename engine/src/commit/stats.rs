@@ -21,14 +21,14 @@ pub struct Stats {
     /// Of those, the ones made from a free file
     /// ([`crate::Options::recycle_segments`]).
     pub segments_recycled: u64,
-    /// Index checkpoints written / failed, and the bytes written.
+    /// Index checkpoints written (deltas included) / failed, and the bytes
+    /// written.
     pub checkpoints_written: u64,
     pub checkpoint_errors: u64,
     pub checkpoint_bytes: u64,
-    /// Segment rolls that wrote no checkpoint: the log written since the
-    /// last one was small next to the index (`store.rs`,
-    /// `ROLL_CHECKPOINT_LOG_RATIO`).
-    pub checkpoints_skipped: u64,
+    /// Of `checkpoints_written`, the deltas: the positions added since the
+    /// last checkpoint only (FORMAT.md §7.1).
+    pub checkpoint_deltas: u64,
     /// Batch writes that failed and were kept for retry.
     pub write_failures: u64,
     /// Zeros the flusher wrote past small batches into preallocated space

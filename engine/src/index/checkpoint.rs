@@ -18,6 +18,12 @@ pub const CHECKPOINT_FILE: &str = "index.ckpt";
 pub const CHECKPOINT_TMP_FILE: &str = "index.ckpt.tmp";
 pub const CHECKPOINT_MAGIC: [u8; 8] = *b"TSTNIDX\0";
 pub const CHECKPOINT_HEADER_BYTES: usize = 64;
+/// Index checkpoint deltas (FORMAT.md §7.1): `index.delta.NNNNNNNNNN`,
+/// written through `index.delta.tmp`.
+pub const DELTA_PREFIX: &str = "index.delta.";
+pub const DELTA_TMP_FILE: &str = "index.delta.tmp";
+pub const DELTA_MAGIC: [u8; 8] = *b"TSTNIDD\0";
+pub const DELTA_HEADER_BYTES: usize = 72;
 
 /// A decoded checkpoint.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -31,6 +37,36 @@ pub struct Checkpoint {
     pub last_batch: LogPos,
     pub last_batch_flags: u32,
     pub index: Index,
+}
+
+/// A decoded checkpoint delta (FORMAT.md §7.1): the index positions from
+/// `from` (the `covered` of the checkpoint it extends) up to `covered`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Delta {
+    pub store_id: [u8; 16],
+    pub from: LogPos,
+    pub covered: LogPos,
+    pub next_batch_seq: u64,
+    pub last_batch: LogPos,
+    pub last_batch_flags: u32,
+    /// In increasing session id: sessions that gained positions, and
+    /// sessions defined in the range (`define`).
+    pub records: Vec<DeltaRecord>,
+}
+
+/// A session a [`Delta`] defines: its name, fork parent (and the count
+/// it inherits) and define position.
+pub type DeltaDefine = (Arc<str>, Option<(SessionId, u64)>, LogPos);
+
+/// One session's part of a [`Delta`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DeltaRecord {
+    pub session: SessionId,
+    /// The session was defined in the delta's range: its name, parent and
+    /// define position.
+    pub define: Option<DeltaDefine>,
+    /// Its own positions in the range, in seq order, after the ones it had.
+    pub positions: Vec<u64>,
 }
 
 fn put_u16(out: &mut Vec<u8>, v: u16) {
@@ -169,6 +205,258 @@ impl Checkpoint {
     }
 }
 
+impl Delta {
+    /// The delta of `index` from `from` up to `covered` (every position of
+    /// `index` before `covered` is durable).
+    pub fn of(
+        index: &Index,
+        store_id: [u8; 16],
+        from: LogPos,
+        covered: LogPos,
+        next_batch_seq: u64,
+        last_batch: (LogPos, u32),
+    ) -> Delta {
+        let mut records = Vec::new();
+        for (i, s) in index.sessions.iter().enumerate() {
+            if s.define_pos >= covered {
+                break; // defines are in log order
+            }
+            let lo = s.positions.partition_point(|p| *p < from.0);
+            let hi = s.positions.partition_point(|p| *p < covered.0);
+            let define = (s.define_pos >= from).then(|| (s.name.clone(), s.parent, s.define_pos));
+            if define.is_none() && lo == hi {
+                continue;
+            }
+            records.push(DeltaRecord {
+                session: SessionId(i as u32),
+                define,
+                positions: s.positions[lo..hi].to_vec(),
+            });
+        }
+        Delta {
+            store_id,
+            from,
+            covered,
+            next_batch_seq,
+            last_batch: last_batch.0,
+            last_batch_flags: last_batch.1,
+            records,
+        }
+    }
+
+    /// Bytes [`Delta::encode`] gives.
+    pub fn encoded_len(&self) -> usize {
+        DELTA_HEADER_BYTES
+            + 4
+            + self
+                .records
+                .iter()
+                .map(|r| {
+                    13 + r.positions.len() * 8
+                        + r.define.as_ref().map_or(0, |(n, p, _)| {
+                            2 + n.len() + 1 + 8 + if p.is_some() { 12 } else { 0 }
+                        })
+                })
+                .sum::<usize>()
+    }
+
+    pub fn encode(&self) -> Vec<u8> {
+        let mut out = Vec::with_capacity(self.encoded_len());
+        out.extend_from_slice(&DELTA_MAGIC);
+        put_u32(&mut out, FORMAT_VERSION);
+        put_u32(&mut out, DELTA_HEADER_BYTES as u32);
+        out.extend_from_slice(&self.store_id);
+        put_u64(&mut out, self.from.0);
+        put_u64(&mut out, self.covered.0);
+        put_u64(&mut out, self.next_batch_seq);
+        put_u64(&mut out, self.last_batch.0);
+        put_u32(&mut out, self.last_batch_flags);
+        put_u32(&mut out, self.records.len() as u32);
+        debug_assert_eq!(out.len(), DELTA_HEADER_BYTES);
+        for r in &self.records {
+            put_u32(&mut out, r.session.0);
+            match &r.define {
+                None => out.push(0),
+                Some((name, parent, define_pos)) => {
+                    out.push(1);
+                    put_u16(&mut out, name.len() as u16);
+                    out.extend_from_slice(name.as_bytes());
+                    match parent {
+                        None => out.push(0),
+                        Some((p, n)) => {
+                            out.push(1);
+                            put_u32(&mut out, p.0);
+                            put_u64(&mut out, *n);
+                        }
+                    }
+                    put_u64(&mut out, define_pos.0);
+                }
+            }
+            put_u64(&mut out, r.positions.len() as u64);
+            for p in &r.positions {
+                put_u64(&mut out, *p);
+            }
+        }
+        let crc = crc32fast::hash(&out);
+        put_u32(&mut out, crc);
+        debug_assert_eq!(out.len(), self.encoded_len());
+        out
+    }
+
+    /// Decode; any mismatch is an `Err(reason)` (the delta is not used).
+    pub fn decode(b: &[u8]) -> std::result::Result<Self, String> {
+        if b.len() < DELTA_HEADER_BYTES + 4 {
+            return Err(format!("checkpoint delta has only {} bytes", b.len()));
+        }
+        let (body, tail) = b.split_at(b.len() - 4);
+        let stored = u32::from_le_bytes(tail.try_into().expect("4"));
+        let computed = crc32fast::hash(body);
+        if stored != computed {
+            return Err(format!(
+                "checkpoint delta checksum mismatch: stored {stored:#010x}, computed {computed:#010x}"
+            ));
+        }
+        if body[0..8] != DELTA_MAGIC {
+            return Err("checkpoint delta has a bad magic".into());
+        }
+        let mut r = Reader { b: body, at: 8 };
+        let version = r.u32()?;
+        if version != FORMAT_VERSION {
+            return Err(format!(
+                "checkpoint delta version {version}, this build writes {FORMAT_VERSION}"
+            ));
+        }
+        if r.u32()? as usize != DELTA_HEADER_BYTES {
+            return Err("checkpoint delta header size is not 72".into());
+        }
+        let store_id: [u8; 16] = r.take(16)?.try_into().expect("16");
+        let from = LogPos(r.u64()?);
+        let covered = LogPos(r.u64()?);
+        let next_batch_seq = r.u64()?;
+        let last_batch = LogPos(r.u64()?);
+        let last_batch_flags = r.u32()?;
+        let count = r.u32()?;
+        if from > covered {
+            return Err("checkpoint delta ends before it starts".into());
+        }
+        let mut records: Vec<DeltaRecord> = Vec::new();
+        for _ in 0..count {
+            let session = SessionId(r.u32()?);
+            if records.last().is_some_and(|l| l.session >= session) {
+                return Err("checkpoint delta sessions out of order".into());
+            }
+            let define = match r.take(1)?[0] {
+                0 => None,
+                1 => {
+                    let n = r.u16()? as usize;
+                    let name = std::str::from_utf8(r.take(n)?)
+                        .map_err(|_| "checkpoint delta session name is not UTF-8".to_string())?;
+                    let parent = match r.take(1)?[0] {
+                        0 => None,
+                        1 => Some((SessionId(r.u32()?), r.u64()?)),
+                        _ => return Err("checkpoint delta parent flag malformed".into()),
+                    };
+                    let define_pos = LogPos(r.u64()?);
+                    if define_pos < from || define_pos >= covered {
+                        return Err("checkpoint delta define outside its range".into());
+                    }
+                    Some((Arc::from(name), parent, define_pos))
+                }
+                _ => return Err("checkpoint delta define flag malformed".into()),
+            };
+            let n = r.u64()?;
+            if n > (body.len() as u64) / 8 {
+                return Err("checkpoint delta position count too large".into());
+            }
+            let mut positions = Vec::with_capacity(n as usize);
+            for _ in 0..n {
+                let p = r.u64()?;
+                if p < from.0 || p >= covered.0 || positions.last().is_some_and(|l| *l >= p) {
+                    return Err(
+                        "checkpoint delta position outside its range or out of order".into(),
+                    );
+                }
+                positions.push(p);
+            }
+            records.push(DeltaRecord {
+                session,
+                define,
+                positions,
+            });
+        }
+        if r.at != body.len() {
+            return Err("checkpoint delta has trailing bytes".into());
+        }
+        Ok(Delta {
+            store_id,
+            from,
+            covered,
+            next_batch_seq,
+            last_batch,
+            last_batch_flags,
+            records,
+        })
+    }
+
+    /// Extend `ck` by this delta: it must start where `ck` ends, of the
+    /// same store; new sessions get the next ids in order, and a fork
+    /// inherits no more than its parent has.
+    pub fn apply(&self, ck: &mut Checkpoint) -> std::result::Result<(), String> {
+        if self.store_id != ck.store_id {
+            return Err("checkpoint delta of another store".into());
+        }
+        if self.from != ck.covered {
+            return Err(format!(
+                "checkpoint delta starts at {:?}, the checkpoint ends at {:?}",
+                self.from, ck.covered
+            ));
+        }
+        let ix = &mut ck.index;
+        for r in &self.records {
+            let i = r.session.0 as usize;
+            match &r.define {
+                Some((name, parent, define_pos)) => {
+                    if i != ix.sessions.len() {
+                        return Err("checkpoint delta defines a session out of order".into());
+                    }
+                    if let Some((p, upto)) = parent {
+                        let pe = ix
+                            .sessions
+                            .get(p.0 as usize)
+                            .ok_or_else(|| "checkpoint delta fork parent missing".to_string())?;
+                        if *upto > pe.len() {
+                            return Err(
+                                "checkpoint delta fork inherits more than the parent has".into()
+                            );
+                        }
+                    }
+                    if ix.by_name.insert(name.clone(), r.session).is_some() {
+                        return Err("checkpoint delta names a session twice".into());
+                    }
+                    ix.sessions.push(SessionEntry {
+                        name: name.clone(),
+                        parent: *parent,
+                        define_pos: *define_pos,
+                        positions: r.positions.clone(),
+                    });
+                }
+                None => {
+                    let s = ix
+                        .sessions
+                        .get_mut(i)
+                        .ok_or_else(|| "checkpoint delta names an unknown session".to_string())?;
+                    s.positions.extend_from_slice(&r.positions);
+                }
+            }
+        }
+        ck.covered = self.covered;
+        ck.next_batch_seq = self.next_batch_seq;
+        ck.last_batch = self.last_batch;
+        ck.last_batch_flags = self.last_batch_flags;
+        Ok(())
+    }
+}
+
 struct Reader<'a> {
     b: &'a [u8],
     at: usize,
@@ -193,8 +481,11 @@ impl<'a> Reader<'a> {
     }
 }
 
-/// Read the checkpoint if there is one. `Ok(None)` when absent;
-/// `Err(reason)` inside `Ok` when present but unusable.
+/// Read the checkpoint if there is one, extended by the deltas that chain
+/// from it (FORMAT.md §7.1: in name order, each applied when it starts
+/// where the checkpoint so far ends; one that does not decode, or does
+/// not chain, is passed over). `Ok(None)` when absent; `Err(reason)`
+/// inside `Ok` when present but unusable.
 pub fn load(vfs: &dyn Vfs, dir: &Path) -> Result<Option<std::result::Result<Checkpoint, String>>> {
     let path = dir.join(CHECKPOINT_FILE);
     if !vfs.exists(&path) {
@@ -202,7 +493,77 @@ pub fn load(vfs: &dyn Vfs, dir: &Path) -> Result<Option<std::result::Result<Chec
     }
     let buf =
         crate::vfs::read_whole(vfs, &path).map_err(|e| Error::io("read checkpoint", &path, e))?;
-    Ok(Some(Checkpoint::decode(&buf)))
+    let mut ck = match Checkpoint::decode(&buf) {
+        Ok(ck) => ck,
+        Err(e) => return Ok(Some(Err(e))),
+    };
+    for name in delta_names(vfs, dir)? {
+        let path = dir.join(&name);
+        // A delta is smaller than its checkpoint; a huge file there is not
+        // one (and not read).
+        let size = vfs.open(&path, false).and_then(|f| f.len());
+        if !size.is_ok_and(|n| n <= (buf.len() as u64).max(1 << 20)) {
+            continue;
+        }
+        let buf = crate::vfs::read_whole(vfs, &path)
+            .map_err(|e| Error::io("read checkpoint delta", &path, e))?;
+        if let Ok(delta) = Delta::decode(&buf) {
+            if delta.from == ck.covered && delta.store_id == ck.store_id {
+                let before = ck.clone();
+                if delta.apply(&mut ck).is_err() {
+                    ck = before;
+                }
+            }
+        }
+    }
+    Ok(Some(Ok(ck)))
+}
+
+/// The names of the delta files in `dir`, in order (their numbers have
+/// ten digits, so name order is number order).
+pub fn delta_names(vfs: &dyn Vfs, dir: &Path) -> Result<Vec<String>> {
+    let mut names: Vec<String> = vfs
+        .list(dir)
+        .map_err(|e| Error::io("list directory", dir, e))?
+        .into_iter()
+        .filter(|n| delta_number(n).is_some())
+        .collect();
+    names.sort();
+    Ok(names)
+}
+
+/// The number of a delta file's name (`index.delta.NNNNNNNNNN`).
+fn delta_number(name: &str) -> Option<u64> {
+    let digits = name.strip_prefix(DELTA_PREFIX)?;
+    (digits.len() == 10 && digits.bytes().all(|b| b.is_ascii_digit()))
+        .then(|| digits.parse().ok())
+        .flatten()
+}
+
+/// Write delta number `n` atomically (temp file, fsync, rename, fsync
+/// directory). Returns the bytes written.
+pub fn write_delta(vfs: &dyn Vfs, dir: &Path, n: u64, delta: &Delta) -> Result<u64> {
+    let tmp: PathBuf = dir.join(DELTA_TMP_FILE);
+    let dst: PathBuf = dir.join(format!("{DELTA_PREFIX}{n:010}"));
+    let bytes = delta.encode();
+    write_atomic(vfs, DerivedKind::Checkpoint, &tmp, &dst, &bytes)?;
+    Ok(bytes.len() as u64)
+}
+
+/// Remove every delta file (durably): after a new checkpoint, which covers
+/// what they did, or with the checkpoint they extend.
+pub fn remove_deltas(vfs: &dyn Vfs, dir: &Path) -> Result<()> {
+    let names = delta_names(vfs, dir)?;
+    for name in &names {
+        let path = dir.join(name);
+        vfs.remove(&path)
+            .map_err(|e| Error::io("remove checkpoint delta", &path, e))?;
+    }
+    if !names.is_empty() {
+        vfs.sync_dir(dir)
+            .map_err(|e| Error::io("fsync directory", dir, e))?;
+    }
+    Ok(())
 }
 
 /// Write atomically: temp file, fsync, rename, fsync directory.
@@ -215,7 +576,7 @@ pub fn write(vfs: &dyn Vfs, dir: &Path, ck: &Checkpoint) -> Result<u64> {
     Ok(bytes.len() as u64)
 }
 
-/// Remove a checkpoint that no longer matches (durably).
+/// Remove a checkpoint that no longer matches, and its deltas (durably).
 pub fn remove(vfs: &dyn Vfs, dir: &Path) -> Result<()> {
     let path = dir.join(CHECKPOINT_FILE);
     if vfs.exists(&path) {
@@ -224,7 +585,7 @@ pub fn remove(vfs: &dyn Vfs, dir: &Path) -> Result<()> {
         vfs.sync_dir(dir)
             .map_err(|e| Error::io("fsync directory", dir, e))?;
     }
-    Ok(())
+    remove_deltas(vfs, dir)
 }
 
 #[cfg(test)]
@@ -269,15 +630,37 @@ mod tests {
         };
         let bytes = ck.encode();
         assert_eq!(Checkpoint::decode(&bytes).unwrap(), ck);
-        // The estimate a roll decides by is not below the size, nor far
-        // above it (12 bytes per session at most).
-        let estimate = ck.index.checkpoint_bytes_estimate();
-        assert!(
-            estimate >= bytes.len() as u64,
-            "{estimate} < {}",
-            bytes.len()
-        );
-        assert!(estimate <= bytes.len() as u64 + 2 * 12, "{estimate}");
+        // A checkpoint to 150 and the delta from there to 400 give the
+        // checkpoint to 400.
+        let mut first = Checkpoint {
+            covered: p(150),
+            last_batch: p(100),
+            next_batch_seq: 2,
+            index: ck.index.prefix_before(p(150)),
+            ..ck.clone()
+        };
+        let delta = Delta::of(&ck.index, [3; 16], p(150), p(400), 5, (p(300), 0));
+        assert_eq!(delta.records.len(), 1, "{delta:?}");
+        assert!(delta.records[0].define.is_some());
+        let dbytes = delta.encode();
+        assert_eq!(dbytes.len(), delta.encoded_len());
+        assert_eq!(Delta::decode(&dbytes).unwrap(), delta);
+        for i in 0..dbytes.len() {
+            let mut bad = dbytes.clone();
+            bad[i] ^= 0x40;
+            assert!(Delta::decode(&bad).is_err(), "flip at {i} accepted");
+        }
+        assert!(Delta::decode(&dbytes[..dbytes.len() - 1]).is_err());
+        // Only where the checkpoint ends.
+        let mut elsewhere = first.clone();
+        elsewhere.covered = p(140);
+        assert!(delta.apply(&mut elsewhere).is_err());
+        delta.apply(&mut first).unwrap();
+        assert_eq!(first, ck);
+        // Applied twice, it defines its session twice.
+        let mut again = first.clone();
+        again.covered = p(150);
+        assert!(delta.apply(&mut again).is_err());
         for i in 0..bytes.len() {
             let mut bad = bytes.clone();
             bad[i] ^= 0x40;

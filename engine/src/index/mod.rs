@@ -276,17 +276,6 @@ impl Index {
         self.sessions.iter().map(|s| s.positions.len() as u64).sum()
     }
 
-    /// About the bytes a checkpoint of this index takes (FORMAT.md §7: 8
-    /// per own event, a record per session), without building it.
-    pub fn checkpoint_bytes_estimate(&self) -> u64 {
-        let sessions: u64 = self
-            .sessions
-            .iter()
-            .map(|s| 31 + s.name.len() as u64 + 8 * s.positions.len() as u64)
-            .sum();
-        64 + sessions + 4
-    }
-
     /// The part of the index covering only positions before `end` (used to
     /// checkpoint exactly what is durable).
     pub fn prefix_before(&self, end: LogPos) -> Index {

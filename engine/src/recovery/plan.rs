@@ -669,11 +669,16 @@ pub(crate) fn apply(
             dir_dirty = true;
         }
     }
-    let tmp = dir.join(crate::index::checkpoint::CHECKPOINT_TMP_FILE);
-    if vfs.exists(&tmp) {
-        vfs.remove(&tmp)
-            .map_err(|e| Error::io("remove stale checkpoint", &tmp, e))?;
-        dir_dirty = true;
+    for tmp in [
+        crate::index::checkpoint::CHECKPOINT_TMP_FILE,
+        crate::index::checkpoint::DELTA_TMP_FILE,
+    ] {
+        let tmp = dir.join(tmp);
+        if vfs.exists(&tmp) {
+            vfs.remove(&tmp)
+                .map_err(|e| Error::io("remove stale checkpoint", &tmp, e))?;
+            dir_dirty = true;
+        }
     }
     if dir_dirty {
         vfs.sync_dir(dir)

@@ -467,13 +467,16 @@ pub fn collect(
     Ok(report)
 }
 
-/// Step 3 of §14.4: remove `index.ckpt` and `index.ckpt.tmp`, durably.
+/// Step 3 of §14.4: remove `index.ckpt`, its deltas and their temporary
+/// files, durably.
 fn remove_checkpoints(vfs: &dyn Vfs, dir: &Path) -> Result<()> {
     checkpoint::remove(vfs, dir)?;
-    let tmp = dir.join(checkpoint::CHECKPOINT_TMP_FILE);
-    if vfs.exists(&tmp) {
-        vfs.remove(&tmp)
-            .map_err(|e| Error::io("remove stale checkpoint", &tmp, e))?;
+    for tmp in [checkpoint::CHECKPOINT_TMP_FILE, checkpoint::DELTA_TMP_FILE] {
+        let tmp = dir.join(tmp);
+        if vfs.exists(&tmp) {
+            vfs.remove(&tmp)
+                .map_err(|e| Error::io("remove stale checkpoint", &tmp, e))?;
+        }
     }
     vfs.sync_dir(dir)
         .map_err(|e| Error::io("fsync directory", dir, e))

@@ -33,13 +33,12 @@ pub struct Options {
     pub flush_bytes: usize,
     /// Preallocate (and so zero) each segment when it is created.
     pub preallocate: bool,
-    /// Write index checkpoints (FORMAT.md §7): at close, after an online
-    /// collection, and at a segment roll when the log written since the
-    /// last one is at least four times the checkpoint's size (a checkpoint
-    /// holds the whole index, 8 bytes per event, so one at every roll would
-    /// cost more with every segment: at most a quarter of the log's bytes
-    /// this way, and an open after a crash scans at most about four
-    /// checkpoints' worth of log past the last one).
+    /// Write index checkpoints (FORMAT.md §7) at every segment roll and at
+    /// close: a whole one first (and after an online collection), then
+    /// deltas of the positions added since (§7.1, about 8 bytes per event
+    /// of the segment), until the deltas add up to the whole one's size,
+    /// when a whole one is written again. An open reads the checkpoint and
+    /// its deltas and scans the log only from where they end.
     pub checkpoints: bool,
     /// Zero extension (with `preallocate`, on file layers where it helps,
     /// [`crate::vfs::Vfs::zero_ahead_helps`]): when a batch smaller than an
