@@ -121,31 +121,8 @@ impl Checkpoint {
 
     /// Decode; any mismatch is an `Err(reason)` and the caller rescans.
     pub fn decode(b: &[u8]) -> std::result::Result<Self, String> {
-        if b.len() < CHECKPOINT_HEADER_BYTES + 4 {
-            return Err(format!("checkpoint has only {} bytes", b.len()));
-        }
-        let (body, tail) = b.split_at(b.len() - 4);
-        let stored = u32::from_le_bytes(tail.try_into().expect("4"));
-        let computed = crc32fast::hash(body);
-        if stored != computed {
-            return Err(format!(
-                "checkpoint checksum mismatch: stored {stored:#010x}, computed {computed:#010x}"
-            ));
-        }
-        if body[0..8] != CHECKPOINT_MAGIC {
-            return Err("checkpoint has a bad magic".into());
-        }
-        let mut r = Reader { b: body, at: 8 };
-        let version = r.u32()?;
-        if version != FORMAT_VERSION {
-            return Err(format!(
-                "checkpoint version {version}, this build writes {FORMAT_VERSION}"
-            ));
-        }
-        if r.u32()? as usize != CHECKPOINT_HEADER_BYTES {
-            return Err("checkpoint header size is not 64".into());
-        }
-        let store_id: [u8; 16] = r.take(16)?.try_into().expect("16");
+        let (mut r, body, store_id) =
+            Reader::open(b, "checkpoint", &CHECKPOINT_MAGIC, CHECKPOINT_HEADER_BYTES)?;
         let covered = LogPos(r.u64()?);
         let next_batch_seq = r.u64()?;
         let last_batch = LogPos(r.u64()?);
@@ -305,31 +282,8 @@ impl Delta {
 
     /// Decode; any mismatch is an `Err(reason)` (the delta is not used).
     pub fn decode(b: &[u8]) -> std::result::Result<Self, String> {
-        if b.len() < DELTA_HEADER_BYTES + 4 {
-            return Err(format!("checkpoint delta has only {} bytes", b.len()));
-        }
-        let (body, tail) = b.split_at(b.len() - 4);
-        let stored = u32::from_le_bytes(tail.try_into().expect("4"));
-        let computed = crc32fast::hash(body);
-        if stored != computed {
-            return Err(format!(
-                "checkpoint delta checksum mismatch: stored {stored:#010x}, computed {computed:#010x}"
-            ));
-        }
-        if body[0..8] != DELTA_MAGIC {
-            return Err("checkpoint delta has a bad magic".into());
-        }
-        let mut r = Reader { b: body, at: 8 };
-        let version = r.u32()?;
-        if version != FORMAT_VERSION {
-            return Err(format!(
-                "checkpoint delta version {version}, this build writes {FORMAT_VERSION}"
-            ));
-        }
-        if r.u32()? as usize != DELTA_HEADER_BYTES {
-            return Err("checkpoint delta header size is not 72".into());
-        }
-        let store_id: [u8; 16] = r.take(16)?.try_into().expect("16");
+        let (mut r, body, store_id) =
+            Reader::open(b, "checkpoint delta", &DELTA_MAGIC, DELTA_HEADER_BYTES)?;
         let from = LogPos(r.u64()?);
         let covered = LogPos(r.u64()?);
         let next_batch_seq = r.u64()?;
@@ -462,6 +416,45 @@ struct Reader<'a> {
     at: usize,
 }
 impl<'a> Reader<'a> {
+    /// The checks every index file starts with (FORMAT.md §7, §7.1): its
+    /// length, the CRC of everything before the last 4 bytes, magic,
+    /// version, header size; then the store id. Returns a reader after the
+    /// store id, the checksummed body and the id. `what` names the file in
+    /// errors.
+    fn open(
+        b: &'a [u8],
+        what: &str,
+        magic: &[u8; 8],
+        header_bytes: usize,
+    ) -> std::result::Result<(Reader<'a>, &'a [u8], [u8; 16]), String> {
+        if b.len() < header_bytes + 4 {
+            return Err(format!("{what} has only {} bytes", b.len()));
+        }
+        let (body, tail) = b.split_at(b.len() - 4);
+        let stored = u32::from_le_bytes(tail.try_into().expect("4"));
+        let computed = crc32fast::hash(body);
+        if stored != computed {
+            return Err(format!(
+                "{what} checksum mismatch: stored {stored:#010x}, computed {computed:#010x}"
+            ));
+        }
+        if body[0..8] != *magic {
+            return Err(format!("{what} has a bad magic"));
+        }
+        let mut r = Reader { b: body, at: 8 };
+        let version = r.u32()?;
+        if version != FORMAT_VERSION {
+            return Err(format!(
+                "{what} version {version}, this build writes {FORMAT_VERSION}"
+            ));
+        }
+        if r.u32()? as usize != header_bytes {
+            return Err(format!("{what} header size is not {header_bytes}"));
+        }
+        let store_id: [u8; 16] = r.take(16)?.try_into().expect("16");
+        Ok((r, body, store_id))
+    }
+
     fn take(&mut self, n: usize) -> std::result::Result<&'a [u8], String> {
         if self.at + n > self.b.len() {
             return Err("checkpoint is truncated".into());
