@@ -79,6 +79,28 @@ fn put_u64(out: &mut Vec<u8>, v: u64) {
     out.extend_from_slice(&v.to_le_bytes());
 }
 
+/// A session's definition as checkpoints and deltas both store it
+/// (FORMAT.md §7, §7.1): name length and bytes, parent flag (and parent
+/// id, inherited count), define position.
+fn put_define(out: &mut Vec<u8>, name: &str, parent: Option<(SessionId, u64)>, define_pos: LogPos) {
+    put_u16(out, name.len() as u16);
+    out.extend_from_slice(name.as_bytes());
+    match parent {
+        None => out.push(0),
+        Some((p, n)) => {
+            out.push(1);
+            put_u32(out, p.0);
+            put_u64(out, n);
+        }
+    }
+    put_u64(out, define_pos.0);
+}
+
+/// Bytes [`put_define`] writes.
+fn define_len(name: &str, parent: Option<(SessionId, u64)>) -> usize {
+    2 + name.len() + 1 + if parent.is_some() { 12 } else { 0 } + 8
+}
+
 impl Checkpoint {
     pub fn encode(&self) -> Vec<u8> {
         let mut out = Vec::with_capacity(
@@ -97,17 +119,7 @@ impl Checkpoint {
         put_u32(&mut out, self.index.sessions.len() as u32);
         debug_assert_eq!(out.len(), CHECKPOINT_HEADER_BYTES);
         for s in &self.index.sessions {
-            put_u16(&mut out, s.name.len() as u16);
-            out.extend_from_slice(s.name.as_bytes());
-            match s.parent {
-                None => out.push(0),
-                Some((p, n)) => {
-                    out.push(1);
-                    put_u32(&mut out, p.0);
-                    put_u64(&mut out, n);
-                }
-            }
-            put_u64(&mut out, s.define_pos.0);
+            put_define(&mut out, &s.name, s.parent, s.define_pos);
             let own = &s.positions;
             put_u64(&mut out, own.len() as u64);
             for p in own {
@@ -130,15 +142,7 @@ impl Checkpoint {
         let count = r.u32()?;
         let mut index = Index::default();
         for i in 0..count {
-            let n = r.u16()? as usize;
-            let name = std::str::from_utf8(r.take(n)?)
-                .map_err(|_| "checkpoint session name is not UTF-8".to_string())?;
-            let parent = match r.take(1)?[0] {
-                0 => None,
-                1 => Some((SessionId(r.u32()?), r.u64()?)),
-                _ => return Err("checkpoint parent flag malformed".into()),
-            };
-            let define_pos = LogPos(r.u64()?);
+            let (name, parent, define_pos) = r.define("checkpoint")?;
             let own = r.u64()?;
             if own > (body.len() as u64) / 8 {
                 return Err("checkpoint position count too large".into());
@@ -157,7 +161,6 @@ impl Checkpoint {
             for _ in 0..own {
                 positions.push(r.u64()?);
             }
-            let name: Arc<str> = Arc::from(name);
             if index.by_name.insert(name.clone(), SessionId(i)).is_some() {
                 return Err("checkpoint names a session twice".into());
             }
@@ -230,9 +233,7 @@ impl Delta {
                 .iter()
                 .map(|r| {
                     13 + r.positions.len() * 8
-                        + r.define.as_ref().map_or(0, |(n, p, _)| {
-                            2 + n.len() + 1 + 8 + if p.is_some() { 12 } else { 0 }
-                        })
+                        + r.define.as_ref().map_or(0, |(n, p, _)| define_len(n, *p))
                 })
                 .sum::<usize>()
     }
@@ -256,17 +257,7 @@ impl Delta {
                 None => out.push(0),
                 Some((name, parent, define_pos)) => {
                     out.push(1);
-                    put_u16(&mut out, name.len() as u16);
-                    out.extend_from_slice(name.as_bytes());
-                    match parent {
-                        None => out.push(0),
-                        Some((p, n)) => {
-                            out.push(1);
-                            put_u32(&mut out, p.0);
-                            put_u64(&mut out, *n);
-                        }
-                    }
-                    put_u64(&mut out, define_pos.0);
+                    put_define(&mut out, name, *parent, *define_pos);
                 }
             }
             put_u64(&mut out, r.positions.len() as u64);
@@ -302,19 +293,11 @@ impl Delta {
             let define = match r.take(1)?[0] {
                 0 => None,
                 1 => {
-                    let n = r.u16()? as usize;
-                    let name = std::str::from_utf8(r.take(n)?)
-                        .map_err(|_| "checkpoint delta session name is not UTF-8".to_string())?;
-                    let parent = match r.take(1)?[0] {
-                        0 => None,
-                        1 => Some((SessionId(r.u32()?), r.u64()?)),
-                        _ => return Err("checkpoint delta parent flag malformed".into()),
-                    };
-                    let define_pos = LogPos(r.u64()?);
+                    let (name, parent, define_pos) = r.define("checkpoint delta")?;
                     if define_pos < from || define_pos >= covered {
                         return Err("checkpoint delta define outside its range".into());
                     }
-                    Some((Arc::from(name), parent, define_pos))
+                    Some((name, parent, define_pos))
                 }
                 _ => return Err("checkpoint delta define flag malformed".into()),
             };
@@ -471,6 +454,18 @@ impl<'a> Reader<'a> {
     }
     fn u64(&mut self) -> std::result::Result<u64, String> {
         Ok(u64::from_le_bytes(self.take(8)?.try_into().expect("8")))
+    }
+    /// What [`put_define`] wrote; `what` names the file in errors.
+    fn define(&mut self, what: &str) -> std::result::Result<DeltaDefine, String> {
+        let n = self.u16()? as usize;
+        let name = std::str::from_utf8(self.take(n)?)
+            .map_err(|_| format!("{what} session name is not UTF-8"))?;
+        let parent = match self.take(1)?[0] {
+            0 => None,
+            1 => Some((SessionId(self.u32()?), self.u64()?)),
+            _ => return Err(format!("{what} parent flag malformed")),
+        };
+        Ok((Arc::from(name), parent, LogPos(self.u64()?)))
     }
 }
 
