@@ -664,7 +664,7 @@ pub(crate) fn content_type(hd: &HeaderMap) -> Result<Option<String>> {
 
 async fn head(app: &Arc<App>, path: String) -> Result<Response<Body>> {
     let s = lookup(app, &path).await?;
-    let st = s.visible(app.streams.log.durable_for(&s.session));
+    let st = s.visible(&app.streams.log);
     let mut r = Response::new(Body::empty());
     let hd = r.headers_mut();
     set(hd, "content-type", &st.config.content_type);
@@ -684,7 +684,7 @@ async fn head(app: &Arc<App>, path: String) -> Result<Response<Body>> {
 
 /// Resolve `offset=` for a stream (validating real offsets against the log).
 async fn start_offset(app: &Arc<App>, s: &Arc<Stream>, requested: Requested) -> Result<Offset> {
-    let vis = s.visible(app.streams.log.durable_for(&s.session)).vis;
+    let vis = s.visible(&app.streams.log).vis;
     match requested {
         Requested::Start => Ok(Offset::ZERO),
         Requested::Now => Ok(vis),
@@ -730,7 +730,7 @@ async fn get(app: &Arc<App>, path: String, q: Query, req_hd: &HeaderMap) -> Resu
         None => {}
     }
     if requested == Requested::Now {
-        let st = s.visible(app.streams.log.durable_for(&s.session));
+        let st = s.visible(&app.streams.log);
         let body = if st.json { "[]" } else { "" };
         let mut r = Response::new(Body::full(body));
         let hd = r.headers_mut();

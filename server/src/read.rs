@@ -131,7 +131,7 @@ pub struct Chunk {
 /// event when there is one). Blocking.
 pub fn read(log: &Log, s: &Stream, from: Offset, max_bytes: usize) -> Result<Chunk, Fail> {
     let (vis, vis_closed, json) = {
-        let st = s.visible(log.durable_for(&s.session));
+        let st = s.visible(log);
         (st.vis, st.vis_closed, st.json)
     };
     let mut body = Vec::new();

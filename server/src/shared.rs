@@ -55,10 +55,18 @@ impl Streams {
         let mut row = pg.log.lease_row(&s.session).map_err(pg_fail)?;
         if let Some(w) = pg.current(&s.session) {
             if w.is_broken() || w.epoch() != row.epoch {
-                if w.sync_to(w.len()).is_err() {
-                    self.mark_stale(s);
-                }
+                let settled = w.sync_to(w.len()).is_ok();
+                // Forgotten with the state locked: an append that queued a
+                // group on `w` after the wait (it was still current) is
+                // then seen here, and its group, which may never commit,
+                // is not left pending with no writer to say so (a stream
+                // without a writer counts everything as durable).
+                let mut st = s.state.lock();
                 pg.forget_writer(&s.session, &w);
+                if !settled || w.committed() < w.len() {
+                    Self::stale_locked(&mut st);
+                }
+                drop(st);
                 row = pg.log.lease_row(&s.session).map_err(pg_fail)?;
             }
         }
@@ -120,7 +128,11 @@ impl Streams {
     /// hide what is not committed, and fold the stream again before it is
     /// used.
     pub(crate) fn mark_stale(&self, s: &Stream) {
-        let mut st = s.state.lock();
+        Self::stale_locked(&mut s.state.lock());
+    }
+
+    /// [`Streams::mark_stale`] with the state locked.
+    fn stale_locked(st: &mut crate::stream::State) {
         st.stale = true;
         st.stale_marks += 1;
         st.pending.clear();

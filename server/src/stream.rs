@@ -107,10 +107,15 @@ pub struct Stream {
 
 impl Stream {
     /// The state, its visible part brought up to what the log has made
-    /// durable (`durable`: the store's durable position, read before).
-    pub fn visible(&self, durable: LogPos) -> parking_lot::MutexGuard<'_, State> {
+    /// durable. What is durable is asked with the state locked: on a
+    /// shared database, "no writer here" means "nothing queued here" only
+    /// while no append can queue a group and push it as pending (appends
+    /// do both with the state locked); asked before, a writer acquired in
+    /// between had its uncommitted group shown (a reader then asked the
+    /// database for events it did not hold).
+    pub fn visible(&self, log: &crate::log::Log) -> parking_lot::MutexGuard<'_, State> {
         let mut st = self.state.lock();
-        st.catch_up(durable);
+        st.catch_up(log.durable_for(&self.session));
         st
     }
 }
