@@ -53,10 +53,11 @@ export class Store {
    * `segmentBytes` (size of a segment file, default 64 MiB) and `recycleSegments` (segment files
    * that `collect` frees kept and made into new segments, costing up to that many segment files of
    * disk beyond the live data; default 0: off) and `prepareSegments` (a background thread writes the
-   * next segment's file of zeros ahead of need while batches are small; default true) are for a
-   * store directory only.
+   * next segment's file of zeros ahead of need while batches are small; default true) and
+   * `directWrites` (batches written into recycled and prepared segments go around the page cache
+   * with direct I/O; default false) are for a store directory only.
    */
-  constructor(path: string, options?: { readOnly?: boolean; plugins?: Record<string, boolean>; owner?: string; leaseTtlMs?: number; segmentBytes?: number; recycleSegments?: number; prepareSegments?: boolean })
+  constructor(path: string, options?: { readOnly?: boolean; plugins?: Record<string, boolean>; owner?: string; leaseTtlMs?: number; segmentBytes?: number; recycleSegments?: number; prepareSegments?: boolean; directWrites?: boolean })
   readonly backend: 'embedded' | 'postgres'
   createSession(id: string): Session
   openSession(id: string): Promise<Session>

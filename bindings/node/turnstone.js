@@ -92,16 +92,20 @@ class Store {
    * segments instead of new files (up to that many segment files of disk
    * beyond the live data; 0, the default: freed files are removed), and
    * `prepareSegments`, whether a background thread writes the next segment's
-   * file of zeros ahead of need while batches are small (default true).
+   * file of zeros ahead of need while batches are small (default true), and
+   * `directWrites`, whether batches written into recycled and prepared
+   * segments go around the page cache with direct I/O (default false).
    */
-  constructor(path, { readOnly = false, plugins, owner, leaseTtlMs, segmentBytes, recycleSegments, prepareSegments } = {}) {
+  constructor(path, { readOnly = false, plugins, owner, leaseTtlMs, segmentBytes, recycleSegments, prepareSegments, directWrites } = {}) {
     // plugins: the harness's own event kinds, {name: ignorable}.
-    if (prepareSegments != null && typeof prepareSegments !== 'boolean') {
-      throw new TurnstoneError('invalid_argument', `prepareSegments must be true or false, not ${typeof prepareSegments}`)
+    for (const [name, v] of [['prepareSegments', prepareSegments], ['directWrites', directWrites]]) {
+      if (v != null && typeof v !== 'boolean') {
+        throw new TurnstoneError('invalid_argument', `${name} must be true or false, not ${typeof v}`)
+      }
     }
     this._n = call(() => new native.NativeStore(String(path), readOnly, plugins ? JSON.stringify(plugins) : null,
       owner ?? null, leaseTtlMs ?? null, segmentBytes ?? null, recycleSegments ?? null,
-      prepareSegments ?? null))
+      prepareSegments ?? null, directWrites ?? null))
   }
   /** 'embedded' (a store directory) or 'postgres'. */
   get backend() {

@@ -137,7 +137,9 @@ impl NativeStore {
     /// collection frees are kept and made into new segments (default 0:
     /// freed files are removed), and `prepare_segments`, whether a
     /// background thread writes the next segment's file of zeros ahead of
-    /// need (default on); given with a database URL, they are refused.
+    /// need (default on), and `direct_writes`, whether batches written into
+    /// recycled and prepared segments go around the page cache (default
+    /// off); given with a database URL, they are refused.
     #[napi(constructor, catch_unwind)]
     pub fn new(
         path: String,
@@ -148,6 +150,7 @@ impl NativeStore {
         segment_bytes: Option<f64>,
         recycle_segments: Option<f64>,
         prepare_segments: Option<bool>,
+        direct_writes: Option<bool>,
     ) -> napi::Result<Self> {
         let segment_bytes = segment_bytes
             .map(|v| whole("segmentBytes", v, u32::MAX as u64).map(|v| v as u32))
@@ -172,9 +175,10 @@ impl NativeStore {
             if segment_bytes.is_some()
                 || recycle_segments.is_some_and(|n| n != 0)
                 || prepare_segments.is_some()
+                || direct_writes.is_some()
             {
                 return Err(usage(
-                    "segmentBytes, recycleSegments and prepareSegments are options of a store directory, not of a database",
+                    "segmentBytes, recycleSegments, prepareSegments and directWrites are options of a store directory, not of a database",
                 ));
             }
             // A database: sessions opened for writing are leased by `owner`.
@@ -199,6 +203,7 @@ impl NativeStore {
                 segment_bytes: segment_bytes.unwrap_or(defaults.segment_bytes),
                 recycle_segments: recycle_segments.unwrap_or(defaults.recycle_segments),
                 prepare_segments: prepare_segments.unwrap_or(defaults.prepare_segments),
+                direct_writes: direct_writes.unwrap_or(defaults.direct_writes),
                 ..defaults
             },
         )

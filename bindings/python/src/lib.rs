@@ -173,7 +173,7 @@ impl NativeStore {
 #[pymethods]
 impl NativeStore {
     #[new]
-    #[pyo3(signature = (path, read_only = false, plugins = None, owner = None, lease_ttl_ms = None, segment_bytes = None, recycle_segments = 0, prepare_segments = None))]
+    #[pyo3(signature = (path, read_only = false, plugins = None, owner = None, lease_ttl_ms = None, segment_bytes = None, recycle_segments = 0, prepare_segments = None, direct_writes = None))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
@@ -185,12 +185,17 @@ impl NativeStore {
         segment_bytes: Option<u32>,
         recycle_segments: usize,
         prepare_segments: Option<bool>,
+        direct_writes: Option<bool>,
     ) -> PyResult<Self> {
         let registry = Arc::new(registry_from(plugins)?);
         if is_url(&path) {
-            if segment_bytes.is_some() || recycle_segments != 0 || prepare_segments.is_some() {
+            if segment_bytes.is_some()
+                || recycle_segments != 0
+                || prepare_segments.is_some()
+                || direct_writes.is_some()
+            {
                 return Err(usage(
-                    "segment_bytes, recycle_segments and prepare_segments are options of a store directory, not of a database",
+                    "segment_bytes, recycle_segments, prepare_segments and direct_writes are options of a store directory, not of a database",
                 ));
             }
             // A database: sessions are leased by `owner` (this process by
@@ -220,6 +225,7 @@ impl NativeStore {
                         segment_bytes: segment_bytes.unwrap_or(defaults.segment_bytes),
                         recycle_segments,
                         prepare_segments: prepare_segments.unwrap_or(defaults.prepare_segments),
+                        direct_writes: direct_writes.unwrap_or(defaults.direct_writes),
                         ..defaults
                     },
                 )

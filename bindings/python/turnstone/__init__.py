@@ -72,7 +72,8 @@ class Store:
                  plugins: Optional[dict] = None, owner: Optional[str] = None,
                  lease_ttl_ms: Optional[int] = None, segment_bytes: Optional[int] = None,
                  recycle_segments: int = 0,
-                 prepare_segments: Optional[bool] = None) -> None:
+                 prepare_segments: Optional[bool] = None,
+                 direct_writes: Optional[bool] = None) -> None:
         """``plugins``: the harness's own event kinds, ``{"name": ignorable}``
         (an ignorable kind is skipped by processes that do not know it).
         ``owner``: on a database, the name this process's leases carry
@@ -88,10 +89,13 @@ class Store:
         background thread writes the next segment's file of zeros ahead of
         need while batches are small (so that syncs flush data without a
         file-system journal commit; one segment file of disk beyond the log;
-        default on, ``False`` turns it off)."""
+        default on, ``False`` turns it off); ``direct_writes``, whether batches
+        written into recycled and prepared segments go around the page cache
+        with direct I/O (fewer bytes written to the device; reads of fresh
+        data then come from the device; default off)."""
         self._native = NativeStore(
             str(path), read_only, None if plugins is None else json.dumps(plugins), owner,
-            lease_ttl_ms, segment_bytes, recycle_segments, prepare_segments,
+            lease_ttl_ms, segment_bytes, recycle_segments, prepare_segments, direct_writes,
         )
 
     @property
