@@ -42,7 +42,7 @@ fn main() {
     let secs: f64 = args.get(1).map_or(3.0, |s| s.parse().expect("SECONDS"));
     let bytes: usize = args.get(2).map_or(24576, |s| s.parse().expect("BYTES"));
     assert!(
-        bytes % ALIGN == 0 && bytes > 0,
+        bytes.is_multiple_of(ALIGN) && bytes > 0,
         "BYTES must be a multiple of {ALIGN}"
     );
     let tmp = tempfile::tempdir_in(&dir).expect("a temporary directory");
