@@ -141,6 +141,9 @@ impl NativeStore {
     /// recycled and prepared segments go around the page cache (default
     /// off); given with a database URL, they are refused.
     #[napi(constructor, catch_unwind)]
+    // One argument per option: `turnstone.js` maps its options object onto
+    // them (a napi constructor takes positional arguments).
+    #[allow(clippy::too_many_arguments)]
     pub fn new(
         path: String,
         read_only: Option<bool>,
