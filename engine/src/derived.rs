@@ -1,6 +1,6 @@
 //! The one writer of derived files (index checkpoints, projection
 //! snapshots): write a temp file, fdatasync it, rename it over the target,
-//! fsync the directory.
+//! fsync the directory; and the one check of their trailing CRC-32.
 //!
 //! Invariant 5 of ARCHITECTURE.md: a derived file is replaced atomically
 //! (M3 of FORMAT.md §6.1: rename within a directory is atomic and a
@@ -12,6 +12,22 @@ use std::path::Path;
 
 use crate::error::{Error, Result};
 use crate::vfs::Vfs;
+
+/// The body of a file that ends with the CRC-32 of everything before it
+/// (index checkpoints and deltas, snapshots, `gc.manifest`), once that
+/// checksum holds. The caller checked that `b` holds more than 4 bytes;
+/// `what` names the file in the error.
+pub(crate) fn checked_body<'a>(b: &'a [u8], what: &str) -> std::result::Result<&'a [u8], String> {
+    let (body, tail) = b.split_at(b.len() - 4);
+    let stored = u32::from_le_bytes(tail.try_into().expect("4 bytes"));
+    let computed = crc32fast::hash(body);
+    if stored != computed {
+        return Err(format!(
+            "{what} checksum mismatch: stored {stored:#010x}, computed {computed:#010x}"
+        ));
+    }
+    Ok(body)
+}
 
 /// What a derived file is called in error messages.
 #[derive(Debug, Clone, Copy)]

@@ -7,7 +7,7 @@
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use crate::derived::{write_atomic, DerivedKind};
+use crate::derived::{checked_body, write_atomic, DerivedKind};
 use crate::error::{Error, Result};
 use crate::frame::FORMAT_VERSION;
 use crate::index::{Index, SessionEntry};
@@ -413,14 +413,7 @@ impl<'a> Reader<'a> {
         if b.len() < header_bytes + 4 {
             return Err(format!("{what} has only {} bytes", b.len()));
         }
-        let (body, tail) = b.split_at(b.len() - 4);
-        let stored = u32::from_le_bytes(tail.try_into().expect("4"));
-        let computed = crc32fast::hash(body);
-        if stored != computed {
-            return Err(format!(
-                "{what} checksum mismatch: stored {stored:#010x}, computed {computed:#010x}"
-            ));
-        }
+        let body = checked_body(b, what)?;
         if body[0..8] != *magic {
             return Err(format!("{what} has a bad magic"));
         }

@@ -50,14 +50,7 @@ pub fn decode(b: &[u8]) -> std::result::Result<([u8; 16], Reclaimed), String> {
             HEADER_BYTES + 4
         ));
     }
-    let (body, tail) = b.split_at(b.len() - 4);
-    let stored = u32::from_le_bytes(tail.try_into().expect("4"));
-    let computed = crc32fast::hash(body);
-    if stored != computed {
-        return Err(format!(
-            "checksum mismatch: stored {stored:#010x}, computed {computed:#010x}"
-        ));
-    }
+    let body = crate::derived::checked_body(b, "manifest")?;
     if b[0..8] != MANIFEST_MAGIC {
         return Err("bad magic, expected \"TSTNGCM\\0\"".into());
     }

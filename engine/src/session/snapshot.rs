@@ -88,14 +88,7 @@ pub fn decode(b: &[u8]) -> std::result::Result<(SnapshotHeader, &[u8]), String> 
     if b.len() < SNAPSHOT_HEADER_BYTES + 12 {
         return Err(format!("snapshot has only {} bytes", b.len()));
     }
-    let (body, tail) = b.split_at(b.len() - 4);
-    let stored = u32::from_le_bytes(tail.try_into().expect("4"));
-    let computed = crc32fast::hash(body);
-    if stored != computed {
-        return Err(format!(
-            "snapshot checksum mismatch: stored {stored:#010x}, computed {computed:#010x}"
-        ));
-    }
+    let body = crate::derived::checked_body(b, "snapshot")?;
     if body[0..8] != SNAPSHOT_MAGIC {
         return Err("bad snapshot magic".into());
     }
