@@ -152,6 +152,9 @@ impl Store {
         s.prepared_files = p.files;
         s.prepared_bytes = p.bytes;
         s.prepare_errors = p.errors;
+        let reads = &self.shared.reader.counts;
+        s.segments_read_whole = reads.scans.load(std::sync::atomic::Ordering::Relaxed);
+        s.segment_bytes_read_whole = reads.scan_bytes.load(std::sync::atomic::Ordering::Relaxed);
         s
     }
 

@@ -51,4 +51,12 @@ pub struct Stats {
     /// Batches written around the page cache
     /// ([`crate::Options::direct_writes`]); also counted in `batches`.
     pub direct_batches: u64,
+    /// Segments read whole, in order, through the page cache, and the bytes
+    /// read: the reader does this for a segment whose exact reads of
+    /// uncached frames have cost as much as reading it whole would (many
+    /// sessions of a cold segment read back: after a restart, or from a
+    /// store written with [`crate::Options::direct_writes`]; the active
+    /// segment up to the durable bytes it reads). Counted since open.
+    pub segments_read_whole: u64,
+    pub segment_bytes_read_whole: u64,
 }

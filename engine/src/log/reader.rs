@@ -11,6 +11,10 @@
 //! - a dense run of a sealed segment that the page cache does not hold is
 //!   fetched the same way (exact reads of up to 1 MiB, no read-ahead window
 //!   past the run);
+//! - a sealed segment whose exact reads have cost as much as reading it
+//!   whole would ([`scan_due`]: many sessions of a cold segment read back,
+//!   an export, a replay of everything) is read whole once, in order,
+//!   through the page cache, and its runs are then read from its map;
 //! - any other run of a sealed segment (the page cache holds it) is read
 //!   from the segment's map, mapped once;
 //! - any other run of the active segment of a writable store is lent as one
@@ -67,6 +71,25 @@ pub(crate) struct SegmentReader {
     /// Whether sparse runs are fetched sparsely (tests turn it off to read
     /// the same runs through the maps).
     pub(crate) sparse_enabled: AtomicBool,
+    /// Whether a sealed segment is read whole once its exact reads are due
+    /// ([`scan_due`]; tests turn it off to count the reads without).
+    pub(crate) scan_enabled: AtomicBool,
+    /// What the exact reads of each sealed segment with a file open in
+    /// `sealed_files`, and of the active segment, have cost since they were
+    /// last read whole.
+    heat: parking_lot::Mutex<HashMap<SegmentId, Heat>>,
+}
+
+/// What the exact reads of one segment have cost ([`scan_due`]).
+#[derive(Debug, Default, Clone, Copy)]
+struct Heat {
+    /// Bytes charged: each read's bytes plus [`SCAN_READ_CHARGE_BYTES`].
+    charged: u64,
+    /// A walk is reading the segment whole now.
+    scanning: bool,
+    /// The active segment: the end of what was read whole last (its
+    /// durable bytes grow; each scan reads on from here).
+    scanned_to: u64,
 }
 
 /// How many runs each strategy walked, and the reads the sparse one made.
@@ -75,6 +98,9 @@ pub(crate) struct ReadCounts {
     pub mapped_runs: AtomicU64,
     pub sparse_runs: AtomicU64,
     pub sparse_reads: AtomicU64,
+    /// Segments read whole ([`scan_due`]), and the bytes read.
+    pub scans: AtomicU64,
+    pub scan_bytes: AtomicU64,
 }
 
 /// A sparse walk fetches frames whose starts lie at most this far apart
@@ -93,6 +119,36 @@ const SPARSE_TAIL_BYTES: u64 = 512;
 /// read of a longer frame's rest starts on the sector where it ended instead
 /// of fetching that sector again.
 const SPARSE_ALIGN_BYTES: u64 = 512;
+
+/// What one exact read costs beyond its own bytes, in bytes of a sequential
+/// read: on this project's machine a 4 KiB direct read waits ~41 us, in
+/// which a sequential read fetches ~86 KiB (2.1 GB/s); read through the
+/// page cache (a copy per page) somewhat less.
+const SCAN_READ_CHARGE_BYTES: u64 = 64 << 10;
+/// Bytes a segment is read whole with, per read.
+const SCAN_CHUNK_BYTES: usize = 1 << 20;
+/// The active segment is read whole up to a multiple of this below the
+/// run's last frame: bytes in pages that no write touches again (a direct
+/// write rewrites the block holding the durable end, FORMAT.md §6.2), for
+/// any page size up to 64 KiB.
+const SCAN_ACTIVE_ALIGN_BYTES: u64 = 64 << 10;
+
+/// Whether a sealed segment of `len` bytes, whose exact reads since it was
+/// last read whole have been charged `charged` bytes (each read's bytes plus
+/// [`SCAN_READ_CHARGE_BYTES`]), is to be read whole now: once the exact reads
+/// have cost what reading the segment whole costs. That is the rent-or-buy
+/// rule: a walk that reads a few sessions of an old segment never reads it
+/// whole, and a walk that reads every session of it (256 sessions
+/// interleaved, each a few hundred exact reads) spends at most about twice
+/// what reading it whole once would have cost, where exact reads alone
+/// would fetch the segment's blocks one by one, some many times (a block
+/// holds frames of several sessions) and never cache them. A segment whose
+/// pages are evicted again is charged again from zero. The active segment
+/// is read on from where it was read whole last ([`Heat::scanned_to`]), so
+/// `len` is then the length of what is not read yet.
+fn scan_due(charged: u64, len: u64) -> bool {
+    len > 0 && charged >= len
+}
 
 /// Sealed segments kept open for sparse reads at most.
 pub(crate) const SEALED_FILES_OPEN_MAX: usize = 32;
@@ -185,6 +241,8 @@ impl SegmentReader {
             sealed_files: RwLock::new(HashMap::new()),
             counts: ReadCounts::default(),
             sparse_enabled: AtomicBool::new(true),
+            scan_enabled: AtomicBool::new(true),
+            heat: parking_lot::Mutex::new(HashMap::new()),
         }
     }
 
@@ -198,6 +256,8 @@ impl SegmentReader {
         }
         if prev != seg {
             files.remove(&prev);
+            // Sealed now: charged again from zero, for all of it.
+            self.heat.lock().remove(&prev);
         }
     }
 
@@ -209,6 +269,7 @@ impl SegmentReader {
         self.files.write().retain(|id, _| keep(id));
         self.maps.write().retain(|id, _| keep(id));
         self.sealed_files.write().retain(|id, _| keep(id));
+        self.heat.lock().retain(|id, _| keep(id));
     }
 
     /// Walk one segment's run of frames, lending each to `visit`.
@@ -261,8 +322,15 @@ impl SegmentReader {
         if sealed && enabled {
             let file = self.sealed_file(run.seg)?;
             if !run_cached(file.as_ref(), run.positions) {
-                self.counts.sparse_runs.fetch_add(1, Ordering::Relaxed);
-                return self.visit_sparse(&file, run, &salt, &path, visit, visited);
+                if !self.scan_if_due(&file, run, &path, true)? {
+                    self.counts.sparse_runs.fetch_add(1, Ordering::Relaxed);
+                    let mut charged = 0;
+                    let flow =
+                        self.visit_sparse(&file, run, &salt, &path, visit, visited, &mut charged);
+                    self.charge(run.seg, charged);
+                    return flow;
+                }
+                // Read whole just now: its runs are read from its map.
             }
         }
         if let Some(map) = self.sealed_bytes(run.seg)? {
@@ -274,8 +342,16 @@ impl SegmentReader {
         if !self.read_only && sparse && !run_cached(file.as_ref(), run.positions) {
             // The run's frames are durable (the caller waited) and durable
             // bytes are never written again: fetch only them.
-            self.counts.sparse_runs.fetch_add(1, Ordering::Relaxed);
-            return self.visit_sparse(&file, run, &salt, &path, visit, visited);
+            if !self.scan_if_due(&file, run, &path, false)? {
+                self.counts.sparse_runs.fetch_add(1, Ordering::Relaxed);
+                let mut charged = 0;
+                let flow =
+                    self.visit_sparse(&file, run, &salt, &path, visit, visited, &mut charged);
+                self.charge(run.seg, charged);
+                return flow;
+            }
+            // Its durable bytes below the run's last frame read whole just
+            // now: the run is lent from the live map.
         }
         if !self.read_only {
             // The run's frames are durable (the caller waited) and durable
@@ -347,7 +423,9 @@ impl SegmentReader {
     /// ([`sparse_read_end`]), into one buffer reused for the walk. Each frame
     /// is checked on the same bytes the map would show from its offset on
     /// (up to its stated length, or the end of the file), so a damaged frame
-    /// gives the same error as on the mapped path.
+    /// gives the same error as on the mapped path. Each read adds its bytes
+    /// plus [`SCAN_READ_CHARGE_BYTES`] to `charged`.
+    #[allow(clippy::too_many_arguments)]
     fn visit_sparse(
         &self,
         file: &Arc<dyn VfsFile>,
@@ -356,18 +434,20 @@ impl SegmentReader {
         path: &std::path::Path,
         visit: &mut dyn FnMut(EventRef<'_>) -> ControlFlow<()>,
         visited: &mut u64,
+        charged: &mut u64,
     ) -> Result<ControlFlow<()>> {
         let io = |e| Error::io("read frame", path, e);
         let file_len = file.len().map_err(|e| Error::io("stat segment", path, e))?;
         // `buf` holds the file's bytes `base..base + buf.len()`.
         let mut buf: Vec<u8> = Vec::new();
         let mut base = 0u64;
-        let fetch = |buf: &mut Vec<u8>, from: u64, to: u64| -> Result<()> {
+        let mut fetch = |buf: &mut Vec<u8>, from: u64, to: u64| -> Result<()> {
             let keep = buf.len();
             buf.resize(keep + (to - from) as usize, 0);
             let n = file.read_sparse(&mut buf[keep..], from).map_err(io)?;
             buf.truncate(keep + n);
             self.counts.sparse_reads.fetch_add(1, Ordering::Relaxed);
+            *charged = charged.saturating_add(SCAN_READ_CHARGE_BYTES + (to - from));
             Ok(())
         };
         for (k, p) in run.positions.iter().enumerate() {
@@ -415,6 +495,77 @@ impl SegmentReader {
         Ok(ControlFlow::Continue(()))
     }
 
+    /// Add what a sparse walk of segment `seg` cost to its charge.
+    fn charge(&self, seg: SegmentId, charged: u64) {
+        let mut heat = self.heat.lock();
+        let h = heat.entry(seg).or_default();
+        h.charged = h.charged.saturating_add(charged);
+    }
+
+    /// Read the segment of `run` whole, in order, through the page cache, if
+    /// its exact reads are due ([`scan_due`]) and no other walk is reading
+    /// it whole; returns whether it did. Its charge starts again from zero.
+    /// A sealed segment is read from its start to its end; the active one
+    /// (`sealed` false) on from where it was read whole last up to a
+    /// multiple of [`SCAN_ACTIVE_ALIGN_BYTES`] below the run's last frame:
+    /// durable bytes (the caller waited for the run) that no write touches
+    /// again.
+    fn scan_if_due(
+        &self,
+        file: &Arc<dyn VfsFile>,
+        run: &Run<'_>,
+        path: &std::path::Path,
+        sealed: bool,
+    ) -> Result<bool> {
+        if !self.scan_enabled.load(Ordering::Relaxed) {
+            return Ok(false);
+        }
+        let end = if sealed {
+            file.len().map_err(|e| Error::io("stat segment", path, e))?
+        } else {
+            let last = run.positions.last().map_or(0, |p| offset_of(*p));
+            last / SCAN_ACTIVE_ALIGN_BYTES * SCAN_ACTIVE_ALIGN_BYTES
+        };
+        let from = {
+            let mut heat = self.heat.lock();
+            let h = heat.entry(run.seg).or_default();
+            let from = if sealed { 0 } else { h.scanned_to };
+            if h.scanning || end <= from || !scan_due(h.charged, end - from) {
+                return Ok(false);
+            }
+            h.scanning = true;
+            from
+        };
+        let mut chunk = vec![0u8; SCAN_CHUNK_BYTES];
+        let mut at = from;
+        let read = loop {
+            if at >= end {
+                break Ok(());
+            }
+            let want = SCAN_CHUNK_BYTES.min((end - at) as usize);
+            match file.read_at(&mut chunk[..want], at) {
+                Ok(0) => break Ok(()),
+                Ok(n) => at += n as u64,
+                Err(e) => break Err(Error::io("read segment whole", path, e)),
+            }
+        };
+        {
+            let mut heat = self.heat.lock();
+            let h = heat.entry(run.seg).or_default();
+            h.charged = 0;
+            h.scanning = false;
+            if read.is_ok() {
+                h.scanned_to = h.scanned_to.max(at);
+            }
+        }
+        read?;
+        self.counts.scans.fetch_add(1, Ordering::Relaxed);
+        self.counts
+            .scan_bytes
+            .fetch_add(at - from, Ordering::Relaxed);
+        Ok(true)
+    }
+
     /// A sealed segment's file for sparse reads, kept open for the next
     /// walk; at most [`SEALED_FILES_OPEN_MAX`] are kept (each holds a few
     /// descriptors, and a large store has thousands of segments), a walk
@@ -431,6 +582,7 @@ impl SegmentReader {
                 break;
             };
             files.remove(&old);
+            self.heat.lock().remove(&old);
         }
         files.insert(seg, f.clone());
         Ok(f)

@@ -100,11 +100,13 @@ pub struct Options {
     /// to 1.21 times the payload at 256 × 8, docs/PERFORMANCE-writepath.md)
     /// and the copy into the page cache. The cost: what was just written is
     /// not cached, so reads of it (a session opened or replayed soon after,
-    /// a follower of the log) read the device, frame group by frame group:
-    /// reading back every session of a 3-second 256 × 8 fleet took 53–60 s
-    /// (about 58 µs per event) against 1.5–1.6 s with the batches in the
-    /// page cache (docs/PERFORMANCE-writepath.md, session 23): the reader
-    /// fetches uncached runs by exact reads. A segment's first batch, and
+    /// a follower of the log) read the device: exact reads of each
+    /// session's frames, until they have cost what reading the segment
+    /// whole would, then the segment whole through the page cache
+    /// ([`crate::Stats::segments_read_whole`]). Reading back every session
+    /// of a 3-second 256 × 8 fleet took about 3.5 µs per event against
+    /// about 2 µs with the batches in the page cache (58 µs with exact reads
+    /// only; docs/PERFORMANCE-writepath.md, sessions 23 and 24). A segment's first batch, and
     /// every batch on a file layer without direct I/O, go through the page
     /// cache as before. Off by default.
     pub direct_writes: bool,

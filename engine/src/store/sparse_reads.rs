@@ -255,3 +255,86 @@ fn sparse_reads_keep_a_bounded_number_of_segments_open() {
     assert!(reader.counts.sparse_runs.load(Ordering::Relaxed) > SEALED_FILES_OPEN_MAX as u64);
     assert!(reader.sealed_files.read().len() <= SEALED_FILES_OPEN_MAX);
 }
+
+/// Every session of a cold store read back (an export, a replay of
+/// everything): a sealed segment whose exact reads have cost as much as
+/// reading it whole is read whole once, through the page cache, and the
+/// other sessions' runs of it are read from its map; one session's few
+/// events read from a cold store read no segment whole.
+#[test]
+fn a_segment_many_sessions_read_is_read_whole_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open_with(dir.path(), opts()).unwrap();
+    let sessions = 48usize;
+    let mut model: HashMap<String, Vec<Vec<u8>>> = HashMap::new();
+    for seq in 0..60u64 {
+        for s in 0..sessions {
+            let mut p = payload(s, seq);
+            p.truncate(400);
+            store.append(&format!("s{s}"), 1, 0, &p).unwrap();
+            model.entry(format!("s{s}")).or_default().push(p);
+        }
+    }
+    store.close().unwrap();
+    let store = Store::open_with(dir.path(), opts()).unwrap();
+    let reader = &store.shared.reader;
+    let counts = &reader.counts;
+    let sealed = crate::log::list_segments(store.vfs().as_ref(), dir.path())
+        .unwrap()
+        .len() as u64
+        - 1;
+    assert!(sealed >= 3, "{sealed} sealed segments");
+    let read_every_session = || {
+        let mut out = Vec::new();
+        for s in 0..sessions {
+            let name = format!("s{s}");
+            let events = store.read_range(&name, 0..60).unwrap();
+            for e in &events {
+                assert_eq!(
+                    e.payload, model[&name][e.seq.0 as usize],
+                    "{name} {}",
+                    e.seq.0
+                );
+            }
+            out.push(events);
+        }
+        out
+    };
+
+    // One event of one session, cold: exact reads only.
+    evict(&store);
+    let one = store.read_range("s5", 30..31).unwrap();
+    assert_eq!(one[0].payload, model["s5"][30]);
+    assert_eq!(counts.scans.load(Ordering::Relaxed), 0);
+
+    // Every session, cold, without reading segments whole: the reads to
+    // compare with.
+    evict(&store);
+    reader.scan_enabled.store(false, Ordering::Relaxed);
+    let reads_before = counts.sparse_reads.load(Ordering::Relaxed);
+    let exact = read_every_session();
+    let exact_reads = counts.sparse_reads.load(Ordering::Relaxed) - reads_before;
+    assert_eq!(counts.scans.load(Ordering::Relaxed), 0);
+
+    // Again, cold, with segments read whole when due: each once (its pages
+    // stay cached), the same events, far fewer exact reads.
+    evict(&store);
+    reader.scan_enabled.store(true, Ordering::Relaxed);
+    let reads_before = counts.sparse_reads.load(Ordering::Relaxed);
+    let mapped_before = counts.mapped_runs.load(Ordering::Relaxed);
+    let scanned = read_every_session();
+    let scanned_reads = counts.sparse_reads.load(Ordering::Relaxed) - reads_before;
+    assert_eq!(scanned, exact);
+    // Each sealed segment once; the active one (256 KiB at most) in steps
+    // of 64 KiB at most, its durable bytes below the run read.
+    let scans = counts.scans.load(Ordering::Relaxed);
+    assert!(
+        (sealed..=sealed + 4).contains(&scans),
+        "{scans} scans, {sealed} sealed segments"
+    );
+    assert!(
+        scanned_reads * 4 < exact_reads,
+        "{scanned_reads} exact reads with segments read whole, {exact_reads} without"
+    );
+    assert!(counts.mapped_runs.load(Ordering::Relaxed) > mapped_before);
+}
