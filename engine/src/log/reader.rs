@@ -321,16 +321,16 @@ impl SegmentReader {
         // end (8 MiB here) for a run of 1 MiB.
         if sealed && enabled {
             let file = self.sealed_file(run.seg)?;
-            if !run_cached(file.as_ref(), run.positions) {
-                if !self.scan_if_due(&file, run, &path, true)? {
-                    self.counts.sparse_runs.fetch_add(1, Ordering::Relaxed);
-                    let mut charged = 0;
-                    let flow =
-                        self.visit_sparse(&file, run, &salt, &path, visit, visited, &mut charged);
-                    self.charge(run.seg, charged);
-                    return flow;
-                }
-                // Read whole just now: its runs are read from its map.
+            // (Read whole just now, when due: the run is read from the map.)
+            if !run_cached(file.as_ref(), run.positions)
+                && !self.scan_if_due(&file, run, &path, true)?
+            {
+                self.counts.sparse_runs.fetch_add(1, Ordering::Relaxed);
+                let mut charged = 0;
+                let flow =
+                    self.visit_sparse(&file, run, &salt, &path, visit, visited, &mut charged);
+                self.charge(run.seg, charged);
+                return flow;
             }
         }
         if let Some(map) = self.sealed_bytes(run.seg)? {
