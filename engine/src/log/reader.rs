@@ -11,10 +11,11 @@
 //! - a dense run of a sealed segment that the page cache does not hold is
 //!   fetched the same way (exact reads of up to 1 MiB, no read-ahead window
 //!   past the run);
-//! - a sealed segment whose exact reads have cost as much as reading it
-//!   whole would ([`scan_due`]: many sessions of a cold segment read back,
-//!   an export, a replay of everything) is read whole once, in order,
-//!   through the page cache, and its runs are then read from its map;
+//! - a segment whose exact reads have cost as much as reading it whole
+//!   would ([`scan_due`]: many sessions of a cold segment read back, an
+//!   export, a replay of everything) is read whole once, in order, through
+//!   the page cache (the active segment: its durable bytes below the run),
+//!   and its runs are then read from its map;
 //! - any other run of a sealed segment (the page cache holds it) is read
 //!   from the segment's map, mapped once;
 //! - any other run of the active segment of a writable store is lent as one
@@ -71,7 +72,7 @@ pub(crate) struct SegmentReader {
     /// Whether sparse runs are fetched sparsely (tests turn it off to read
     /// the same runs through the maps).
     pub(crate) sparse_enabled: AtomicBool,
-    /// Whether a sealed segment is read whole once its exact reads are due
+    /// Whether a segment is read whole once its exact reads are due
     /// ([`scan_due`]; tests turn it off to count the reads without).
     pub(crate) scan_enabled: AtomicBool,
     /// What the exact reads of each sealed segment with a file open in
