@@ -229,6 +229,21 @@ fn is_sparse(positions: &[u64]) -> bool {
     fetched * 2 < span
 }
 
+/// What a sparse walk's reads cost, added to its segment's charge when the
+/// walk ends, well or not ([`scan_due`]).
+struct Charge<'a> {
+    reader: &'a SegmentReader,
+    seg: SegmentId,
+    /// Each read's bytes plus [`SCAN_READ_CHARGE_BYTES`].
+    bytes: u64,
+}
+
+impl Drop for Charge<'_> {
+    fn drop(&mut self) {
+        self.reader.charge(self.seg, self.bytes);
+    }
+}
+
 impl SegmentReader {
     pub fn new(dir: PathBuf, vfs: Arc<dyn Vfs>, store_id: [u8; 16], read_only: bool) -> Self {
         SegmentReader {
@@ -326,12 +341,7 @@ impl SegmentReader {
             if !run_cached(file.as_ref(), run.positions)
                 && !self.scan_if_due(&file, run, &path, true)?
             {
-                self.counts.sparse_runs.fetch_add(1, Ordering::Relaxed);
-                let mut charged = 0;
-                let flow =
-                    self.visit_sparse(&file, run, &salt, &path, visit, visited, &mut charged);
-                self.charge(run.seg, charged);
-                return flow;
+                return self.visit_sparse(&file, run, &salt, &path, visit, visited);
             }
         }
         if let Some(map) = self.sealed_bytes(run.seg)? {
@@ -344,12 +354,7 @@ impl SegmentReader {
             // The run's frames are durable (the caller waited) and durable
             // bytes are never written again: fetch only them.
             if !self.scan_if_due(&file, run, &path, false)? {
-                self.counts.sparse_runs.fetch_add(1, Ordering::Relaxed);
-                let mut charged = 0;
-                let flow =
-                    self.visit_sparse(&file, run, &salt, &path, visit, visited, &mut charged);
-                self.charge(run.seg, charged);
-                return flow;
+                return self.visit_sparse(&file, run, &salt, &path, visit, visited);
             }
             // Its durable bytes below the run's last frame read whole just
             // now: the run is lent from the live map.
@@ -424,9 +429,8 @@ impl SegmentReader {
     /// ([`sparse_read_end`]), into one buffer reused for the walk. Each frame
     /// is checked on the same bytes the map would show from its offset on
     /// (up to its stated length, or the end of the file), so a damaged frame
-    /// gives the same error as on the mapped path. Each read adds its bytes
-    /// plus [`SCAN_READ_CHARGE_BYTES`] to `charged`.
-    #[allow(clippy::too_many_arguments)]
+    /// gives the same error as on the mapped path. The segment is charged
+    /// for the reads ([`scan_due`]), whether the walk ends well or not.
     fn visit_sparse(
         &self,
         file: &Arc<dyn VfsFile>,
@@ -435,8 +439,13 @@ impl SegmentReader {
         path: &std::path::Path,
         visit: &mut dyn FnMut(EventRef<'_>) -> ControlFlow<()>,
         visited: &mut u64,
-        charged: &mut u64,
     ) -> Result<ControlFlow<()>> {
+        self.counts.sparse_runs.fetch_add(1, Ordering::Relaxed);
+        let mut charge = Charge {
+            reader: self,
+            seg: run.seg,
+            bytes: 0,
+        };
         let io = |e| Error::io("read frame", path, e);
         let file_len = file.len().map_err(|e| Error::io("stat segment", path, e))?;
         // `buf` holds the file's bytes `base..base + buf.len()`.
@@ -448,7 +457,9 @@ impl SegmentReader {
             let n = file.read_sparse(&mut buf[keep..], from).map_err(io)?;
             buf.truncate(keep + n);
             self.counts.sparse_reads.fetch_add(1, Ordering::Relaxed);
-            *charged = charged.saturating_add(SCAN_READ_CHARGE_BYTES + (to - from));
+            charge.bytes = charge
+                .bytes
+                .saturating_add(SCAN_READ_CHARGE_BYTES + (to - from));
             Ok(())
         };
         for (k, p) in run.positions.iter().enumerate() {
