@@ -23,11 +23,11 @@
 use std::time::{Duration, Instant};
 
 use criterion::{black_box, criterion_group, criterion_main, Criterion};
-use turnstone::session::event::{encode_core, MetaUpdate};
 use turnstone::session::{
     fork, Catalog, ContentBlock, CoreKind, ListQuery, SurfaceOp, TurnEnd, TurnEndReason, TurnStart,
     UserMessage,
 };
+use turnstone::session::{internals::encode_core, MetaUpdate};
 use turnstone::Store;
 use turnstone_benches::sys::bench_tempdir as tempdir;
 

@@ -242,7 +242,7 @@ fn derive_messages(c: &mut Criterion) {
     s.derive_messages();
     // The open wrote a state snapshot; the full rebuild below folds from
     // seq 0 (`session_open_100k` measures the open from a snapshot).
-    let snap = turnstone::session::state_snapshot::state_snapshot_path(dir.path(), &name);
+    let snap = turnstone::session::internals::state_snapshot_path(dir.path(), &name);
     std::fs::remove_file(&snap).expect("remove the state snapshot");
     let mut g = c.benchmark_group("derive_messages_100k");
     g.warm_up_time(Duration::from_millis(500))
@@ -315,7 +315,7 @@ fn session_open(c: &mut Criterion) {
     s.save_state_snapshot().expect("snapshot");
     let len = s.len();
     drop(s);
-    let snap = turnstone::session::state_snapshot::state_snapshot_path(dir.path(), &name);
+    let snap = turnstone::session::internals::state_snapshot_path(dir.path(), &name);
     let aside = snap.with_extension("aside");
     let mut g = c.benchmark_group("session_open_100k");
     g.warm_up_time(Duration::from_millis(500))

@@ -37,8 +37,8 @@ use std::time::{Duration, Instant};
 
 use criterion::{black_box, criterion_group, criterion_main, BenchmarkId, Criterion, SamplingMode};
 use serde_json::json;
-use turnstone::session::event::{encode_core, encode_plugin, KIND_CODE_PLUGIN};
-use turnstone::session::query::SearchIndex;
+use turnstone::session::internals::{encode_core, encode_plugin, KIND_CODE_PLUGIN};
+use turnstone::session::SearchIndex;
 use turnstone::session::{
     self, snapshot, CompactionEnd, CompactionStart, CompactionSummary, ContentBlock, CoreKind,
     EventData, Projection, Registry, RunStatus, SurfaceOp, TokenMeter, TurnEnd, TurnEndReason,

@@ -3,7 +3,7 @@
 //! [`crate::workload`], encoded the way `Session::append` encodes them.
 
 use serde_json::json;
-use turnstone::session::event::encode_core;
+use turnstone::session::internals::encode_core;
 use turnstone::session::{
     AssistantChunk, AssistantMessage, ContentBlock, EventData, Session, SurfaceOp, ToolCall,
     ToolResult, UserMessage,

@@ -211,7 +211,7 @@ fn run(dir: &std::path::Path) -> turnstone::Result<()> {
     println!("replay: {replayed} events");
     #[cfg(feature = "search")]
     {
-        let mut ix = turnstone::session::query::SearchIndex::open(&store)?;
+        let mut ix = turnstone::session::SearchIndex::open(&store)?;
         ix.update(&store, &Registry::new())?;
         let hits = ix.search("README", 5)?;
         println!("search \"README\": {} hits", hits.len());

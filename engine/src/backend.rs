@@ -165,7 +165,7 @@ pub trait EventLog: Send + Sync {
         query: &str,
         limit: usize,
         session: Option<&str>,
-    ) -> Result<Vec<crate::session::query::Hit>> {
+    ) -> Result<Vec<crate::session::views::query::Hit>> {
         let _ = (query, limit, session);
         Err(Error::Refused(format!(
             "the {} log has no search",
@@ -312,7 +312,7 @@ impl EventLog for Store {
     fn claim(&self, session: &str) -> Result<Claim> {
         let id = self
             .live_sessions()
-            .claim(session, crate::session::event::now_ms())
+            .claim(session, crate::session::codec::event::now_ms())
             .map_err(|since_ms| Error::SessionLive {
                 session: session.to_string(),
                 since_ms,
@@ -339,7 +339,7 @@ impl EventLog for Store {
         query: &str,
         limit: usize,
         session: Option<&str>,
-    ) -> Result<Vec<crate::session::query::Hit>> {
+    ) -> Result<Vec<crate::session::views::query::Hit>> {
         let _ = (query, limit, session);
         Err(Error::Refused(
             "the embedded store is searched through turnstone::session::query::search (its index needs the session registry)".into(),

@@ -118,7 +118,7 @@ pub enum Error {
     },
     /// A surface replace range outside the current surface.
     #[error(transparent)]
-    SurfaceRange(#[from] crate::session::surface::RangeError),
+    SurfaceRange(#[from] crate::session::fold::surface::RangeError),
     /// The session layer refused an operation (the reason says which rule).
     #[error("refused: {0}")]
     Refused(String),
@@ -130,7 +130,7 @@ pub enum Error {
     Search { path: PathBuf, detail: String },
     /// A request differs from the one rebuildable from the log.
     #[error(transparent)]
-    RequestMismatch(#[from] crate::session::header::Difference),
+    RequestMismatch(#[from] crate::session::fold::header::Difference),
 
     /// Another writer took the session over (a backend with leases, such
     /// as PostgreSQL): this writer's pending events were not written.

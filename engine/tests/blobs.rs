@@ -7,7 +7,10 @@ use std::sync::Arc;
 
 use serde_json::{json, Value};
 use turnstone::blobs::{hex, BLOB_THRESHOLD_DEFAULT};
-use turnstone::session::blob_refs::{has_refs, referenced_blobs, session_blobs};
+use turnstone::session::{
+    internals::{has_refs, session_blobs},
+    referenced_blobs,
+};
 use turnstone::session::{
     AssistantMessage, ContentBlock, Provider, Registry, Session, SurfaceOp, UserMessage,
 };
@@ -352,8 +355,8 @@ fn collection_removes_the_blobs_no_live_event_references() {
     store.fork("a", at, "kid").unwrap();
     drop((a, b, c));
     let kid_before = blocks_json(&mut Session::open(store.clone(), "kid", reg()).unwrap());
-    turnstone::session::delete::delete(&store, "a").unwrap();
-    turnstone::session::delete::delete(&store, "b").unwrap();
+    turnstone::session::delete(&store, "a").unwrap();
+    turnstone::session::delete(&store, "b").unwrap();
     assert_eq!(store.blobs().list().unwrap().len(), 4);
     let live_expected = referenced_blobs(&store).unwrap();
     assert_eq!(
@@ -420,7 +423,7 @@ fn an_online_collection_removes_the_blobs_no_live_event_references() {
     b.flush().unwrap();
     store.fork("a", at, "kid").unwrap();
     drop(a);
-    turnstone::session::delete::delete(&store, "a").unwrap();
+    turnstone::session::delete(&store, "a").unwrap();
     assert_eq!(store.blobs().list().unwrap().len(), 3);
     let live = referenced_blobs(&store).unwrap();
     let report = gc::collect_live(&store, &Default::default(), &Default::default()).unwrap();
@@ -492,7 +495,7 @@ fn writers_reusing_blobs_while_a_collector_sweeps_never_lose_one() {
                     // referenced unless another session re-sends them.
                     if i % 4 != 0 {
                         let (gone, _) = live.remove(0);
-                        turnstone::session::delete::delete(&store, &gone).unwrap();
+                        turnstone::session::delete(&store, &gone).unwrap();
                     }
                 }
                 live
@@ -511,7 +514,7 @@ fn writers_reusing_blobs_while_a_collector_sweeps_never_lose_one() {
     }
     // Deleting the last sessions and collecting frees every blob.
     for (id, _) in &live {
-        turnstone::session::delete::delete(&store, id).unwrap();
+        turnstone::session::delete(&store, id).unwrap();
     }
     let last = gc::collect_live(&store, &Default::default(), &Default::default()).unwrap();
     assert!(store.blobs().list().unwrap().is_empty());

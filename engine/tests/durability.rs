@@ -731,7 +731,7 @@ fn seed_history_is_marked_and_survives_reopen() {
         .unwrap()
         .iter()
         .map(|e| {
-            serde_json::from_slice::<turnstone::session::event::Envelope>(&e.payload)
+            serde_json::from_slice::<turnstone::session::internals::Envelope>(&e.payload)
                 .unwrap()
                 .ts
         })

@@ -10,7 +10,6 @@ use std::sync::Arc;
 use common::gc_fleet::{append_synced, events, fleet, runs_per_session};
 use common::{dir, sim_opts};
 use turnstone::gc::{CollectOptions, CollectReport};
-use turnstone::session::delete;
 use turnstone::sim::{FaultPlan, SimVfs};
 use turnstone::{Options, Store};
 
@@ -41,14 +40,14 @@ fn check_store(store: &Store, want_a: &[(u16, u16, Vec<u8>)], want_c: &[(u16, u1
         "fork c of a deleted parent changed"
     );
     for gone in ["b", "d"] {
-        let e = delete::check_not_deleted(store, gone).unwrap_err();
+        let e = turnstone::session::internals::check_not_deleted(store, gone).unwrap_err();
         assert!(e.is_not_found(), "{gone} came back: {e}");
     }
     let names: Vec<String> = store
         .sessions()
         .into_iter()
         .map(|s| s.name)
-        .filter(|n| delete::check_not_deleted(store, n).is_ok())
+        .filter(|n| turnstone::session::internals::check_not_deleted(store, n).is_ok())
         .collect();
     assert_eq!(names, vec!["a", "c"]);
 }
@@ -142,8 +141,8 @@ fn fork_chain_through_deleted_and_collected_parents_reads_its_whole_history() {
     }
     let want_r = events(&store, "r");
     assert_eq!(want_r.len(), 35);
-    delete::delete(&store, "p").unwrap();
-    delete::delete(&store, "q").unwrap();
+    turnstone::session::delete(&store, "p").unwrap();
+    turnstone::session::delete(&store, "q").unwrap();
     for i in 0..60 {
         append_synced(&store, "filler", i, 300);
     }
@@ -171,7 +170,7 @@ fn fork_chain_through_deleted_and_collected_parents_reads_its_whole_history() {
 
     // r deleted too: now nothing of p, q, r is live.
     let store = Store::open_with(dir(), sim_opts(&sim, SEGMENT)).unwrap();
-    delete::delete(&store, "r").unwrap();
+    turnstone::session::delete(&store, "r").unwrap();
     for i in 60..90 {
         append_synced(&store, "filler", i, 300);
     }
@@ -374,7 +373,7 @@ fn search_leaves_out_a_session_collected_before_its_tombstone_was_indexed() {
         .iter()
         .any(|h| h.session == "gone"));
     drop(ix);
-    delete::delete(&store, "gone").unwrap();
+    turnstone::session::delete(&store, "gone").unwrap();
     Arc::into_inner(store).unwrap().close().unwrap();
     let r = turnstone::session::gc::collect(
         &d,

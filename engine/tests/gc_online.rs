@@ -14,7 +14,6 @@ use std::time::{Duration, Instant};
 use common::gc_fleet::{append_synced, events, fleet, runs_per_session, Events};
 use common::{dir, payload_for, sim_opts};
 use turnstone::gc::{CollectOptions, CollectReport};
-use turnstone::session::delete;
 use turnstone::session::gc::{collect_live, Background, BackgroundOptions, Retention};
 use turnstone::sim::{FaultPlan, SimVfs};
 use turnstone::{Options, Store};
@@ -40,7 +39,7 @@ fn check_store(store: &Store, want_a: &Events, want_c: &Events) {
         "fork c of a deleted parent changed"
     );
     for gone in ["b", "d"] {
-        let e = delete::check_not_deleted(store, gone).unwrap_err();
+        let e = turnstone::session::internals::check_not_deleted(store, gone).unwrap_err();
         assert!(e.is_not_found(), "{gone} came back: {e}");
     }
 }
@@ -223,7 +222,7 @@ fn writers_deleting_readers_reading_collections_looping(recycle_segments: usize)
                         }
                     }
                     store.sync().unwrap();
-                    delete::delete(&store, &tmp).unwrap();
+                    turnstone::session::delete(&store, &tmp).unwrap();
                     if round % 10 == 9 {
                         // (Bounded: a collector that panicked is reported
                         // when it is joined.)
@@ -331,7 +330,7 @@ fn writers_deleting_readers_reading_collections_looping(recycle_segments: usize)
             .sessions()
             .into_iter()
             .map(|s| s.name)
-            .filter(|n| delete::check_not_deleted(store, n).is_ok())
+            .filter(|n| turnstone::session::internals::check_not_deleted(store, n).is_ok())
             .collect();
         names.sort();
         assert_eq!(names, vec!["keep-0", "keep-1", "keep-2"]);
@@ -623,7 +622,7 @@ fn read_only_opens_racing_online_collections_succeed() {
                 for seq in 0..8 {
                     append_synced(&store, &id, seq, 2000);
                 }
-                delete::delete(&store, &id).unwrap();
+                turnstone::session::delete(&store, &id).unwrap();
                 live(&store);
                 n += 1;
                 rounds.store(n, Ordering::Relaxed);

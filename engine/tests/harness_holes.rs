@@ -250,9 +250,9 @@ fn reads_cause_no_sync_and_see_only_durable_events() {
     let syncs = store.stats().syncs;
     let reg = Registry::new();
     for _ in 0..200 {
-        let evs = query::events(&store, &reg, "s", 0..15, None).unwrap();
+        let evs = events(&store, &reg, "s", 0..15, None).unwrap();
         assert_eq!(evs.len(), 10, "only the durable events");
-        let part = query::events(&store, &reg, "s", 3..5, None).unwrap();
+        let part = events(&store, &reg, "s", 3..5, None).unwrap();
         assert_eq!(part.iter().map(|e| e.seq).collect::<Vec<_>>(), [3, 4]);
         assert_eq!(
             replay(&store, "s", Arc::new(reg.clone()), 0)
@@ -260,17 +260,14 @@ fn reads_cause_no_sync_and_see_only_durable_events() {
                 .count(),
             10
         );
-        let listed = query::list_sessions(&store, &reg).unwrap();
+        let listed = list_sessions(&store, &reg).unwrap();
         assert_eq!(listed[0].events, 10);
     }
     assert_eq!(store.stats().syncs, syncs, "reads made nothing durable");
     // The writer's own handle sees its appends at once.
     assert_eq!(s.derive_messages().len(), 15);
     s.flush().unwrap();
-    assert_eq!(
-        query::events(&store, &reg, "s", 0..15, None).unwrap().len(),
-        15
-    );
+    assert_eq!(events(&store, &reg, "s", 0..15, None).unwrap().len(), 15);
 }
 
 /// (e) A fork child has its own creation time, and its first request header
@@ -292,7 +289,7 @@ fn fork_child_has_its_own_creation_time_and_logs_a_change() {
     let f = fork(&store, "p", None, Some("c")).unwrap();
     let reg2 = Registry::new();
     let child = || {
-        query::list_sessions(&store, &reg2)
+        list_sessions(&store, &reg2)
             .unwrap()
             .into_iter()
             .find(|x| x.id == "c")
@@ -307,7 +304,7 @@ fn fork_child_has_its_own_creation_time_and_logs_a_change() {
         Some(HeaderReason::Change)
     );
     c.flush().unwrap();
-    let parent = query::list_sessions(&store, &reg2).unwrap()[0].clone();
+    let parent = list_sessions(&store, &reg2).unwrap()[0].clone();
     assert!(child().created_ms.unwrap() >= parent.created_ms.unwrap() + 20);
     // Unchanged config in a new loop is a `resume`.
     drop(c);

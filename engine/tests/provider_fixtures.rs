@@ -10,8 +10,8 @@ use std::path::Path;
 use std::sync::Arc;
 
 use serde_json::Value;
-use turnstone::session::header::first_json_difference;
-use turnstone::session::projection::fold_arc;
+use turnstone::session::fold_arc;
+use turnstone::session::internals::first_json_difference;
 use turnstone::session::*;
 use turnstone::Store;
 

@@ -75,7 +75,7 @@ fn an_expired_session_vanishes_at_once_and_a_collection_reclaims_it() {
     assert!(matches!(e, Error::SessionExpired { .. }), "{e}");
     assert!(e.is_not_found());
     assert!(open(&store, "fresh").is_ok() && open(&store, "kept").is_ok());
-    let listed: Vec<String> = query::list_sessions(&store, &Registry::new())
+    let listed: Vec<String> = list_sessions(&store, &Registry::new())
         .unwrap()
         .into_iter()
         .map(|s| s.id)
@@ -90,10 +90,12 @@ fn an_expired_session_vanishes_at_once_and_a_collection_reclaims_it() {
     assert_eq!(ids, vec!["fresh", "kept"]);
     assert_eq!(cat.len(), 2, "len counts what list shows");
     assert!(cat.get(&store, "old").is_none());
-    assert!(delete::check_not_deleted(&store, "old")
-        .unwrap_err()
-        .is_not_found());
-    let mut ix = query::SearchIndex::open(&store).unwrap();
+    assert!(
+        turnstone::session::internals::check_not_deleted(&store, "old")
+            .unwrap_err()
+            .is_not_found()
+    );
+    let mut ix = SearchIndex::open(&store).unwrap();
     ix.update(&store, &Registry::new()).unwrap();
     let hits = |q: &str| ix.search(q, 100).unwrap().len();
     assert_eq!(hits("old"), 0, "search leaves the expired session out");

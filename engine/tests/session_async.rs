@@ -143,7 +143,7 @@ fn typed_subscription_sees_session_events_once_durable() {
 #[cfg(feature = "tokio")]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn open_repair_and_replay_on_the_blocking_pool() {
-    use turnstone::session::asynchronous::tokio as ts;
+    use turnstone::session::blocking_pool as ts;
     let dir = tempfile::tempdir().unwrap();
     {
         let (_store, mut s) = new_session(dir.path(), "s");

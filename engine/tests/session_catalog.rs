@@ -103,7 +103,7 @@ fn filters_by_tag_field_time_open_turn_and_parent() {
     assert_eq!(child.parent, Some(("s1".to_string(), 5)));
     assert_eq!(child.events, 5);
     // Updated since: everything was written just now; nothing in the future.
-    let now = turnstone::session::event::now_ms();
+    let now = turnstone::session::now_ms();
     assert_eq!(q(|q| q.updated_since_ms = Some(0)).len(), 11);
     let later = move |q: &mut ListQuery| q.updated_since_ms = Some(now + 60_000);
     let mut lq = ListQuery::default();
@@ -487,11 +487,11 @@ fn a_catalog_on_another_log_agrees_with_the_stores() {
     // Nothing new: nothing read.
     assert_eq!(through.refresh(&other).unwrap(), 0);
     // Search is the log's own: this one has none, a typed refusal.
-    let err = query::search(&other, &Registry::new(), "hi", 10).unwrap_err();
+    let err = search(&other, &Registry::new(), "hi", 10).unwrap_err();
     assert!(matches!(err, turnstone::Error::Refused(_)), "{err}");
     // The store's: one hit per session that wrote "hi", s4 deleted, the
     // fork's inherited event found under s1.
-    let mut found: Vec<String> = query::search(&store, &Registry::new(), "hi", 10)
+    let mut found: Vec<String> = search(&store, &Registry::new(), "hi", 10)
         .unwrap()
         .into_iter()
         .map(|h| h.session)

@@ -6,8 +6,8 @@
 use std::path::Path;
 use std::sync::Arc;
 
-use turnstone::session::query::{list_sessions, SearchIndex};
 use turnstone::session::*;
+use turnstone::session::{list_sessions, SearchIndex};
 use turnstone::sim::{FaultPlan, SimVfs};
 use turnstone::{Error, Options, Store};
 

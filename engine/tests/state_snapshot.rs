@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use proptest::prelude::*;
 use serde_json::json;
-use turnstone::session::state_snapshot::state_snapshot_path;
+use turnstone::session::internals::state_snapshot_path;
 use turnstone::session::*;
 use turnstone::{Options, Store};
 
@@ -533,7 +533,7 @@ fn open_and_close_write_snapshots_of_long_tails() {
     let store = Arc::new(Store::open_with(dir.path(), opts()).unwrap());
     let s = long_session(&store, "s", 600);
     let len = s.len();
-    assert!(len >= state_snapshot::STATE_SNAPSHOT_TAIL);
+    assert!(len >= turnstone::session::internals::STATE_SNAPSHOT_TAIL);
     // Dropped, not closed: no snapshot.
     drop(s);
     assert!(!state_snapshot_path(dir.path(), "s").exists());
@@ -545,14 +545,14 @@ fn open_and_close_write_snapshots_of_long_tails() {
     let mut s = Session::open(store.clone(), "s", registry()).unwrap();
     assert_eq!(s.restored_from_snapshot(), Some(len));
     let mut k = 9000;
-    for i in 0..state_snapshot::STATE_SNAPSHOT_TAIL {
+    for i in 0..turnstone::session::internals::STATE_SNAPSHOT_TAIL {
         apply(&mut s, &Op::User(format!("x{i}"), None), &mut k);
     }
     s.close().unwrap();
     let s = Session::open(store, "s", registry()).unwrap();
     assert_eq!(
         s.restored_from_snapshot(),
-        Some(len + state_snapshot::STATE_SNAPSHOT_TAIL)
+        Some(len + turnstone::session::internals::STATE_SNAPSHOT_TAIL)
     );
 }
 

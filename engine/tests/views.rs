@@ -4,10 +4,10 @@ use std::path::Path;
 use std::sync::Arc;
 
 use serde_json::json;
-use turnstone::session::projection::{fold_arc, TurnStatus};
-use turnstone::session::query::{events, list_sessions, SearchIndex};
 use turnstone::session::snapshot::{self, snapshot_path};
 use turnstone::session::*;
+use turnstone::session::{events, list_sessions, SearchIndex};
+use turnstone::session::{fold_arc, TurnStatus};
 use turnstone::sim::{FaultPlan, SimVfs};
 use turnstone::{Error, Options, RecoveryMode, Store};
 
@@ -505,7 +505,7 @@ fn search_session_sees_inherited_events_only_below_the_fork_point() {
     store.sync().unwrap();
     let mut ix = SearchIndex::open(&store).unwrap();
     ix.update(&store, &reg()).unwrap();
-    let seqs = |hits: Vec<turnstone::session::query::Hit>, who: &str| {
+    let seqs = |hits: Vec<turnstone::session::Hit>, who: &str| {
         let mut v: Vec<u64> = hits
             .iter()
             .map(|h| {

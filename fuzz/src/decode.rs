@@ -18,7 +18,8 @@ use turnstone::frame::{
 use turnstone::internals::Index;
 use turnstone::internals::{check_batch, probe_after, scan_batches};
 use turnstone::internals::{Checkpoint, Delta};
-use turnstone::session::event::{self, Registry};
+use turnstone::session::internals as event;
+use turnstone::session::Registry;
 use turnstone::{LogPos, SegmentId, SessionId};
 
 #[derive(Arbitrary, Debug)]

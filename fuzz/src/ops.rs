@@ -502,7 +502,7 @@ pub fn run(data: &[u8]) {
                 if r.model.sessions.get(&name).is_none_or(|m| m.deleted) {
                     continue;
                 }
-                match turnstone::session::delete::delete(&store, &name) {
+                match turnstone::session::delete(&store, &name) {
                     Ok(seq) => {
                         let ev = store
                             .read(&name, seq)

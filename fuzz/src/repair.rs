@@ -29,7 +29,7 @@ use std::sync::Arc;
 use arbitrary::{Arbitrary, Unstructured};
 use serde_json::json;
 use turnstone::frame::FLAG_IGNORABLE;
-use turnstone::session::event::{self, KIND_CODE_PLUGIN};
+use turnstone::session::internals::{self as event, KIND_CODE_PLUGIN};
 use turnstone::session::*;
 use turnstone::sim::{FaultPlan, SimVfs};
 use turnstone::{Options, Store};

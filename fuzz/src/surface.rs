@@ -12,7 +12,7 @@
 use std::collections::HashMap;
 
 use arbitrary::{Arbitrary, Unstructured};
-use turnstone::session::messages::{Message, MessageCache, Role};
+use turnstone::session::{internals::MessageCache, Message, Role};
 use turnstone::session::{ContentBlock, Surface, SurfaceOp};
 
 #[derive(Arbitrary, Debug)]

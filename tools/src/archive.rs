@@ -11,7 +11,7 @@ use serde_json::{json, Value};
 use turnstone::archive::{self, ArchivedEvent, Record};
 use turnstone::blobs::hex;
 use turnstone::frame::{frame_padded_len, BATCH_BODY_BYTES_MAX, SESSION_NAME_BYTES_MAX};
-use turnstone::session::blob_refs;
+use turnstone::session::internals as blob_refs;
 use turnstone::Store;
 
 use crate::failure::existing_dir;
@@ -53,7 +53,7 @@ pub fn run_archive(a: &ArchiveArgs) -> Result<ExitCode, Failure> {
     } else {
         crate::store_open::read_only(&a.dir)?
     };
-    turnstone::session::delete::check_not_deleted(&store, &a.session)?;
+    turnstone::session::internals::check_not_deleted(&store, &a.session)?;
     let len = store
         .session_meta(&a.session)
         .map(|m| m.durable_len)
@@ -82,7 +82,7 @@ pub fn run_archive(a: &ArchiveArgs) -> Result<ExitCode, Failure> {
     let size = archive::write_file(
         &a.out,
         &a.session,
-        turnstone::session::event::now_ms(),
+        turnstone::session::now_ms(),
         &blob_refs,
         &events,
     )
@@ -136,10 +136,7 @@ pub fn run_restore(a: &RestoreArgs) -> Result<ExitCode, Failure> {
     }
     let store = Store::open(&a.dir).map_err(Failure::from)?;
     if store.session_len(&id).is_some() {
-        let deleted = matches!(
-            turnstone::session::delete::deleted_at(&store, &id),
-            Ok(Some(_))
-        );
+        let deleted = matches!(turnstone::session::deleted_at(&store, &id), Ok(Some(_)));
         let e = turnstone::Error::SessionExists(id.clone());
         return Err(Failure::from(e).context(format!(
             "store {} already has a session {id:?}{}; restore under another id with --session; nothing was restored",

@@ -8,7 +8,7 @@
 //! kept with them. Blob references (FORMAT.md §15) are resolved on read:
 //! the event carries its content inline in the database; written to a store
 //! directory, the payload goes through the session layer's blob threshold
-//! again (`blob_refs::outline`), so large blocks become blobs of the
+//! again (`blob_refs::outline`, in the session layer's internals), so large blocks become blobs of the
 //! destination, each durable before the event that names it is appended.
 //!
 //! A deleted session is not copied, except as far as a live fork reads
@@ -31,8 +31,8 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use clap::Args;
-use turnstone::session::blob_refs;
-use turnstone::session::event::decode;
+use turnstone::session::internals as blob_refs;
+use turnstone::session::internals::decode;
 use turnstone::session::{searchable_text, Registry};
 use turnstone::{Options, Store};
 use turnstone_pg::{PgError, PgLog, PgOptions};
@@ -186,7 +186,7 @@ impl Source {
                     source,
                 };
                 for s in store.sessions() {
-                    let deleted = turnstone::session::delete::deleted_at(store, &s.name)
+                    let deleted = turnstone::session::deleted_at(store, &s.name)
                         .map_err(err)?
                         .is_some();
                     out.push(Node {
@@ -394,7 +394,7 @@ impl Dest {
 
     fn delete(&self, id: &str) -> Result<(), CopyError> {
         match self {
-            Dest::Dir { store, .. } => turnstone::session::delete::delete(&**store, id)
+            Dest::Dir { store, .. } => turnstone::session::delete(&**store, id)
                 .map(|_| ())
                 .map_err(self.store_err()),
             Dest::Pg { log, .. } => log.delete(id).map_err(self.pg_err()),

@@ -12,7 +12,7 @@ use base64::Engine as _;
 use clap::Args;
 use serde_json::Value;
 use turnstone::inspect::{self, FrameInfo, InspectProblem, Item, SegmentInfo};
-use turnstone::session::event::Envelope;
+use turnstone::session::internals::Envelope;
 use turnstone::session::SurfaceOp;
 use turnstone::ProblemKind;
 
@@ -444,8 +444,8 @@ impl Printer<'_> {
                     self.names.insert(f.session.0, d.name.clone());
                 }
                 let resolved = match &self.blobs {
-                    Some(b) if turnstone::session::blob_refs::has_refs(f.payload) => {
-                        match turnstone::session::blob_refs::resolve(b, f.payload) {
+                    Some(b) if turnstone::session::internals::has_refs(f.payload) => {
+                        match turnstone::session::internals::resolve(b, f.payload) {
                             Ok(p) => Some(p.into_owned()),
                             Err(e) => {
                                 eprintln!(

@@ -7,7 +7,10 @@ use std::process::ExitCode;
 use base64::Engine as _;
 use clap::Args;
 use serde_json::Value;
-use turnstone::session::event::{Envelope, KIND_CODE_PLUGIN, SESSION_FORMAT_VERSION};
+use turnstone::session::{
+    internals::{Envelope, KIND_CODE_PLUGIN},
+    SESSION_FORMAT_VERSION,
+};
 use turnstone::session::{CoreKind, SurfaceOp};
 
 use crate::Failure;
@@ -131,7 +134,7 @@ pub fn run(args: &ExportArgs) -> Result<ExitCode, Failure> {
         )));
     };
     // A deleted session is not found (dump still shows its frames).
-    turnstone::session::delete::check_not_deleted(&store, &args.session)?;
+    turnstone::session::internals::check_not_deleted(&store, &args.session)?;
     let out = io::stdout();
     let mut out = BufWriter::new(out.lock());
     const CHUNK: u64 = 4096;
@@ -142,7 +145,7 @@ pub fn run(args: &ExportArgs) -> Result<ExitCode, Failure> {
             .map_err(Failure::from)?;
         for e in events {
             // Blob references resolved: the line holds the blocks.
-            let e = turnstone::session::blob_refs::resolve_event(store.blobs(), e)
+            let e = turnstone::session::internals::resolve_event(store.blobs(), e)
                 .map_err(Failure::from)?;
             let line = line_of(&args.session, &e)?;
             let text = serde_json::to_string(&line)

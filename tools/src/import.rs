@@ -13,7 +13,8 @@ use turnstone::frame::{
     define_frame_padded_len, frame_padded_len, BATCH_BODY_BYTES_MAX, PAYLOAD_BYTES_MAX,
     SESSION_NAME_BYTES_MAX,
 };
-use turnstone::session::event::{self, Envelope, EventKind, KIND_CODE_PLUGIN};
+use turnstone::session::internals::{self as event, Envelope, KIND_CODE_PLUGIN};
+use turnstone::session::EventKind;
 use turnstone::session::{CoreKind, HistoryEvent, Host, Registry, Surface};
 use turnstone::Store;
 
@@ -126,7 +127,7 @@ fn validate(file: &std::path::Path, bar: &indicatif::ProgressBar) -> Result<Vali
             }
         };
         let env = Envelope {
-            v: event::SESSION_FORMAT_VERSION,
+            v: turnstone::session::SESSION_FORMAT_VERSION,
             kind: match &kind {
                 EventKind::Plugin(n) => Some(n.clone()),
                 EventKind::Core(_) => None,
@@ -146,9 +147,11 @@ fn validate(file: &std::path::Path, bar: &indicatif::ProgressBar) -> Result<Vali
         // surface op present exactly for surface kinds.
         let decoded = event::decode(seq, code, flags, &payload, &registry).map_err(|e| {
             bad(match e {
-                event::DecodeError::Malformed(m) => m,
-                event::DecodeError::UnknownKind(k) => format!("unknown kind {k}"),
-                event::DecodeError::Version(v) => format!("session format version {v}"),
+                turnstone::session::DecodeError::Malformed(m) => m,
+                turnstone::session::DecodeError::UnknownKind(k) => format!("unknown kind {k}"),
+                turnstone::session::DecodeError::Version(v) => {
+                    format!("session format version {v}")
+                }
             })
         })?;
         if let Some(op) = decoded.surface {

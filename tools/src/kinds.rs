@@ -3,8 +3,11 @@
 use std::collections::BTreeSet;
 
 use turnstone::frame::KIND_SESSION_DEFINE;
-use turnstone::session::event::{Envelope, KIND_CODE_PLUGIN, SESSION_FORMAT_VERSION};
 use turnstone::session::CoreKind;
+use turnstone::session::{
+    internals::{Envelope, KIND_CODE_PLUGIN},
+    SESSION_FORMAT_VERSION,
+};
 
 /// Name shown for the engine's `session-define` frames.
 pub const DEFINE: &str = "session/define";
@@ -21,7 +24,7 @@ pub fn decode(code: u16, payload: &[u8]) -> (String, Option<Envelope>) {
         .ok()
         .filter(|e| {
             e.v == SESSION_FORMAT_VERSION
-                || e.v == turnstone::session::blob_refs::ENVELOPE_VERSION_BLOBS
+                || e.v == turnstone::session::internals::ENVELOPE_VERSION_BLOBS
         });
     let name = if code == KIND_CODE_PLUGIN {
         match env.as_ref().and_then(|e| e.kind.clone()) {
@@ -98,7 +101,7 @@ mod tests {
         }
         assert_eq!(kind_name(0), DEFINE);
         assert_eq!(kind_name(999), "unknown/999");
-        let p = turnstone::session::event::encode_plugin("todo/update", &serde_json::json!({}));
+        let p = turnstone::session::internals::encode_plugin("todo/update", &serde_json::json!({}));
         assert_eq!(decode(KIND_CODE_PLUGIN, &p).0, "todo/update");
         assert_eq!(decode(KIND_CODE_PLUGIN, b"junk").0, "unknown/65535");
         let f = KindFilter::parse("tool/call, 9,todo/update").unwrap();

@@ -2,11 +2,11 @@
 //! read through [`PgLog`] what they read from a store directory otherwise,
 //! decoding with the session layer's own [`decode`]. (`sessions` and
 //! `search` go through the session layer on the database's log:
-//! `Catalog::build`, `query::search`.)
+//! `Catalog::build`, `session::search`.)
 
 use std::time::Duration;
 
-use turnstone::session::event::decode;
+use turnstone::session::internals::decode;
 use turnstone::session::{Registry, SessionEvent};
 use turnstone_pg::{PgError, PgLog};
 

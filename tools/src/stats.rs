@@ -8,7 +8,7 @@ use std::process::ExitCode;
 
 use clap::Args;
 use turnstone::inspect::{self, Item};
-use turnstone::session::event::KIND_CODE_PLUGIN;
+use turnstone::session::internals::KIND_CODE_PLUGIN;
 use turnstone::session::CoreKind;
 
 use crate::Failure;

@@ -42,7 +42,8 @@ use clap::Args;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use serde_json::json;
-use turnstone::session::event::{self, Registry};
+use turnstone::session::internals as event;
+use turnstone::session::Registry;
 use turnstone::session::{
     validate_messages, AssistantMessage, ContentBlock, Host, StepEnd, StepEndReason, StepStart,
     SurfaceOp, ToolCall, ToolResult, TurnEnd, TurnEndReason, TurnStart, UserMessage,
@@ -241,10 +242,7 @@ impl Agent {
 
     /// The next event (kind code, payload), or `None` for a durability wait.
     fn next(&mut self, rng: &mut StdRng, filler: &str) -> Option<(u16, Vec<u8>)> {
-        fn core<D: turnstone::session::event::EventData>(
-            d: D,
-            op: Option<SurfaceOp>,
-        ) -> (u16, Vec<u8>) {
+        fn core<D: turnstone::session::EventData>(d: D, op: Option<SurfaceOp>) -> (u16, Vec<u8>) {
             (D::KIND.code(), event::encode_core(&d, op))
         }
         let t = format!("{}-t{}", self.prefix, self.turn);

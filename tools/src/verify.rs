@@ -227,7 +227,7 @@ fn check_blobs(
     };
     for h in &present {
         match blobs.get(h) {
-            Ok(bytes) => refs.extend(turnstone::session::blob_refs::refs_in_blob(&bytes)),
+            Ok(bytes) => refs.extend(turnstone::session::internals::refs_in_blob(&bytes)),
             Err(e) => problems.push(BlobProblem {
                 blob: hex(h),
                 file: blobs.path(h).display().to_string(),
@@ -298,7 +298,7 @@ pub fn run(args: &VerifyArgs) -> Result<ExitCode, Failure> {
             }
             Item::Frame(f) if !f.trusted => {}
             Item::Frame(f) => {
-                refs.extend(turnstone::session::blob_refs::direct_refs(f.payload));
+                refs.extend(turnstone::session::internals::direct_refs(f.payload));
                 if let Some(r) = segs.last_mut() {
                     r.frames += 1;
                     if !f.is_define() {

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use clap::Args;
 use serde_json::{json, Value};
-use turnstone::session::query::{self, Catalog, Cursor, ListQuery};
+use turnstone::session::{self as query, Catalog, Cursor, ListQuery};
 use turnstone::session::{fork, replay, LogHandle, Registry, SessionEvent};
 use turnstone::Store;
 

@@ -66,12 +66,12 @@ fn chain_of_deleted_ancestors(own: usize) {
     {
         let store = Arc::new(Store::open(src.path()).unwrap());
         user(&store, "root", true, "root", 12);
-        turnstone::session::replay::fork(&store, "root", Some(10), Some("mid")).unwrap();
+        turnstone::session::fork(&store, "root", Some(10), Some("mid")).unwrap();
         user(&store, "mid", false, "mid", 3);
-        turnstone::session::replay::fork(&store, "mid", Some(5), Some("leaf")).unwrap();
+        turnstone::session::fork(&store, "mid", Some(5), Some("leaf")).unwrap();
         user(&store, "leaf", false, "leaf", own);
-        turnstone::session::delete::delete(&store, "mid").unwrap();
-        turnstone::session::delete::delete(&store, "root").unwrap();
+        turnstone::session::delete(&store, "mid").unwrap();
+        turnstone::session::delete(&store, "root").unwrap();
         Arc::try_unwrap(store).ok().unwrap().close().unwrap();
     }
     let out = turnstone(&["copy", p(src.path()), p(&dst.path().join("copy")), "--json"]);

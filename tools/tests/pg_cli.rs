@@ -74,20 +74,20 @@ fn build_source(dir: &Path) {
         .unwrap();
         s.set_meta("user", "alice").unwrap();
     }
-    assert!(turnstone::session::blob_refs::has_refs(
+    assert!(turnstone::session::internals::has_refs(
         &store.read("root", 5).unwrap().payload
     ));
-    turnstone::session::replay::fork(&store, "root", Some(4), Some("child")).unwrap();
+    turnstone::session::fork(&store, "root", Some(4), Some("child")).unwrap();
     user(&store, "child", false, &texts("child", 4));
-    turnstone::session::replay::fork(&store, "child", Some(6), Some("grandchild")).unwrap();
+    turnstone::session::fork(&store, "child", Some(6), Some("grandchild")).unwrap();
     user(&store, "grandchild", false, &texts("grandchild", 3));
     user(&store, "other", true, &texts("other", 7));
     user(&store, "doomed", true, &texts("doomed", 6));
-    turnstone::session::replay::fork(&store, "doomed", Some(3), Some("orphan")).unwrap();
+    turnstone::session::fork(&store, "doomed", Some(3), Some("orphan")).unwrap();
     user(&store, "orphan", false, &texts("orphan", 2));
-    turnstone::session::delete::delete(&store, "doomed").unwrap();
+    turnstone::session::delete(&store, "doomed").unwrap();
     user(&store, "gone", true, &texts("gone", 2));
-    turnstone::session::delete::delete(&store, "gone").unwrap();
+    turnstone::session::delete(&store, "gone").unwrap();
     let store = Arc::try_unwrap(store).ok().unwrap();
     store.close().unwrap();
 }
@@ -108,14 +108,14 @@ fn contents(dir: &Path) -> (Shape, Events) {
     .unwrap();
     let (mut shape, mut events) = (Shape::new(), Events::new());
     for s in store.sessions() {
-        let deleted = turnstone::session::delete::deleted_at(&store, &s.name)
+        let deleted = turnstone::session::deleted_at(&store, &s.name)
             .unwrap()
             .is_some();
         let evs = store.read_range(&s.name, 0..s.len).unwrap();
         let evs = evs
             .into_iter()
             .map(|e| {
-                let e = turnstone::session::blob_refs::resolve_event(store.blobs(), e).unwrap();
+                let e = turnstone::session::internals::resolve_event(store.blobs(), e).unwrap();
                 (e.seq.0, e.kind, e.flags, e.payload)
             })
             .collect();
@@ -160,7 +160,7 @@ fn round_trip_dir_to_postgres_to_dir_keeps_everything(cx: &Ctx) {
     assert!(!listed.contains_key("doomed") && !listed.contains_key("gone"));
     let root = log.read_range("root", 0..11).unwrap();
     assert!(root[5].payload.len() > BIG, "the large block is inline");
-    assert!(!turnstone::session::blob_refs::has_refs(&root[5].payload));
+    assert!(!turnstone::session::internals::has_refs(&root[5].payload));
     // Searchable as a session-layer writer would have made it.
     let hits = log.search("grandchild", 10).unwrap();
     assert_eq!(hits.len(), 3, "{hits:?}");
@@ -220,7 +220,7 @@ fn round_trip_dir_to_postgres_to_dir_keeps_everything(cx: &Ctx) {
         },
     )
     .unwrap();
-    assert!(turnstone::session::blob_refs::has_refs(
+    assert!(turnstone::session::internals::has_refs(
         &st.read("root", 5).unwrap().payload
     ));
     // And every envelope's ts came along (they are in the payloads).

@@ -1625,7 +1625,7 @@ fn session_open(args: &Args, m: &mut Metrics) -> Result<()> {
     }
     let store = Arc::new(Store::open(dir.path())?);
     // The fold from seq 0 (read-only: it writes no snapshot).
-    let snap = turnstone::session::state_snapshot::state_snapshot_path(dir.path(), "s");
+    let snap = turnstone::session::internals::state_snapshot_path(dir.path(), "s");
     std::fs::remove_file(&snap)?;
     let mut fold = Vec::new();
     for _ in 0..3 {

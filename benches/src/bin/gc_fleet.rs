@@ -29,7 +29,6 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use turnstone::gc::CollectOptions;
-use turnstone::session::delete;
 use turnstone::session::gc::{Background, BackgroundOptions};
 use turnstone::{Options, Store};
 
@@ -177,7 +176,7 @@ fn round(st: &mut RunState, a: &Args, r: usize) {
         .push((a.sessions * a.events) as f64 / secs.max(1e-9));
     if r >= a.keep_rounds {
         for s in 0..a.sessions {
-            delete::delete(&store, &format!("r{}-s{s}", r - a.keep_rounds)).unwrap();
+            turnstone::session::delete(&store, &format!("r{}-s{s}", r - a.keep_rounds)).unwrap();
         }
     }
     if st.mode != Mode::OnDemand {

@@ -17,11 +17,11 @@ use parking_lot::Mutex;
 use serde_json::{json, Value};
 use turnstone::gc::CollectOptions;
 use turnstone::session::gc::{collect_live, Retention};
-use turnstone::session::query::{list_sessions, SearchIndex};
 use turnstone::session::{
     self as ts, Host, LogHandle, Provider, Registry, SessionEvent, SessionSubscription,
     SharedSession, SurfaceOp,
 };
+use turnstone::session::{list_sessions, SearchIndex};
 use turnstone::{Error as TsError, Options, Store as TsStore};
 use turnstone_pg::{is_url, PgEventLog, PgLog};
 

@@ -15,11 +15,11 @@ use pyo3::create_exception;
 use pyo3::exceptions::PyException;
 use pyo3::prelude::*;
 use serde_json::{json, Value};
-use turnstone::session::query::{list_sessions, SearchIndex};
 use turnstone::session::{
     self as ts, Host, LogHandle, Provider, Registry, SessionEvent, SessionSubscription,
     SharedSession, SurfaceOp,
 };
+use turnstone::session::{list_sessions, SearchIndex};
 use turnstone::{Error, Options, Store};
 use turnstone_pg::{is_url, PgEventLog, PgLog};
 

@@ -19,13 +19,13 @@ use std::sync::Arc;
 use serde_json::Value;
 
 use crate::error::Result;
-use crate::session::core::Session;
-use crate::session::durability::{
+use crate::session::codec::event::{self, CoreKind, EventKind, Registry, SessionEvent, ToolCall};
+use crate::session::handle::Session;
+use crate::session::log::LogRef;
+use crate::session::tools::durability::{
     record_result, tool_dispatch, tool_prologue, CancelToken, ToolBody, ToolOutcome, ToolScope,
 };
-use crate::session::event::{self, CoreKind, EventKind, Registry, SessionEvent, ToolCall};
-use crate::session::log::LogRef;
-use crate::session::replay::decode_error;
+use crate::session::views::replay::decode_error;
 use crate::store::{DurableWait, Subscription};
 
 impl Session {
@@ -151,7 +151,7 @@ pub fn subscribe<'a>(
     from: u64,
 ) -> Result<SessionSubscription> {
     let log = log.into();
-    crate::session::delete::check_not_deleted(log, id)?;
+    crate::session::lifecycle::delete::check_not_deleted(log, id)?;
     let inner = match log {
         LogRef::Embedded(store) => Inner::Embedded {
             sub: Box::new(store.subscribe(id, from)?),
@@ -277,7 +277,7 @@ impl SessionSubscription {
     fn decode(&mut self, e: Raw) -> Result<SessionEvent> {
         let payload = match &self.inner {
             Inner::Embedded { blobs, .. } => {
-                match crate::session::blob_refs::resolve(blobs, &e.payload) {
+                match crate::session::codec::blob_refs::resolve(blobs, &e.payload) {
                     Ok(std::borrow::Cow::Borrowed(_)) => e.payload,
                     Ok(std::borrow::Cow::Owned(p)) => p,
                     Err(err) => {
@@ -356,7 +356,7 @@ impl Iterator for SessionSubscription {
 pub mod tokio {
     use super::*;
     use crate::error::Error;
-    use crate::session::repair::RepairReport;
+    use crate::session::handle::repair::RepairReport;
     use crate::store::Store;
 
     async fn blocking<T: Send + 'static>(
@@ -394,7 +394,7 @@ pub mod tokio {
     }
 
     /// Open session `id` (restore and claim) and repair it
-    /// ([`crate::session::repair`], no plugin repairs) off the runtime's
+    /// ([`crate::session::handle::repair`], no plugin repairs) off the runtime's
     /// threads, and wait until the repair is durable: what a harness does
     /// when it resumes a session after a crash.
     pub async fn open_repaired(
@@ -412,7 +412,7 @@ pub mod tokio {
         .await
     }
 
-    /// The durable events `from..` of session `id` ([`crate::session::replay`]),
+    /// The durable events `from..` of session `id` ([`crate::session::views::replay`]),
     /// collected off the runtime's threads; the first error ends it.
     pub async fn replay(
         store: Arc<Store>,
@@ -424,7 +424,7 @@ pub mod tokio {
         blocking(move || crate::session::replay(&store, &id, registry, from)?.collect()).await
     }
 
-    /// Search across sessions ([`crate::session::query::search`]) off the
+    /// Search across sessions ([`crate::session::views::query::search`]) off the
     /// runtime's threads: on the embedded store (an `Arc<Store>`) its
     /// index brought up to date first, on another log (an
     /// `Arc<PgEventLog>`) that log's own search.
@@ -433,9 +433,9 @@ pub mod tokio {
         registry: Arc<Registry>,
         query: &str,
         limit: usize,
-    ) -> Result<Vec<crate::session::query::Hit>> {
+    ) -> Result<Vec<crate::session::views::query::Hit>> {
         let log = log.into();
         let query = query.to_string();
-        blocking(move || crate::session::query::search(&log, &registry, &query, limit)).await
+        blocking(move || crate::session::views::query::search(&log, &registry, &query, limit)).await
     }
 }

@@ -13,7 +13,7 @@ use std::sync::Arc;
 
 use crate::backend::{Claim, EventLog};
 use crate::error::{Error, Result};
-use crate::session::event::EncodedEvent;
+use crate::session::codec::event::EncodedEvent;
 use crate::store::Store;
 use crate::types::LogPos;
 
@@ -183,7 +183,7 @@ impl<'a> LogRef<'a> {
                         seq: e.seq.0,
                         kind: e.kind,
                         flags: e.flags,
-                        payload: crate::session::blob_refs::resolve(blobs, e.payload),
+                        payload: crate::session::codec::blob_refs::resolve(blobs, e.payload),
                     })
                 })
             }
@@ -341,8 +341,11 @@ impl LogHandle {
                 };
                 let appended = if let [e] = items {
                     // One event (nearly every append): nothing to collect.
-                    let o =
-                        crate::session::blob_refs::outline(store.blobs(), &e.payload, &mut pins)?;
+                    let o = crate::session::codec::blob_refs::outline(
+                        store.blobs(),
+                        &e.payload,
+                        &mut pins,
+                    )?;
                     let group = [(
                         e.kind,
                         e.flags,
@@ -352,7 +355,7 @@ impl LogHandle {
                 } else {
                     let mut outlined = Vec::with_capacity(items.len());
                     for e in items {
-                        outlined.push(crate::session::blob_refs::outline(
+                        outlined.push(crate::session::codec::blob_refs::outline(
                             store.blobs(),
                             &e.payload,
                             &mut pins,

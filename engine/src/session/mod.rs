@@ -4,65 +4,121 @@
 //! A [`Session`] is one session's event log in the [`crate::Store`]. Every
 //! view (surface, messages, header, open turn/step/tool state) is a fold over
 //! that log, computed the same way live and on restore.
+//!
+//! The layer is built in rooms (private modules; everything public is
+//! re-exported here, so each public type has one path):
+//!
+//! | room | owns |
+//! |---|---|
+//! | `codec/` | events as bytes: core kinds and their data, content blocks, the envelope (FORMAT.md §10), JSON events, blob references |
+//! | `fold/` | what events mean: surface, derived messages, turns and coordinates, request headers, the state snapshot |
+//! | `handle/` | [`Session`] and [`Host`]: open, append, flush, compaction, repair |
+//! | `providers/` | one file per model API: responses in, request bodies out |
+//! | `tools/` | tool bodies after their `tool/call` is durable, alone or in parallel |
+//! | `views/` | replay and fork, query and search, the catalog, projections and their caches |
+//! | `lifecycle/` | delete, retention, collection with the session layer's rules |
+//! | `log` | the one seam to storage ([`LogHandle`], [`LogRef`]) |
+//! | `asynchronous` | awaiting durability and following sessions without a thread |
 #![warn(missing_docs)]
 
-pub mod adapter;
-pub mod asynchronous;
-pub mod blob_refs;
-pub mod catalog;
-pub mod content;
-pub mod coords;
-pub mod core;
-pub mod delete;
-pub mod durability;
-pub mod dynamic;
-pub mod event;
-pub mod gc;
-pub mod header;
-pub mod host;
-pub mod log;
-pub mod messages;
-pub mod parallel;
-pub mod projection;
-pub mod query;
-pub mod repair;
-pub mod replay;
-pub mod retention;
-pub mod snapshot;
-pub mod state_snapshot;
-pub mod surface;
+pub(crate) mod asynchronous;
+pub(crate) mod codec;
+pub(crate) mod fold;
+pub(crate) mod handle;
+pub(crate) mod lifecycle;
+pub(crate) mod log;
+pub(crate) mod providers;
+pub(crate) mod tools;
+pub(crate) mod views;
 
 #[allow(deprecated)]
-pub use self::core::SeedEvent;
-pub use self::core::{HistoryEvent, OpenState, Session};
-pub use adapter::Provider;
+pub use self::handle::SeedEvent;
+pub use self::handle::{HistoryEvent, OpenState, Session};
+#[cfg(feature = "tokio")]
+pub use asynchronous::tokio as blocking_pool;
 pub use asynchronous::{run_tool_async, subscribe, FlushWait, SessionSubscription};
-pub use blob_refs::referenced_blobs;
-pub use catalog::{Catalog, CatalogEntry, Cursor, EntryFold, ListPage, ListQuery};
-pub use content::{ChatFunction, ContentBlock, Extra, MediaSource, ToolResultContent, Usage};
-pub use coords::TurnInfo;
-pub use delete::{delete, deleted_at};
-pub use durability::{run_tool, CancelToken, CheckpointPoint, ToolBody, ToolOutcome, ToolScope};
-pub use event::{
-    AssistantChunk, AssistantMessage, CallConfig, CompactionEnd, CompactionPrune, CompactionStart,
-    CompactionSummary, CoreKind, CustomEvent, CustomEventError, EpochHeader, EventData, EventKind,
-    HeaderReason, MetaUpdate, Registry, RequestContext, RequestHeader, SessionDelete,
-    SessionEndSeed, SessionEvent, SessionMetadata, StepEnd, StepEndReason, StepStart, SystemPrompt,
-    ToolCall, ToolResult, ToolSchema, ToolStatus, TurnEnd, TurnEndReason, TurnStart, UserMessage,
-    META_NAME_BYTES_MAX, META_VALUE_BYTES_MAX, SESSION_FORMAT_VERSION,
+pub use codec::blob_refs::referenced_blobs;
+pub use codec::content::{
+    ChatFunction, ContentBlock, Extra, MediaSource, ToolResultContent, Usage,
 };
-pub use header::{Difference, Request, RequestSpec};
-pub use host::{Host, SharedSession};
+pub use codec::event::{
+    now_ms, AssistantChunk, AssistantMessage, CallConfig, CompactionEnd, CompactionPrune,
+    CompactionStart, CompactionSummary, CoreKind, CustomEvent, CustomEventError, DecodeError,
+    EpochHeader, EventData, EventKind, HeaderReason, Intent, MetaUpdate, Registry, RequestContext,
+    RequestHeader, SessionDelete, SessionEndSeed, SessionEvent, SessionMetadata, StepEnd,
+    StepEndReason, StepStart, SystemPrompt, ToolCall, ToolResult, ToolSchema, ToolStatus, TurnEnd,
+    TurnEndReason, TurnStart, UserMessage, META_NAME_BYTES_MAX, META_VALUE_BYTES_MAX,
+    SESSION_FORMAT_VERSION,
+};
+pub use fold::coords::TurnInfo;
+pub use fold::header::{Difference, Request, RequestSpec};
+pub use fold::messages::{Message, Role};
+pub use fold::surface::{RangeError, Surface, SurfaceOp};
+pub use handle::host::{Host, SharedSession};
+pub use handle::repair::{repair, validate_messages, MessageProblem, PluginRepair, RepairReport};
+pub use lifecycle::delete::{delete, deleted_at};
 pub use log::{DurabilityPoint, LogHandle, LogRef};
-pub use messages::{Message, Role};
-pub use parallel::run_tools_parallel;
-pub use projection::{Projection, ProjectionRegistry, RunState, RunStatus, TokenMeter, TokenState};
+pub use providers::Provider;
+pub use tools::durability::{
+    run_tool, CancelToken, CheckpointPoint, ToolBody, ToolOutcome, ToolScope,
+};
+pub use tools::parallel::run_tools_parallel;
+pub use views::catalog::{Catalog, CatalogEntry, Cursor, EntryFold, ListPage, ListQuery};
+pub use views::projection::{
+    estimate_tokens, fold_arc, Projection, ProjectionRegistry, RunState, RunStatus, TodoItem,
+    TokenMeter, TokenState, TurnStatus, MEDIA_TOKENS_ESTIMATE,
+};
 #[cfg(feature = "search")]
-pub use query::SearchIndex;
-pub use query::{
+pub use views::query::SearchIndex;
+pub use views::query::{
     events, list_sessions, search, search_session, searchable_text, Hit, SessionSummary,
     SEARCH_FILE,
 };
-pub use repair::{repair, validate_messages, MessageProblem, PluginRepair, RepairReport};
-pub use replay::{fork, replay, replay_range, turn_open, Forked, Replay};
-pub use surface::{Surface, SurfaceOp};
+pub use views::replay::{fork, replay, replay_range, turn_open, Forked, Replay};
+
+/// Segment collection with the session layer's liveness rules: a deleted
+/// session, or one its retention policy expires, is dead (FORMAT.md §14).
+pub mod gc {
+    pub use super::lifecycle::gc::{
+        collect, collect_live, collect_live_with_rule, collect_with, collect_with_rule, is_dead,
+        Background, BackgroundOptions, BackgroundStats, Retention, Rule,
+    };
+}
+
+/// Retention: when a store's sessions expire (`retention.json`, FORMAT.md §18).
+pub mod retention {
+    pub use super::lifecycle::retention::{
+        check_with, session_times, Policy, SessionPolicy, RETENTION_FILE, RETENTION_FILE_BYTES_MAX,
+    };
+}
+
+/// Projection caches in snapshot files (FORMAT.md §12).
+pub mod snapshot {
+    pub use super::views::snapshot::{
+        decode, encode, event_crc, read, refresh, snapshot_path, write, CacheRead, SnapshotHeader,
+        SNAPSHOT_DIR, SNAPSHOT_HEADER_BYTES, SNAPSHOT_MAGIC, SNAPSHOT_VERSION,
+    };
+}
+
+/// What the other crates of this workspace (the CLI, the server, the
+/// PostgreSQL backend, benches, fuzz targets) reach below the session
+/// layer's API: the envelope codec, blob references, state snapshot paths.
+/// Not a stable API.
+#[doc(hidden)]
+pub mod internals {
+    pub use super::codec::blob_refs::{
+        direct_refs, has_refs, outline, payload_blobs, refs_in_blob, resolve, resolve_event,
+        session_blobs, BLOB_REF_TYPE, ENVELOPE_VERSION_BLOBS,
+    };
+    pub use super::codec::event::{
+        decode, decode_view, encode_core, encode_plugin, encode_plugin_at, Envelope,
+        KIND_CODE_PLUGIN,
+    };
+    pub use super::fold::header::{first_difference, first_json_difference};
+    pub use super::fold::messages::MessageCache;
+    pub use super::fold::state_snapshot::{
+        state_snapshot_path, STATE_SNAPSHOT_NAME, STATE_SNAPSHOT_TAIL, STATE_SNAPSHOT_VERSION,
+    };
+    pub use super::lifecycle::delete::check_not_deleted;
+    pub use super::lifecycle::retention::check_not_expired;
+}

@@ -13,7 +13,7 @@
 //! operations the store opens with the same sessions and events.
 //!
 //! Which sessions are dead is the caller's to say (the engine treats
-//! payloads as opaque): [`crate::session::gc::collect`] passes the session
+//! payloads as opaque): [`crate::session::lifecycle::gc::collect`] passes the session
 //! layer's rule (the last event is a `session/delete` tombstone).
 
 use std::collections::HashMap;
@@ -131,7 +131,7 @@ pub struct CollectReport {
     /// garbage).
     pub bytes_reclaimed: u64,
     /// Blob files looked at (FORMAT.md §15; filled by the session layer's
-    /// collection, [`crate::session::gc`], after the segments).
+    /// collection, [`crate::session::lifecycle::gc`], after the segments).
     pub blobs_examined: u64,
     /// Blob files no live event references, removed (or, dry, that would be).
     pub blobs_removed: u64,
@@ -145,7 +145,7 @@ pub struct CollectReport {
     /// Define frames a rewrite moved (session, old position, new
     /// position): derived files keyed by a session's define position (its
     /// snapshots, FORMAT.md §12 and §17) can follow them
-    /// ([`crate::session::snapshot::rebase_defines`]).
+    /// ([`crate::session::views::snapshot::rebase_defines`]).
     #[serde(skip)]
     pub moved_defines: Vec<(String, LogPos, LogPos)>,
     /// An online collection found a session it had decided was dead

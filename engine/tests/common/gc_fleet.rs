@@ -1,6 +1,5 @@
 //! The store the collection tests share (tests/gc.rs, tests/gc_online.rs).
 
-use turnstone::session::delete;
 use turnstone::Store;
 
 use super::payload_for;
@@ -47,8 +46,8 @@ pub fn fleet(store: &Store) {
             append_synced(store, "c", seq, 200);
         }
     }
-    delete::delete(store, "b").expect("delete b");
-    delete::delete(store, "d").expect("delete d");
+    turnstone::session::delete(store, "b").expect("delete b");
+    turnstone::session::delete(store, "d").expect("delete d");
     // A few more so the deletes are in sealed segments too.
     for i in 40..60u64 {
         append_synced(store, "a", i, 300);

@@ -1020,8 +1020,8 @@ fn hit_sessions(f: &Found, query: &str) -> Vec<String> {
     s
 }
 
-/// Search and the catalog through the session layer (`query::search`,
-/// `query::search_session`, `Catalog::build` / `refresh` / `get` on any
+/// Search and the catalog through the session layer (`session::search`,
+/// `session::search_session`, `Catalog::build` / `refresh` / `get` on any
 /// log): before and after more appends and deletions.
 pub fn search_and_catalog(kit: &Kit) -> (Found, Found) {
     let reg = registry();

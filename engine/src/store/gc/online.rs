@@ -64,7 +64,7 @@ impl Store {
     /// appends and reads (FORMAT.md §14.4; how it stays correct with
     /// writers running is in this module's documentation). `is_dead` says
     /// which sessions not yet reclaimed are dead
-    /// ([`crate::session::gc::Background`] passes the session layer's
+    /// ([`crate::session::lifecycle::gc::Background`] passes the session layer's
     /// rule). Reads and writes of the collection average at most
     /// `opts.rate_bytes_per_sec`. One collection runs at a time (a second
     /// call waits). Blob files are not collected here.

@@ -24,8 +24,8 @@ use serde::Serialize;
 
 use crate::error::Result;
 use crate::gc::{CollectCandidate, CollectOptions, CollectReport};
-use crate::session::event::{self, CoreKind};
-use crate::session::retention::{ts_of_payload, Policy};
+use crate::session::codec::event::{self, CoreKind};
+use crate::session::lifecycle::retention::{ts_of_payload, Policy};
 use crate::Store;
 
 /// Store-wide retention rules given to one collection, over the store's
@@ -80,7 +80,11 @@ pub fn collect_with_rule(
     opts.max_live_bytes = opts.max_live_bytes.or(policy.max_bytes);
     let mut report = crate::gc::collect(dir, &opts, &|c| rule(c, &policy, now))?;
     // Derived files: a failure only costs a rebuild of those snapshots.
-    let _ = crate::session::snapshot::rebase_defines(opts.vfs.as_ref(), dir, &report.moved_defines);
+    let _ = crate::session::views::snapshot::rebase_defines(
+        opts.vfs.as_ref(),
+        dir,
+        &report.moved_defines,
+    );
     collect_blobs(dir, &opts, &mut report)?;
     report.duration_us = started.elapsed().as_micros() as u64;
     Ok(report)
@@ -126,7 +130,7 @@ fn collect_live_inner(
     opts.max_live_bytes = opts.max_live_bytes.or(policy.max_bytes);
     let mut report = store.collect(&opts, &|c| rule(c, &policy, now))?;
     // Derived files: a failure only costs a rebuild of those snapshots.
-    let _ = crate::session::snapshot::rebase_defines(
+    let _ = crate::session::views::snapshot::rebase_defines(
         store.vfs().as_ref(),
         store.dir(),
         &report.moved_defines,
@@ -152,7 +156,7 @@ fn sweep_blobs(store: &Store, report: &mut CollectReport) -> Result<()> {
     if present.is_empty() {
         return Ok(());
     }
-    let live = crate::session::blob_refs::referenced_blobs(store)?;
+    let live = crate::session::codec::blob_refs::referenced_blobs(store)?;
     let mut removed = 0;
     for h in present.iter().filter(|h| !live.contains(*h)) {
         let freed = sweep.remove_unused(h)?;
@@ -380,7 +384,7 @@ fn collect_blobs(dir: &Path, opts: &CollectOptions, report: &mut CollectReport) 
     let present = store.blobs().list()?;
     report.blobs_examined = present.len() as u64;
     if !present.is_empty() {
-        let live = crate::session::blob_refs::referenced_blobs(&store)?;
+        let live = crate::session::codec::blob_refs::referenced_blobs(&store)?;
         for h in present.iter().filter(|h| !live.contains(*h)) {
             report.blobs_removed += 1;
             report.blob_bytes_reclaimed += if opts.dry_run {
@@ -419,7 +423,7 @@ pub fn is_dead(c: &CollectCandidate<'_>, policy: &Policy, now: u64) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::session::retention::SessionPolicy;
+    use crate::session::lifecycle::retention::SessionPolicy;
 
     fn cand<'a>(first: &'a [u8], last: &'a [u8], last_kind: u16) -> CollectCandidate<'a> {
         CollectCandidate {

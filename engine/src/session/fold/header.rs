@@ -7,8 +7,8 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use crate::session::event::{CallConfig, EpochHeader, SystemPrompt, ToolSchema};
-use crate::session::messages::Message;
+use crate::session::codec::event::{CallConfig, EpochHeader, SystemPrompt, ToolSchema};
+use crate::session::fold::messages::Message;
 
 /// What an agent loop asks for before a request.
 #[derive(Debug, Clone, Default, PartialEq)]

@@ -16,7 +16,7 @@ use std::sync::Arc;
 use rand::RngCore;
 
 use crate::error::{Error, Result};
-use crate::session::event::{self, CoreKind, DecodeError, Registry, SessionEvent};
+use crate::session::codec::event::{self, CoreKind, DecodeError, Registry, SessionEvent};
 use crate::session::log::LogRef;
 
 /// Events read per store call while replaying.
@@ -74,7 +74,7 @@ pub fn replay_range<'a>(
     range: std::ops::Range<u64>,
 ) -> Result<Replay<'a>> {
     let log = log.into();
-    crate::session::delete::check_not_deleted(log, id)?;
+    crate::session::lifecycle::delete::check_not_deleted(log, id)?;
     replay_range_of_any(log, id, registry, range)
 }
 
@@ -272,7 +272,7 @@ pub fn fork<'a>(
     child: Option<&str>,
 ) -> Result<Forked> {
     let log = log.into();
-    crate::session::delete::check_not_deleted(log, source)?;
+    crate::session::lifecycle::delete::check_not_deleted(log, source)?;
     let len = log
         .appended_len(source)?
         .ok_or_else(|| Error::UnknownSession(source.to_string()))?;

@@ -13,9 +13,9 @@ use std::sync::Arc;
 use serde_json::Value;
 
 use crate::error::{Error, Result};
-use crate::session::core::Session;
-use crate::session::event::{ContentBlock, ToolCall, ToolResult, ToolStatus};
-use crate::session::surface::SurfaceOp;
+use crate::session::codec::event::{ContentBlock, ToolCall, ToolResult, ToolStatus};
+use crate::session::fold::surface::SurfaceOp;
+use crate::session::handle::Session;
 
 /// The three places where the log must be durable before going on (a name
 /// for each; the wait itself is [`Session::flush`] at every one of them).

@@ -13,10 +13,10 @@ use std::path::{Path, PathBuf};
 
 use crate::derived::{write_atomic, DerivedKind};
 use crate::error::{Error, Result};
-use crate::session::event::{self, Registry};
+use crate::session::codec::event::{self, Registry};
 use crate::session::log::LogRef;
-use crate::session::projection::Projection;
-use crate::session::replay::decode_error;
+use crate::session::views::projection::Projection;
+use crate::session::views::replay::decode_error;
 use crate::types::LogPos;
 
 /// Directory of snapshot files inside the store (FORMAT.md §12).
@@ -331,7 +331,7 @@ pub(crate) fn read_checked(
         return Ok(Err(Some(why)));
     }
     if h.covered > 0 {
-        let crate::session::event::EncodedEvent {
+        let crate::session::codec::event::EncodedEvent {
             kind,
             flags,
             payload,
@@ -462,7 +462,7 @@ pub(crate) fn write_file(
         )));
     }
     let last_event_crc = if covered > 0 {
-        let crate::session::event::EncodedEvent {
+        let crate::session::codec::event::EncodedEvent {
             kind,
             flags,
             payload,

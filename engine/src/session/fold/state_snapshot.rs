@@ -28,14 +28,14 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, Result};
-use crate::session::coords::TurnInfo;
-use crate::session::core::OpenState;
-use crate::session::event::{
+use crate::session::codec::event::{
     EpochHeader, Registry, RequestContext, SessionMetadata, TurnEndReason,
 };
+use crate::session::fold::coords::TurnInfo;
+use crate::session::fold::surface::Surface;
+use crate::session::handle::OpenState;
 use crate::session::log::LogRef;
-use crate::session::snapshot::{read_checked, write_file, Slot, SNAPSHOT_DIR};
-use crate::session::surface::Surface;
+use crate::session::views::snapshot::{read_checked, write_file, Slot, SNAPSHOT_DIR};
 
 /// The name a state snapshot carries in the §12 header's projection field
 /// (not a valid projection file name, so it never meets one).
@@ -224,7 +224,7 @@ pub(crate) fn decode_state(
     }
     // Kinds: the fold from seq 0 would refuse what this process does not know.
     for code in (0..64u16).filter(|c| s.core_kinds & (1u64 << c) != 0) {
-        if crate::session::event::CoreKind::from_code(code).is_none() {
+        if crate::session::codec::event::CoreKind::from_code(code).is_none() {
             return Err(format!(
                 "the snapshot's fold applied kind code {code}, unknown here"
             ));
@@ -358,13 +358,15 @@ pub(crate) fn save(log: LogRef<'_>, session: &str, parts: &Parts<'_>) -> Result<
     )
 }
 
-use crate::session::core::Session;
-use crate::session::event::{self, AssistantMessage, CoreKind, EventKind, ToolResult, UserMessage};
-use crate::session::messages::{self, Keep};
+use crate::session::codec::event::{
+    self, AssistantMessage, CoreKind, EventKind, ToolResult, UserMessage,
+};
+use crate::session::fold::messages::{self, Keep};
+use crate::session::handle::Session;
 
 impl Session {
     /// Take the state of a snapshot (the fold then goes on from `r.len`).
-    pub(super) fn install(&mut self, r: Restored) {
+    pub(in crate::session) fn install(&mut self, r: Restored) {
         self.len = r.len;
         self.messages.restore_keys(&r.surface, &r.no_message);
         self.surface = r.surface;
@@ -383,14 +385,14 @@ impl Session {
     /// Read from the log the messages of surface nodes restored from a
     /// snapshot and of those dropped once durable (nodes close together
     /// share one walk of the index), and keep them: a derive follows.
-    pub(super) fn load_messages(&mut self) -> Result<()> {
+    pub(in crate::session) fn load_messages(&mut self) -> Result<()> {
         self.load_messages_kept(true)
     }
 
     /// [`Session::load_messages`] for the tool-pair check of a replace:
     /// only the nodes restored from a snapshot, whose tool-use ids are not
     /// known; a handle that has not derived keeps only their ids.
-    pub(super) fn load_restored_messages(&mut self) -> Result<()> {
+    pub(in crate::session) fn load_restored_messages(&mut self) -> Result<()> {
         self.load_messages_kept(false)
     }
 
@@ -484,7 +486,7 @@ impl Session {
     /// Write a state snapshot of this handle's fold if every event of the
     /// session is durable and this handle has folded all of them. Returns
     /// whether one was written.
-    pub(super) fn write_state_snapshot_if_durable(&mut self) -> Result<bool> {
+    pub(in crate::session) fn write_state_snapshot_if_durable(&mut self) -> Result<bool> {
         let log = self.log.as_ref();
         let store_read_only = log.store().is_some_and(|s| s.is_read_only());
         if self.is_read_only() || store_read_only || self.len == self.state_covered {
@@ -563,7 +565,7 @@ fn message_of(
     } else {
         event::decode(seq, code, flags, payload, registry)
     }
-    .map_err(|err| crate::session::replay::decode_error(id, seq, err))?;
+    .map_err(|err| crate::session::views::replay::decode_error(id, seq, err))?;
     let bad = |detail: String| Error::BadEvent {
         session: id.to_string(),
         seq,

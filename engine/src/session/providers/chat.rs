@@ -11,8 +11,8 @@
 use serde_json::{json, Map, Value};
 
 use super::{base, data_url, obj, Segment};
-use crate::session::content::{ContentBlock, MediaSource, ToolResultContent};
-use crate::session::event::{EpochHeader, SystemPrompt};
+use crate::session::codec::content::{ContentBlock, MediaSource, ToolResultContent};
+use crate::session::codec::event::{EpochHeader, SystemPrompt};
 
 pub(crate) fn body(header: Option<&EpochHeader>, segments: &[Segment]) -> Value {
     let mut b = base(header);
@@ -57,7 +57,7 @@ pub(crate) fn body(header: Option<&EpochHeader>, segments: &[Segment]) -> Value 
     Value::Object(b)
 }
 
-fn tool(t: &crate::session::event::ToolSchema) -> Value {
+fn tool(t: &crate::session::codec::event::ToolSchema) -> Value {
     if t.extra.get("type").is_some_and(|x| x != "function") {
         return Value::Object(t.extra.clone());
     }

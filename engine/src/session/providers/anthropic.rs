@@ -11,8 +11,8 @@
 use serde_json::{json, Map, Value};
 
 use super::{base, obj, split_data_url, Segment};
-use crate::session::content::{ContentBlock, MediaSource, ToolResultContent};
-use crate::session::event::{EpochHeader, SystemPrompt};
+use crate::session::codec::content::{ContentBlock, MediaSource, ToolResultContent};
+use crate::session::codec::event::{EpochHeader, SystemPrompt};
 
 pub(crate) fn body(header: Option<&EpochHeader>, segments: &[Segment]) -> Value {
     let mut b = base(header);

@@ -13,17 +13,15 @@ use std::ops::Range;
 use serde::Serialize;
 
 use crate::error::{Error, Result};
-use crate::session::event::{
+use crate::session::codec::event::{
     AssistantMessage, CompactionSummary, ContentBlock, CoreKind, EventKind, Registry, SessionEvent,
     ToolResult, UserMessage,
 };
 use crate::session::log::LogRef;
 #[cfg(feature = "search")]
-use crate::session::replay::replay_range_of_any;
-use crate::session::replay::{replay_range, turn_open_before};
+use crate::session::views::replay::replay_range_of_any;
+use crate::session::views::replay::{replay_range, turn_open_before};
 use crate::store::Store;
-
-pub use crate::session::catalog::{Catalog, CatalogEntry, Cursor, ListPage, ListQuery};
 
 /// One row of [`list_sessions`].
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -46,18 +44,18 @@ pub struct SessionSummary {
 /// An event's `ts`; one that holds blob references gives its envelope's
 /// without reading the blobs.
 fn event_ts(registry: &Registry, seq: u64, kind: u16, flags: u16, payload: &[u8]) -> Option<u64> {
-    if crate::session::blob_refs::has_refs(payload) {
-        return serde_json::from_slice::<crate::session::event::Envelope>(payload)
+    if crate::session::codec::blob_refs::has_refs(payload) {
+        return serde_json::from_slice::<crate::session::codec::event::Envelope>(payload)
             .ok()
             .and_then(|env| env.ts);
     }
-    crate::session::event::decode(seq, kind, flags, payload, registry)
+    crate::session::codec::event::decode(seq, kind, flags, payload, registry)
         .ok()
         .and_then(|ev| ev.ts)
 }
 
 fn ts_of(log: LogRef<'_>, registry: &Registry, id: &str, seq: u64) -> Result<Option<u64>> {
-    let crate::session::event::EncodedEvent {
+    let crate::session::codec::event::EncodedEvent {
         kind,
         flags,
         payload,
@@ -80,10 +78,10 @@ pub fn list_sessions<'a>(
 ) -> Result<Vec<SessionSummary>> {
     let log = log.into();
     let policy = match log.store() {
-        Some(store) => Some(crate::session::retention::Policy::of(store)?),
+        Some(store) => Some(crate::session::lifecycle::retention::Policy::of(store)?),
         None => None,
     };
-    let now = crate::session::event::now_ms();
+    let now = crate::session::codec::event::now_ms();
     let mut out = Vec::new();
     for (name, parent) in log.sessions()? {
         let end = match log.durable_len(&name) {
@@ -97,7 +95,7 @@ pub fn list_sessions<'a>(
         let updated_ms = if end == 0 {
             None
         } else {
-            let crate::session::event::EncodedEvent {
+            let crate::session::codec::event::EncodedEvent {
                 kind,
                 flags,
                 payload,
@@ -133,7 +131,7 @@ pub fn list_sessions<'a>(
 
 /// Durable events of `session` with seq in `range`, optionally only of the
 /// given kinds (by name, e.g. `"tool/call"`). Reads only that range and
-/// never causes a sync (see [`crate::session::replay()`]).
+/// never causes a sync (see [`crate::session::views::replay()`]).
 pub fn events<'a>(
     log: impl Into<LogRef<'a>>,
     registry: &Registry,
@@ -435,15 +433,15 @@ impl SearchIndex {
         // §18): left out of searches across sessions, like deleted ones
         // (two reads per session when the store has a policy).
         tx.execute("DELETE FROM expired", []).map_err(serr)?;
-        let policy = crate::session::retention::Policy::of(store)?;
+        let policy = crate::session::lifecycle::retention::Policy::of(store)?;
         if !policy.is_empty() {
-            let now = crate::session::event::now_ms();
+            let now = crate::session::codec::event::now_ms();
             for info in store.sessions() {
                 if policy.keeps(&info.name) {
                     continue;
                 }
                 let (created, updated) =
-                    crate::session::retention::session_times(store, &info.name)?;
+                    crate::session::lifecycle::retention::session_times(store, &info.name)?;
                 if policy.expired(&info.name, created, updated, now) {
                     tx.execute(
                         "INSERT OR IGNORE INTO expired(session) VALUES(?1)",
@@ -494,7 +492,7 @@ impl SearchIndex {
         query: &str,
         limit: usize,
     ) -> Result<Vec<Hit>> {
-        crate::session::delete::check_not_deleted(store, session)?;
+        crate::session::lifecycle::delete::check_not_deleted(store, session)?;
         let meta = store
             .session_meta(session)
             .ok_or_else(|| Error::UnknownSession(session.to_string()))?;

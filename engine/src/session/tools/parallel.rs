@@ -10,11 +10,13 @@
 //! and `TOOL_NOT_STARTED` for uses whose call never became durable.
 
 use crate::error::Result;
-use crate::session::core::Session;
-use crate::session::durability::{record_result, CancelToken, ToolBody, ToolOutcome};
-use crate::session::event::{self, CoreKind, EncodedEvent, ToolCall, ToolResult, ToolStatus};
-use crate::session::host::SharedSession;
-use crate::session::surface::SurfaceOp;
+use crate::session::codec::event::{
+    self, CoreKind, EncodedEvent, ToolCall, ToolResult, ToolStatus,
+};
+use crate::session::fold::surface::SurfaceOp;
+use crate::session::handle::host::SharedSession;
+use crate::session::handle::Session;
+use crate::session::tools::durability::{record_result, CancelToken, ToolBody, ToolOutcome};
 use crate::types::LogPos;
 
 impl Session {

@@ -12,10 +12,10 @@ use std::sync::{Arc, Weak};
 use parking_lot::Mutex;
 
 use crate::error::{Error, Result};
-use crate::session::core::{HistoryEvent, Session};
-use crate::session::event::Registry;
+use crate::session::codec::event::Registry;
+use crate::session::handle::repair::{repair, PluginRepair, RepairReport};
+use crate::session::handle::{HistoryEvent, Session};
 use crate::session::log::LogHandle;
-use crate::session::repair::{repair, PluginRepair, RepairReport};
 use crate::store::Store;
 
 /// A session shared between an agent loop and the host.
@@ -220,13 +220,13 @@ impl Host {
 
     /// Whether `id` carries a tombstone (deleted sessions are not repaired).
     fn is_deleted(&self, id: &str) -> Result<bool> {
-        Ok(crate::session::delete::deleted_at(&self.log, id)?.is_some())
+        Ok(crate::session::lifecycle::delete::deleted_at(&self.log, id)?.is_some())
     }
 
     /// Delete session `id` (see [`crate::session::delete()`]). Refused while
     /// a handle holds it for writing, in this host or elsewhere.
     pub fn delete(&self, id: &str) -> Result<u64> {
-        crate::session::delete::delete(&self.log, id)
+        crate::session::lifecycle::delete::delete(&self.log, id)
     }
 
     fn repair_one(&self, id: &str) -> Result<RepairReport> {

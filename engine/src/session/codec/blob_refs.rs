@@ -28,7 +28,7 @@ use serde_json::{json, Value};
 
 use crate::blobs::{hex, parse_hex, BlobDir, BlobPin};
 use crate::error::{Error, Result};
-use crate::session::event::{Envelope, SESSION_FORMAT_VERSION};
+use crate::session::codec::event::{Envelope, SESSION_FORMAT_VERSION};
 use crate::store::Store;
 
 /// The `"type"` of a blob reference.
@@ -362,7 +362,7 @@ pub fn session_blobs(store: &Store, session: &str) -> Result<BTreeSet<[u8; 32]>>
 pub fn referenced_blobs(store: &Store) -> Result<BTreeSet<[u8; 32]>> {
     let mut out = BTreeSet::new();
     for info in store.sessions() {
-        if crate::session::delete::deleted_at(store, &info.name)?.is_some() {
+        if crate::session::lifecycle::delete::deleted_at(store, &info.name)?.is_some() {
             continue;
         }
         out.extend(session_blobs(store, &info.name)?);

@@ -13,7 +13,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::frame::FLAG_IGNORABLE;
-use crate::session::surface::SurfaceOp;
+use crate::session::fold::surface::SurfaceOp;
 
 /// Version of the session payload format. Only 0 exists; any other value is
 /// refused on restore.
@@ -82,7 +82,7 @@ impl CoreKind {
     }
 }
 
-pub use crate::session::content::{ContentBlock, Usage};
+pub use crate::session::codec::content::{ContentBlock, Usage};
 
 /// Why a turn ended.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -1064,8 +1064,8 @@ impl Parsed {
     /// The bytes of text the data holds (block texts, thinking, a chunk's
     /// delta): the bulk of its JSON, to size the payload's buffer once.
     fn text_len(&self) -> usize {
-        let blocks = |c: &[crate::session::content::ContentBlock]| -> usize {
-            use crate::session::content::ContentBlock as B;
+        let blocks = |c: &[crate::session::codec::content::ContentBlock]| -> usize {
+            use crate::session::codec::content::ContentBlock as B;
             c.iter()
                 .map(|b| match b {
                     B::Text { text, .. } => text.len(),

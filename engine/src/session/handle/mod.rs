@@ -7,24 +7,27 @@
 //! logged" (invariant 4) holds by construction; the proptest in
 //! `tests/model_visible.rs` checks it.
 
+pub mod host;
+pub mod repair;
+
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use serde_json::Value;
 
 use crate::error::{Error, Result};
-use crate::session::adapter::{self, Provider};
-use crate::session::event::{
+use crate::session::codec::event::{
     self, AssistantMessage, CompactionEnd, CompactionPrune, CompactionStart, CompactionSummary,
     ContentBlock, CoreKind, DecodeError, EncodedEvent, EpochHeader, EventData, EventKind,
     HeaderReason, Intent, Registry, RequestContext, RequestHeader, SessionEvent, ToolResult,
     UserMessage,
 };
-use crate::session::header::{first_difference, first_json_difference, Request, RequestSpec};
+use crate::session::fold::header::{first_difference, first_json_difference, Request, RequestSpec};
+use crate::session::fold::messages::{self, Keep, Message, MessageCache};
+use crate::session::fold::state_snapshot::{self, KindsSeen, Loaded};
+use crate::session::fold::surface::{Surface, SurfaceOp};
 use crate::session::log::{AppendEnd, DurabilityPoint, LogHandle, LogRef};
-use crate::session::messages::{self, Keep, Message, MessageCache};
-use crate::session::state_snapshot::{self, KindsSeen, Loaded};
-use crate::session::surface::{Surface, SurfaceOp};
+use crate::session::providers::{self, Provider};
 use crate::store::Store;
 use crate::types::LogPos;
 
@@ -58,20 +61,20 @@ impl OpenState {
 
 /// A session: append typed events, derive what the model sees.
 pub struct Session {
-    pub(super) log: LogHandle,
-    pub(super) id: Arc<str>,
+    pub(in crate::session) log: LogHandle,
+    pub(in crate::session) id: Arc<str>,
     /// The session's id inside the embedded store, once an append has
     /// told it: later appends skip the name lookup (the store checks that
     /// the id still names this session).
-    pub(super) store_sid: Option<crate::types::SessionId>,
-    pub(super) registry: Arc<Registry>,
-    pub(super) len: u64,
-    pub(super) surface: Surface,
-    pub(super) messages: MessageCache,
-    pub(super) header: Option<EpochHeader>,
-    pub(super) context: Option<RequestContext>,
-    pub(super) seed_end: Option<u64>,
-    pub(super) open: OpenState,
+    pub(in crate::session) store_sid: Option<crate::types::SessionId>,
+    pub(in crate::session) registry: Arc<Registry>,
+    pub(in crate::session) len: u64,
+    pub(in crate::session) surface: Surface,
+    pub(in crate::session) messages: MessageCache,
+    pub(in crate::session) header: Option<EpochHeader>,
+    pub(in crate::session) context: Option<RequestContext>,
+    pub(in crate::session) seed_end: Option<u64>,
+    pub(in crate::session) open: OpenState,
     /// This agent loop has written a header (else the next one is `resume`).
     loop_wrote_header: bool,
     /// End of this handle's last append (for durability waits).
@@ -83,23 +86,23 @@ pub struct Session {
     /// it (a worker that died): repair before going on.
     took_over: bool,
     /// Every turn, in order (see [`Session::turns`]).
-    pub(crate) turns: Vec<crate::session::coords::TurnInfo>,
+    pub(crate) turns: Vec<crate::session::fold::coords::TurnInfo>,
     /// The fold of the `session/meta` events.
-    pub(super) metadata: event::SessionMetadata,
+    pub(in crate::session) metadata: event::SessionMetadata,
     /// Seq of the `session/delete` tombstone, if any.
-    pub(super) deleted: Option<u64>,
+    pub(in crate::session) deleted: Option<u64>,
     /// Kinds the fold has applied (kept in state snapshots).
-    pub(super) kinds: KindsSeen,
+    pub(in crate::session) kinds: KindsSeen,
     /// Events covered by the state snapshot on disk, as far as this handle
     /// knows (FORMAT.md §17).
-    pub(super) state_covered: u64,
+    pub(in crate::session) state_covered: u64,
     /// The state snapshot this handle was restored from (events covered).
-    pub(super) restored_from: Option<u64>,
+    pub(in crate::session) restored_from: Option<u64>,
     /// Why a state snapshot on disk was not used.
-    pub(super) snapshot_discarded: Option<String>,
+    pub(in crate::session) snapshot_discarded: Option<String>,
     /// Messages of restored surface nodes could not be read from the log:
     /// [`Session::derive_messages`] returned nothing, appends are refused.
-    pub(super) messages_error: Option<String>,
+    pub(in crate::session) messages_error: Option<String>,
 }
 
 impl Drop for Session {
@@ -229,7 +232,7 @@ impl Session {
     /// Whether opening this handle took the session over from a writer
     /// that held it without releasing it (on PostgreSQL: an expired lease
     /// of a worker that died or stalled). Such a session may have a turn
-    /// left open: run [`crate::session::repair()`] before going on.
+    /// left open: run [`crate::session::handle::repair()`] before going on.
     pub fn took_over(&self) -> bool {
         self.took_over
     }
@@ -273,7 +276,7 @@ impl Session {
                         if view {
                             event::decode_view(e.seq, e.kind, e.flags, &payload, &s.registry)
                                 .map_err(|err| {
-                                    crate::session::replay::decode_error(&s.id, e.seq, err)
+                                    crate::session::views::replay::decode_error(&s.id, e.seq, err)
                                 })
                         } else {
                             s.decode(e.seq, e.kind, e.flags, &payload)
@@ -301,7 +304,7 @@ impl Session {
         }
         // Expired under the store's retention policy: not found either.
         if let Some(store) = log.store() {
-            crate::session::retention::check_not_expired(store, id)?;
+            crate::session::lifecycle::retention::check_not_expired(store, id)?;
         }
         Ok(s)
     }
@@ -437,7 +440,7 @@ impl Session {
                 let d: event::TurnStart =
                     <event::TurnStart as serde::Deserialize>::deserialize(&ev.data)
                         .map_err(|e| typed_err(self, e))?;
-                self.turns.push(crate::session::coords::TurnInfo {
+                self.turns.push(crate::session::fold::coords::TurnInfo {
                     turn_id: d.turn_id.clone(),
                     start_seq: ev.seq,
                     end_seq: None,
@@ -958,9 +961,9 @@ impl Session {
                         let e = &items[i];
                         event::decode(ev.seq, e.kind, e.flags, &e.payload, &self.registry)
                             .ok()
-                            .and_then(|ev| crate::session::query::searchable_text(&ev))
+                            .and_then(|ev| crate::session::views::query::searchable_text(&ev))
                     } else {
-                        crate::session::query::searchable_text(ev)
+                        crate::session::views::query::searchable_text(ev)
                     }
                 }
             },
@@ -1233,8 +1236,9 @@ impl Session {
         self.log.as_ref().visit(&self.id, range, |e| {
             let ev = e.payload.and_then(|payload| {
                 if self.is_read_only() {
-                    event::decode_view(e.seq, e.kind, e.flags, &payload, &self.registry)
-                        .map_err(|err| crate::session::replay::decode_error(&self.id, e.seq, err))
+                    event::decode_view(e.seq, e.kind, e.flags, &payload, &self.registry).map_err(
+                        |err| crate::session::views::replay::decode_error(&self.id, e.seq, err),
+                    )
                 } else {
                     self.decode(e.seq, e.kind, e.flags, &payload)
                 }
@@ -1330,10 +1334,10 @@ impl Session {
     /// The request body for `provider` that the log rebuilds: the latest
     /// header's model, parameters, system prompt and tools, and the derived
     /// messages arranged by the provider's rules (see
-    /// [`crate::session::adapter`]).
+    /// [`crate::session::providers`]).
     pub fn request_body(&mut self, provider: Provider) -> Value {
         let header = self.header.clone();
-        adapter::request_body(provider, header.as_ref(), self.derive_messages())
+        providers::request_body(provider, header.as_ref(), self.derive_messages())
     }
 
     /// The invariant check on the wire: the body a harness is about to send
@@ -1702,7 +1706,7 @@ mod tests {
     /// frames) and equals a fresh open's.
     #[test]
     fn a_fork_child_recording_with_async_flushes_derives_what_a_fresh_open_does() {
-        use crate::session::event::{TurnEnd, TurnEndReason, TurnStart};
+        use crate::session::codec::event::{TurnEnd, TurnEndReason, TurnStart};
         let dir = tempfile::tempdir().unwrap();
         let store = Arc::new(Store::open(dir.path()).unwrap());
         let reg = Arc::new(Registry::new());

@@ -11,8 +11,8 @@
 use serde_json::{json, Map, Value};
 
 use super::{base, data_url, obj, Segment};
-use crate::session::content::{ContentBlock, MediaSource, ToolResultContent};
-use crate::session::event::EpochHeader;
+use crate::session::codec::content::{ContentBlock, MediaSource, ToolResultContent};
+use crate::session::codec::event::EpochHeader;
 
 pub(crate) fn body(header: Option<&EpochHeader>, segments: &[Segment]) -> Value {
     let mut b = base(header);
@@ -43,7 +43,7 @@ pub(crate) fn body(header: Option<&EpochHeader>, segments: &[Segment]) -> Value 
     Value::Object(b)
 }
 
-fn tool(t: &crate::session::event::ToolSchema) -> Value {
+fn tool(t: &crate::session::codec::event::ToolSchema) -> Value {
     if t.extra.get("type").is_some_and(|x| x != "function") {
         // A provider tool (web_search, file_search, …): as configured.
         let mut m = t.extra.clone();
@@ -92,7 +92,7 @@ fn assistant(blocks: &[ContentBlock], input: &mut Vec<Value>) {
             ContentBlock::ToolUse { id, name, .. }
             | ContentBlock::Function {
                 id,
-                function: crate::session::content::ChatFunction { name, .. },
+                function: crate::session::codec::content::ChatFunction { name, .. },
                 ..
             } => {
                 flush(&mut parts, input);

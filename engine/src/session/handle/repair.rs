@@ -13,13 +13,13 @@
 use serde::Serialize;
 
 use crate::error::Result;
-use crate::session::core::Session;
-use crate::session::event::{
+use crate::session::codec::event::{
     self, ContentBlock, CoreKind, EncodedEvent, StepEnd, StepEndReason, ToolResult, ToolStatus,
     TurnEnd, TurnEndReason,
 };
-use crate::session::messages::{Message, Role};
-use crate::session::surface::SurfaceOp;
+use crate::session::fold::messages::{Message, Role};
+use crate::session::fold::surface::SurfaceOp;
+use crate::session::handle::Session;
 
 /// What repair did to one session.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]

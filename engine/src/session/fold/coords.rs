@@ -7,9 +7,9 @@
 use serde::Serialize;
 
 use crate::error::{Error, Result};
-use crate::session::core::Session;
-use crate::session::event::TurnEndReason;
-use crate::session::replay::{fork, Forked};
+use crate::session::codec::event::TurnEndReason;
+use crate::session::handle::Session;
+use crate::session::views::replay::{fork, Forked};
 
 /// One turn of a session.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]

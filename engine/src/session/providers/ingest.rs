@@ -5,8 +5,8 @@
 use serde_json::{Map, Value};
 
 use super::Provider;
-use crate::session::content::{ContentBlock, Usage};
-use crate::session::event::AssistantMessage;
+use crate::session::codec::content::{ContentBlock, Usage};
+use crate::session::codec::event::AssistantMessage;
 
 impl AssistantMessage {
     /// The tool calls this message asks the client to make (Anthropic
@@ -24,12 +24,12 @@ impl AssistantMessage {
     /// let calls = AssistantMessage::from_response(Provider::OpenAiChat, &resp).tool_calls();
     /// assert_eq!((calls[0].call_id.as_str(), calls[0].input["k"].as_i64()), ("call_1", Some(1)));
     /// ```
-    pub fn tool_calls(&self) -> Vec<crate::session::event::ToolCall> {
+    pub fn tool_calls(&self) -> Vec<crate::session::codec::event::ToolCall> {
         self.content
             .iter()
             .filter_map(|b| {
                 let (id, name) = b.client_tool_use()?;
-                Some(crate::session::event::ToolCall {
+                Some(crate::session::codec::event::ToolCall {
                     call_id: id.to_string(),
                     name: name.to_string(),
                     input: b.tool_input()?,

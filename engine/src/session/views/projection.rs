@@ -14,11 +14,11 @@ use std::sync::Arc;
 use serde::{de::DeserializeOwned, Deserialize, Serialize};
 use serde_json::Value;
 
-use crate::session::event::{
+use crate::session::codec::event::{
     AssistantMessage, CompactionPrune, ContentBlock, CoreKind, EventKind, SessionEvent, ToolResult,
     TurnEnd, TurnEndReason, TurnStart, UserMessage,
 };
-use crate::session::surface::SurfaceOp;
+use crate::session::fold::surface::SurfaceOp;
 
 /// A pure fold over session events.
 pub trait Projection: Send + Sync + 'static {

@@ -26,9 +26,9 @@ use std::sync::Arc;
 
 use serde_json::{Map, Value};
 
-use crate::session::content::ContentBlock;
-use crate::session::event::EpochHeader;
-use crate::session::messages::{Message, Role};
+use crate::session::codec::content::ContentBlock;
+use crate::session::codec::event::EpochHeader;
+use crate::session::fold::messages::{Message, Role};
 
 /// A provider request API.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

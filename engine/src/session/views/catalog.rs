@@ -24,7 +24,7 @@ use std::ops::ControlFlow;
 use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, Result};
-use crate::session::event::{CoreKind, MetaUpdate, SessionMetadata};
+use crate::session::codec::event::{CoreKind, MetaUpdate, SessionMetadata};
 use crate::session::log::LogRef;
 use crate::store::Store;
 use crate::types::LogPos;
@@ -158,7 +158,7 @@ pub struct Catalog {
     epoch: Option<(u64, u64)>,
     /// The store's retention policy at the last refresh: expired sessions
     /// are left out of listings and lookups.
-    policy: crate::session::retention::Policy,
+    policy: crate::session::lifecycle::retention::Policy,
     /// Built on another log ([`LogRef::Other`]): each session's rank by
     /// name (given in the order the log first listed it).
     ranks: Option<HashMap<String, u32>>,
@@ -281,7 +281,7 @@ impl Catalog {
             self.covered = LogPos(0);
         }
         self.epoch = Some(epoch);
-        self.policy = crate::session::retention::Policy::of(store)?;
+        self.policy = crate::session::lifecycle::retention::Policy::of(store)?;
         let (durable, touched) = store.sessions_touched_since(self.covered);
         let mut read = 0;
         for (name, meta) in touched {
@@ -322,7 +322,7 @@ impl Catalog {
                 &e.id,
                 e.created_ms,
                 e.updated_ms,
-                crate::session::event::now_ms(),
+                crate::session::codec::event::now_ms(),
             )
     }
 

@@ -10,7 +10,7 @@
 //! reclaimable; reclaiming them is the storage-lifecycle work, not done here.
 
 use crate::error::{Error, Result};
-use crate::session::event::{self, CoreKind};
+use crate::session::codec::event::{self, CoreKind};
 use crate::session::log::LogRef;
 
 /// Seq of the session's tombstone, if it is deleted: one read of its last
@@ -41,7 +41,9 @@ pub fn check_not_deleted<'a>(log: impl Into<LogRef<'a>>, id: &str) -> Result<()>
             seq,
         }),
         None => match log {
-            LogRef::Embedded(store) => crate::session::retention::check_not_expired(store, id),
+            LogRef::Embedded(store) => {
+                crate::session::lifecycle::retention::check_not_expired(store, id)
+            }
             // Retention policies are the embedded store's (retention.json).
             LogRef::Other(_) => Ok(()),
         },

@@ -15,9 +15,11 @@ use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
-use crate::session::content::ToolResultContent;
-use crate::session::event::{AssistantMessage, ContentBlock, ToolResult, ToolStatus, UserMessage};
-use crate::session::surface::Surface;
+use crate::session::codec::content::ToolResultContent;
+use crate::session::codec::event::{
+    AssistantMessage, ContentBlock, ToolResult, ToolStatus, UserMessage,
+};
+use crate::session::fold::surface::Surface;
 
 /// Who speaks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]

@@ -9,9 +9,9 @@ use serde::de::DeserializeOwned;
 use serde_json::Value;
 
 use crate::error::{Error, Result};
-use crate::session::core::Session;
-use crate::session::event::{self as ev, CoreKind};
-use crate::session::surface::SurfaceOp;
+use crate::session::codec::event::{self as ev, CoreKind};
+use crate::session::fold::surface::SurfaceOp;
+use crate::session::handle::Session;
 
 fn typed<T: DeserializeOwned>(kind: &str, data: Value) -> Result<T> {
     // Only metadata updates are built typed (their limits are checked there).
@@ -216,7 +216,7 @@ mod tests {
     use serde_json::json;
 
     use super::*;
-    use crate::session::event::Registry;
+    use crate::session::codec::event::Registry;
     use crate::Store;
 
     #[test]

@@ -140,7 +140,7 @@ impl Policy {
     }
 
     /// This policy with `r`'s store-wide fields where `r` sets them.
-    pub fn overridden_by(&self, r: &crate::session::gc::Retention) -> Policy {
+    pub fn overridden_by(&self, r: &crate::session::lifecycle::gc::Retention) -> Policy {
         let mut p = self.clone();
         if r.expire_after_ms.is_some() {
             p.expire_after_ms = r.expire_after_ms;
@@ -220,7 +220,7 @@ pub fn session_times(store: &Store, id: &str) -> Result<(Option<u64>, Option<u64
 /// and lists hide it all the same.)
 pub fn check_not_expired(store: &Store, id: &str) -> Result<()> {
     let policy = Policy::of(store)?;
-    check_with(store, &policy, id, crate::session::event::now_ms())
+    check_with(store, &policy, id, crate::session::codec::event::now_ms())
 }
 
 /// [`check_not_expired`] under `policy` at `now`.

@@ -1,0 +1,9 @@
+//! Codec: events as bytes and back. The core kinds and their typed data,
+//! provider-native content blocks, the payload envelope (FORMAT.md §10),
+//! events given as JSON (the bindings' path), and large blocks kept out of
+//! line as blob references (FORMAT.md §15).
+
+pub mod blob_refs;
+pub mod content;
+pub mod dynamic;
+pub mod event;
