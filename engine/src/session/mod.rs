@@ -33,7 +33,7 @@ pub(crate) mod views;
 
 #[allow(deprecated)]
 pub use self::handle::SeedEvent;
-pub use self::handle::{HistoryEvent, OpenState, Session};
+pub use self::handle::{HistoryEvent, Session};
 #[cfg(feature = "tokio")]
 pub use asynchronous::tokio as blocking_pool;
 pub use asynchronous::{run_tool_async, subscribe, FlushWait, SessionSubscription};
@@ -53,6 +53,7 @@ pub use codec::event::{
 pub use fold::coords::TurnInfo;
 pub use fold::header::{Difference, Request, RequestSpec};
 pub use fold::messages::{Message, Role};
+pub use fold::state::OpenState;
 pub use fold::surface::{RangeError, Surface, SurfaceOp};
 pub use handle::host::{Host, SharedSession};
 pub use handle::repair::{repair, validate_messages, MessageProblem, PluginRepair, RepairReport};

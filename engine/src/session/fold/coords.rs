@@ -50,12 +50,12 @@ impl Session {
     /// assert_eq!(child.upto, 3);
     /// ```
     pub fn turns(&self) -> &[TurnInfo] {
-        &self.turns
+        &self.state.turns
     }
 
     /// The turn with this id (the last one, if an id was reused).
     pub fn turn(&self, turn_id: &str) -> Option<&TurnInfo> {
-        self.turns.iter().rev().find(|t| t.turn_id == turn_id)
+        self.state.turns.iter().rev().find(|t| t.turn_id == turn_id)
     }
 
     /// Surface position of the node logged at `seq` (None: not on the surface).
@@ -185,6 +185,7 @@ impl Session {
             .ok_or_else(|| Error::InvalidArgument(format!("no message {index}")))?;
         let len = self.len();
         let boundary = self
+            .state
             .turns
             .iter()
             .find(|t| t.seqs(len).contains(&seq))

@@ -5,5 +5,6 @@
 pub mod coords;
 pub mod header;
 pub mod messages;
+pub mod state;
 pub mod state_snapshot;
 pub mod surface;

@@ -33,7 +33,7 @@ use crate::session::codec::event::{
 };
 use crate::session::fold::coords::TurnInfo;
 use crate::session::fold::surface::Surface;
-use crate::session::handle::OpenState;
+use crate::session::fold::state::OpenState;
 use crate::session::log::LogRef;
 use crate::session::views::snapshot::{read_checked, write_file, Slot, SNAPSHOT_DIR};
 
@@ -367,17 +367,17 @@ use crate::session::handle::Session;
 impl Session {
     /// Take the state of a snapshot (the fold then goes on from `r.len`).
     pub(in crate::session) fn install(&mut self, r: Restored) {
-        self.len = r.len;
-        self.messages.restore_keys(&r.surface, &r.no_message);
-        self.surface = r.surface;
-        self.header = r.header;
-        self.context = r.context;
-        self.seed_end = r.seed_end;
-        self.open = r.open;
-        self.turns = r.turns;
-        self.metadata = r.metadata;
-        self.deleted = r.deleted;
-        self.kinds = r.kinds;
+        self.state.len = r.len;
+        self.state.messages.restore_keys(&r.surface, &r.no_message);
+        self.state.surface = r.surface;
+        self.state.header = r.header;
+        self.state.context = r.context;
+        self.state.seed_end = r.seed_end;
+        self.state.open = r.open;
+        self.state.turns = r.turns;
+        self.state.metadata = r.metadata;
+        self.state.deleted = r.deleted;
+        self.state.kinds = r.kinds;
         self.state_covered = r.len;
         self.restored_from = Some(r.len);
     }
@@ -398,14 +398,14 @@ impl Session {
 
     fn load_messages_kept(&mut self, for_derive: bool) -> Result<()> {
         let unread = if for_derive {
-            self.messages.has_unread()
+            self.state.messages.has_unread()
         } else {
-            self.messages.has_pending()
+            self.state.messages.has_pending()
         };
         if !unread {
             return Ok(());
         }
-        let mut seqs = self.messages.take_pending(for_derive);
+        let mut seqs = self.state.messages.take_pending(for_derive);
         seqs.sort_unstable();
         seqs.dedup();
         let mut loaded = Vec::with_capacity(seqs.len());
@@ -450,7 +450,7 @@ impl Session {
                 (Ok(_), None) => None,
             };
             if let Some(e) = err {
-                self.messages.put_back_pending(seqs);
+                self.state.messages.put_back_pending(seqs);
                 return Err(e);
             }
             i = j;
@@ -461,7 +461,7 @@ impl Session {
             Keep::Durable
         };
         for (seq, m) in loaded {
-            self.messages.insert_kept(seq, m, keep);
+            self.state.messages.insert_kept(seq, m, keep);
         }
         Ok(())
     }
@@ -469,17 +469,17 @@ impl Session {
     /// The fold's parts a state snapshot is made of.
     fn parts(&self) -> Parts<'_> {
         Parts {
-            len: self.len,
-            surface: &self.surface,
-            no_message: self.messages.no_message_nodes(&self.surface),
-            header: self.header.as_ref(),
-            context: self.context.as_ref(),
-            seed_end: self.seed_end,
-            open: &self.open,
-            turns: &self.turns,
-            metadata: &self.metadata,
-            deleted: self.deleted,
-            kinds: &self.kinds,
+            len: self.state.len,
+            surface: &self.state.surface,
+            no_message: self.state.messages.no_message_nodes(&self.state.surface),
+            header: self.state.header.as_ref(),
+            context: self.state.context.as_ref(),
+            seed_end: self.state.seed_end,
+            open: &self.state.open,
+            turns: &self.state.turns,
+            metadata: &self.state.metadata,
+            deleted: self.state.deleted,
+            kinds: &self.state.kinds,
         }
     }
 
@@ -489,20 +489,20 @@ impl Session {
     pub(in crate::session) fn write_state_snapshot_if_durable(&mut self) -> Result<bool> {
         let log = self.log.as_ref();
         let store_read_only = log.store().is_some_and(|s| s.is_read_only());
-        if self.is_read_only() || store_read_only || self.len == self.state_covered {
+        if self.is_read_only() || store_read_only || self.state.len == self.state_covered {
             return Ok(false);
         }
         let missing = || Error::UnknownSession(self.id.to_string());
         let len = log.appended_len(&self.id)?.ok_or_else(missing)?;
         let durable = log.durable_len(&self.id)?.ok_or_else(missing)?;
-        if len != self.len || durable != self.len {
+        if len != self.state.len || durable != self.state.len {
             return Ok(false);
         }
         if !save(log, &self.id, &self.parts())? {
             // This log keeps no snapshots.
             return Ok(false);
         }
-        self.state_covered = self.len;
+        self.state_covered = self.state.len;
         Ok(true)
     }
 
@@ -531,7 +531,7 @@ impl Session {
             return Ok(());
         }
         self.flush()?;
-        if self.len - self.state_covered >= STATE_SNAPSHOT_TAIL {
+        if self.state.len - self.state_covered >= STATE_SNAPSHOT_TAIL {
             self.write_state_snapshot_if_durable()?;
         }
         Ok(())

@@ -10,54 +10,26 @@
 pub mod host;
 pub mod repair;
 
-use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use serde_json::Value;
 
 use crate::error::{Error, Result};
 use crate::session::codec::event::{
-    self, AssistantMessage, CompactionEnd, CompactionPrune, CompactionStart, CompactionSummary,
+    self, CompactionEnd, CompactionPrune, CompactionStart, CompactionSummary,
     ContentBlock, CoreKind, DecodeError, EncodedEvent, EpochHeader, EventData, EventKind,
     HeaderReason, Intent, Registry, RequestContext, RequestHeader, SessionEvent, ToolResult,
     UserMessage,
 };
 use crate::session::fold::header::{first_difference, first_json_difference, Request, RequestSpec};
-use crate::session::fold::messages::{self, Keep, Message, MessageCache};
-use crate::session::fold::state_snapshot::{self, KindsSeen, Loaded};
+use crate::session::fold::messages::{Keep, Message};
+use crate::session::fold::state::{OpenState, State};
+use crate::session::fold::state_snapshot::{self, Loaded};
 use crate::session::fold::surface::{Surface, SurfaceOp};
 use crate::session::log::{AppendEnd, DurabilityPoint, LogHandle, LogRef};
 use crate::session::providers::{self, Provider};
 use crate::store::Store;
 use crate::types::LogPos;
-
-/// Turn, step and tool calls left open (what repair would have to close).
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct OpenState {
-    /// Open turn: (turn_id, seq of its `turn/start`).
-    pub turn: Option<(String, u64)>,
-    /// Open step: (turn_id, step_id, seq of its `step/start`).
-    pub step: Option<(String, String, u64)>,
-    /// `tool/call`s without a `tool/result`: call_id → seq of the call.
-    pub calls: BTreeMap<String, u64>,
-    /// Tool uses the assistant requested with neither a `tool/call` nor a
-    /// `tool/result`: tool_use id → (seq of the assistant message, tool name).
-    pub requested: BTreeMap<String, (u64, String)>,
-    /// Where each open tool use was requested: (seq of the assistant message,
-    /// index of the block). Repair answers open tools in this order.
-    pub origin: BTreeMap<String, (u64, u32)>,
-    /// Open `tool/call`s the model did not request (a tool called from
-    /// inside another tool, or by the harness itself). Their results stay
-    /// in the log but are not model-visible: no tool use would match them.
-    pub unrequested: std::collections::BTreeSet<String>,
-}
-
-impl OpenState {
-    /// Whether no turn and no step is open.
-    pub fn is_idle(&self) -> bool {
-        self.turn.is_none() && self.step.is_none()
-    }
-}
 
 /// A session: append typed events, derive what the model sees.
 pub struct Session {
@@ -68,13 +40,8 @@ pub struct Session {
     /// the id still names this session).
     pub(in crate::session) store_sid: Option<crate::types::SessionId>,
     pub(in crate::session) registry: Arc<Registry>,
-    pub(in crate::session) len: u64,
-    pub(in crate::session) surface: Surface,
-    pub(in crate::session) messages: MessageCache,
-    pub(in crate::session) header: Option<EpochHeader>,
-    pub(in crate::session) context: Option<RequestContext>,
-    pub(in crate::session) seed_end: Option<u64>,
-    pub(in crate::session) open: OpenState,
+    /// Everything the session's events fold into ([`State::apply`]).
+    pub(in crate::session) state: State,
     /// This agent loop has written a header (else the next one is `resume`).
     loop_wrote_header: bool,
     /// End of this handle's last append (for durability waits).
@@ -85,14 +52,6 @@ pub struct Session {
     /// The claim took the session over from a writer that did not release
     /// it (a worker that died): repair before going on.
     took_over: bool,
-    /// Every turn, in order (see [`Session::turns`]).
-    pub(crate) turns: Vec<crate::session::fold::coords::TurnInfo>,
-    /// The fold of the `session/meta` events.
-    pub(in crate::session) metadata: event::SessionMetadata,
-    /// Seq of the `session/delete` tombstone, if any.
-    pub(in crate::session) deleted: Option<u64>,
-    /// Kinds the fold has applied (kept in state snapshots).
-    pub(in crate::session) kinds: KindsSeen,
     /// Events covered by the state snapshot on disk, as far as this handle
     /// knows (FORMAT.md §17).
     pub(in crate::session) state_covered: u64,
@@ -138,7 +97,7 @@ impl std::fmt::Debug for Session {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Session")
             .field("id", &self.id)
-            .field("len", &self.len)
+            .field("len", &self.state.len)
             .finish()
     }
 }
@@ -195,7 +154,7 @@ impl Session {
             }
             None => s.claim()?,
         }
-        if s.len - s.state_covered >= state_snapshot::STATE_SNAPSHOT_TAIL {
+        if s.state.len - s.state_covered >= state_snapshot::STATE_SNAPSHOT_TAIL {
             // A cache: the open does not depend on it.
             let _ = s.write_state_snapshot_if_durable();
         }
@@ -266,7 +225,7 @@ impl Session {
         // payload; nothing is copied), in chunks so that no walk holds the
         // active segment's map for long.
         const CHUNK: u64 = 4096;
-        let mut at = s.len;
+        let mut at = s.state.len;
         while at < len {
             let mut failed: Option<Error> = None;
             log.as_ref().visit(id, at..(at + CHUNK).min(len), |e| {
@@ -296,7 +255,7 @@ impl Session {
             }
             at += CHUNK;
         }
-        if let Some(seq) = s.deleted {
+        if let Some(seq) = s.state.deleted {
             return Err(Error::SessionDeleted {
                 session: id.to_string(),
                 seq,
@@ -329,21 +288,11 @@ impl Session {
             id: Arc::from(id),
             store_sid: None,
             registry,
-            len: 0,
-            surface: Surface::default(),
-            messages: MessageCache::default(),
-            header: None,
-            context: None,
-            seed_end: None,
-            open: OpenState::default(),
+            state: State::default(),
             loop_wrote_header: false,
             last_end: AppendEnd::Nothing,
             live_handle: None,
             took_over: false,
-            turns: Vec::new(),
-            metadata: event::SessionMetadata::default(),
-            deleted: None,
-            kinds: KindsSeen::default(),
             state_covered: 0,
             restored_from: None,
             snapshot_discarded: None,
@@ -374,248 +323,9 @@ impl Session {
         })
     }
 
-    fn bad(&self, seq: u64, detail: impl Into<String>) -> Error {
-        Error::BadEvent {
-            session: self.id.to_string(),
-            seq,
-            detail: detail.into(),
-        }
-    }
-
-    /// Fold one event into the state. The single definition of what an event
-    /// means, used live and on restore.
+    /// Fold one event into the state ([`State::apply`]).
     fn apply(&mut self, ev: &SessionEvent) -> Result<()> {
-        self.apply_parsed(ev, None, Keep::Hold)
-    }
-
-    /// [`Session::apply`] with a surface kind's data already parsed (by the
-    /// check before a live append); `keep` says how long its message is
-    /// kept ([`Keep`]).
-    fn apply_parsed(
-        &mut self,
-        ev: &SessionEvent,
-        pre: Option<event::Parsed>,
-        keep: Keep,
-    ) -> Result<()> {
-        if ev.seq != self.len {
-            return Err(self.bad(ev.seq, format!("expected seq {}", self.len)));
-        }
-        self.len += 1;
-        let kind = match &ev.kind {
-            EventKind::Core(kind) => kind,
-            EventKind::Plugin(name) => {
-                if !ev.ignorable && !self.kinds.plugins.contains(name) {
-                    self.kinds.plugins.insert(name.clone());
-                }
-                return Ok(()); // plugin events are the plugins' business
-            }
-        };
-        self.kinds.core |= 1u64 << (kind.code() & 63);
-        let typed_err =
-            |s: &Self, e: serde_json::Error| s.bad(ev.seq, format!("{}: {e}", kind.name()));
-        // Kinds whose data the fold below does not parse are checked here
-        // (the decode leaves the check to the fold, so nothing is parsed twice).
-        let trusted_chunk = matches!(pre, Some(event::Parsed::Chunk(_)));
-        if !trusted_chunk
-            && matches!(
-                kind,
-                CoreKind::TurnEnd
-                    | CoreKind::StepEnd
-                    | CoreKind::AssistantChunk
-                    | CoreKind::SessionEndSeed
-                    | CoreKind::CompactionStart
-                    | CoreKind::CompactionSummary
-                    | CoreKind::CompactionEnd
-                    | CoreKind::CompactionPrune
-                    | CoreKind::SessionDelete
-            )
-        {
-            event::validate_core(*kind, &ev.data).map_err(|e| match e {
-                DecodeError::Malformed(d) => self.bad(ev.seq, d),
-                other => self.bad(ev.seq, format!("{other:?}")),
-            })?;
-        }
-        match kind {
-            CoreKind::TurnStart => {
-                let d: event::TurnStart =
-                    <event::TurnStart as serde::Deserialize>::deserialize(&ev.data)
-                        .map_err(|e| typed_err(self, e))?;
-                self.turns.push(crate::session::fold::coords::TurnInfo {
-                    turn_id: d.turn_id.clone(),
-                    start_seq: ev.seq,
-                    end_seq: None,
-                    reason: None,
-                });
-                self.open.turn = Some((d.turn_id, ev.seq));
-            }
-            CoreKind::TurnEnd => {
-                if let Ok(d) = <event::TurnEnd as serde::Deserialize>::deserialize(&ev.data) {
-                    if let Some(t) = self.turns.last_mut().filter(|t| t.end_seq.is_none()) {
-                        t.end_seq = Some(ev.seq);
-                        t.reason = Some(d.reason);
-                    }
-                }
-                self.open.turn = None;
-                self.open.step = None;
-            }
-            CoreKind::StepStart => {
-                let d: event::StepStart =
-                    <event::StepStart as serde::Deserialize>::deserialize(&ev.data)
-                        .map_err(|e| typed_err(self, e))?;
-                self.open.step = Some((d.turn_id, d.step_id, ev.seq));
-            }
-            CoreKind::StepEnd => self.open.step = None,
-            CoreKind::UserMessage | CoreKind::AssistantMessage | CoreKind::ToolResult => {
-                let op = ev
-                    .surface
-                    .ok_or_else(|| self.bad(ev.seq, "surface event without op"))?;
-                let removed = match op {
-                    SurfaceOp::Replace { start, end } => self
-                        .surface
-                        .nodes
-                        .get(start as usize..end as usize)
-                        .map(<[u64]>::to_vec),
-                    SurfaceOp::Append => None,
-                };
-                self.surface
-                    .apply(ev.seq, op)
-                    .map_err(|e| self.bad(ev.seq, e.to_string()))?;
-                if let Some(removed) = removed {
-                    self.messages
-                        .replaced(&removed, self.surface.replace_generation);
-                }
-                let msg = match kind {
-                    CoreKind::UserMessage => {
-                        let d: UserMessage = if let Some(event::Parsed::User(d)) = pre {
-                            d
-                        } else {
-                            <UserMessage as serde::Deserialize>::deserialize(&ev.data)
-                                .map_err(|e| typed_err(self, e))?
-                        };
-                        messages::user_message(ev.seq, d)
-                    }
-                    CoreKind::AssistantMessage => {
-                        let d: AssistantMessage = if let Some(event::Parsed::Assistant(d)) = pre {
-                            d
-                        } else {
-                            <AssistantMessage as serde::Deserialize>::deserialize(&ev.data)
-                                .map_err(|e| typed_err(self, e))?
-                        };
-                        for (i, b) in d.content.iter().enumerate() {
-                            if let Some((id, name)) = b.client_tool_use() {
-                                // Asked for now: a call recorded before the
-                                // request is the model's from here on.
-                                self.open.unrequested.remove(id);
-                                if !self.open.calls.contains_key(id) {
-                                    self.open
-                                        .requested
-                                        .insert(id.to_string(), (ev.seq, name.to_string()));
-                                }
-                                self.open.origin.insert(id.to_string(), (ev.seq, i as u32));
-                            }
-                        }
-                        messages::assistant_message(ev.seq, d)
-                    }
-                    _ => {
-                        let d: ToolResult = if let Some(event::Parsed::ToolResult(d)) = pre {
-                            d
-                        } else {
-                            <ToolResult as serde::Deserialize>::deserialize(&ev.data)
-                                .map_err(|e| typed_err(self, e))?
-                        };
-                        let id = &d.call_id;
-                        let answers_open = self.open.requested.contains_key(id)
-                            || (self.open.calls.contains_key(id)
-                                && !self.open.unrequested.contains(id));
-                        self.open.unrequested.remove(id);
-                        self.open.calls.remove(id);
-                        self.open.requested.remove(id);
-                        self.open.origin.remove(id);
-                        // Model-visible only when it answers a tool use the
-                        // model made and that is still open, or replaces
-                        // surface nodes (a pruned result): any other result
-                        // would answer nothing, and providers refuse that.
-                        let replaces = matches!(op, SurfaceOp::Replace { .. });
-                        if !(answers_open || replaces) {
-                            None
-                        } else {
-                            messages::tool_result_message(ev.seq, d)
-                        }
-                    }
-                };
-                self.messages.insert_kept(ev.seq, msg, keep);
-            }
-            CoreKind::ToolCall => {
-                let d: event::ToolCall = if let Some(event::Parsed::ToolCall(d)) = pre {
-                    d
-                } else {
-                    <event::ToolCall as serde::Deserialize>::deserialize(&ev.data)
-                        .map_err(|e| typed_err(self, e))?
-                };
-                let model_asked = self.open.requested.remove(&d.call_id).is_some()
-                    || (self.open.calls.contains_key(&d.call_id)
-                        && !self.open.unrequested.contains(&d.call_id));
-                if !model_asked {
-                    self.open.unrequested.insert(d.call_id.clone());
-                }
-                self.open
-                    .origin
-                    .entry(d.call_id.clone())
-                    .or_insert((ev.seq, 0));
-                self.open.calls.insert(d.call_id, ev.seq);
-            }
-            CoreKind::RequestHeader => {
-                let d: RequestHeader = <RequestHeader as serde::Deserialize>::deserialize(&ev.data)
-                    .map_err(|e| typed_err(self, e))?;
-                self.header = Some(d.header);
-            }
-            CoreKind::RequestContext => {
-                let d: RequestContext =
-                    <RequestContext as serde::Deserialize>::deserialize(&ev.data)
-                        .map_err(|e| typed_err(self, e))?;
-                self.context = Some(d);
-            }
-            CoreKind::SessionEndSeed => self.seed_end = Some(ev.seq),
-            CoreKind::SessionMeta => {
-                let d: event::MetaUpdate =
-                    <event::MetaUpdate as serde::Deserialize>::deserialize(&ev.data)
-                        .map_err(|e| typed_err(self, e))?;
-                self.metadata.apply(&d);
-            }
-            CoreKind::SessionDelete => self.deleted = Some(ev.seq),
-            CoreKind::AssistantChunk
-            | CoreKind::CompactionStart
-            | CoreKind::CompactionSummary
-            | CoreKind::CompactionEnd
-            | CoreKind::CompactionPrune => {}
-        }
-        Ok(())
-    }
-
-    /// Rules checked before a live append (restore is lenient: the log is
-    /// the truth, whatever wrote it).
-    fn check_live(&self, kind: CoreKind, v: &Value, op: Option<SurfaceOp>) -> Result<()> {
-        if kind == CoreKind::SessionDelete {
-            return Err(Error::Refused(
-                "a session/delete tombstone is written only by Session::delete or session::delete"
-                    .into(),
-            ));
-        }
-        if let Some(op) = op {
-            self.surface.check(op)?;
-        }
-        {
-            let interrupted = v
-                .get("reason")
-                .and_then(|r| r.get("kind"))
-                .is_some_and(|k| k == "interrupted");
-            if interrupted && matches!(kind, CoreKind::TurnEnd | CoreKind::StepEnd) {
-                return Err(Error::Refused(
-                    "`interrupted` is written only by repair, never by a live loop".into(),
-                ));
-            }
-        }
-        Ok(())
+        self.state.apply(&self.id, ev, None, Keep::Hold)
     }
 
     /// Append one typed event. Surface kinds take a [`SurfaceOp`], every other
@@ -691,9 +401,9 @@ impl Session {
         } else {
             Value::Null
         };
-        self.check_live(kind, &value, op)?;
+        self.state.check_live(kind, &value, op)?;
         let (payload, ev) =
-            event::encode_core_raw(kind, value, Some(event::Raw::Typed(&parsed)), op, self.len);
+            event::encode_core_raw(kind, value, Some(event::Raw::Typed(&parsed)), op, self.state.len);
         self.append_one(kind, payload, ev, Some(parsed))
     }
 
@@ -707,9 +417,9 @@ impl Session {
         op: Option<SurfaceOp>,
         parsed: Option<event::Parsed>,
     ) -> Result<u64> {
-        self.check_live(kind, &value, op)?;
+        self.state.check_live(kind, &value, op)?;
         let (payload, ev) =
-            event::encode_core_raw(kind, value, raw.map(event::Raw::Text), op, self.len);
+            event::encode_core_raw(kind, value, raw.map(event::Raw::Text), op, self.state.len);
         self.append_one(kind, payload, ev, parsed)
     }
 
@@ -744,8 +454,8 @@ impl Session {
         let mut decoded = Vec::with_capacity(events.len());
         for (i, (kind, value, op)) in events.into_iter().enumerate() {
             debug_assert!(matches!(op, None | Some(SurfaceOp::Append)));
-            self.check_live(kind, &value, op)?;
-            let (payload, mut ev) = event::encode_core_value(kind, value, op, self.len + i as u64);
+            self.state.check_live(kind, &value, op)?;
+            let (payload, mut ev) = event::encode_core_value(kind, value, op, self.state.len + i as u64);
             let encoded = EncodedEvent::core(kind, payload);
             ev.ignorable = encoded.flags & crate::frame::FLAG_IGNORABLE != 0;
             items.push(encoded);
@@ -773,7 +483,7 @@ impl Session {
     /// assert_eq!(s.metadata().fields["git_branch"], "main");
     /// ```
     pub fn metadata(&self) -> &event::SessionMetadata {
-        &self.metadata
+        &self.state.metadata
     }
 
     /// Append one `session/meta` event (checked against the limits of
@@ -843,7 +553,7 @@ impl Session {
             CoreKind::SessionDelete,
             serde_json::json!({}),
             None,
-            self.len,
+            self.state.len,
         );
         let seqs = self.append_decoded(
             vec![EncodedEvent::core(CoreKind::SessionDelete, payload)],
@@ -876,7 +586,7 @@ impl Session {
         // Decode first: the live state is folded from exactly the bytes logged.
         let mut decoded = Vec::with_capacity(items.len());
         for (i, e) in items.iter().enumerate() {
-            decoded.push(self.decode(self.len + i as u64, e.kind, e.flags, &e.payload)?);
+            decoded.push(self.decode(self.state.len + i as u64, e.kind, e.flags, &e.payload)?);
         }
         self.append_decoded(items, decoded)
     }
@@ -909,7 +619,7 @@ impl Session {
                 self.id
             )));
         }
-        if let Some(seq) = self.deleted {
+        if let Some(seq) = self.state.deleted {
             return Err(Error::SessionDeleted {
                 session: self.id.to_string(),
                 seq,
@@ -935,21 +645,21 @@ impl Session {
         if replaces {
             // The check reads the tool-use ids of the surface's messages.
             self.load_restored_messages()?;
-            let mut scratch = self.surface.clone();
+            let mut scratch = self.state.surface.clone();
             for ev in decoded {
                 if let Some(op) = ev.surface {
                     scratch.apply(ev.seq, op)?;
                 }
             }
-            self.check_tool_pairs(&scratch, decoded)?;
+            self.state.check_tool_pairs(&scratch, decoded)?;
         }
         // Large content blocks go out of line on the embedded store
         // (FORMAT.md §15); a log that indexes text gets each event's.
-        let expected_first = self.len;
+        let expected_first = self.state.len;
         let (first, last_end) = self.log.append_group(
             &self.id,
             &mut self.store_sid,
-            self.len,
+            self.state.len,
             items,
             |i| match &self.log {
                 LogHandle::Embedded(_) => None,
@@ -983,94 +693,14 @@ impl Session {
             _ => Keep::Hold,
         };
         for ev in decoded {
-            self.apply_parsed(ev, pre.take(), keep)?;
+            self.state.apply(&self.id, ev, pre.take(), keep)?;
         }
-        if self.messages.has_unsettled() {
+        if self.state.messages.has_unsettled() {
             if let Some(store) = self.log.store() {
-                self.messages.settle(store.durable_hint().0);
+                self.state.messages.settle(store.durable_hint().0);
             }
         }
         Ok(expected_first)
-    }
-
-    /// A replace must not separate a tool use from its tool result: every
-    /// tool-use id answered on the surface before must be answered (both
-    /// halves present) or gone entirely (both halves replaced) after.
-    fn check_tool_pairs(&self, after: &Surface, group: &[SessionEvent]) -> Result<()> {
-        let mut new_msgs: std::collections::HashMap<u64, Option<Message>> = Default::default();
-        for ev in group {
-            let m = match ev.kind {
-                EventKind::Core(CoreKind::UserMessage) => ev
-                    .typed::<UserMessage>()
-                    .and_then(|d| messages::user_message(ev.seq, d)),
-                EventKind::Core(CoreKind::AssistantMessage) => ev
-                    .typed::<AssistantMessage>()
-                    .and_then(|d| messages::assistant_message(ev.seq, d)),
-                EventKind::Core(CoreKind::ToolResult) => ev
-                    .typed::<ToolResult>()
-                    .and_then(|d| messages::tool_result_message(ev.seq, d)),
-                _ => None,
-            };
-            new_msgs.insert(ev.seq, m);
-        }
-        // The tool-use ids used and answered on a surface, borrowed from
-        // its messages (no copies: a compaction checks the whole surface).
-        fn pairs<'a>(
-            cache: &'a MessageCache,
-            surface: &Surface,
-            extra: &'a std::collections::HashMap<u64, Option<Message>>,
-        ) -> (
-            std::collections::BTreeSet<&'a str>,
-            std::collections::BTreeSet<&'a str>,
-        ) {
-            let mut uses = std::collections::BTreeSet::new();
-            let mut results = std::collections::BTreeSet::new();
-            for seq in &surface.nodes {
-                let msg = match extra.get(seq) {
-                    Some(m) => m.as_ref(),
-                    None => cache.node(*seq).map(|m| &**m),
-                };
-                // A message dropped once durable left its ids behind.
-                for (is_use, id) in cache.dropped_ids(*seq).unwrap_or(&[]) {
-                    if *is_use {
-                        uses.insert(&**id);
-                    } else {
-                        results.insert(&**id);
-                    }
-                }
-                for b in msg.map(|m| m.content.as_slice()).unwrap_or(&[]) {
-                    if let Some((id, _)) = b.client_tool_use() {
-                        uses.insert(id);
-                    }
-                    if let Some(id) = b.answers_tool_use() {
-                        results.insert(id);
-                    }
-                }
-            }
-            (uses, results)
-        }
-        let none = Default::default();
-        let (uses_before, results_before) = pairs(&self.messages, &self.surface, &none);
-        let (uses_after, results_after) = pairs(&self.messages, after, &new_msgs);
-        for id in uses_before.intersection(&results_before) {
-            if uses_after.contains(id) != results_after.contains(id) {
-                return Err(Error::Refused(format!(
-                    "this replace would separate tool use {id:?} from its tool result on the surface; replace both or neither"
-                )));
-            }
-        }
-        // A tool use whose result is still to come must stay on the surface:
-        // its result (from the tool, or from repair) would answer nothing.
-        for id in uses_before.difference(&results_before) {
-            let pending =
-                self.open.calls.contains_key(*id) || self.open.requested.contains_key(*id);
-            if pending && !uses_after.contains(id) && !results_after.contains(id) {
-                return Err(Error::Refused(format!(
-                    "this replace would remove tool use {id:?} while its result is still pending; record the result first"
-                )));
-            }
-        }
-        Ok(())
     }
 
     /// Create a session from prior history: the session, the history
@@ -1115,11 +745,11 @@ impl Session {
     }
     /// Number of events.
     pub fn len(&self) -> u64 {
-        self.len
+        self.state.len
     }
     /// Whether the session has no events.
     pub fn is_empty(&self) -> bool {
-        self.len == 0
+        self.state.len == 0
     }
     /// The embedded store this session lives in; `None` on another log
     /// ([`Session::log`]).
@@ -1139,29 +769,29 @@ impl Session {
     /// are derived from it ([`Session::derive_messages`]).
     #[doc(alias = "context")]
     pub fn surface(&self) -> &Surface {
-        &self.surface
+        &self.state.surface
     }
     /// Open turn, step and tool calls.
     pub fn open_state(&self) -> &OpenState {
-        &self.open
+        &self.state.open
     }
     /// The latest request header in the log.
     pub fn header(&self) -> Option<&EpochHeader> {
-        self.header.as_ref()
+        self.state.header.as_ref()
     }
     /// The latest request context in the log.
     pub fn context(&self) -> Option<&RequestContext> {
-        self.context.as_ref()
+        self.state.context.as_ref()
     }
     /// Seq of the `session/end-seed` marker, if the session was created
     /// with prior history ([`Session::create_with_history`]).
     pub fn history_end(&self) -> Option<u64> {
-        self.seed_end
+        self.state.seed_end
     }
     /// Whether event `seq` belongs to the prior history (before the
     /// `session/end-seed` marker) rather than the current run.
     pub fn is_history(&self, seq: u64) -> bool {
-        self.seed_end.is_some_and(|s| seq < s)
+        self.state.seed_end.is_some_and(|s| seq < s)
     }
     /// Old name of [`Session::history_end`].
     #[deprecated(since = "0.1.0", note = "renamed `history_end`")]
@@ -1206,7 +836,7 @@ impl Session {
     /// it).
     pub fn derive_messages(&mut self) -> &[Arc<Message>] {
         match self.load_messages() {
-            Ok(()) => self.messages.derive(&self.surface),
+            Ok(()) => self.state.messages.derive(&self.state.surface),
             Err(e) => {
                 self.messages_error = Some(e.to_string());
                 &[]
@@ -1218,12 +848,12 @@ impl Session {
     /// of restored messages.
     pub fn try_derive_messages(&mut self) -> Result<&[Arc<Message>]> {
         self.load_messages()?;
-        Ok(self.messages.derive(&self.surface))
+        Ok(self.state.messages.derive(&self.state.surface))
     }
 
     /// Surface nodes visited by the last [`Session::derive_messages`].
     pub fn last_derive_work(&self) -> usize {
-        self.messages.last_work
+        self.state.messages.last_work
     }
 
     /// Read and decode events `range` from the log (a read-only view shows
@@ -1283,7 +913,7 @@ impl Session {
     pub fn prepare_request(&mut self, spec: &RequestSpec) -> Result<Option<HeaderReason>> {
         // A difference is a `change` even for the first request of a new
         // loop (or of a fork child): the header records what changed.
-        let reason = match &self.header {
+        let reason = match &self.state.header {
             None => Some(HeaderReason::Initial),
             Some(prev) if !spec.resolves_to(prev) => Some(HeaderReason::Change),
             Some(_) if !self.loop_wrote_header => Some(HeaderReason::Resume),
@@ -1309,7 +939,7 @@ impl Session {
 
     /// The request rebuildable from the log: current header + messages.
     pub fn rebuild_request(&mut self) -> Request {
-        let header = self.header.clone();
+        let header = self.state.header.clone();
         Request {
             header,
             messages: self
@@ -1336,7 +966,7 @@ impl Session {
     /// messages arranged by the provider's rules (see
     /// [`crate::session::providers`]).
     pub fn request_body(&mut self, provider: Provider) -> Value {
-        let header = self.header.clone();
+        let header = self.state.header.clone();
         providers::request_body(provider, header.as_ref(), self.derive_messages())
     }
 
@@ -1396,7 +1026,7 @@ impl Session {
         end: u64,
         summary: &str,
     ) -> Result<u64> {
-        self.surface.check(SurfaceOp::Replace { start, end })?;
+        self.state.surface.check(SurfaceOp::Replace { start, end })?;
         let id = compaction_id.to_string();
         let items = vec![
             EncodedEvent::core(
@@ -1444,7 +1074,7 @@ impl Session {
         replacement: &str,
         tokens_saved: u64,
     ) -> Result<u64> {
-        let seq = *self.surface.nodes.get(at as usize).ok_or_else(|| {
+        let seq = *self.state.surface.nodes.get(at as usize).ok_or_else(|| {
             Error::InvalidArgument(format!("surface position {at} is out of range"))
         })?;
         let original = self
@@ -1553,7 +1183,7 @@ impl Session {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::session::{ContentBlock, UserMessage};
+    use crate::session::{AssistantMessage, ContentBlock, UserMessage};
 
     fn user(s: &mut Session, text: impl Into<String>) {
         s.append(
@@ -1625,7 +1255,7 @@ mod tests {
             s.compact(&format!("c{round}"), 0, end, &format!("summary {round}"))
                 .unwrap();
             assert_eq!(s.surface().len(), 6);
-            let (kept, settled) = s.messages.held();
+            let (kept, settled) = s.state.messages.held();
             assert_eq!(kept + settled, s.surface().len(), "round {round}");
         }
         // What the session derives is what a fresh open of the log derives.
@@ -1654,18 +1284,18 @@ mod tests {
         }
         // The last turn's messages settle at the next append.
         user(&mut s, "last");
-        let (kept, settled) = s.messages.held();
+        let (kept, settled) = s.state.messages.held();
         assert_eq!(settled, 8 * 3, "durable messages dropped");
         assert_eq!(kept, 1, "only the newest, not yet durable, is kept");
         assert_eq!(kept + settled, s.surface().len());
         assert_eq!(derived(&mut s).len(), 8 * 3 + 1);
-        assert_eq!(s.messages.held(), (8 * 3 + 1, 0), "kept once derived");
+        assert_eq!(s.state.messages.held(), (8 * 3 + 1, 0), "kept once derived");
         // Appends after a derive keep their messages, durable or not.
         s.append(tool_result("nobody", "stray".into()), SurfaceOp::Append)
             .unwrap();
         s.flush().unwrap();
         user(&mut s, "after");
-        assert_eq!(s.messages.held().1, 0);
+        assert_eq!(s.state.messages.held().1, 0);
         let live = derived(&mut s);
         drop(s);
         assert_eq!(live, derived_fresh(store, "s"));
@@ -1692,7 +1322,7 @@ mod tests {
         tool_round(&mut s, "c1", "ok".into());
         s.flush().unwrap();
         user(&mut s, "next");
-        assert_eq!(s.messages.held(), (1, 2), "the pair's messages dropped");
+        assert_eq!(s.state.messages.held(), (1, 2), "the pair's messages dropped");
         let err = s.compact("k1", 1, 2, "summary").unwrap_err();
         assert!(err.to_string().contains("\"c1\""), "{err}");
         s.compact("k2", 0, 2, "summary").unwrap();
@@ -1738,7 +1368,7 @@ mod tests {
         user(&mut child, "next");
         // The inherited message was folded at open (kept); the child's own
         // ten are dropped; the newest is kept until durable.
-        assert_eq!(child.messages.held(), (2, 10));
+        assert_eq!(child.state.messages.held(), (2, 10));
         let live = derived(&mut child);
         assert_eq!(live.len(), 12);
         drop(child);
