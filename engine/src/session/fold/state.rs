@@ -290,7 +290,12 @@ impl State {
 
     /// Rules checked before a live append (restore is lenient: the log is
     /// the truth, whatever wrote it).
-    pub(crate) fn check_live(&self, kind: CoreKind, v: &Value, op: Option<SurfaceOp>) -> Result<()> {
+    pub(crate) fn check_live(
+        &self,
+        kind: CoreKind,
+        v: &Value,
+        op: Option<SurfaceOp>,
+    ) -> Result<()> {
         if kind == CoreKind::SessionDelete {
             return Err(Error::Refused(
                 "a session/delete tombstone is written only by Session::delete or session::delete"

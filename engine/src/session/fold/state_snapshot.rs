@@ -32,8 +32,8 @@ use crate::session::codec::event::{
     EpochHeader, Registry, RequestContext, SessionMetadata, TurnEndReason,
 };
 use crate::session::fold::coords::TurnInfo;
-use crate::session::fold::surface::Surface;
 use crate::session::fold::state::OpenState;
+use crate::session::fold::surface::Surface;
 use crate::session::log::LogRef;
 use crate::session::views::snapshot::{read_checked, write_file, Slot, SNAPSHOT_DIR};
 
