@@ -312,7 +312,7 @@ impl EventLog for Store {
     fn claim(&self, session: &str) -> Result<Claim> {
         let id = self
             .live_sessions()
-            .claim(session, crate::session::codec::event::now_ms())
+            .claim(session, crate::session::codec::envelope::now_ms())
             .map_err(|since_ms| Error::SessionLive {
                 session: session.to_string(),
                 since_ms,

@@ -19,7 +19,8 @@ use std::sync::Arc;
 use serde_json::Value;
 
 use crate::error::Result;
-use crate::session::codec::event::{self, CoreKind, EventKind, Registry, SessionEvent, ToolCall};
+use crate::session::codec::envelope;
+use crate::session::codec::event::{CoreKind, EventKind, Registry, SessionEvent, ToolCall};
 use crate::session::handle::Session;
 use crate::session::log::LogRef;
 use crate::session::tools::durability::{
@@ -291,7 +292,7 @@ impl SessionSubscription {
         if let Inner::Other { next, .. } = &mut self.inner {
             *next = e.seq + 1;
         }
-        let ev = event::decode_view(e.seq, e.kind, e.flags, &payload, &self.registry).map_err(
+        let ev = envelope::decode_view(e.seq, e.kind, e.flags, &payload, &self.registry).map_err(
             |err| {
                 self.failed = true;
                 decode_error(&self.session, e.seq, err)

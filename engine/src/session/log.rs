@@ -13,7 +13,7 @@ use std::sync::Arc;
 
 use crate::backend::{Claim, EventLog};
 use crate::error::{Error, Result};
-use crate::session::codec::event::EncodedEvent;
+use crate::session::codec::envelope::EncodedEvent;
 use crate::store::Store;
 use crate::types::LogPos;
 

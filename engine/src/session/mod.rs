@@ -38,18 +38,17 @@ pub use self::handle::{HistoryEvent, Session};
 pub use asynchronous::tokio as blocking_pool;
 pub use asynchronous::{run_tool_async, subscribe, FlushWait, SessionSubscription};
 pub use codec::blob_refs::referenced_blobs;
-pub use codec::content::{
-    ChatFunction, ContentBlock, Extra, MediaSource, ToolResultContent, Usage,
-};
+pub use codec::content::{ChatFunction, ContentBlock, Extra, MediaSource, ToolResultContent};
+pub use codec::envelope::{now_ms, DecodeError};
 pub use codec::event::{
-    now_ms, AssistantChunk, AssistantMessage, CallConfig, CompactionEnd, CompactionPrune,
-    CompactionStart, CompactionSummary, CoreKind, CustomEvent, CustomEventError, DecodeError,
-    EpochHeader, EventData, EventKind, HeaderReason, Intent, MetaUpdate, Registry, RequestContext,
-    RequestHeader, SessionDelete, SessionEndSeed, SessionEvent, SessionMetadata, StepEnd,
-    StepEndReason, StepStart, SystemPrompt, ToolCall, ToolResult, ToolSchema, ToolStatus, TurnEnd,
-    TurnEndReason, TurnStart, UserMessage, META_NAME_BYTES_MAX, META_VALUE_BYTES_MAX,
-    SESSION_FORMAT_VERSION,
+    AssistantChunk, AssistantMessage, CallConfig, CompactionEnd, CompactionPrune, CompactionStart,
+    CompactionSummary, CoreKind, CustomEvent, CustomEventError, EpochHeader, EventData, EventKind,
+    HeaderReason, Intent, MetaUpdate, Registry, RequestContext, RequestHeader, SessionDelete,
+    SessionEndSeed, SessionEvent, SessionMetadata, StepEnd, StepEndReason, StepStart, SystemPrompt,
+    ToolCall, ToolResult, ToolSchema, ToolStatus, TurnEnd, TurnEndReason, TurnStart, UserMessage,
+    META_NAME_BYTES_MAX, META_VALUE_BYTES_MAX, SESSION_FORMAT_VERSION,
 };
+pub use codec::usage::Usage;
 pub use fold::coords::TurnInfo;
 pub use fold::header::{Difference, Request, RequestSpec};
 pub use fold::messages::{Message, Role};
@@ -111,10 +110,10 @@ pub mod internals {
         direct_refs, has_refs, outline, payload_blobs, refs_in_blob, resolve, resolve_event,
         session_blobs, BLOB_REF_TYPE, ENVELOPE_VERSION_BLOBS,
     };
-    pub use super::codec::event::{
+    pub use super::codec::envelope::{
         decode, decode_view, encode_core, encode_plugin, encode_plugin_at, Envelope,
-        KIND_CODE_PLUGIN,
     };
+    pub use super::codec::event::KIND_CODE_PLUGIN;
     pub use super::fold::header::{first_difference, first_json_difference};
     pub use super::fold::messages::MessageCache;
     pub use super::fold::state_snapshot::{

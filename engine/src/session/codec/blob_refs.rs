@@ -28,7 +28,8 @@ use serde_json::{json, Value};
 
 use crate::blobs::{hex, parse_hex, BlobDir, BlobPin};
 use crate::error::{Error, Result};
-use crate::session::codec::event::{Envelope, SESSION_FORMAT_VERSION};
+use crate::session::codec::envelope::Envelope;
+use crate::session::codec::event::SESSION_FORMAT_VERSION;
 use crate::store::Store;
 
 /// The `"type"` of a blob reference.

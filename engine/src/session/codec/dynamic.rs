@@ -9,6 +9,7 @@ use serde::de::DeserializeOwned;
 use serde_json::Value;
 
 use crate::error::{Error, Result};
+use crate::session::codec::envelope;
 use crate::session::codec::event::{self as ev, CoreKind};
 use crate::session::fold::surface::SurfaceOp;
 use crate::session::handle::Session;
@@ -79,7 +80,7 @@ impl Session {
         // no JSON value in between (the fold and the log need none; a
         // replace goes the general way, its tool-pair check reads values).
         if let (Some(core), Some(SurfaceOp::Append)) = (CoreKind::from_name(kind), surface) {
-            if let Some(parsed) = ev::parse_surface(core, text) {
+            if let Some(parsed) = envelope::parse_surface(core, text) {
                 let parsed = parsed.map_err(|e| {
                     if e.is_data() {
                         Error::InvalidArgument(format!(
@@ -144,9 +145,9 @@ impl Session {
         }
         // One typed check by reference, then the JSON as given is what is
         // written (no second serialisation).
-        let parsed = ev::validate_core_parsed(core, &data).map_err(|e| {
+        let parsed = envelope::validate_core_parsed(core, &data).map_err(|e| {
             let detail = match e {
-                ev::DecodeError::Malformed(d) => d,
+                envelope::DecodeError::Malformed(d) => d,
                 other => format!("{other:?}"),
             };
             Error::InvalidArgument(format!("the data does not fit the kind: {detail}"))
@@ -196,9 +197,9 @@ impl Session {
                 no_op(&kind, surface)?;
                 None
             };
-            ev::validate_core(core, &data).map_err(|e| {
+            envelope::validate_core(core, &data).map_err(|e| {
                 let detail = match e {
-                    ev::DecodeError::Malformed(d) => d,
+                    envelope::DecodeError::Malformed(d) => d,
                     other => format!("{other:?}"),
                 };
                 Error::InvalidArgument(format!("{kind}: the data does not fit the kind: {detail}"))

@@ -6,4 +6,6 @@
 pub mod blob_refs;
 pub mod content;
 pub mod dynamic;
+pub mod envelope;
 pub mod event;
+pub mod usage;

@@ -13,9 +13,11 @@ use std::collections::BTreeMap;
 use serde_json::Value;
 
 use crate::error::{Error, Result};
+use crate::session::codec::envelope;
+use crate::session::codec::envelope::DecodeError;
 use crate::session::codec::event::{
-    self, AssistantMessage, CoreKind, DecodeError, EpochHeader, EventKind, RequestContext,
-    RequestHeader, SessionEvent, SessionMetadata, ToolResult, UserMessage,
+    self, AssistantMessage, CoreKind, EpochHeader, EventKind, RequestContext, RequestHeader,
+    SessionEvent, SessionMetadata, ToolResult, UserMessage,
 };
 use crate::session::fold::coords::TurnInfo;
 use crate::session::fold::messages::{self, Keep, Message, MessageCache};
@@ -91,7 +93,7 @@ impl State {
         &mut self,
         id: &str,
         ev: &SessionEvent,
-        pre: Option<event::Parsed>,
+        pre: Option<envelope::Parsed>,
         keep: Keep,
     ) -> Result<()> {
         if ev.seq != self.len {
@@ -111,7 +113,7 @@ impl State {
         let typed_err = |e: serde_json::Error| bad(id, ev.seq, format!("{}: {e}", kind.name()));
         // Kinds whose data the fold below does not parse are checked here
         // (the decode leaves the check to the fold, so nothing is parsed twice).
-        let trusted_chunk = matches!(pre, Some(event::Parsed::Chunk(_)));
+        let trusted_chunk = matches!(pre, Some(envelope::Parsed::Chunk(_)));
         if !trusted_chunk
             && matches!(
                 kind,
@@ -126,7 +128,7 @@ impl State {
                     | CoreKind::SessionDelete
             )
         {
-            event::validate_core(*kind, &ev.data).map_err(|e| match e {
+            envelope::validate_core(*kind, &ev.data).map_err(|e| match e {
                 DecodeError::Malformed(d) => bad(id, ev.seq, d),
                 other => bad(id, ev.seq, format!("{other:?}")),
             })?;
@@ -182,7 +184,7 @@ impl State {
                 }
                 let msg = match kind {
                     CoreKind::UserMessage => {
-                        let d: UserMessage = if let Some(event::Parsed::User(d)) = pre {
+                        let d: UserMessage = if let Some(envelope::Parsed::User(d)) = pre {
                             d
                         } else {
                             <UserMessage as serde::Deserialize>::deserialize(&ev.data)
@@ -191,7 +193,8 @@ impl State {
                         messages::user_message(ev.seq, d)
                     }
                     CoreKind::AssistantMessage => {
-                        let d: AssistantMessage = if let Some(event::Parsed::Assistant(d)) = pre {
+                        let d: AssistantMessage = if let Some(envelope::Parsed::Assistant(d)) = pre
+                        {
                             d
                         } else {
                             <AssistantMessage as serde::Deserialize>::deserialize(&ev.data)
@@ -213,7 +216,7 @@ impl State {
                         messages::assistant_message(ev.seq, d)
                     }
                     _ => {
-                        let d: ToolResult = if let Some(event::Parsed::ToolResult(d)) = pre {
+                        let d: ToolResult = if let Some(envelope::Parsed::ToolResult(d)) = pre {
                             d
                         } else {
                             <ToolResult as serde::Deserialize>::deserialize(&ev.data)
@@ -242,7 +245,7 @@ impl State {
                 self.messages.insert_kept(ev.seq, msg, keep);
             }
             CoreKind::ToolCall => {
-                let d: event::ToolCall = if let Some(event::Parsed::ToolCall(d)) = pre {
+                let d: event::ToolCall = if let Some(envelope::Parsed::ToolCall(d)) = pre {
                     d
                 } else {
                     <event::ToolCall as serde::Deserialize>::deserialize(&ev.data)

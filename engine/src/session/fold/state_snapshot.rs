@@ -28,6 +28,7 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, Result};
+use crate::session::codec::envelope;
 use crate::session::codec::event::{
     EpochHeader, Registry, RequestContext, SessionMetadata, TurnEndReason,
 };
@@ -359,7 +360,7 @@ pub(crate) fn save(log: LogRef<'_>, session: &str, parts: &Parts<'_>) -> Result<
 }
 
 use crate::session::codec::event::{
-    self, AssistantMessage, CoreKind, EventKind, ToolResult, UserMessage,
+    AssistantMessage, CoreKind, EventKind, ToolResult, UserMessage,
 };
 use crate::session::fold::messages::{self, Keep};
 use crate::session::handle::Session;
@@ -561,9 +562,9 @@ fn message_of(
     payload: &[u8],
 ) -> Result<Option<messages::Message>> {
     let ev = if view {
-        event::decode_view(seq, code, flags, payload, registry)
+        envelope::decode_view(seq, code, flags, payload, registry)
     } else {
-        event::decode(seq, code, flags, payload, registry)
+        envelope::decode(seq, code, flags, payload, registry)
     }
     .map_err(|err| crate::session::views::replay::decode_error(id, seq, err))?;
     let bad = |detail: String| Error::BadEvent {

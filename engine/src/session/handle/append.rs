@@ -4,9 +4,9 @@
 use serde_json::Value;
 
 use crate::error::{Error, Result};
-use crate::session::codec::event::{
-    self, CoreKind, EncodedEvent, EventData, EventKind, Intent, SessionEvent,
-};
+use crate::session::codec::envelope;
+use crate::session::codec::envelope::EncodedEvent;
+use crate::session::codec::event::{self, CoreKind, EventData, EventKind, Intent, SessionEvent};
 use crate::session::fold::messages::Keep;
 use crate::session::fold::surface::SurfaceOp;
 use crate::session::handle::{HistoryEvent, Session};
@@ -44,7 +44,7 @@ impl Session {
         // it as it is, with no JSON value in between (a replace goes the
         // general way: its tool-pair check reads values).
         let data = if matches!(op, None | Some(SurfaceOp::Append)) {
-            match event::typed_parsed(data) {
+            match envelope::typed_parsed(data) {
                 Ok(parsed) => return self.append_typed(D::KIND, parsed, op),
                 Err(data) => data,
             }
@@ -59,7 +59,7 @@ impl Session {
     }
 
     /// Append a core event whose data is known to fit its kind (typed, or
-    /// checked with `event::validate_core`): the live checks, one encoding,
+    /// checked with `envelope::validate_core`): the live checks, one encoding,
     /// the fold.
     pub(crate) fn append_core_value(
         &mut self,
@@ -70,7 +70,7 @@ impl Session {
         self.append_core_raw(kind, value, None, op, None)
     }
 
-    /// A core event of the engine's own type (`event::typed_parsed`):
+    /// A core event of the engine's own type (`envelope::typed_parsed`):
     /// the live checks, the data serialised straight into the payload, the
     /// fold taking the typed data. Debug builds also build the data's JSON
     /// value, which `append_decoded_parsed` checks against the logged bytes;
@@ -78,7 +78,7 @@ impl Session {
     pub(in crate::session) fn append_typed(
         &mut self,
         kind: CoreKind,
-        parsed: event::Parsed,
+        parsed: envelope::Parsed,
         op: Option<SurfaceOp>,
     ) -> Result<u64> {
         let value = if cfg!(debug_assertions) {
@@ -87,10 +87,10 @@ impl Session {
             Value::Null
         };
         self.state.check_live(kind, &value, op)?;
-        let (payload, ev) = event::encode_core_raw(
+        let (payload, ev) = envelope::encode_core_raw(
             kind,
             value,
-            Some(event::Raw::Typed(&parsed)),
+            Some(envelope::Raw::Typed(&parsed)),
             op,
             self.state.len,
         );
@@ -105,11 +105,16 @@ impl Session {
         value: Value,
         raw: Option<&str>,
         op: Option<SurfaceOp>,
-        parsed: Option<event::Parsed>,
+        parsed: Option<envelope::Parsed>,
     ) -> Result<u64> {
         self.state.check_live(kind, &value, op)?;
-        let (payload, ev) =
-            event::encode_core_raw(kind, value, raw.map(event::Raw::Text), op, self.state.len);
+        let (payload, ev) = envelope::encode_core_raw(
+            kind,
+            value,
+            raw.map(envelope::Raw::Text),
+            op,
+            self.state.len,
+        );
         self.append_one(kind, payload, ev, parsed)
     }
 
@@ -120,7 +125,7 @@ impl Session {
         kind: CoreKind,
         payload: Vec<u8>,
         mut ev: SessionEvent,
-        parsed: Option<event::Parsed>,
+        parsed: Option<envelope::Parsed>,
     ) -> Result<u64> {
         let encoded = EncodedEvent::core(kind, payload);
         ev.ignorable = encoded.flags & crate::frame::FLAG_IGNORABLE != 0;
@@ -146,7 +151,7 @@ impl Session {
             debug_assert!(matches!(op, None | Some(SurfaceOp::Append)));
             self.state.check_live(kind, &value, op)?;
             let (payload, mut ev) =
-                event::encode_core_value(kind, value, op, self.state.len + i as u64);
+                envelope::encode_core_value(kind, value, op, self.state.len + i as u64);
             let encoded = EncodedEvent::core(kind, payload);
             ev.ignorable = encoded.flags & crate::frame::FLAG_IGNORABLE != 0;
             items.push(encoded);
@@ -171,7 +176,7 @@ impl Session {
     /// assert!(err.is_not_found());
     /// ```
     pub fn delete(mut self) -> Result<u64> {
-        let (payload, ev) = event::encode_core_value(
+        let (payload, ev) = envelope::encode_core_value(
             CoreKind::SessionDelete,
             serde_json::json!({}),
             None,
@@ -191,7 +196,7 @@ impl Session {
         let ignorable = self.registry.ignorable(kind).ok_or_else(|| {
             Error::InvalidArgument(format!("plugin kind {kind:?} is not registered"))
         })?;
-        let payload = event::encode_plugin(kind, data);
+        let payload = envelope::encode_plugin(kind, data);
         let seqs = self.append_encoded(vec![EncodedEvent::plugin(ignorable, payload)])?;
         Ok(seqs[0])
     }
@@ -232,7 +237,7 @@ impl Session {
         &mut self,
         items: &[EncodedEvent],
         decoded: &[SessionEvent],
-        mut pre: Option<event::Parsed>,
+        mut pre: Option<envelope::Parsed>,
     ) -> Result<u64> {
         debug_assert!(pre.is_none() || decoded.len() == 1);
         if self.live_handle.is_none() {
@@ -293,11 +298,15 @@ impl Session {
                                 // A fast-path append carries no data value (release
                                 // builds): the text comes from the logged bytes.
                                 let e = &items[i];
-                                event::decode(ev.seq, e.kind, e.flags, &e.payload, &self.registry)
-                                    .ok()
-                                    .and_then(|ev| {
-                                        crate::session::views::query::searchable_text(&ev)
-                                    })
+                                envelope::decode(
+                                    ev.seq,
+                                    e.kind,
+                                    e.flags,
+                                    &e.payload,
+                                    &self.registry,
+                                )
+                                .ok()
+                                .and_then(|ev| crate::session::views::query::searchable_text(&ev))
                             } else {
                                 crate::session::views::query::searchable_text(ev)
                             }
@@ -353,7 +362,7 @@ impl Session {
             .iter()
             .any(|e| e.kind == EventKind::Core(CoreKind::SessionEndSeed));
         for e in seed {
-            let ts = Some(e.ts.unwrap_or_else(event::now_ms));
+            let ts = Some(e.ts.unwrap_or_else(envelope::now_ms));
             let encoded = match &e.kind {
                 EventKind::Core(CoreKind::SessionDelete) => {
                     return Err(Error::InvalidArgument(
@@ -362,7 +371,7 @@ impl Session {
                 }
                 EventKind::Core(k) => EncodedEvent::core(
                     *k,
-                    serde_json::to_vec(&event::Envelope {
+                    serde_json::to_vec(&envelope::Envelope {
                         v: event::SESSION_FORMAT_VERSION,
                         kind: None,
                         surface: e.surface,
@@ -375,7 +384,7 @@ impl Session {
                     let ignorable = self.registry.ignorable(name).ok_or_else(|| {
                         Error::InvalidArgument(format!("plugin kind {name:?} is not registered"))
                     })?;
-                    EncodedEvent::plugin(ignorable, event::encode_plugin_at(name, &e.data, ts))
+                    EncodedEvent::plugin(ignorable, envelope::encode_plugin_at(name, &e.data, ts))
                 }
             };
             items.push(encoded);
@@ -383,7 +392,7 @@ impl Session {
         if !has_marker {
             items.push(EncodedEvent::core(
                 CoreKind::SessionEndSeed,
-                event::encode_core(&event::SessionEndSeed {}, None),
+                envelope::encode_core(&event::SessionEndSeed {}, None),
             ));
         }
         Ok(*self

@@ -19,8 +19,10 @@ use std::sync::Arc;
 use serde_json::Value;
 
 use crate::error::{Error, Result};
+use crate::session::codec::envelope;
+use crate::session::codec::envelope::DecodeError;
 use crate::session::codec::event::{
-    self, DecodeError, EpochHeader, EventKind, Registry, RequestContext, SessionEvent,
+    self, EpochHeader, EventKind, Registry, RequestContext, SessionEvent,
 };
 use crate::session::fold::messages::{Keep, Message};
 use crate::session::fold::state::{OpenState, State};
@@ -123,7 +125,7 @@ impl Session {
         flags: u16,
         payload: &[u8],
     ) -> Result<SessionEvent> {
-        event::decode_for_fold(seq, code, flags, payload, &self.registry).map_err(|e| match e {
+        envelope::decode_for_fold(seq, code, flags, payload, &self.registry).map_err(|e| match e {
             DecodeError::UnknownKind(kind) => Error::UnknownKind {
                 session: self.id.to_string(),
                 seq,
@@ -275,7 +277,7 @@ impl Session {
         self.log.as_ref().visit(&self.id, range, |e| {
             let ev = e.payload.and_then(|payload| {
                 if self.is_read_only() {
-                    event::decode_view(e.seq, e.kind, e.flags, &payload, &self.registry).map_err(
+                    envelope::decode_view(e.seq, e.kind, e.flags, &payload, &self.registry).map_err(
                         |err| crate::session::views::replay::decode_error(&self.id, e.seq, err),
                     )
                 } else {

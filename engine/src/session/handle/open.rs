@@ -4,7 +4,8 @@
 use std::sync::Arc;
 
 use crate::error::{Error, Result};
-use crate::session::codec::event::{self, Registry};
+use crate::session::codec::envelope;
+use crate::session::codec::event::Registry;
 use crate::session::fold::state::State;
 use crate::session::fold::state_snapshot::{self, Loaded};
 use crate::session::handle::{HistoryEvent, Session};
@@ -74,7 +75,7 @@ impl Session {
     /// messages, header, open state) over its durable and appended events,
     /// claiming nothing. Appends are refused. Events of kinds this process
     /// does not know are kept as opaque plugin events instead of refusing
-    /// the open (see [`event::decode_view`]).
+    /// the open (see [`envelope::decode_view`]).
     ///
     /// ```
     /// # use std::sync::Arc;
@@ -134,7 +135,7 @@ impl Session {
                     .payload
                     .and_then(|payload| {
                         if view {
-                            event::decode_view(e.seq, e.kind, e.flags, &payload, &s.registry)
+                            envelope::decode_view(e.seq, e.kind, e.flags, &payload, &s.registry)
                                 .map_err(|err| {
                                     crate::session::views::replay::decode_error(&s.id, e.seq, err)
                                 })

@@ -13,9 +13,10 @@
 use serde::Serialize;
 
 use crate::error::Result;
+use crate::session::codec::envelope;
+use crate::session::codec::envelope::EncodedEvent;
 use crate::session::codec::event::{
-    self, ContentBlock, CoreKind, EncodedEvent, StepEnd, StepEndReason, ToolResult, ToolStatus,
-    TurnEnd, TurnEndReason,
+    ContentBlock, CoreKind, StepEnd, StepEndReason, ToolResult, ToolStatus, TurnEnd, TurnEndReason,
 };
 use crate::session::fold::messages::{Message, Role};
 use crate::session::fold::surface::SurfaceOp;
@@ -96,7 +97,7 @@ pub fn repair(session: &mut Session, plugins: &[&dyn PluginRepair]) -> Result<Re
         }
         items.push(EncodedEvent::core(
             CoreKind::ToolResult,
-            event::encode_core(
+            envelope::encode_core(
                 &ToolResult {
                     call_id: id,
                     content: Vec::<ContentBlock>::new(),
@@ -111,7 +112,7 @@ pub fn repair(session: &mut Session, plugins: &[&dyn PluginRepair]) -> Result<Re
         report.steps_closed += 1;
         items.push(EncodedEvent::core(
             CoreKind::StepEnd,
-            event::encode_core(
+            envelope::encode_core(
                 &StepEnd {
                     turn_id: turn_id.clone(),
                     step_id: step_id.clone(),
@@ -125,7 +126,7 @@ pub fn repair(session: &mut Session, plugins: &[&dyn PluginRepair]) -> Result<Re
         report.turns_interrupted += 1;
         items.push(EncodedEvent::core(
             CoreKind::TurnEnd,
-            event::encode_core(
+            envelope::encode_core(
                 &TurnEnd {
                     turn_id: turn_id.clone(),
                     reason: TurnEndReason::Interrupted,

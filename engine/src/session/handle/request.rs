@@ -6,9 +6,11 @@
 use serde_json::Value;
 
 use crate::error::{Error, Result};
+use crate::session::codec::envelope;
+use crate::session::codec::envelope::EncodedEvent;
 use crate::session::codec::event::{
-    self, CompactionEnd, CompactionPrune, CompactionStart, CompactionSummary, ContentBlock,
-    CoreKind, EncodedEvent, HeaderReason, RequestContext, RequestHeader, ToolResult, UserMessage,
+    CompactionEnd, CompactionPrune, CompactionStart, CompactionSummary, ContentBlock, CoreKind,
+    HeaderReason, RequestContext, RequestHeader, ToolResult, UserMessage,
 };
 use crate::session::fold::header::{first_difference, first_json_difference, Request, RequestSpec};
 use crate::session::fold::surface::SurfaceOp;
@@ -149,7 +151,7 @@ impl Session {
         let items = vec![
             EncodedEvent::core(
                 CoreKind::CompactionStart,
-                event::encode_core(
+                envelope::encode_core(
                     &CompactionStart {
                         compaction_id: id.clone(),
                     },
@@ -158,7 +160,7 @@ impl Session {
             ),
             EncodedEvent::core(
                 CoreKind::CompactionSummary,
-                event::encode_core(
+                envelope::encode_core(
                     &CompactionSummary {
                         compaction_id: id.clone(),
                         text: summary.to_string(),
@@ -168,7 +170,7 @@ impl Session {
             ),
             EncodedEvent::core(
                 CoreKind::UserMessage,
-                event::encode_core(
+                envelope::encode_core(
                     &UserMessage {
                         content: vec![ContentBlock::text(summary)],
                     },
@@ -177,7 +179,7 @@ impl Session {
             ),
             EncodedEvent::core(
                 CoreKind::CompactionEnd,
-                event::encode_core(&CompactionEnd { compaction_id: id }, None),
+                envelope::encode_core(&CompactionEnd { compaction_id: id }, None),
             ),
         ];
         Ok(self.append_encoded(items)?[2])
@@ -207,7 +209,7 @@ impl Session {
         let items = vec![
             EncodedEvent::core(
                 CoreKind::CompactionPrune,
-                event::encode_core(
+                envelope::encode_core(
                     &CompactionPrune {
                         replaced_seqs: vec![seq],
                         tokens_saved,
@@ -217,7 +219,7 @@ impl Session {
             ),
             EncodedEvent::core(
                 CoreKind::ToolResult,
-                event::encode_core(
+                envelope::encode_core(
                     &ToolResult {
                         call_id: original.call_id,
                         content: vec![ContentBlock::text(replacement)],

@@ -10,6 +10,7 @@
 //! reclaimable; reclaiming them is the storage-lifecycle work, not done here.
 
 use crate::error::{Error, Result};
+use crate::session::codec::envelope;
 use crate::session::codec::event::{self, CoreKind};
 use crate::session::log::LogRef;
 
@@ -79,7 +80,7 @@ pub fn delete<'a>(log: impl Into<LogRef<'a>>, id: &str) -> Result<u64> {
         let len = log
             .appended_len(id)?
             .ok_or_else(|| Error::UnknownSession(id.to_string()))?;
-        let payload = event::encode_core(&event::SessionDelete {}, None);
+        let payload = envelope::encode_core(&event::SessionDelete {}, None);
         let seq = l.append_group(id, &[(CoreKind::SessionDelete.code(), 0, &payload)])?;
         if seq != len {
             return Err(Error::Refused(format!(

@@ -24,7 +24,8 @@ use serde::Serialize;
 
 use crate::error::Result;
 use crate::gc::{CollectCandidate, CollectOptions, CollectReport};
-use crate::session::codec::event::{self, CoreKind};
+use crate::session::codec::envelope;
+use crate::session::codec::event::CoreKind;
 use crate::session::lifecycle::retention::{ts_of_payload, Policy};
 use crate::Store;
 
@@ -75,7 +76,7 @@ pub fn collect_with_rule(
     let started = std::time::Instant::now();
     let dir = dir.as_ref();
     let policy = Policy::load(opts.vfs.as_ref(), dir)?.overridden_by(retention);
-    let now = retention.now_ms.unwrap_or_else(event::now_ms);
+    let now = retention.now_ms.unwrap_or_else(envelope::now_ms);
     let mut opts = opts.clone();
     opts.max_live_bytes = opts.max_live_bytes.or(policy.max_bytes);
     let mut report = crate::gc::collect(dir, &opts, &|c| rule(c, &policy, now))?;
@@ -125,7 +126,7 @@ fn collect_live_inner(
 ) -> Result<CollectReport> {
     let started = std::time::Instant::now();
     let policy = Policy::of(store)?.overridden_by(retention);
-    let now = retention.now_ms.unwrap_or_else(event::now_ms);
+    let now = retention.now_ms.unwrap_or_else(envelope::now_ms);
     let mut opts = opts.clone();
     opts.max_live_bytes = opts.max_live_bytes.or(policy.max_bytes);
     let mut report = store.collect(&opts, &|c| rule(c, &policy, now))?;

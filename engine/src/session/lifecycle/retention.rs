@@ -220,7 +220,12 @@ pub fn session_times(store: &Store, id: &str) -> Result<(Option<u64>, Option<u64
 /// and lists hide it all the same.)
 pub fn check_not_expired(store: &Store, id: &str) -> Result<()> {
     let policy = Policy::of(store)?;
-    check_with(store, &policy, id, crate::session::codec::event::now_ms())
+    check_with(
+        store,
+        &policy,
+        id,
+        crate::session::codec::envelope::now_ms(),
+    )
 }
 
 /// [`check_not_expired`] under `policy` at `now`.

@@ -5,8 +5,9 @@
 use serde_json::{Map, Value};
 
 use super::Provider;
-use crate::session::codec::content::{ContentBlock, Usage};
+use crate::session::codec::content::ContentBlock;
 use crate::session::codec::event::AssistantMessage;
+use crate::session::codec::usage::Usage;
 
 impl AssistantMessage {
     /// The tool calls this message asks the client to make (Anthropic

@@ -10,9 +10,9 @@
 //! and `TOOL_NOT_STARTED` for uses whose call never became durable.
 
 use crate::error::Result;
-use crate::session::codec::event::{
-    self, CoreKind, EncodedEvent, ToolCall, ToolResult, ToolStatus,
-};
+use crate::session::codec::envelope;
+use crate::session::codec::envelope::EncodedEvent;
+use crate::session::codec::event::{CoreKind, ToolCall, ToolResult, ToolStatus};
 use crate::session::fold::surface::SurfaceOp;
 use crate::session::handle::host::SharedSession;
 use crate::session::handle::Session;
@@ -44,7 +44,7 @@ impl Session {
     pub fn record_tool_calls(&mut self, calls: &[ToolCall]) -> Result<LogPos> {
         let items = calls
             .iter()
-            .map(|c| EncodedEvent::core(CoreKind::ToolCall, event::encode_core(c, None)))
+            .map(|c| EncodedEvent::core(CoreKind::ToolCall, envelope::encode_core(c, None)))
             .collect();
         self.append_encoded(items)?;
         Ok(self.last_end())

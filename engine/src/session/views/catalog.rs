@@ -322,7 +322,7 @@ impl Catalog {
                 &e.id,
                 e.created_ms,
                 e.updated_ms,
-                crate::session::codec::event::now_ms(),
+                crate::session::codec::envelope::now_ms(),
             )
     }
 

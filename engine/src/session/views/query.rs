@@ -45,17 +45,17 @@ pub struct SessionSummary {
 /// without reading the blobs.
 fn event_ts(registry: &Registry, seq: u64, kind: u16, flags: u16, payload: &[u8]) -> Option<u64> {
     if crate::session::codec::blob_refs::has_refs(payload) {
-        return serde_json::from_slice::<crate::session::codec::event::Envelope>(payload)
+        return serde_json::from_slice::<crate::session::codec::envelope::Envelope>(payload)
             .ok()
             .and_then(|env| env.ts);
     }
-    crate::session::codec::event::decode(seq, kind, flags, payload, registry)
+    crate::session::codec::envelope::decode(seq, kind, flags, payload, registry)
         .ok()
         .and_then(|ev| ev.ts)
 }
 
 fn ts_of(log: LogRef<'_>, registry: &Registry, id: &str, seq: u64) -> Result<Option<u64>> {
-    let crate::session::codec::event::EncodedEvent {
+    let crate::session::codec::envelope::EncodedEvent {
         kind,
         flags,
         payload,
@@ -81,7 +81,7 @@ pub fn list_sessions<'a>(
         Some(store) => Some(crate::session::lifecycle::retention::Policy::of(store)?),
         None => None,
     };
-    let now = crate::session::codec::event::now_ms();
+    let now = crate::session::codec::envelope::now_ms();
     let mut out = Vec::new();
     for (name, parent) in log.sessions()? {
         let end = match log.durable_len(&name) {
@@ -95,7 +95,7 @@ pub fn list_sessions<'a>(
         let updated_ms = if end == 0 {
             None
         } else {
-            let crate::session::codec::event::EncodedEvent {
+            let crate::session::codec::envelope::EncodedEvent {
                 kind,
                 flags,
                 payload,
@@ -435,7 +435,7 @@ impl SearchIndex {
         tx.execute("DELETE FROM expired", []).map_err(serr)?;
         let policy = crate::session::lifecycle::retention::Policy::of(store)?;
         if !policy.is_empty() {
-            let now = crate::session::codec::event::now_ms();
+            let now = crate::session::codec::envelope::now_ms();
             for info in store.sessions() {
                 if policy.keeps(&info.name) {
                     continue;

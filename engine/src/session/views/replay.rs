@@ -16,7 +16,9 @@ use std::sync::Arc;
 use rand::RngCore;
 
 use crate::error::{Error, Result};
-use crate::session::codec::event::{self, CoreKind, DecodeError, Registry, SessionEvent};
+use crate::session::codec::envelope;
+use crate::session::codec::envelope::DecodeError;
+use crate::session::codec::event::{self, CoreKind, Registry, SessionEvent};
 use crate::session::log::LogRef;
 
 /// Events read per store call while replaying.
@@ -121,7 +123,7 @@ impl Iterator for Replay<'_> {
                         return ControlFlow::Break(());
                     }
                 };
-                match event::decode_view(e.seq, e.kind, e.flags, &payload, registry) {
+                match envelope::decode_view(e.seq, e.kind, e.flags, &payload, registry) {
                     Ok(ev) => {
                         buf.push_back(Ok(ev));
                         ControlFlow::Continue(())

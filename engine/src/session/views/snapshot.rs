@@ -13,7 +13,8 @@ use std::path::{Path, PathBuf};
 
 use crate::derived::{write_atomic, DerivedKind};
 use crate::error::{Error, Result};
-use crate::session::codec::event::{self, Registry};
+use crate::session::codec::envelope;
+use crate::session::codec::event::Registry;
 use crate::session::log::LogRef;
 use crate::session::views::projection::Projection;
 use crate::session::views::replay::decode_error;
@@ -331,7 +332,7 @@ pub(crate) fn read_checked(
         return Ok(Err(Some(why)));
     }
     if h.covered > 0 {
-        let crate::session::codec::event::EncodedEvent {
+        let crate::session::codec::envelope::EncodedEvent {
             kind,
             flags,
             payload,
@@ -375,7 +376,7 @@ pub fn read<'a, P: Projection>(
                     return std::ops::ControlFlow::Break(());
                 }
             };
-            match event::decode(e.seq, e.kind, e.flags, &payload, registry) {
+            match envelope::decode(e.seq, e.kind, e.flags, &payload, registry) {
                 Ok(ev) => {
                     if let Some(next) = p.fold(&state, &ev) {
                         state = next;
@@ -462,7 +463,7 @@ pub(crate) fn write_file(
         )));
     }
     let last_event_crc = if covered > 0 {
-        let crate::session::codec::event::EncodedEvent {
+        let crate::session::codec::envelope::EncodedEvent {
             kind,
             flags,
             payload,
