@@ -160,12 +160,7 @@ pub trait EventLog: Send + Sync {
     /// ([`Error::Refused`]); PostgreSQL searches with its text search. The
     /// embedded store's index is the session layer's
     /// (`session::query::search`).
-    fn search(
-        &self,
-        query: &str,
-        limit: usize,
-        session: Option<&str>,
-    ) -> Result<Vec<crate::session::views::query::Hit>> {
+    fn search(&self, query: &str, limit: usize, session: Option<&str>) -> Result<Vec<Hit>> {
         let _ = (query, limit, session);
         Err(Error::Refused(format!(
             "the {} log has no search",
@@ -312,7 +307,7 @@ impl EventLog for Store {
     fn claim(&self, session: &str) -> Result<Claim> {
         let id = self
             .live_sessions()
-            .claim(session, crate::session::codec::envelope::now_ms())
+            .claim(session, crate::types::now_ms())
             .map_err(|since_ms| Error::SessionLive {
                 session: session.to_string(),
                 since_ms,
@@ -334,12 +329,7 @@ impl EventLog for Store {
 
     /// The store's index (`search.sqlite`) is the session layer's: it
     /// decodes events with the caller's registry.
-    fn search(
-        &self,
-        query: &str,
-        limit: usize,
-        session: Option<&str>,
-    ) -> Result<Vec<crate::session::views::query::Hit>> {
+    fn search(&self, query: &str, limit: usize, session: Option<&str>) -> Result<Vec<Hit>> {
         let _ = (query, limit, session);
         Err(Error::Refused(
             "the embedded store is searched through turnstone::session::query::search (its index needs the session registry)".into(),
@@ -368,4 +358,15 @@ impl EventLog for Store {
             })
             .collect())
     }
+}
+
+/// One search hit.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct Hit {
+    /// The session the hit is reported under.
+    pub session: String,
+    /// Seq of the event.
+    pub seq: u64,
+    /// The matching text, with the match in brackets.
+    pub snippet: String,
 }

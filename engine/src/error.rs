@@ -118,7 +118,7 @@ pub enum Error {
     },
     /// A surface replace range outside the current surface.
     #[error(transparent)]
-    SurfaceRange(#[from] crate::session::fold::surface::RangeError),
+    SurfaceRange(#[from] RangeError),
     /// The session layer refused an operation (the reason says which rule).
     #[error("refused: {0}")]
     Refused(String),
@@ -130,7 +130,7 @@ pub enum Error {
     Search { path: PathBuf, detail: String },
     /// A request differs from the one rebuildable from the log.
     #[error(transparent)]
-    RequestMismatch(#[from] crate::session::fold::header::Difference),
+    RequestMismatch(#[from] Difference),
 
     /// Another writer took the session over (a backend with leases, such
     /// as PostgreSQL): this writer's pending events were not written.
@@ -259,4 +259,28 @@ mod tests {
         let distinct: std::collections::BTreeSet<_> = kinds.iter().collect();
         assert_eq!(distinct.len(), kinds.len());
     }
+}
+
+/// An invalid replace range.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("replace range {start}..{end} is invalid for a surface of {len} nodes (need start <= end <= len)")]
+pub struct RangeError {
+    /// Start of the range asked for.
+    pub start: u64,
+    /// End of the range asked for.
+    pub end: u64,
+    /// Length of the surface.
+    pub len: u64,
+}
+
+/// The first place where two requests differ.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[error("request differs from the log at {path}: log has {expected}, request has {actual}")]
+pub struct Difference {
+    /// JSON-pointer-like path (`/messages/3/content/0/text`).
+    pub path: String,
+    /// What the log rebuilds.
+    pub expected: String,
+    /// What the caller has.
+    pub actual: String,
 }

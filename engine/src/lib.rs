@@ -45,7 +45,7 @@ mod types;
 pub mod vfs;
 
 pub use commit::Stats;
-pub use error::{Error, Result};
+pub use error::{Difference, Error, RangeError, Result};
 pub use recovery::{Problem, ProblemKind, RecoveryMode, RecoveryReport, Row};
 pub use store::gc;
 pub use store::{archive, blobs};

@@ -505,7 +505,7 @@ fn search_session_sees_inherited_events_only_below_the_fork_point() {
     store.sync().unwrap();
     let mut ix = SearchIndex::open(&store).unwrap();
     ix.update(&store, &reg()).unwrap();
-    let seqs = |hits: Vec<turnstone::session::Hit>, who: &str| {
+    let seqs = |hits: Vec<turnstone::backend::Hit>, who: &str| {
         let mut v: Vec<u64> = hits
             .iter()
             .map(|h| {

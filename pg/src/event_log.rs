@@ -299,7 +299,7 @@ impl EventLog for PgEventLog {
         query: &str,
         limit: usize,
         session: Option<&str>,
-    ) -> Result<Vec<turnstone::session::Hit>> {
+    ) -> Result<Vec<turnstone::backend::Hit>> {
         let hits = match session {
             None => self.log.search(query, limit),
             Some(s) => self.log.search_session(s, query, limit),
@@ -307,7 +307,7 @@ impl EventLog for PgEventLog {
         .map_err(engine_error)?;
         Ok(hits
             .into_iter()
-            .map(|h| turnstone::session::Hit {
+            .map(|h| turnstone::backend::Hit {
                 session: h.session,
                 seq: h.seq,
                 snippet: h.snippet,

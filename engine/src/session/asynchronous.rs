@@ -20,13 +20,13 @@ use serde_json::Value;
 
 use crate::error::Result;
 use crate::session::codec::envelope;
+use crate::session::codec::envelope::decode_error;
 use crate::session::codec::event::{CoreKind, EventKind, Registry, SessionEvent, ToolCall};
 use crate::session::handle::Session;
 use crate::session::log::LogRef;
 use crate::session::tools::durability::{
     record_result, tool_dispatch, tool_prologue, CancelToken, ToolBody, ToolOutcome, ToolScope,
 };
-use crate::session::views::replay::decode_error;
 use crate::store::{DurableWait, Subscription};
 
 impl Session {
@@ -430,11 +430,11 @@ pub mod tokio {
     /// index brought up to date first, on another log (an
     /// `Arc<PgEventLog>`) that log's own search.
     pub async fn search(
-        log: impl Into<crate::session::LogHandle>,
+        log: impl Into<crate::session::log::LogHandle>,
         registry: Arc<Registry>,
         query: &str,
         limit: usize,
-    ) -> Result<Vec<crate::session::views::query::Hit>> {
+    ) -> Result<Vec<crate::backend::Hit>> {
         let log = log.into();
         let query = query.to_string();
         blocking(move || crate::session::views::query::search(&log, &registry, &query, limit)).await

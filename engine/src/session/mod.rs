@@ -10,9 +10,9 @@
 //!
 //! | room | owns |
 //! |---|---|
-//! | `codec/` | events as bytes: core kinds and their data, content blocks, the envelope (FORMAT.md §10), JSON events, blob references |
+//! | `codec/` | events as bytes: core kinds and their data, content blocks and usage, the envelope (FORMAT.md §10), blob references |
 //! | `fold/` | what events mean: surface, derived messages, turns and coordinates, request headers, the state snapshot |
-//! | `handle/` | [`Session`] and [`Host`]: open, append, flush, compaction, repair |
+//! | `handle/` | [`Session`] and [`Host`]: open, append (typed or JSON), flush, requests, compaction, turns, repair |
 //! | `providers/` | one file per model API: responses in, request bodies out |
 //! | `tools/` | tool bodies after their `tool/call` is durable, alone or in parallel |
 //! | `views/` | replay and fork, query and search, the catalog, projections and their caches |
@@ -37,7 +37,6 @@ pub use self::handle::{HistoryEvent, Session};
 #[cfg(feature = "tokio")]
 pub use asynchronous::tokio as blocking_pool;
 pub use asynchronous::{run_tool_async, subscribe, FlushWait, SessionSubscription};
-pub use codec::blob_refs::referenced_blobs;
 pub use codec::content::{ChatFunction, ContentBlock, Extra, MediaSource, ToolResultContent};
 pub use codec::envelope::{now_ms, DecodeError};
 pub use codec::event::{
@@ -50,12 +49,13 @@ pub use codec::event::{
 };
 pub use codec::usage::Usage;
 pub use fold::coords::TurnInfo;
-pub use fold::header::{Difference, Request, RequestSpec};
+pub use fold::header::{Request, RequestSpec};
 pub use fold::messages::{Message, Role};
 pub use fold::state::OpenState;
-pub use fold::surface::{RangeError, Surface, SurfaceOp};
+pub use fold::surface::{Surface, SurfaceOp};
 pub use handle::host::{Host, SharedSession};
 pub use handle::repair::{repair, validate_messages, MessageProblem, PluginRepair, RepairReport};
+pub use lifecycle::blobs::referenced_blobs;
 pub use lifecycle::delete::{delete, deleted_at};
 pub use log::{DurabilityPoint, LogHandle, LogRef};
 pub use providers::Provider;
@@ -71,8 +71,7 @@ pub use views::projection::{
 #[cfg(feature = "search")]
 pub use views::query::SearchIndex;
 pub use views::query::{
-    events, list_sessions, search, search_session, searchable_text, Hit, SessionSummary,
-    SEARCH_FILE,
+    events, list_sessions, search, search_session, searchable_text, SessionSummary, SEARCH_FILE,
 };
 pub use views::replay::{fork, replay, replay_range, turn_open, Forked, Replay};
 
@@ -81,8 +80,9 @@ pub use views::replay::{fork, replay, replay_range, turn_open, Forked, Replay};
 pub mod gc {
     pub use super::lifecycle::gc::{
         collect, collect_live, collect_live_with_rule, collect_with, collect_with_rule, is_dead,
-        Background, BackgroundOptions, BackgroundStats, Retention, Rule,
+        Background, BackgroundOptions, BackgroundStats, Rule,
     };
+    pub use super::lifecycle::retention::Retention;
 }
 
 /// Retention: when a store's sessions expire (`retention.json`, FORMAT.md §18).
@@ -108,7 +108,7 @@ pub mod snapshot {
 pub mod internals {
     pub use super::codec::blob_refs::{
         direct_refs, has_refs, outline, payload_blobs, refs_in_blob, resolve, resolve_event,
-        session_blobs, BLOB_REF_TYPE, ENVELOPE_VERSION_BLOBS,
+        BLOB_REF_TYPE, ENVELOPE_VERSION_BLOBS,
     };
     pub use super::codec::envelope::{
         decode, decode_view, encode_core, encode_plugin, encode_plugin_at, Envelope,
@@ -119,6 +119,7 @@ pub mod internals {
     pub use super::fold::state_snapshot::{
         state_snapshot_path, STATE_SNAPSHOT_NAME, STATE_SNAPSHOT_TAIL, STATE_SNAPSHOT_VERSION,
     };
+    pub use super::lifecycle::blobs::session_blobs;
     pub use super::lifecycle::delete::check_not_deleted;
     pub use super::lifecycle::retention::check_not_expired;
 }

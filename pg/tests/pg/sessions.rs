@@ -9,6 +9,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use serde_json::{json, Value};
+use turnstone::backend::Hit;
 use turnstone::session::*;
 use turnstone::Store;
 use turnstone_pg::{PgEventLog, PgLog, PgOptions};

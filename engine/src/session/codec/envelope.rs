@@ -7,6 +7,7 @@
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+use crate::error::Error;
 use crate::frame::FLAG_IGNORABLE;
 use crate::session::codec::event::{
     AssistantChunk, AssistantMessage, CompactionEnd, CompactionPrune, CompactionStart,
@@ -15,6 +16,7 @@ use crate::session::codec::event::{
     ToolResult, TurnEnd, TurnStart, UserMessage, KIND_CODE_PLUGIN, SESSION_FORMAT_VERSION,
 };
 use crate::session::fold::surface::SurfaceOp;
+pub use crate::types::now_ms;
 
 /// One event as the log stores it (FORMAT.md §4, §10): the kind code, the
 /// frame flags and the payload bytes. Everything the session layer appends
@@ -75,14 +77,6 @@ pub struct Envelope {
     pub ts: Option<u64>,
     /// The kind's data.
     pub data: Value,
-}
-
-/// Milliseconds since the Unix epoch, now.
-pub fn now_ms() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_millis() as u64)
-        .unwrap_or(0)
 }
 
 /// Encode a core event's payload.
@@ -496,6 +490,29 @@ pub(crate) fn plugin_flags(ignorable: bool) -> u16 {
         FLAG_IGNORABLE
     } else {
         0
+    }
+}
+
+/// A decode failure of event `seq` of session `id` as the session layer's
+/// error: the kind, the version or the data, named with where it is.
+pub(crate) fn decode_error(id: &str, seq: u64, e: DecodeError) -> Error {
+    match e {
+        DecodeError::UnknownKind(kind) => Error::UnknownKind {
+            session: id.to_string(),
+            seq,
+            kind,
+        },
+        DecodeError::Version(found) => Error::SessionFormat {
+            session: id.to_string(),
+            seq,
+            found,
+            supported: SESSION_FORMAT_VERSION,
+        },
+        DecodeError::Malformed(detail) => Error::BadEvent {
+            session: id.to_string(),
+            seq,
+            detail,
+        },
     }
 }
 

@@ -7,6 +7,8 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+use crate::error::Difference;
+
 use crate::session::codec::event::{CallConfig, EpochHeader, SystemPrompt, ToolSchema};
 use crate::session::fold::messages::Message;
 
@@ -116,18 +118,6 @@ pub struct Request {
     pub header: Option<EpochHeader>,
     /// The derived messages.
     pub messages: Vec<Message>,
-}
-
-/// The first place where two requests differ.
-#[derive(Debug, Clone, PartialEq, thiserror::Error)]
-#[error("request differs from the log at {path}: log has {expected}, request has {actual}")]
-pub struct Difference {
-    /// JSON-pointer-like path (`/messages/3/content/0/text`).
-    pub path: String,
-    /// What the log rebuilds.
-    pub expected: String,
-    /// What the caller has.
-    pub actual: String,
 }
 
 /// Compare two requests; `None` when equal.

@@ -8,7 +8,7 @@
 //! beyond the fold (no tombstone, no `interrupted`, no tool pair split by a
 //! replace) are checked against the same state.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use serde_json::Value;
 
@@ -21,7 +21,6 @@ use crate::session::codec::event::{
 };
 use crate::session::fold::coords::TurnInfo;
 use crate::session::fold::messages::{self, Keep, Message, MessageCache};
-use crate::session::fold::state_snapshot::KindsSeen;
 use crate::session::fold::surface::{Surface, SurfaceOp};
 
 /// Turn, step and tool calls left open (what repair would have to close).
@@ -50,6 +49,17 @@ impl OpenState {
     pub fn is_idle(&self) -> bool {
         self.turn.is_none() && self.step.is_none()
     }
+}
+
+/// Which event kinds a fold has applied: a snapshot is used only by a
+/// process that would have folded the same events without refusing them
+/// (a writable open refuses a kind its build or registry does not know).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(crate) struct KindsSeen {
+    /// Bit `c` set: a core event of kind code `c` (< 64) was applied.
+    pub core: u64,
+    /// Names of the non-ignorable plugin kinds met.
+    pub plugins: BTreeSet<String>,
 }
 
 /// What a session's events fold into (see the module doc).

@@ -7,6 +7,8 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::error::RangeError;
+
 /// How a surface event enters the surface.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "op", rename_all = "snake_case")]
@@ -20,18 +22,6 @@ pub enum SurfaceOp {
         /// End of the range (excluded).
         end: u64,
     },
-}
-
-/// An invalid replace range.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
-#[error("replace range {start}..{end} is invalid for a surface of {len} nodes (need start <= end <= len)")]
-pub struct RangeError {
-    /// Start of the range asked for.
-    pub start: u64,
-    /// End of the range asked for.
-    pub end: u64,
-    /// Length of the surface.
-    pub len: u64,
 }
 
 /// The model-visible node list.

@@ -9,20 +9,22 @@
 
 mod append;
 pub mod host;
+mod json;
 mod metadata;
 mod open;
 pub mod repair;
 mod request;
+mod snapshot;
+mod turns;
 
 use std::sync::Arc;
 
 use serde_json::Value;
 
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::session::codec::envelope;
-use crate::session::codec::envelope::DecodeError;
 use crate::session::codec::event::{
-    self, EpochHeader, EventKind, Registry, RequestContext, SessionEvent,
+    EpochHeader, EventKind, Registry, RequestContext, SessionEvent,
 };
 use crate::session::fold::messages::{Keep, Message};
 use crate::session::fold::state::{OpenState, State};
@@ -125,24 +127,8 @@ impl Session {
         flags: u16,
         payload: &[u8],
     ) -> Result<SessionEvent> {
-        envelope::decode_for_fold(seq, code, flags, payload, &self.registry).map_err(|e| match e {
-            DecodeError::UnknownKind(kind) => Error::UnknownKind {
-                session: self.id.to_string(),
-                seq,
-                kind,
-            },
-            DecodeError::Version(found) => Error::SessionFormat {
-                session: self.id.to_string(),
-                seq,
-                found,
-                supported: event::SESSION_FORMAT_VERSION,
-            },
-            DecodeError::Malformed(detail) => Error::BadEvent {
-                session: self.id.to_string(),
-                seq,
-                detail,
-            },
-        })
+        envelope::decode_for_fold(seq, code, flags, payload, &self.registry)
+            .map_err(|e| envelope::decode_error(&self.id, seq, e))
     }
 
     /// Fold one event into the state ([`State::apply`]).
@@ -278,7 +264,7 @@ impl Session {
             let ev = e.payload.and_then(|payload| {
                 if self.is_read_only() {
                     envelope::decode_view(e.seq, e.kind, e.flags, &payload, &self.registry).map_err(
-                        |err| crate::session::views::replay::decode_error(&self.id, e.seq, err),
+                        |err| crate::session::codec::envelope::decode_error(&self.id, e.seq, err),
                     )
                 } else {
                     self.decode(e.seq, e.kind, e.flags, &payload)

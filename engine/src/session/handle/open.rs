@@ -137,7 +137,7 @@ impl Session {
                         if view {
                             envelope::decode_view(e.seq, e.kind, e.flags, &payload, &s.registry)
                                 .map_err(|err| {
-                                    crate::session::views::replay::decode_error(&s.id, e.seq, err)
+                                    crate::session::codec::envelope::decode_error(&s.id, e.seq, err)
                                 })
                         } else {
                             s.decode(e.seq, e.kind, e.flags, &payload)

@@ -35,7 +35,7 @@ fn tool_result(id: &str, text: String) -> ToolResult {
 fn tool_round(s: &mut Session, id: &str, text: String) {
     s.append(tool_use(id), SurfaceOp::Append).unwrap();
     s.append(
-        event::ToolCall {
+        crate::session::ToolCall {
             call_id: id.into(),
             name: "shell".into(),
             input: serde_json::json!({}),

@@ -26,24 +26,8 @@ use crate::error::Result;
 use crate::gc::{CollectCandidate, CollectOptions, CollectReport};
 use crate::session::codec::envelope;
 use crate::session::codec::event::CoreKind;
-use crate::session::lifecycle::retention::{ts_of_payload, Policy};
+use crate::session::lifecycle::retention::{ts_of_payload, Policy, Retention};
 use crate::Store;
-
-/// Store-wide retention rules given to one collection, over the store's
-/// policy (`retention.json`, [`Policy`]): each set field replaces the
-/// policy's. `None`: the policy's (no limit if it has none).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct Retention {
-    /// Expire a session this long after its last event (TTL).
-    pub expire_after_ms: Option<u64>,
-    /// Expire a session this long after its first own event (maximum age).
-    pub max_age_ms: Option<u64>,
-    /// Keep at most this many bytes of live frames in sealed segments,
-    /// evicting the sessions whose last event is oldest first.
-    pub max_bytes: Option<u64>,
-    /// "Now", milliseconds since the Unix epoch (`None`: the clock).
-    pub now_ms: Option<u64>,
-}
 
 /// A session layer's liveness rule under a retention policy at a time.
 pub type Rule = dyn Fn(&CollectCandidate<'_>, &Policy, u64) -> bool + Send + Sync;
@@ -157,7 +141,7 @@ fn sweep_blobs(store: &Store, report: &mut CollectReport) -> Result<()> {
     if present.is_empty() {
         return Ok(());
     }
-    let live = crate::session::codec::blob_refs::referenced_blobs(store)?;
+    let live = crate::session::lifecycle::blobs::referenced_blobs(store)?;
     let mut removed = 0;
     for h in present.iter().filter(|h| !live.contains(*h)) {
         let freed = sweep.remove_unused(h)?;
@@ -385,7 +369,7 @@ fn collect_blobs(dir: &Path, opts: &CollectOptions, report: &mut CollectReport) 
     let present = store.blobs().list()?;
     report.blobs_examined = present.len() as u64;
     if !present.is_empty() {
-        let live = crate::session::codec::blob_refs::referenced_blobs(&store)?;
+        let live = crate::session::lifecycle::blobs::referenced_blobs(&store)?;
         for h in present.iter().filter(|h| !live.contains(*h)) {
             report.blobs_removed += 1;
             report.blob_bytes_reclaimed += if opts.dry_run {

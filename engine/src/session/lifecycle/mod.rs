@@ -2,6 +2,7 @@
 //! store's retention policy, and collection with the session layer's
 //! liveness rules.
 
+pub mod blobs;
 pub mod delete;
 pub mod gc;
 pub mod retention;

@@ -38,6 +38,22 @@ pub const RETENTION_TMP_FILE: &str = "retention.json.tmp";
 /// sessions is still far smaller).
 pub const RETENTION_FILE_BYTES_MAX: u64 = 64 << 20;
 
+/// Store-wide retention rules given to one collection, over the store's
+/// policy (`retention.json`, [`Policy`]): each set field replaces the
+/// policy's. `None`: the policy's (no limit if it has none).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Retention {
+    /// Expire a session this long after its last event (TTL).
+    pub expire_after_ms: Option<u64>,
+    /// Expire a session this long after its first own event (maximum age).
+    pub max_age_ms: Option<u64>,
+    /// Keep at most this many bytes of live frames in sealed segments,
+    /// evicting the sessions whose last event is oldest first.
+    pub max_bytes: Option<u64>,
+    /// "Now", milliseconds since the Unix epoch (`None`: the clock).
+    pub now_ms: Option<u64>,
+}
+
 /// A store's retention policy. The default keeps everything.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -140,7 +156,7 @@ impl Policy {
     }
 
     /// This policy with `r`'s store-wide fields where `r` sets them.
-    pub fn overridden_by(&self, r: &crate::session::lifecycle::gc::Retention) -> Policy {
+    pub fn overridden_by(&self, r: &Retention) -> Policy {
         let mut p = self.clone();
         if r.expire_after_ms.is_some() {
             p.expire_after_ms = r.expire_after_ms;

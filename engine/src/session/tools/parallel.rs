@@ -56,7 +56,7 @@ impl Session {
     pub fn record_tool_result(
         &mut self,
         call_id: &str,
-        content: Vec<crate::session::ContentBlock>,
+        content: Vec<crate::session::codec::content::ContentBlock>,
         is_error: bool,
     ) -> Result<(u64, Option<String>)> {
         record_result(self, call_id, content, is_error)
@@ -114,7 +114,7 @@ pub fn run_tools_parallel<T: Send>(
                 s.append(
                     ToolResult {
                         call_id: call.call_id.clone(),
-                        content: vec![crate::session::ContentBlock::text(format!(
+                        content: vec![crate::session::codec::content::ContentBlock::text(format!(
                             "refused by policy: {reason}"
                         ))],
                         is_error: true,

@@ -12,6 +12,7 @@ use std::ops::Range;
 
 use serde::Serialize;
 
+use crate::backend::Hit;
 use crate::error::{Error, Result};
 use crate::session::codec::event::{
     AssistantMessage, CompactionSummary, ContentBlock, CoreKind, EventKind, Registry, SessionEvent,
@@ -175,17 +176,6 @@ pub fn searchable_text(ev: &SessionEvent) -> Option<String> {
         _ => return None,
     };
     (!t.is_empty()).then_some(t)
-}
-
-/// One search hit.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct Hit {
-    /// The session the hit is reported under.
-    pub session: String,
-    /// Seq of the event.
-    pub seq: u64,
-    /// The matching text, with the match in brackets.
-    pub snippet: String,
 }
 
 /// Full-text search across the sessions of any log, best matches first,

@@ -17,8 +17,8 @@ use rand::RngCore;
 
 use crate::error::{Error, Result};
 use crate::session::codec::envelope;
-use crate::session::codec::envelope::DecodeError;
-use crate::session::codec::event::{self, CoreKind, Registry, SessionEvent};
+use crate::session::codec::envelope::decode_error;
+use crate::session::codec::event::{CoreKind, Registry, SessionEvent};
 use crate::session::log::LogRef;
 
 /// Events read per store call while replaying.
@@ -144,27 +144,6 @@ impl Iterator for Replay<'_> {
             }
         }
         self.buf.pop_front()
-    }
-}
-
-pub(crate) fn decode_error(id: &str, seq: u64, e: DecodeError) -> Error {
-    match e {
-        DecodeError::UnknownKind(kind) => Error::UnknownKind {
-            session: id.to_string(),
-            seq,
-            kind,
-        },
-        DecodeError::Version(found) => Error::SessionFormat {
-            session: id.to_string(),
-            seq,
-            found,
-            supported: event::SESSION_FORMAT_VERSION,
-        },
-        DecodeError::Malformed(detail) => Error::BadEvent {
-            session: id.to_string(),
-            seq,
-            detail,
-        },
     }
 }
 

@@ -14,10 +14,10 @@ use std::path::{Path, PathBuf};
 use crate::derived::{write_atomic, DerivedKind};
 use crate::error::{Error, Result};
 use crate::session::codec::envelope;
+use crate::session::codec::envelope::decode_error;
 use crate::session::codec::event::Registry;
 use crate::session::log::LogRef;
 use crate::session::views::projection::Projection;
-use crate::session::views::replay::decode_error;
 use crate::types::LogPos;
 
 /// Directory of snapshot files inside the store (FORMAT.md §12).
