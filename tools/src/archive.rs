@@ -113,7 +113,7 @@ pub fn run_archive(a: &ArchiveArgs) -> Result<ExitCode, Failure> {
 }
 
 pub fn run_restore(a: &RestoreArgs) -> Result<ExitCode, Failure> {
-    existing_dir(&a.dir)?;
+    crate::failure::dir_or_new(&a.dir)?;
     let arc = archive::read_file(&a.file).map_err(|e| {
         Failure::from(e).context(format!("{} cannot be restored", a.file.display()))
     })?;

@@ -70,6 +70,16 @@ impl From<Error> for Failure {
     }
 }
 
+/// A store directory to write into, created when missing (`import`,
+/// `restore`, like `fleet`): refused only when the path is a file or
+/// cannot be read.
+pub fn dir_or_new(dir: &Path) -> Result<(), Failure> {
+    match existing_dir(dir) {
+        Err(_) if !dir.exists() => Ok(()),
+        other => other,
+    }
+}
+
 /// The directory must exist and be a directory (commands that would
 /// otherwise create a store where none was meant).
 pub fn existing_dir(dir: &Path) -> Result<(), Failure> {

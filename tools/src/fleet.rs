@@ -180,6 +180,9 @@ struct Agent {
     tool_use: Option<(String, Value)>,
     /// The request spec and the model it is for.
     spec: Option<(usize, RequestSpec)>,
+    /// The session was deleted (or deleted and collected): this run leaves
+    /// it alone.
+    gone: bool,
 }
 
 /// What one thread measured.
@@ -189,6 +192,8 @@ struct ThreadResult {
     /// Events appended and not yet counted on the progress bar.
     pending_progress: u64,
     reopened: u64,
+    /// Sessions skipped because they were deleted.
+    skipped: u64,
     repairs: Vec<RepairReport>,
 }
 
@@ -745,6 +750,7 @@ fn new_agent(name: String) -> Agent {
         prune: None,
         tool_use: None,
         spec: None,
+        gone: false,
     }
 }
 
@@ -756,6 +762,8 @@ enum Next {
     Spent,
     /// The run stops (an error, recorded in [`Shared::error`]).
     Stop,
+    /// The agent's session was deleted: it does not act in this run.
+    Gone,
 }
 
 /// One action of agent `a`: claim its events of the budget, load its
@@ -777,6 +785,9 @@ async fn step(
     if sh.stop.load(Ordering::Relaxed) {
         return Next::Stop;
     }
+    if a.gone {
+        return Next::Gone;
+    }
     let max = a.phase.max_events();
     if max > 0 && !sh.claim(max) {
         return Next::Spent;
@@ -784,10 +795,16 @@ async fn step(
     let session = match &a.session {
         Some(s) => s.clone(),
         None => match load(host, &a.name, res) {
-            Ok(s) => {
+            Ok(Some(s)) => {
                 a.prefix = s.lock().len();
                 a.session = Some(s.clone());
                 s
+            }
+            Ok(None) => {
+                a.gone = true;
+                res.skipped += 1;
+                sh.refund(max);
+                return Next::Gone;
             }
             Err(e) => {
                 sh.fail(e);
@@ -876,7 +893,7 @@ fn run_thread<'a>(
             let next =
                 ready(async { Ok(step(a, host, sh, &mut g, &mut res, Waits::Blocking).await) });
             match next {
-                Ok(Next::Again) => {}
+                Ok(Next::Again | Next::Gone) => {}
                 Ok(Next::Spent) => {
                     graceful = true;
                     break 'outer;
@@ -889,6 +906,11 @@ fn run_thread<'a>(
             }
         }
         first_pass.finish_and_wait();
+        if agents.iter().all(|a| a.gone) {
+            // Nothing left for this thread to do.
+            graceful = true;
+            break;
+        }
     }
     first_pass.count();
     finish_thread(sh, agents, graceful, &mut res);
@@ -933,8 +955,10 @@ fn run_thread_async<'a>(
             let mut graceful = false;
             let mut first = true;
             loop {
+                let mut gone = false;
                 match step(&mut a, host, sh, &mut g, &mut res, Waits::Async).await {
                     Next::Again => {}
+                    Next::Gone => gone = true,
                     Next::Spent => {
                         graceful = true;
                         break;
@@ -953,6 +977,9 @@ fn run_thread_async<'a>(
                         tokio::task::yield_now().await;
                     }
                 }
+                if gone {
+                    break;
+                }
             }
             (a, graceful, res)
         }
@@ -969,6 +996,7 @@ fn run_thread_async<'a>(
         graceful |= g;
         res.ack_us.extend(r.ack_us);
         res.reopened += r.reopened;
+        res.skipped += r.skipped;
         res.repairs.extend(r.repairs);
         res.pending_progress += r.pending_progress;
     }
@@ -978,7 +1006,9 @@ fn run_thread_async<'a>(
 
 /// Take over session `name`: reopen it through the host (which repairs
 /// what an earlier run left open before anything is appended) or create it.
-fn load(host: &Host, name: &str, res: &mut ThreadResult) -> Result<SharedSession, String> {
+/// `None`: the session was deleted (its name stays taken after a
+/// collection removed it), so this run leaves it alone.
+fn load(host: &Host, name: &str, res: &mut ThreadResult) -> Result<Option<SharedSession>, String> {
     let exists = host.store().is_some_and(|s| s.session_len(name).is_some());
     let loaded = if exists {
         host.load(name).map(|(s, report)| {
@@ -991,7 +1021,14 @@ fn load(host: &Host, name: &str, res: &mut ThreadResult) -> Result<SharedSession
     } else {
         host.create(name)
     };
-    loaded.map_err(|e| {
+    match &loaded {
+        Err(turnstone::Error::SessionDeleted { .. } | turnstone::Error::SessionExpired { .. }) => {
+            return Ok(None)
+        }
+        Err(turnstone::Error::SessionExists(_)) if !exists => return Ok(None),
+        _ => {}
+    }
+    loaded.map(Some).map_err(|e| {
         format!(
             "cannot {} session {name}: {}",
             if exists { "reopen" } else { "create" },
@@ -1152,6 +1189,12 @@ pub fn run(args: &FleetArgs) -> Result<(), Failure> {
     crate::store_open::close(store, &args.dir)?;
 
     let reopened: u64 = results.iter().map(|r| r.reopened).sum();
+    let skipped: u64 = results.iter().map(|r| r.skipped).sum();
+    if skipped > 0 {
+        eprintln!(
+            "fleet: skipped {skipped} deleted sessions (deleted, or expired by the retention policy; their names stay taken)"
+        );
+    }
     if reopened > 0 {
         let reps: Vec<&RepairReport> = results.iter().flat_map(|r| &r.repairs).collect();
         eprintln!(

@@ -19,7 +19,7 @@ use turnstone::session::{CoreKind, HistoryEvent, Host, Registry, Surface};
 use turnstone::Store;
 
 use crate::export::Line;
-use crate::failure::existing_dir;
+use crate::failure::dir_or_new;
 use crate::Failure;
 
 #[derive(Debug, Args)]
@@ -171,7 +171,7 @@ fn validate(file: &std::path::Path, bar: &indicatif::ProgressBar) -> Result<Vali
 }
 
 pub fn run(args: &ImportArgs) -> Result<ExitCode, Failure> {
-    existing_dir(&args.dir)?;
+    dir_or_new(&args.dir)?;
     let id = match &args.session {
         Some(s) => s.clone(),
         None => args

@@ -113,7 +113,8 @@ surface ops (replayed against a scratch surface) and dense seqs 0, 1, 2, ...\n\
 On the first bad line the import is refused with its line number and the store\n\
 is not touched. The events are written in one atomic batch, each with the\n\
 ts of its line, followed by session/end-seed (they are the new session's seed\n\
-history) unless the file holds one already (an export of an imported session)."
+history) unless the file holds one already (an export of an imported session).\n\
+A store directory that does not exist yet is created (as `fleet` does)."
     )]
     Import(import::ImportArgs),
     /// Stream one session's events in order (chunks and inherited fork events included), read-only.
@@ -204,7 +205,8 @@ session's tombstone is appended only after that (its bytes become reclaimable, n
         after_help = "Examples:\n  turnstone restore ./demo-store sess-000003.tsarc\n  turnstone restore ./other-store sess-000003.tsarc --session s3-again\n\n\
 The whole file is checked first (a damaged archive is refused with its file and offset, and the\n\
 store is not touched); then its blobs are written and its events appended in one atomic batch.\n\
-A name the store already has, even a deleted one, is refused: restore under another id with --session."
+A name the store already has, even a deleted one, is refused: restore under another id with --session.\n\
+A store directory that does not exist yet is created."
     )]
     Restore(archive::RestoreArgs),
     /// Copy every live session between a store directory and PostgreSQL (either way), keeping seqs, payloads (with their ts) and forks.

@@ -598,13 +598,16 @@ fn import_refuses_bad_lines_and_writes_nothing() {
         .map(|f| std::fs::read(f).unwrap())
         .collect();
     assert!(before == after, "a refused import changed the store");
-    // A missing file, a missing store.
+    // A missing file. A missing store is created by a good import
+    // (`readme_flows.rs`), but a refused one leaves nothing behind.
     let out = turnstone(&["import", p(&dir), p(&tmp.path().join("none.jsonl"))]);
     assert_eq!(code(&out), 2);
     assert!(stderr(&out).contains("none.jsonl"));
-    let out = turnstone(&["import", p(&tmp.path().join("nostore")), p(&dir)]);
+    let nostore = tmp.path().join("nostore");
+    let out = turnstone(&["import", p(&nostore), p(&tmp.path().join("none.jsonl"))]);
     assert_eq!(code(&out), 2);
-    assert!(stderr(&out).contains("nostore"));
+    assert!(stderr(&out).contains("none.jsonl"));
+    assert!(!nostore.exists(), "a refused import created a store");
 }
 
 /// The main job writes provider-native content (thinking with signatures,
