@@ -12,8 +12,10 @@ command -v python3 >/dev/null || { echo "python3 is not installed" >&2; exit 2; 
 "$venv/bin/pip" install --quiet --disable-pip-version-check \
   "langgraph==1.2.22" "langgraph-checkpoint==4.3.2" "langgraph-checkpoint-sqlite==3.1.2" \
   "langgraph-checkpoint-conformance==0.0.2" "aiosqlite==0.22.1" "openai-agents==0.24.0"
-# Builds the extension with maturin (PEP 517), as `pip install ./bindings/python` does.
-"$venv/bin/pip" install --quiet --disable-pip-version-check --force-reinstall --no-deps "$here"
+# Builds the extension with maturin (PEP 517), as `pip install ./bindings/python` does,
+# into a kept cargo target folder (the READMEs' own `pip install` in .ci/readme_check.py
+# then builds incrementally).
+CARGO_TARGET_DIR="$here/target/cargo" "$venv/bin/pip" install --quiet --disable-pip-version-check --force-reinstall --no-deps "$here"
 # The Rust CLI, for the cross-language tests (already built by `cargo test`).
 root="$(cd "$here/../.." && pwd)"
 ( cd "$root" && cargo build -q -p turnstone-cli )
