@@ -3,7 +3,8 @@
 
     python3 .ci/readme_check.py [README ...]
 
-Default: README.md, bindings/python/README.md, bindings/node/README.md.
+Default: README.md, bindings/python/README.md, bindings/node/README.md and
+docs/CLI.md (the command line's tour).
 Each fenced block runs by its language, in a fresh directory of its own:
 
 - ``sh``: with bash (``set -euo pipefail``) from the repository's root, the
@@ -35,7 +36,12 @@ import tempfile
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-DEFAULT = ["README.md", "bindings/python/README.md", "bindings/node/README.md"]
+DEFAULT = [
+    "README.md",
+    "bindings/python/README.md",
+    "bindings/node/README.md",
+    "docs/CLI.md",
+]
 VENV = os.path.join(ROOT, "bindings/python/target/venv")
 NODE_PKG = os.path.join(ROOT, "bindings/node")
 SHOWN = {"text", "json", "console", "output"}

@@ -83,7 +83,7 @@ nothing the second time. Exit status 1 when a session could not be repaired."
 Damage is shown in place (offset, stored vs computed checksum, bytes skipped)\n\
 and dumping goes on past it. Exit status: 0 no corruption (a torn tail is not\n\
 corruption), 1 corruption found, 2 nothing could be read.\n\
-The --json field names are documented in README.md, \"dump --json fields\"."
+The --json field names are documented in docs/CLI.md, \"dump --json fields\"."
     )]
     Dump(dump::DumpArgs),
     /// Check every segment and frame of a store (read-only, full scan); report per segment.
@@ -230,7 +230,7 @@ sessions copied so far. --json prints {sessions, deleted_ancestors, events, byte
     #[command(
         after_help = "Examples:\n  turnstone serve ./streams-store\n  turnstone serve ./streams-store --listen 127.0.0.1:8080 --token \"$TOKEN\"\n\n\
 Each stream is a session, each append an atomic event group; a 2xx answer to a\n\
-write means it is durable. See README.md, \"turnstone serve\"."
+write means it is durable. See docs/SERVE.md."
     )]
     Serve(turnstone_server::cli::ServeArgs),
 }
