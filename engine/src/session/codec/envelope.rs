@@ -436,14 +436,56 @@ pub(crate) fn parse_surface(k: CoreKind, text: &str) -> Option<Result<Parsed, se
     })
 }
 
+/// The JSON type of a value, as an error names it.
+pub(crate) fn json_type(v: &Value) -> &'static str {
+    match v {
+        Value::Null => "null",
+        Value::Bool(_) => "a boolean",
+        Value::Number(_) => "a number",
+        Value::String(_) => "a string",
+        Value::Array(_) => "an array",
+        Value::Object(_) => "an object",
+    }
+}
+
+/// Data given for a core kind must be a JSON object: serde reads a struct
+/// from an array too, which no caller means. Checked where events are
+/// appended, not where they are decoded (the log is the truth, whatever
+/// wrote it).
+pub(crate) fn check_object(k: CoreKind, v: &Value) -> Result<(), DecodeError> {
+    if v.is_object() {
+        Ok(())
+    } else {
+        Err(DecodeError::Malformed(format!(
+            "{} data must be a JSON object, got {}",
+            k.name(),
+            json_type(v)
+        )))
+    }
+}
+
+/// Why `v` does not fit `D`, in one message: the kind, the path of the
+/// field at fault and what was expected there (serde's error `e` is taken
+/// again with the path tracked, on this failure path only).
+fn shape_error<D: EventData>(v: &Value, e: serde_json::Error) -> DecodeError {
+    let kind = D::KIND.name();
+    let detail = match serde_path_to_error::deserialize::<_, D>(v) {
+        Err(pe) if pe.path().to_string() != "." => {
+            format!("{kind} data: at `{}`: {}", pe.path(), pe.inner())
+        }
+        Err(pe) => format!("{kind} data: {}", pe.inner()),
+        Ok(_) => format!("{kind} data: {e}"),
+    };
+    DecodeError::Malformed(detail)
+}
+
 /// [`validate_core`], keeping the parsed data of the surface kinds.
 pub(crate) fn validate_core_parsed(
     k: CoreKind,
     data: &Value,
 ) -> Result<Option<Parsed>, DecodeError> {
     fn parse<D: EventData>(v: &Value) -> Result<D, DecodeError> {
-        D::deserialize(v)
-            .map_err(|e| DecodeError::Malformed(format!("{} data: {e}", D::KIND.name())))
+        D::deserialize(v).map_err(|e| shape_error::<D>(v, e))
     }
     Ok(match k {
         CoreKind::UserMessage => Some(Parsed::User(parse(data)?)),
@@ -460,7 +502,7 @@ pub(crate) fn validate_core(k: CoreKind, data: &Value) -> Result<(), DecodeError
     fn check<D: EventData>(v: &Value) -> Result<(), DecodeError> {
         D::deserialize(v)
             .map(|_| ())
-            .map_err(|e| DecodeError::Malformed(format!("{} data: {e}", D::KIND.name())))
+            .map_err(|e| shape_error::<D>(v, e))
     }
     match k {
         CoreKind::TurnStart => check::<TurnStart>(data),

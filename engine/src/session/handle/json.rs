@@ -20,6 +20,14 @@ fn typed<T: DeserializeOwned>(kind: &str, data: Value) -> Result<T> {
         .map_err(|e| Error::InvalidArgument(format!("{kind} data does not fit the kind: {e}")))
 }
 
+/// The message of a data check's failure.
+fn shape_detail(e: envelope::DecodeError) -> String {
+    match e {
+        envelope::DecodeError::Malformed(d) => d,
+        other => format!("{other:?}"),
+    }
+}
+
 fn no_op(kind: &str, surface: Option<SurfaceOp>) -> Result<()> {
     match surface {
         None => Ok(()),
@@ -80,15 +88,23 @@ impl Session {
         // no JSON value in between (the fold and the log need none; a
         // replace goes the general way, its tool-pair check reads values).
         if let (Some(core), Some(SurfaceOp::Append)) = (CoreKind::from_name(kind), surface) {
+            if !text.trim_start().starts_with('{') {
+                // Not an object: the general path says what it is.
+                let data: Value = serde_json::from_str(text).map_err(not_json)?;
+                return self.append_json_inner(kind, data, Some(text), surface);
+            }
             if let Some(parsed) = envelope::parse_surface(core, text) {
                 let parsed = parsed.map_err(|e| {
-                    if e.is_data() {
-                        Error::InvalidArgument(format!(
-                            "the data does not fit the kind: {kind} data: {e}"
-                        ))
-                    } else {
-                        not_json(e)
+                    if !e.is_data() {
+                        return not_json(e);
                     }
+                    // Parsed again as a value, on this failure path only,
+                    // for the path of the field at fault.
+                    let detail = serde_json::from_str::<Value>(text)
+                        .ok()
+                        .and_then(|v| envelope::validate_core(core, &v).err())
+                        .map_or_else(|| format!("{kind} data: {e}"), shape_detail);
+                    Error::InvalidArgument(format!("the data does not fit the kind: {detail}"))
                 })?;
                 // The decoded event's value is only compared with the
                 // logged bytes, in debug builds (`append_decoded`).
@@ -131,6 +147,12 @@ impl Session {
             no_op(kind, surface)?;
             None
         };
+        envelope::check_object(core, &data).map_err(|e| {
+            Error::InvalidArgument(format!(
+                "the data does not fit the kind: {}",
+                shape_detail(e)
+            ))
+        })?;
         match core {
             // The limits of a metadata update are checked where it is built.
             CoreKind::SessionMeta => {
@@ -146,11 +168,10 @@ impl Session {
         // One typed check by reference, then the JSON as given is what is
         // written (no second serialisation).
         let parsed = envelope::validate_core_parsed(core, &data).map_err(|e| {
-            let detail = match e {
-                envelope::DecodeError::Malformed(d) => d,
-                other => format!("{other:?}"),
-            };
-            Error::InvalidArgument(format!("the data does not fit the kind: {detail}"))
+            Error::InvalidArgument(format!(
+                "the data does not fit the kind: {}",
+                shape_detail(e)
+            ))
         })?;
         self.append_core_raw(core, data, raw, op, parsed)
     }
@@ -197,13 +218,14 @@ impl Session {
                 no_op(&kind, surface)?;
                 None
             };
-            envelope::validate_core(core, &data).map_err(|e| {
-                let detail = match e {
-                    envelope::DecodeError::Malformed(d) => d,
-                    other => format!("{other:?}"),
-                };
-                Error::InvalidArgument(format!("{kind}: the data does not fit the kind: {detail}"))
-            })?;
+            envelope::check_object(core, &data)
+                .and_then(|()| envelope::validate_core(core, &data))
+                .map_err(|e| {
+                    Error::InvalidArgument(format!(
+                        "{kind}: the data does not fit the kind: {}",
+                        shape_detail(e)
+                    ))
+                })?;
             checked.push((core, data, op));
         }
         self.append_core_values(checked)
