@@ -47,20 +47,37 @@ fn usage(msg: impl Into<String>) -> PyErr {
 
 /// A Python value as JSON, without going through `json.dumps`: dicts with
 /// string keys, lists, tuples, strings, ints, finite floats, bools, None.
-/// Anything else is a `TypeError`, as `json.dumps` would raise.
-fn to_value(obj: &Bound<'_, PyAny>, depth: u32) -> PyResult<Value> {
-    use pyo3::exceptions::PyTypeError;
+/// Anything else is refused with what it is and where (the caller makes it
+/// a `TurnstoneError` of kind `invalid_argument` naming the event kind).
+/// A string holding a lone surrogate (text cut inside a UTF-16 pair) is
+/// kept, with U+FFFD in place of the surrogate: the event is not lost,
+/// and JSON (UTF-8) cannot hold the surrogate itself.
+fn to_value(obj: &Bound<'_, PyAny>, depth: u32) -> Result<Value, String> {
     use pyo3::types::{PyBool, PyDict, PyFloat, PyInt, PyList, PyString, PyTuple};
+    fn text(s: &Bound<'_, PyString>) -> Result<String, String> {
+        if let Ok(t) = s.to_cow() {
+            return Ok(t.into_owned());
+        }
+        // Not UTF-8: a lone surrogate. As UTF-16 (surrogates passed
+        // through), each lone one becomes one U+FFFD and pairs join.
+        let bytes: Vec<u8> = s
+            .call_method1("encode", ("utf-16-le", "surrogatepass"))
+            .and_then(|b| b.extract())
+            .map_err(|e| format!("a string is not text: {e}"))?;
+        let units: Vec<u16> = bytes
+            .chunks_exact(2)
+            .map(|c| u16::from_le_bytes([c[0], c[1]]))
+            .collect();
+        Ok(String::from_utf16_lossy(&units))
+    }
     if depth > 512 {
-        return Err(PyTypeError::new_err(
-            "event data nests more than 512 levels",
-        ));
+        return Err("it nests more than 512 levels (a circular reference?)".into());
     }
     if obj.is_none() {
         return Ok(Value::Null);
     }
     if let Ok(s) = obj.cast::<PyString>() {
-        return Ok(Value::String(s.to_cow()?.into_owned()));
+        return Ok(Value::String(text(s)?));
     }
     if let Ok(b) = obj.cast::<PyBool>() {
         return Ok(Value::Bool(b.is_true()));
@@ -72,41 +89,56 @@ fn to_value(obj: &Bound<'_, PyAny>, depth: u32) -> PyResult<Value> {
         if let Ok(v) = i.extract::<u64>() {
             return Ok(Value::from(v));
         }
-        return Err(PyTypeError::new_err(
-            "an int in event data is outside the 64-bit range JSON readers keep exactly",
-        ));
+        return Err(
+            "an int outside the 64-bit range JSON readers keep exactly (send it as a string)"
+                .into(),
+        );
     }
     if let Ok(f) = obj.cast::<PyFloat>() {
         return serde_json::Number::from_f64(f.value())
             .map(Value::Number)
-            .ok_or_else(|| PyTypeError::new_err("NaN and infinity are not JSON"));
+            .ok_or_else(|| {
+                format!(
+                    "{} is not JSON (NaN and infinity have no JSON form)",
+                    f.value()
+                )
+            });
     }
     if let Ok(d) = obj.cast::<PyDict>() {
         let mut m = serde_json::Map::with_capacity(d.len());
         for (k, v) in d.iter() {
-            let k = k
-                .cast::<PyString>()
-                .map_err(|_| PyTypeError::new_err("event data keys must be strings"))?;
-            m.insert(k.to_cow()?.into_owned(), to_value(&v, depth + 1)?);
+            let k = k.cast::<PyString>().map_err(|_| {
+                let ty = k
+                    .get_type()
+                    .name()
+                    .map(|n| n.to_string())
+                    .unwrap_or_default();
+                format!("a dict key is a {ty}; JSON keys are strings")
+            })?;
+            let key = text(k)?;
+            let v = to_value(&v, depth + 1).map_err(|e| format!("at {key:?}: {e}"))?;
+            m.insert(key, v);
         }
         return Ok(Value::Object(m));
     }
+    let items = |it: &mut dyn Iterator<Item = Bound<'_, PyAny>>| -> Result<Value, String> {
+        it.enumerate()
+            .map(|(i, v)| to_value(&v, depth + 1).map_err(|e| format!("at [{i}]: {e}")))
+            .collect::<Result<Vec<_>, _>>()
+            .map(Value::Array)
+    };
     if let Ok(l) = obj.cast::<PyList>() {
-        let items: PyResult<Vec<Value>> = l.iter().map(|v| to_value(&v, depth + 1)).collect();
-        return items.map(Value::Array);
+        return items(&mut l.iter());
     }
     if let Ok(t) = obj.cast::<PyTuple>() {
-        let items: PyResult<Vec<Value>> = t.iter().map(|v| to_value(&v, depth + 1)).collect();
-        return items.map(Value::Array);
+        return items(&mut t.iter());
     }
     let ty = obj
         .get_type()
         .name()
         .map(|n| n.to_string())
         .unwrap_or_else(|_| "?".into());
-    Err(PyTypeError::new_err(format!(
-        "a {ty} in event data is not JSON"
-    )))
+    Err(format!("a {ty} is not JSON"))
 }
 
 fn provider(format: &str) -> PyResult<Provider> {
@@ -483,7 +515,7 @@ impl NativeSession {
         data: &Bound<'_, PyAny>,
         surface: Option<&str>,
     ) -> PyResult<u64> {
-        let data = to_value(data, 0)?;
+        let data = to_value(data, 0).map_err(|e| usage(format!("{kind} data: {e}")))?;
         let s = self.shared()?;
         // Parsing, checking and encoding run without the GIL: other Python
         // threads go on meanwhile.
@@ -509,7 +541,8 @@ impl NativeSession {
     ) -> PyResult<Vec<u64>> {
         let mut values = Vec::with_capacity(events.len());
         for (kind, data, surface) in &events {
-            values.push((kind.clone(), to_value(data, 0)?, surface.clone()));
+            let value = to_value(data, 0).map_err(|e| usage(format!("{kind} data: {e}")))?;
+            values.push((kind.clone(), value, surface.clone()));
         }
         let s = self.shared()?;
         py.detach(move || {

@@ -22,6 +22,7 @@ pytest.importorskip("agents")
 from agents.memory import SQLiteSession  # noqa: E402
 
 import turnstone  # noqa: E402
+from turnstone import TurnstoneError  # noqa: E402
 from turnstone.agents import TurnstoneSession  # noqa: E402
 from acks import wait_for_acks  # noqa: E402
 
@@ -193,9 +194,9 @@ def test_add_items_is_one_atomic_group_and_bad_items_write_nothing(tmp_path):
     async def main():
         s = TurnstoneSession("g", tmp_path / "s")
         await s.add_items(ITEMS[:2])
-        with pytest.raises(TypeError):
+        with pytest.raises(TurnstoneError):
             await s.add_items([ITEMS[0], {"role": "user", "content": {1, 2}}])  # not JSON
-        with pytest.raises(TypeError):
+        with pytest.raises(TurnstoneError):
             await s.add_items([ITEMS[0], "not an item"])
         assert await s.get_items() == ITEMS[:2]
         s.close()

@@ -75,10 +75,12 @@ def test_bad_input_raises_and_writes_nothing(store):
     s.user(big)
     assert s.events()[-1]["data"]["content"][0]["text"] == big
     n = len(s)
-    with pytest.raises(TypeError):
+    with pytest.raises(TurnstoneError) as e:
         s.append("user/message", {"content": []}, surface=42)
-    with pytest.raises(TypeError):
+    assert error_kind(e.value) == "invalid_argument"
+    with pytest.raises(TurnstoneError) as e:
         s.append("user/message", {"content": {1, 2}}, surface="append")  # not JSON
+    assert error_kind(e.value) == "invalid_argument"
     assert len(s) == n
     with pytest.raises(TurnstoneError) as e:
         store.open_session("missing")

@@ -51,8 +51,12 @@ def _surface(surface: Surface) -> Optional[str]:
         return '{"op":"append"}'
     if isinstance(surface, dict):
         return json.dumps(surface)
-    raise TypeError(
-        'surface must be None, "append" or {"op": "replace", "start": S, "end": E}'
+    raise TurnstoneError(
+        "invalid_argument",
+        'surface must be None, "append" or {"op": "replace", "start": S, "end": E}, '
+        f"not {surface!r}",
+        None,
+        None,
     )
 
 

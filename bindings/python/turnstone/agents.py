@@ -96,7 +96,12 @@ def _block(item: dict) -> dict:
 
 def _kind(item: Any) -> str:
     if not isinstance(item, dict):
-        raise TypeError(f"a session item is a dict (a Responses input item), not {type(item).__name__}")
+        raise TurnstoneError(
+            "invalid_argument",
+            f"a session item is a dict (a Responses input item), not {type(item).__name__}",
+            None,
+            None,
+        )
     return "user/message" if item.get("role") in _USER_ROLES else "assistant/message"
 
 
