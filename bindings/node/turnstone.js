@@ -46,16 +46,69 @@ async function wait(p) {
   }
 }
 
+function invalid(message) {
+  return new TurnstoneError('invalid_argument', message, null, null)
+}
+
 function surfaceJson(surface) {
   if (surface === undefined || surface === null) return undefined
   if (surface === 'append') return '{"op":"append"}'
   if (typeof surface === 'object') return JSON.stringify(surface)
-  throw new TypeError('surface must be undefined, "append" or {op: "replace", start, end}')
+  throw invalid(`surface must be undefined, "append" or {op: "replace", start, end}, not ${String(surface)}`)
 }
 
-function json(data) {
-  const text = data === undefined ? undefined : JSON.stringify(data)
-  if (text === undefined) throw new TypeError('event data must be a JSON value')
+// What JSON.stringify would store silently as something else: NaN and
+// +-Infinity (as null), a Map or a Set (as {}). The walk runs only when the
+// text shows such a trace, so plain data pays nothing for it.
+function fault(v, at) {
+  if (typeof v === 'number') {
+    return Number.isFinite(v) ? null : `at ${at || 'the top'}: ${v} is not JSON (NaN and Infinity have no JSON form)`
+  }
+  if (typeof v !== 'object' || v === null || typeof v.toJSON === 'function') return null
+  if (v instanceof Map || v instanceof Set) {
+    return `at ${at || 'the top'}: a ${v.constructor.name} is not JSON (use a plain object or an array)`
+  }
+  if (Array.isArray(v)) {
+    for (let i = 0; i < v.length; i++) {
+      const f = fault(v[i], `${at}[${i}]`)
+      if (f) return f
+    }
+    return null
+  }
+  for (const k of Object.keys(v)) {
+    const f = fault(v[k], at ? `${at}.${k}` : k)
+    if (f) return f
+  }
+  return null
+}
+
+// A lone surrogate (text cut inside a UTF-16 pair) is escaped by
+// JSON.stringify as \udXXX, which no UTF-8 JSON can hold: it becomes
+// U+FFFD, and the event is kept. An escaped backslash before it is text.
+const LONE_SURROGATE = /(?<!\\)((?:\\\\)*)\\ud[89a-f][0-9a-f]{2}/g
+
+// Event data as JSON text; anything JSON cannot hold is a TurnstoneError of
+// kind invalid_argument naming the kind and where.
+function json(kind, data) {
+  if (data === undefined) throw invalid(`${kind} data must be a JSON value, not undefined`)
+  let text
+  try {
+    text = JSON.stringify(data)
+  } catch (e) {
+    const m = String(e && e.message)
+    const why = m.includes('BigInt')
+      ? 'a BigInt is not JSON (send it as a string)'
+      : m.includes('circular')
+        ? 'it holds a circular reference'
+        : m
+    throw invalid(`${kind} data: ${why}`)
+  }
+  if (text === undefined) throw invalid(`${kind} data must be a JSON value, not a ${typeof data}`)
+  if (text.includes('null') || text.includes('{}')) {
+    const f = fault(data, '')
+    if (f) throw invalid(`${kind} data: ${f}`)
+  }
+  if (text.includes('\\ud')) text = text.replace(LONE_SURROGATE, '$1\\ufffd')
   return text
 }
 
@@ -197,7 +250,7 @@ class Session {
   }
   /** Append one event; surface kinds need `{surface: "append"}`. Returns its seq. */
   append(kind, data, { surface } = {}) {
-    const [buf, len] = utf8(json(data))
+    const [buf, len] = utf8(json(kind, data))
     return call(() => this._n.appendUtf8(kind, buf, len, surfaceJson(surface)))
   }
   user(content) {

@@ -62,8 +62,8 @@ test('bad input throws typed errors and writes nothing', async () => {
   // Over the payload limit inline: 70 blocks of 250 KB, each under the blob
   // threshold (256 KiB), so none goes out of line.
   assert.equal(kindOf(() => s.user(Array(70).fill({ type: 'text', text: 'x'.repeat(250_000) }))), 'too_large')
-  assert.throws(() => s.append('user/message', { content: [] }, { surface: 42 }), TypeError)
-  assert.throws(() => s.append('user/message', undefined, { surface: 'append' }), TypeError)
+  assert.equal(kindOf(() => s.append('user/message', { content: [] }, { surface: 42 })), 'invalid_argument')
+  assert.equal(kindOf(() => s.append('user/message', undefined, { surface: 'append' })), 'invalid_argument')
   assert.equal(s.length, n)
   // One 17 MiB block is stored once as a blob (FORMAT.md §15) and reads back.
   const huge = 'x'.repeat(17 * 1024 * 1024)
