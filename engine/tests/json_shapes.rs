@@ -89,6 +89,9 @@ fn a_shape_error_names_the_kind_the_field_and_the_expected_shape() {
 fn metadata_follows_the_same_rule() {
     let (_d, mut s) = session();
     let m = refused(s.append_json("session/meta", json!([]), None));
-    assert!(m.contains("session/meta") && m.contains("JSON object"), "{m}");
+    assert!(
+        m.contains("session/meta") && m.contains("JSON object"),
+        "{m}"
+    );
     assert_eq!(s.len(), 0);
 }

@@ -6,7 +6,8 @@
 //! unchanged. Consecutive messages of one role are merged (the API wants
 //! alternating roles, and every tool_result of an assistant turn in the one
 //! user message after it, before any other content). OpenAI-shaped blocks
-//! are translated; reasoning items are dropped (Anthropic cannot take them).
+//! are translated; reasoning items are dropped (Anthropic cannot take them),
+//! and so are empty text blocks (the API refuses them; the log keeps them).
 
 use serde_json::{json, Map, Value};
 
@@ -72,6 +73,14 @@ pub(crate) fn body(header: Option<&EpochHeader>, segments: &[Segment]) -> Value 
 fn convert(b: &ContentBlock) -> Vec<Value> {
     let text = |t: &str| obj([("type", "text".into()), ("text", t.into())]);
     match b {
+        // The API refuses an empty text block; the log keeps it.
+        ContentBlock::Text { text: t, .. }
+        | ContentBlock::OutputText { text: t, .. }
+        | ContentBlock::InputText { text: t, .. }
+            if t.is_empty() =>
+        {
+            vec![]
+        }
         ContentBlock::OutputText { text: t, .. } | ContentBlock::InputText { text: t, .. } => {
             vec![text(t)]
         }
