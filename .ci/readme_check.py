@@ -50,17 +50,18 @@ TEST_COMMAND = "cargo test --workspace"
 
 def blocks(path):
     """(line, language, code) of each fenced block of a Markdown file."""
-    out, lang, start, buf = [], None, 0, []
+    out, lang, start, buf, indent = [], None, 0, [], ""
     with open(path, encoding="utf-8") as f:
         for n, line in enumerate(f, 1):
-            m = re.match(r"^```(\S*)\s*$", line.rstrip("\n"))
+            m = re.match(r"^(\s*)```(\S*)\s*$", line.rstrip("\n"))
             if m and lang is None:
-                lang, start, buf = m.group(1) or "", n, []
-            elif line.rstrip("\n") == "```" and lang is not None:
+                indent, lang, start, buf = m.group(1), m.group(2) or "", n, []
+            elif m and not m.group(2) and lang is not None:
                 out.append((start, lang, "".join(buf)))
                 lang = None
             elif lang is not None:
-                buf.append(line)
+                # A block inside a list item is indented with the item.
+                buf.append(line[len(indent):] if line.startswith(indent) else line)
     if lang is not None:
         raise SystemExit(f"{path}:{start}: a code block is not closed")
     return out

@@ -296,10 +296,19 @@ class Session {
   _failed(callId, e) {
     return this._result(callId, [{ type: 'text', text: `tool failed: ${e && e.message}` }], true)
   }
-  // Record a body's value as the call's result; a result the log cannot take
-  // is replaced by an error result saying why (notRecorded).
+  // Record a body's value as the call's result (text, content blocks, or any
+  // other JSON value as its JSON text; null or undefined: an empty result);
+  // a result the log cannot take is replaced by an error result saying why
+  // (notRecorded).
   _recordValue(callId, value) {
-    const blocks = typeof value === 'string' ? [{ type: 'text', text: value }] : value ?? []
+    const blocks =
+      typeof value === 'string'
+        ? [{ type: 'text', text: value }]
+        : Array.isArray(value)
+          ? value
+          : value === null || value === undefined
+            ? []
+            : [{ type: 'text', text: JSON.stringify(value) ?? String(value) }]
     try {
       return { resultSeq: this._result(callId, blocks, false) }
     } catch (e) {
@@ -345,7 +354,8 @@ class Session {
 
 Session.prototype.runTools = async function runTools(calls, body, { guard, cancelled } = {}) {
   // Record every tool/call in one atomic group, guard each, wait once, then
-  // run the bodies concurrently and record each result as it finishes.
+  // run the bodies concurrently and record each result as it finishes, durable
+  // before the next (a crash while a sibling still runs keeps it).
   call(() => this._n.recordToolCalls(JSON.stringify(calls.map((c) => ({ call_id: c.callId, name: c.name, input: c.input ?? {} })))))
   const outcomes = new Array(calls.length)
   const runnable = []
@@ -372,12 +382,14 @@ Session.prototype.runTools = async function runTools(calls, body, { guard, cance
         value = await body(c)
       } catch (e) {
         outcomes[i] = { callId: c.callId, outcome: 'failed', error: e, resultSeq: this._failed(c.callId, e) }
+        await this.flush() // durable as it finishes: a sibling cannot take it down
         return
       }
       const { resultSeq, notRecorded } = this._recordValue(c.callId, value)
       outcomes[i] = notRecorded
         ? { callId: c.callId, outcome: 'result_not_recorded', value, resultSeq, reason: notRecorded }
         : { callId: c.callId, outcome: 'ran', value, resultSeq }
+      await this.flush() // durable as it finishes: a sibling cannot take it down
     }),
   )
   return outcomes

@@ -204,13 +204,15 @@ class ToolCall:
         self.result_seq: Optional[int] = None
         self.not_recorded: Optional[str] = None
 
-    def result(self, content: Union[str, list], *, is_error: bool = False) -> int:
-        """Record the tool's result (text, or a list of content blocks).
-        A result the log cannot take (too large) is replaced by an error
-        result saying why (``not_recorded``), so the call is always closed."""
+    def result(self, content: Any, *, is_error: bool = False) -> int:
+        """Record the tool's result: text, a list of content blocks, or any
+        other value (a dict, a number) stored as its JSON text; ``None`` is
+        an empty result. A result the log cannot take (too large) is
+        replaced by an error result saying why (``not_recorded``), so the
+        call is always closed."""
         if self.result_seq is not None:
             raise RuntimeError(f"tool call {self.call_id!r} already has its result")
-        blocks = [{"type": "text", "text": content}] if isinstance(content, str) else content
+        blocks = _content(content)
         try:
             seq = self.session._result(self.call_id, blocks, is_error)
         except TurnstoneError as e:
@@ -222,6 +224,23 @@ class ToolCall:
             )
         self.result_seq = seq
         return seq
+
+
+def _content(value: Any) -> list:
+    """A tool body's value as tool-result content blocks: text as one text
+    block, a list as the blocks it is, ``None`` as none, and anything else
+    (a dict, a number, a bool) as one text block of its JSON."""
+    if isinstance(value, str):
+        return [{"type": "text", "text": value}]
+    if isinstance(value, list):
+        return value
+    if value is None:
+        return []
+    try:
+        text = json.dumps(value, ensure_ascii=False)
+    except (TypeError, ValueError):
+        text = str(value)
+    return [{"type": "text", "text": text}]
 
 
 def _refuse(session, call_id: str, reason: str) -> None:
@@ -241,7 +260,7 @@ def _finish(call: ToolCall, value: Any = None, error: Optional[BaseException] = 
         call.result(f"tool failed: {type(error).__name__}: {error}", is_error=True)
         out.update(outcome="failed", error=error)
     else:
-        call.result(value if isinstance(value, list) else str(value))
+        call.result(value)
         out.update(outcome="result_not_recorded" if call.not_recorded else "ran", value=value)
         if call.not_recorded:
             out["reason"] = call.not_recorded
@@ -478,8 +497,11 @@ class Session:
             try:
                 value = await body(calls[i])
             except Exception as e:  # recorded as an error result; the others go on
-                return _finish(batch.calls[i], error=e)
-            return _finish(batch.calls[i], value)
+                out = _finish(batch.calls[i], error=e)
+            else:
+                out = _finish(batch.calls[i], value)
+            await self.aflush()  # durable as it finishes: a sibling cannot take it down
+            return out
 
         for i, out in zip(batch.runnable, await asyncio.gather(*(one(i) for i in batch.runnable))):
             batch.outcomes[i] = out
@@ -501,7 +523,10 @@ class Session:
         every ``tool/call`` in one atomic group, run the guard on each (a
         refusal is recorded), wait once until they are durable, then run
         the bodies concurrently in threads (the GIL is released by every
-        wait and append), recording each result as it finishes. ``calls``:
+        wait and append), recording each result as it finishes and waiting
+        until it is durable (so a crash while a sibling still runs keeps
+        it). A body may return text, content blocks, ``None`` or any JSON
+        value (stored as its JSON text). ``calls``:
         dicts with call_id, name, input. Returns one outcome dict per call,
         in order: ``outcome`` is ran, refused, aborted, failed (the body
         raised; an error result is recorded) or result_not_recorded."""
@@ -522,8 +547,11 @@ def _run_tools(session, calls, body, guard, cancelled, max_workers):
         try:
             value = body(calls[i])
         except Exception as e:  # recorded as an error result; the others go on
-            return _finish(batch.calls[i], error=e)
-        return _finish(batch.calls[i], value)
+            out = _finish(batch.calls[i], error=e)
+        else:
+            out = _finish(batch.calls[i], value)
+        session.flush()  # durable as it finishes: a sibling cannot take it down
+        return out
 
     with ThreadPoolExecutor(max_workers=max_workers or max(1, len(batch.runnable))) as pool:
         for i, out in zip(batch.runnable, pool.map(one, batch.runnable)):
