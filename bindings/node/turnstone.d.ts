@@ -84,7 +84,15 @@ export class Session {
   close(): void
   append(kind: string, data: any, options?: { surface?: Surface }): number
   user(content: string | any[]): number
+  /** An assistant message; with `{provider}`, `message` is that API's whole response body, logged as it came. */
   assistant(message: { content: any[]; usage?: any; stop_reason?: string; [k: string]: any }): number
+  assistant(response: { [k: string]: any }, options: { provider: Format }): number
+  /** Several core events as one atomic group (surface kinds may only append); their seqs. */
+  appendGroup(events: Array<[kind: string, data: any, options?: { surface?: 'append' }]>): number[]
+  /** Every turn, in order. */
+  turns(): Array<{ turn_id: string; start_seq: number; end_seq: number | null; reason: { kind: string; [k: string]: any } | null }>
+  /** Fork after the end of a turn (durable events only); the child holds seqs 0..upto. */
+  forkAfterTurn(turnId: string, options?: { child?: string }): Promise<{ child: string; upto: number }>
   flush(): Promise<void>
   messages(): any[]
   messages(format: Format): any

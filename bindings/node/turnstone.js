@@ -257,8 +257,34 @@ class Session {
     const blocks = typeof content === 'string' ? [{ type: 'text', text: content }] : content
     return this.append('user/message', { content: blocks }, { surface: 'append' })
   }
-  assistant(message) {
+  /** An assistant message; with `{provider}` ("anthropic", "openai-responses",
+   * "openai-chat") `message` is that API's whole response body, logged as it came. */
+  assistant(message, { provider } = {}) {
+    if (provider !== undefined) {
+      const [buf, len] = utf8(json('assistant/message', message))
+      return call(() => this._n.appendResponse(provider, buf, len))
+    }
     return this.append('assistant/message', message, { surface: 'append' })
+  }
+  /** Several core events as one atomic group: `[[kind, data, {surface}], ...]`
+   * (surface kinds may only append). After a crash all of them exist or none. */
+  appendGroup(events) {
+    const parts = events.map(([kind, data, options]) => {
+      const surface = surfaceJson(options && options.surface)
+      return `{"kind":${JSON.stringify(kind)},"data":${json(kind, data)},"surface":${surface ?? 'null'}}`
+    })
+    return call(() => this._n.appendGroup(`[${parts.join(',')}]`))
+  }
+  /** Every turn, in order: {turn_id, start_seq, end_seq (null while it runs), reason}. */
+  turns() {
+    return JSON.parse(call(() => this._n.turns()))
+  }
+  /** Fork after the end of turn `turnId`: the child holds every event up to and
+   * including that turn/end. Durable events only (flush first); a running turn
+   * is refused. `store.fork(source, {at})` forks at a seq: the child holds
+   * seqs 0..at, `at` excluded. Resolves to {child, upto}. */
+  async forkAfterTurn(turnId, { child } = {}) {
+    return JSON.parse(call(() => this._n.forkAfterTurn(turnId, child ?? null)))
   }
   /** Resolves once everything this handle appended is durable. */
   async flush() {

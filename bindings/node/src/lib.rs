@@ -44,6 +44,18 @@ fn usage(msg: impl Into<String>) -> napi::Error {
     thrown("invalid_argument", msg.into(), None, None)
 }
 
+/// A provider by the name the packages use for it.
+fn provider(name: &str) -> napi::Result<Provider> {
+    match name {
+        "anthropic" => Ok(Provider::Anthropic),
+        "openai-responses" => Ok(Provider::OpenAiResponses),
+        "openai-chat" => Ok(Provider::OpenAiChat),
+        other => Err(usage(format!(
+            "unknown provider {other:?}: expected \"anthropic\", \"openai-responses\" or \"openai-chat\""
+        ))),
+    }
+}
+
 /// A whole number from JavaScript within `0..=max` (a JavaScript number
 /// is a double: a negative, fractional or too large one is refused rather
 /// than wrapped or truncated), or a usage error naming `what`.
@@ -542,20 +554,77 @@ impl NativeSession {
         Ok(Job::new(move || point.wait().map_err(err)))
     }
 
+    /// Append a provider's response body (UTF-8 JSON in `data[..len]`) as
+    /// an `assistant/message` (`AssistantMessage::from_response`: the
+    /// content blocks or output items as sent, the usage normalised with
+    /// every field kept, every other field in `extra`). Returns its seq.
+    #[napi(catch_unwind)]
+    pub fn append_response(
+        &self,
+        provider_name: String,
+        data: BufferSlice,
+        len: u32,
+    ) -> napi::Result<i64> {
+        let p = provider(&provider_name)?;
+        let bytes = data
+            .get(..len as usize)
+            .ok_or_else(|| usage(format!("{len} bytes asked of a {}-byte buffer", data.len())))?;
+        let body: serde_json::Value = serde_json::from_slice(bytes)
+            .map_err(|e| usage(format!("the response body is not JSON: {e}")))?;
+        let m = ts::AssistantMessage::from_response(p, &body);
+        self.with(|s| {
+            s.append(m, ts::SurfaceOp::Append)
+                .map(|s| s as i64)
+                .map_err(err)
+        })
+    }
+
+    /// Several core events as one atomic group: a JSON array of
+    /// `{"kind", "data", "surface"}` (surface kinds may only append).
+    /// Returns their seqs; nothing is written when one is refused.
+    #[napi(catch_unwind)]
+    pub fn append_group(&self, events: String) -> napi::Result<Vec<i64>> {
+        let bad = |e: String| usage(format!("a group is a list of [kind, data, options]: {e}"));
+        let events: Vec<Value> = serde_json::from_str(&events).map_err(|e| bad(e.to_string()))?;
+        let mut group = Vec::with_capacity(events.len());
+        for mut e in events {
+            let kind = e["kind"]
+                .as_str()
+                .ok_or_else(|| bad("a kind is not a string".into()))?;
+            let kind = kind.to_string();
+            let surface = match e["surface"].take() {
+                Value::Null => None,
+                op => Some(serde_json::from_value(op).map_err(|e| bad(e.to_string()))?),
+            };
+            group.push((kind, e["data"].take(), surface));
+        }
+        self.with(|s| {
+            s.append_json_group(group)
+                .map(|v| v.into_iter().map(|s| s as i64).collect())
+                .map_err(err)
+        })
+    }
+
+    /// Every turn of the session, in order, as a JSON array.
+    #[napi(catch_unwind)]
+    pub fn turns(&self) -> napi::Result<String> {
+        self.with(|g| Ok(serde_json::to_string(g.turns()).unwrap_or_else(|_| "[]".into())))
+    }
+
+    /// Fork after the end of turn `turn_id` (durable events only), as JSON
+    /// `{"child", "upto"}`.
+    #[napi(catch_unwind)]
+    pub fn fork_after_turn(&self, turn_id: String, child: Option<String>) -> napi::Result<String> {
+        self.with(|g| {
+            let f = g.fork_after_turn(&turn_id, child.as_deref()).map_err(err)?;
+            Ok(serde_json::json!({"child": f.child, "upto": f.upto}).to_string())
+        })
+    }
+
     /// The messages (no format) or a provider request body, as JSON.
     #[napi(catch_unwind)]
     pub fn messages(&self, format: Option<String>) -> napi::Result<String> {
-        let provider = match format.as_deref() {
-            None => None,
-            Some("anthropic") => Some(Provider::Anthropic),
-            Some("openai-responses") => Some(Provider::OpenAiResponses),
-            Some("openai-chat") => Some(Provider::OpenAiChat),
-            Some(other) => {
-                return Err(usage(format!(
-                    "unknown format {other:?}: expected \"anthropic\", \"openai-responses\" or \"openai-chat\""
-                )))
-            }
-        };
+        let provider = format.as_deref().map(provider).transpose()?;
         self.with(|g| {
             Ok(match provider {
                 Some(p) => g.request_body(p).to_string(),

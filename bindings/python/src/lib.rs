@@ -595,6 +595,49 @@ impl NativeSession {
         .map_err(err)
     }
 
+    /// Append a provider's response body as an `assistant/message`
+    /// (`AssistantMessage::from_response`: the content blocks or output
+    /// items as sent, the usage normalised with every field kept, every
+    /// other field in `extra`). Returns its seq.
+    fn append_response(
+        &self,
+        py: Python<'_>,
+        provider_name: &str,
+        body: &Bound<'_, PyAny>,
+    ) -> PyResult<u64> {
+        let p = provider(provider_name)?;
+        let body = to_value(body, 0).map_err(|e| usage(format!("response body: {e}")))?;
+        let s = self.shared()?;
+        py.detach(move || {
+            let m = ts::AssistantMessage::from_response(p, &body);
+            s.lock().append(m, SurfaceOp::Append)
+        })
+        .map_err(err)
+    }
+
+    /// Every turn of the session, in order, as a JSON array.
+    fn turns(&self) -> PyResult<String> {
+        let s = self.shared()?;
+        let g = s.lock();
+        Ok(serde_json::to_string(g.turns()).unwrap_or_else(|_| "[]".into()))
+    }
+
+    /// Fork after the end of turn `turn_id` (durable events only): the
+    /// child's id and the number of events it holds.
+    #[pyo3(signature = (turn_id, child = None))]
+    fn fork_after_turn(
+        &self,
+        py: Python<'_>,
+        turn_id: String,
+        child: Option<String>,
+    ) -> PyResult<(String, u64)> {
+        let s = self.shared()?;
+        let f = py
+            .detach(move || s.lock().fork_after_turn(&turn_id, child.as_deref()))
+            .map_err(err)?;
+        Ok((f.child, f.upto))
+    }
+
     /// The messages the model sees (`None`), or the request body for a
     /// provider (`"anthropic"`, `"openai-responses"`, `"openai-chat"`), as JSON.
     #[pyo3(signature = (format = None))]

@@ -400,10 +400,31 @@ class Session:
         blocks = [{"type": "text", "text": content}] if isinstance(content, str) else content
         return self.append("user/message", {"content": blocks}, surface="append")
 
-    def assistant(self, message: dict) -> int:
+    def assistant(self, message: dict, *, provider: Optional[str] = None) -> int:
         """Append an assistant message: ``{"content": [...], "usage": ...,
-        "stop_reason": ...}`` with the provider's blocks as they came."""
+        "stop_reason": ...}`` with the provider's blocks as they came. With
+        ``provider`` (``"anthropic"``, ``"openai-responses"``,
+        ``"openai-chat"``), ``message`` is that API's whole response body,
+        logged as it came: its content blocks or output items, its usage
+        (normalised, every field kept) and every other field."""
+        if provider is not None:
+            return self._native.append_response(provider, message)
         return self.append("assistant/message", message, surface="append")
+
+    def turns(self) -> list:
+        """Every turn, in order: ``turn_id``, ``start_seq``, ``end_seq``
+        (``None`` while it runs) and ``reason`` (how it ended)."""
+        return json.loads(self._native.turns())
+
+    def fork_after_turn(self, turn_id: str, child: Optional[str] = None) -> tuple:
+        """Fork this session after the end of turn ``turn_id``: the child
+        holds every event up to and including that ``turn/end``. Forks take
+        durable events only (``flush()`` first); a turn still running is
+        refused. Returns ``(child_id, events_held)``. ``Store.fork(source,
+        at=N)`` forks at a seq instead: the child holds seqs ``0..N``
+        (``at`` excluded)."""
+        child_id, upto = self._native.fork_after_turn(turn_id, child)
+        return child_id, upto
 
     def _result(self, call_id: str, blocks: list, is_error: bool) -> int:
         return self.append(
