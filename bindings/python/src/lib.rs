@@ -181,6 +181,8 @@ struct NativeStore {
     /// The database's connection pool, closed by `close`.
     pg: Option<PgLog>,
     registry: Arc<Registry>,
+    /// The listing's catalog, brought up to date at each listing.
+    catalog: Mutex<ts::Catalog>,
 }
 
 impl NativeStore {
@@ -245,6 +247,7 @@ impl NativeStore {
                 host: Mutex::new(Some(host)),
                 pg: Some(pg),
                 registry,
+                catalog: Mutex::new(ts::Catalog::new()),
             });
         }
         let store = py
@@ -270,6 +273,7 @@ impl NativeStore {
             host: Mutex::new(Some(host)),
             pg: None,
             registry,
+            catalog: Mutex::new(ts::Catalog::new()),
         })
     }
 
@@ -326,6 +330,65 @@ impl NativeStore {
             })
             .collect();
         Ok(Value::Array(out).to_string())
+    }
+
+    /// One page of the sessions a query selects (the CLI's filters: tags,
+    /// fields, updated since, open turn, parent, newest first, a cursor, a
+    /// limit), from the store's catalog brought up to date first, as JSON
+    /// `{"sessions": [...], "next_cursor": "c3" | null}`.
+    #[allow(clippy::too_many_arguments)]
+    #[pyo3(signature = (tags, fields, updated_since_ms, open_turn, parent, newest_first, cursor, limit))]
+    fn list_sessions(
+        &self,
+        py: Python<'_>,
+        tags: Vec<String>,
+        fields: Vec<(String, String)>,
+        updated_since_ms: Option<u64>,
+        open_turn: Option<bool>,
+        parent: Option<String>,
+        newest_first: bool,
+        cursor: Option<String>,
+        limit: usize,
+    ) -> PyResult<String> {
+        let after = cursor
+            .map(|c| c.parse::<ts::Cursor>())
+            .transpose()
+            .map_err(|e| usage(e.to_string()))?;
+        let q = ts::ListQuery {
+            tags,
+            fields,
+            updated_since_ms,
+            open_turn,
+            parent,
+            newest_first,
+            after,
+            limit: limit.max(1),
+        };
+        let log = self.log()?;
+        py.detach(|| {
+            let mut catalog = self.catalog.lock();
+            catalog.refresh(&log)?;
+            let page = catalog.list(&q);
+            let sessions: Vec<Value> = page
+                .sessions
+                .iter()
+                .map(|e| {
+                    json!({
+                        "id": e.id, "events": e.events, "created_ms": e.created_ms,
+                        "updated_ms": e.updated_ms, "open_turn": e.open_turn,
+                        "parent": e.parent.as_ref().map(|(p, n)| json!({"session": p, "upto": n})),
+                        "title": e.metadata.title, "tags": e.metadata.tags,
+                        "fields": e.metadata.fields,
+                    })
+                })
+                .collect();
+            Ok(json!({
+                "sessions": sessions,
+                "next_cursor": page.next.map(|c| c.to_string()),
+            })
+            .to_string())
+        })
+        .map_err(err)
     }
 
     /// Fork `source` at a turn boundary (default: the end of its last closed

@@ -125,8 +125,33 @@ class Store:
         return Session(self._native.open_read_only(id))
 
     def sessions(self) -> list[dict]:
-        """Every session: id, events, created_ms, updated_ms, open_turn, parent."""
+        """Every session: id, events, created_ms, updated_ms, open_turn,
+        parent (sessions appended to, durable or not). ``list_sessions``
+        filters and pages, with title, tags and fields."""
         return json.loads(self._native.sessions())
+
+    def list_sessions(self, *, tags: Optional[list] = None, where: Optional[dict] = None,
+                      updated_since_ms: Optional[int] = None, open_turn: Optional[bool] = None,
+                      parent: Optional[str] = None, newest_first: bool = False,
+                      limit: int = 50, cursor: Optional[str] = None) -> dict:
+        """One page of the sessions the filters select:
+        ``{"sessions": [...], "next_cursor": str | None}``. Each entry has
+        id, events, created_ms, updated_ms, open_turn, parent
+        (``{"session", "upto"}`` or ``None``), title, tags and fields. The
+        filters are the CLI's (``turnstone sessions``): every tag in
+        ``tags``, every ``where`` field equal, the last event at or after
+        ``updated_since_ms``, a turn open or not, fork children of
+        ``parent``; creation order, or ``newest_first``. Only durable
+        sessions and events are listed (a fork or a new session appears
+        once a flush covers it); deleted ones are not. Pass ``next_cursor``
+        back as ``cursor`` for the next page; pages are stable (a session
+        created meanwhile comes after those already listed). The store's
+        catalog is brought up to date at each call, reading only what
+        changed since the last."""
+        page = self._native.list_sessions(
+            list(tags or []), [(k, v) for k, v in (where or {}).items()], updated_since_ms,
+            open_turn, parent, newest_first, cursor, limit)
+        return json.loads(page)
 
     def fork(self, source: str, *, at: Optional[int] = None, child: Optional[str] = None) -> str:
         """Fork ``source`` at a turn boundary (default: the end of its last
