@@ -63,6 +63,17 @@ export class Store {
   openSession(id: string): Promise<Session>
   openReadOnly(id: string): Promise<Session>
   sessions(): Promise<SessionInfo[]>
+  /** One page of the sessions the filters select (durable ones), with title, tags and fields. */
+  listSessions(options?: {
+    tags?: string[]; where?: Record<string, string>; updatedSinceMs?: number; openTurn?: boolean
+    parent?: string; newestFirst?: boolean; limit?: number; cursor?: string | null
+  }): Promise<{
+    sessions: Array<{
+      id: string; events: number; createdMs: number | null; updatedMs: number | null; openTurn: boolean
+      parent: { session: string; upto: number } | null; title: string | null; tags: string[]; fields: Record<string, string>
+    }>
+    nextCursor: string | null
+  }>
   fork(source: string, options?: { at?: number; child?: string }): Promise<string>
   replay(id: string, options?: { start?: number; end?: number }): Promise<SessionEvent[]>
   search(query: string, options?: { limit?: number; session?: string }): Promise<Hit[]>

@@ -179,6 +179,14 @@ class Store {
     return JSON.parse(await wait(call(() => this._n.sessions())))
   }
   /** Fork at a turn boundary (default: the end of the last closed turn). */
+  /** One page of the sessions the filters select (the CLI's: tags, where
+   * fields, updatedSinceMs, openTurn, parent, newestFirst), durable ones
+   * only, each with title, tags and fields: {sessions, nextCursor}. Pass
+   * nextCursor back as `cursor`; pages are stable. */
+  async listSessions({ tags, where, updatedSinceMs, openTurn, parent, newestFirst, limit, cursor } = {}) {
+    const query = JSON.stringify({ tags, where, updatedSinceMs, openTurn, parent, newestFirst, limit, cursor })
+    return JSON.parse(await wait(call(() => this._n.listSessions(query))))
+  }
   async fork(source, { at, child } = {}) {
     return wait(call(() => this._n.fork(source, at ?? null, child ?? null)))
   }

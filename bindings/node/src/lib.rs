@@ -120,6 +120,8 @@ pub struct NativeStore {
     /// A database's connection pool (issue 18), closed by `close`.
     pg: Option<PgLog>,
     registry: Arc<Registry>,
+    /// The listing's catalog, brought up to date at each listing.
+    catalog: Arc<Mutex<ts::Catalog>>,
 }
 
 impl NativeStore {
@@ -208,6 +210,7 @@ impl NativeStore {
                 host: Mutex::new(Some(host)),
                 pg: Some(pg),
                 registry,
+                catalog: Arc::new(Mutex::new(ts::Catalog::new())),
             });
         }
         let defaults = Options::default();
@@ -230,6 +233,7 @@ impl NativeStore {
             host: Mutex::new(Some(host)),
             pg: None,
             registry,
+            catalog: Arc::new(Mutex::new(ts::Catalog::new())),
         })
     }
 
@@ -288,6 +292,73 @@ impl NativeStore {
                 })
                 .collect();
             Ok(Value::Array(out).to_string())
+        }))
+    }
+
+    /// One page of the sessions a query selects (JSON: `tags`, `where`,
+    /// `updatedSinceMs`, `openTurn`, `parent`, `newestFirst`, `cursor`,
+    /// `limit`, the CLI's filters), from the store's catalog brought up to
+    /// date first; resolves to JSON `{"sessions": [...], "nextCursor"}`.
+    #[napi(catch_unwind, ts_return_type = "Promise<string>")]
+    pub fn list_sessions(&self, query: String) -> napi::Result<AsyncTask<Job<String>>> {
+        let q: Value = serde_json::from_str(&query)
+            .map_err(|e| usage(format!("a listing query is a JSON object: {e}")))?;
+        let strings = |v: &Value| -> Vec<String> {
+            v.as_array()
+                .map(|a| {
+                    a.iter()
+                        .filter_map(|x| x.as_str().map(String::from))
+                        .collect()
+                })
+                .unwrap_or_default()
+        };
+        let after = match q["cursor"].as_str() {
+            Some(c) => Some(c.parse::<ts::Cursor>().map_err(err)?),
+            None => None,
+        };
+        let fields = q["where"]
+            .as_object()
+            .map(|m| {
+                m.iter()
+                    .map(|(k, v)| {
+                        (
+                            k.clone(),
+                            v.as_str().map_or_else(|| v.to_string(), String::from),
+                        )
+                    })
+                    .collect()
+            })
+            .unwrap_or_default();
+        let query = ts::ListQuery {
+            tags: strings(&q["tags"]),
+            fields,
+            updated_since_ms: q["updatedSinceMs"].as_f64().map(|x| x.max(0.0) as u64),
+            open_turn: q["openTurn"].as_bool(),
+            parent: q["parent"].as_str().map(String::from),
+            newest_first: q["newestFirst"].as_bool().unwrap_or(false),
+            after,
+            limit: q["limit"].as_u64().unwrap_or(50).max(1) as usize,
+        };
+        let (log, catalog) = (self.log()?, self.catalog.clone());
+        Ok(Job::new(move || {
+            let mut catalog = catalog.lock();
+            catalog.refresh(&log).map_err(err)?;
+            let page = catalog.list(&query);
+            let sessions: Vec<Value> = page
+                .sessions
+                .iter()
+                .map(|e| {
+                    json!({"id": e.id, "events": e.events, "createdMs": e.created_ms,
+                           "updatedMs": e.updated_ms, "openTurn": e.open_turn,
+                           "parent": e.parent.as_ref().map(|(p, n)| json!({"session": p, "upto": n})),
+                           "title": e.metadata.title, "tags": e.metadata.tags,
+                           "fields": e.metadata.fields})
+                })
+                .collect();
+            Ok(
+                json!({"sessions": sessions, "nextCursor": page.next.map(|c| c.to_string())})
+                    .to_string(),
+            )
         }))
     }
 
