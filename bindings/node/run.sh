@@ -23,6 +23,11 @@ npm test
 # with every read answered from indexes rebuilt from the sessions' events.
 NO_COLOR=1 npx vitest run --config test/langgraph/vitest.config.mjs
 NO_COLOR=1 TURNSTONE_LG_REBUILD=1 npx vitest run --config test/langgraph/vitest.config.mjs
-# langgraph.d.ts against LangGraph's own declarations (tsc comes with @napi-rs/cli).
-npx --no-install tsc --noEmit --strict --module nodenext --moduleResolution nodenext --target es2022 --lib esnext,dom --skipLibCheck test/langgraph/types-check.ts
-echo "langgraph.d.ts: types check"
+# langgraph.d.ts and langgraph.d.mts against LangGraph's own declarations (tsc comes
+# with @napi-rs/cli): from a TypeScript file, an ES module (.mts) and CommonJS (.cts).
+for f in test/langgraph/types-check.ts test/langgraph/types-check-esm.mts test/langgraph/types-check-cjs.cts; do
+  npx --no-install tsc --noEmit --strict --module nodenext --moduleResolution nodenext --target es2022 --lib esnext,dom --skipLibCheck "$f"
+done
+# The package's own declarations, strict.
+npx --no-install tsc --noEmit --strict --skipLibCheck turnstone.d.ts
+echo "langgraph.d.ts, langgraph.d.mts, turnstone.d.ts: types check"
