@@ -21,6 +21,12 @@ root="$(cd "$here/../.." && pwd)"
 ( cd "$root" && cargo build -q -p turnstone-cli )
 export TURNSTONE_BIN="$root/target/debug/turnstone"
 cd "$here"
+# The package's annotations (py.typed, turnstone/_native.pyi): a harness written
+# against them type-checks with mypy --strict (run from target/, so the installed
+# package is what it imports), and runs.
+"$venv/bin/pip" install --quiet --disable-pip-version-check "mypy==1.13.0"
+( cd "$here/target" && "$venv/bin/mypy" --strict --no-incremental ../tests/typing_check.py \
+    && "$venv/bin/python" ../tests/typing_check.py "$(mktemp -d)" >/dev/null )
 # LangGraph's checkpointer conformance suite against TurnstoneSaver: its report.
 "$venv/bin/python" tests/langgraph_conformance.py
 # `pytest`, not `python -m pytest`: the source folder must not shadow the

@@ -73,7 +73,7 @@ class Store:
     repairs it, as after a crash on a directory."""
 
     def __init__(self, path: str, *, read_only: bool = False,
-                 plugins: Optional[dict] = None, owner: Optional[str] = None,
+                 plugins: Optional[dict[str, Any]] = None, owner: Optional[str] = None,
                  lease_ttl_ms: Optional[int] = None, segment_bytes: Optional[int] = None,
                  recycle_segments: int = 0,
                  prepare_segments: Optional[bool] = None,
@@ -124,16 +124,16 @@ class Store:
         """A view of a session, live or not; appends raise."""
         return Session(self._native.open_read_only(id))
 
-    def sessions(self) -> list[dict]:
+    def sessions(self) -> list[dict[str, Any]]:
         """Every session: id, events, created_ms, updated_ms, open_turn,
         parent (sessions appended to, durable or not). ``list_sessions``
         filters and pages, with title, tags and fields."""
         return json.loads(self._native.sessions())
 
-    def list_sessions(self, *, tags: Optional[list] = None, where: Optional[dict] = None,
+    def list_sessions(self, *, tags: Optional[list[Any]] = None, where: Optional[dict[str, Any]] = None,
                       updated_since_ms: Optional[int] = None, open_turn: Optional[bool] = None,
                       parent: Optional[str] = None, newest_first: bool = False,
-                      limit: int = 50, cursor: Optional[str] = None) -> dict:
+                      limit: int = 50, cursor: Optional[str] = None) -> dict[str, Any]:
         """One page of the sessions the filters select:
         ``{"sessions": [...], "next_cursor": str | None}``. Each entry has
         id, events, created_ms, updated_ms, open_turn, parent
@@ -158,12 +158,12 @@ class Store:
         closed turn); no event is copied. Returns the child's id."""
         return self._native.fork(source, at, child)[0]
 
-    def replay(self, id: str, start: int = 0, end: Optional[int] = None) -> list[dict]:
+    def replay(self, id: str, start: int = 0, end: Optional[int] = None) -> list[dict[str, Any]]:
         """The durable events ``start..end`` of a session (chunks and events
         a fork inherits included): dicts with seq, kind, data, surface, ts."""
         return json.loads(self._native.replay(id, start, end))
 
-    def search(self, query: str, limit: int = 20, *, session: Optional[str] = None) -> list[dict]:
+    def search(self, query: str, limit: int = 20, *, session: Optional[str] = None) -> list[dict[str, Any]]:
         """Full-text search over message text: {session, seq, snippet} hits."""
         return json.loads(self._native.search(query, limit, session))
 
@@ -174,7 +174,7 @@ class Store:
         for it is alive. Returns the tombstone's seq."""
         return self._native.delete(id)
 
-    def collect(self, *, threshold: float = 0.5, dry_run: bool = False) -> dict:
+    def collect(self, *, threshold: float = 0.5, dry_run: bool = False) -> dict[str, Any]:
         """Reclaim disk while the store stays open (a directory only): the
         bytes of deleted sessions and of sessions the store's retention
         expires, then blob files no event references. A sealed segment is
@@ -204,10 +204,10 @@ class Store:
     async def aopen_session(self, id: str) -> "Session":
         return await asyncio.to_thread(self.open_session, id)
 
-    async def areplay(self, id: str, start: int = 0, end: Optional[int] = None) -> list[dict]:
+    async def areplay(self, id: str, start: int = 0, end: Optional[int] = None) -> list[dict[str, Any]]:
         return await asyncio.to_thread(self.replay, id, start, end)
 
-    async def asearch(self, query: str, limit: int = 20, *, session: Optional[str] = None) -> list[dict]:
+    async def asearch(self, query: str, limit: int = 20, *, session: Optional[str] = None) -> list[dict[str, Any]]:
         return await asyncio.to_thread(self.search, query, limit, session=session)
 
 
@@ -251,7 +251,7 @@ class ToolCall:
         return seq
 
 
-def _content(value: Any) -> list:
+def _content(value: Any) -> list[Any]:
     """A tool body's value as tool-result content blocks: text as one text
     block, a list as the blocks it is, ``None`` as none, and anything else
     (a dict, a number, a bool) as one text block of its JSON."""
@@ -277,7 +277,7 @@ def _abort(session, call_id: str) -> None:
                                    "status": "ABORTED_BEFORE_DISPATCH"}, surface="append")
 
 
-def _finish(call: ToolCall, value: Any = None, error: Optional[BaseException] = None) -> dict:
+def _finish(call: ToolCall, value: Any = None, error: Optional[BaseException] = None) -> dict[str, Any]:
     """Record a body's value (or its exception) as the call's result and
     say what happened, as one outcome dict of ``run_tools``."""
     out = {"call_id": call.call_id}
@@ -353,13 +353,13 @@ class _Batch:
     call in one group, then (after the guards and the one durability wait)
     abort or hand out the runnable calls."""
 
-    def __init__(self, session, calls: list) -> None:
+    def __init__(self, session, calls: list[Any]) -> None:
         self.session = session
         self.calls = [ToolCall(session, c["call_id"], c["name"], c.get("input", {})) for c in calls]
         session._native.record_tool_calls(json.dumps(
             [{"call_id": c.call_id, "name": c.name, "input": c.input} for c in self.calls]))
-        self.outcomes: list = [None] * len(self.calls)
-        self.runnable: list = []
+        self.outcomes: list[Any] = [None] * len(self.calls)
+        self.runnable: list[Any] = []
 
     def guarded(self, i: int, reason) -> None:
         if reason:
@@ -380,7 +380,7 @@ class _Batch:
 class Session:
     """One session: append events, wait for durability, derive messages."""
 
-    def __init__(self, native: NativeSession, repair_report: Optional[dict] = None) -> None:
+    def __init__(self, native: NativeSession, repair_report: Optional[dict[str, Any]] = None) -> None:
         self._native = native
         self.repair_report = repair_report
 
@@ -405,7 +405,7 @@ class Session:
     def __exit__(self, *exc) -> None:
         self.close()
 
-    def append(self, kind: str, data: dict, *, surface: Surface = None) -> int:
+    def append(self, kind: str, data: dict[str, Any], *, surface: Surface = None) -> int:
         """Append one event of ``kind`` (``"user/message"``, ``"tool/call"``,
         ... or a registered plugin kind). The three surface kinds
         (user/assistant messages, tool results) need ``surface="append"``
@@ -413,19 +413,19 @@ class Session:
         Returns the event's seq. Nothing is written if it raises."""
         return self._native.append(kind, data, _surface(surface))
 
-    def append_group(self, events: list) -> list:
+    def append_group(self, events: list[Any]) -> list[Any]:
         """Append several core events as one atomic group: after a crash
         either all of them exist or none. ``events``: ``(kind, data,
         surface)`` tuples as for ``append``; a surface kind may only
         ``"append"``. Returns their seqs; nothing is written if it raises."""
         return self._native.append_group([(k, d, _surface(op)) for k, d, op in events])
 
-    def user(self, content: Union[str, list]) -> int:
+    def user(self, content: Union[str, list[Any]]) -> int:
         """Append a user message (text, or content blocks)."""
         blocks = [{"type": "text", "text": content}] if isinstance(content, str) else content
         return self.append("user/message", {"content": blocks}, surface="append")
 
-    def assistant(self, message: dict, *, provider: Optional[str] = None) -> int:
+    def assistant(self, message: dict[str, Any], *, provider: Optional[str] = None) -> int:
         """Append an assistant message: ``{"content": [...], "usage": ...,
         "stop_reason": ...}`` with the provider's blocks as they came. With
         ``provider`` (``"anthropic"``, ``"openai-responses"``,
@@ -436,12 +436,12 @@ class Session:
             return self._native.append_response(provider, message)
         return self.append("assistant/message", message, surface="append")
 
-    def turns(self) -> list:
+    def turns(self) -> list[Any]:
         """Every turn, in order: ``turn_id``, ``start_seq``, ``end_seq``
         (``None`` while it runs) and ``reason`` (how it ended)."""
         return json.loads(self._native.turns())
 
-    def fork_after_turn(self, turn_id: str, child: Optional[str] = None) -> tuple:
+    def fork_after_turn(self, turn_id: str, child: Optional[str] = None) -> tuple[str, int]:
         """Fork this session after the end of turn ``turn_id``: the child
         holds every event up to and including that ``turn/end``. Forks take
         durable events only (``flush()`` first); a turn still running is
@@ -451,7 +451,7 @@ class Session:
         child_id, upto = self._native.fork_after_turn(turn_id, child)
         return child_id, upto
 
-    def _result(self, call_id: str, blocks: list, is_error: bool) -> int:
+    def _result(self, call_id: str, blocks: list[Any], is_error: bool) -> int:
         return self.append(
             "tool/result",
             {"call_id": call_id, "content": blocks, "is_error": is_error},
@@ -459,7 +459,7 @@ class Session:
         )
 
     @property
-    def metadata(self) -> dict:
+    def metadata(self) -> dict[str, Any]:
         """Title, tags and fields, as set by the methods below (a fork
         starts from its parent's; they are events in the log)."""
         return json.loads(self._native.metadata())
@@ -493,7 +493,7 @@ class Session:
         request body the log rebuilds for that API."""
         return json.loads(self._native.messages(format))
 
-    def events(self, start: int = 0, end: Optional[int] = None) -> list[dict]:
+    def events(self, start: int = 0, end: Optional[int] = None) -> list[dict[str, Any]]:
         """This handle's events ``start..end`` (its own appends included)."""
         return json.loads(self._native.events(start, end))
 
@@ -527,7 +527,7 @@ class Session:
         The guard may be a coroutine function."""
         return _AsyncToolContext(self, call_id, name, input, guard, cancelled, not nested)
 
-    async def arun_tools(self, calls: list, body, *, guard=None, cancelled=None) -> list:
+    async def arun_tools(self, calls: list[Any], body, *, guard=None, cancelled=None) -> list[Any]:
         """``run_tools`` for asyncio: ``body`` is a coroutine function; the
         bodies run concurrently on the event loop (``asyncio.gather``). The
         guard may be a coroutine function."""
@@ -553,18 +553,18 @@ class Session:
             batch.outcomes[i] = out
         return batch.outcomes
 
-    async def aevents(self, start: int = 0, end: Optional[int] = None) -> list[dict]:
+    async def aevents(self, start: int = 0, end: Optional[int] = None) -> list[dict[str, Any]]:
         return await asyncio.to_thread(self.events, start, end)
 
     def run_tools(
         self,
-        calls: list,
+        calls: list[Any],
         body: Callable[[dict], Any],
         *,
         guard: Optional[Callable[[dict], Optional[str]]] = None,
         cancelled: Optional[Callable[[], bool]] = None,
         max_workers: Optional[int] = None,
-    ) -> list:
+    ) -> list[Any]:
         """Run the tool calls of one assistant message in parallel: record
         every ``tool/call`` in one atomic group, run the guard on each (a
         refusal is recorded), wait once until they are durable, then run
@@ -615,18 +615,18 @@ class Subscription:
     def __iter__(self) -> Iterator[dict]:
         return self
 
-    def __next__(self) -> dict:
+    def __next__(self) -> dict[str, Any]:
         e = self._native.next()
         if e is None:
             raise StopIteration
         return json.loads(e)
 
-    def try_next(self) -> Optional[dict]:
+    def try_next(self) -> Optional[dict[str, Any]]:
         """The next durable event if there is one now."""
         e = self._native.try_next()
         return None if e is None else json.loads(e)
 
-    async def anext(self) -> Optional[dict]:
+    async def anext(self) -> Optional[dict[str, Any]]:
         """The next durable event (None when the store closes)."""
         e = await asyncio.to_thread(self._native.next)
         return None if e is None else json.loads(e)
