@@ -23,7 +23,7 @@ Blocks tagged ``text`` or ``json`` are output shown, not run. Untagged
 blocks are refused: every block says what it is. The ``sh`` blocks of one
 README run in order (a later one uses the store an earlier one made);
 files they leave in the repository's root (stores, exports) are removed
-at the end.
+when that README is done, so each README starts from a clean checkout.
 Exit 0 when every block ran and exited 0; the last line says how many ran.
 """
 
@@ -182,11 +182,15 @@ def run_js(code, what, work):
 def main():
     files = sys.argv[1:] or DEFAULT
     ran = failed = shown = 0
-    before = top_level()
-    try:
-        ran, failed, shown = run_all(files)
-    finally:
-        clean(before)
+    for rel in files:
+        # Each file starts from the repository as it was: what one file's
+        # blocks made (stores, exports) is gone before the next runs.
+        before = top_level()
+        try:
+            r, f, s = run_all([rel])
+        finally:
+            clean(before)
+        ran, failed, shown = ran + r, failed + f, shown + s
     print(f"readme: {ran - failed} passed, {failed} failed ({shown} blocks shown, not run)")
     sys.exit(1 if failed else 0)
 
