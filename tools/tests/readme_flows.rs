@@ -8,6 +8,22 @@ mod common;
 
 use common::*;
 
+/// `fleet` once more on the store `common::fleet` made.
+fn fleet_again(d: &str) -> std::process::Output {
+    turnstone(&[
+        "fleet",
+        d,
+        "--sessions",
+        "16",
+        "--threads",
+        "4",
+        "--events",
+        "400",
+        "--segment-bytes",
+        "65536",
+    ])
+}
+
 /// `fleet` on a store where some of its sessions were deleted: the run
 /// goes on with the live ones and says how many it skipped.
 #[test]
@@ -20,18 +36,7 @@ fn fleet_goes_on_after_a_delete_and_after_its_collection() {
         let out = turnstone(&["delete", d, "--session", id]);
         assert_eq!(code(&out), 0, "{}", stderr(&out));
     }
-    let out = turnstone(&[
-        "fleet",
-        d,
-        "--sessions",
-        "16",
-        "--threads",
-        "4",
-        "--events",
-        "400",
-        "--segment-bytes",
-        "65536",
-    ]);
+    let out = fleet_again(d);
     assert_eq!(code(&out), 0, "{}", stderr(&out));
     let report = json_one(&out);
     assert!(report["events"].as_u64().unwrap() > 0, "{report}");
@@ -42,18 +47,7 @@ fn fleet_goes_on_after_a_delete_and_after_its_collection() {
     // taken; the fleet still goes on.
     let out = turnstone(&["gc", d, "--json"]);
     assert_eq!(code(&out), 0, "{}", stderr(&out));
-    let out = turnstone(&[
-        "fleet",
-        d,
-        "--sessions",
-        "16",
-        "--threads",
-        "4",
-        "--events",
-        "400",
-        "--segment-bytes",
-        "65536",
-    ]);
+    let out = fleet_again(d);
     assert_eq!(code(&out), 0, "{}", stderr(&out));
     assert!(
         stderr(&out).contains("skipped 2 deleted sessions"),

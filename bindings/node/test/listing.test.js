@@ -4,20 +4,8 @@
 // and fields in each entry; stable pages with a cursor.
 const test = require('node:test')
 const assert = require('node:assert/strict')
-const fs = require('node:fs')
-const os = require('node:os')
-const path = require('node:path')
 const { Store, TurnstoneError } = require('../turnstone.js')
-
-const made = []
-const tmp = () => {
-  const d = fs.mkdtempSync(path.join(os.tmpdir(), 'turnstone-node-'))
-  made.push(d)
-  return d
-}
-test.after(() => {
-  for (const d of made) fs.rmSync(d, { recursive: true, force: true })
-})
+const tmp = require('./tmp.js')
 
 async function fill() {
   const st = new Store(tmp())

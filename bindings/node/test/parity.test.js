@@ -4,20 +4,8 @@
 // one atomic group of events, the turns of a session, and fork after a turn.
 const test = require('node:test')
 const assert = require('node:assert/strict')
-const fs = require('node:fs')
-const os = require('node:os')
-const path = require('node:path')
 const { Store, TurnstoneError } = require('../turnstone.js')
-
-const made = []
-const tmp = () => {
-  const d = fs.mkdtempSync(path.join(os.tmpdir(), 'turnstone-node-'))
-  made.push(d)
-  return d
-}
-test.after(() => {
-  for (const d of made) fs.rmSync(d, { recursive: true, force: true })
-})
+const tmp = require('./tmp.js')
 
 const ANTHROPIC = {
   id: 'msg_1', type: 'message', role: 'assistant', model: 'claude-sonnet-4-5',

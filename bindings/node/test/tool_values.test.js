@@ -5,20 +5,8 @@
 // running cannot take a finished result down with it.
 const test = require('node:test')
 const assert = require('node:assert/strict')
-const fs = require('node:fs')
-const os = require('node:os')
-const path = require('node:path')
 const { Store } = require('../turnstone.js')
-
-const made = []
-const tmp = () => {
-  const d = fs.mkdtempSync(path.join(os.tmpdir(), 'turnstone-node-'))
-  made.push(d)
-  return d
-}
-test.after(() => {
-  for (const d of made) fs.rmSync(d, { recursive: true, force: true })
-})
+const tmp = require('./tmp.js')
 
 const VALUES = {
   object: { files: ['a.js', 'b.js'], count: 2, ok: true },
