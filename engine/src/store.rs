@@ -36,7 +36,7 @@ pub mod gc;
 mod open;
 mod options;
 #[cfg(test)]
-mod sparse_reads;
+mod sparse_reads_tests;
 
 pub use follow::{DurableWait, NextEvent, ReadyWait, Subscription, FOLLOW_POLL};
 
