@@ -332,7 +332,7 @@ impl EventLog for Store {
     fn search(&self, query: &str, limit: usize, session: Option<&str>) -> Result<Vec<Hit>> {
         let _ = (query, limit, session);
         Err(Error::Refused(
-            "the embedded store is searched through turnstone::session::query::search (its index needs the session registry)".into(),
+            "the embedded store is searched through turnstone::session::search (its index needs the session registry)".into(),
         ))
     }
 
