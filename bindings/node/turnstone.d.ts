@@ -84,6 +84,18 @@ export class Store {
   close(): Promise<void>
 }
 
+/** What a request is made with (`prepareRequest`). */
+export interface RequestSpec {
+  provider: string
+  model: string
+  /** The API's other fields (max_tokens, temperature, ...), sent as given. */
+  params?: Record<string, any>
+  /** Apply only where `params` sets nothing; dropped before the next request. */
+  adapterDefaults?: Record<string, any>
+  system?: string | any[]
+  tools?: Array<{ name: string; description?: string; input_schema?: any; [k: string]: any }>
+}
+
 export interface ToolCallInfo { callId: string; name: string; input: any; session: Session }
 
 export class Session {
@@ -108,6 +120,18 @@ export class Session {
   messages(): any[]
   messages(format: Format): any
   events(start?: number, end?: number): Promise<SessionEvent[]>
+  /** Record what the next request is made with; writes a request/header when needed and says why. */
+  prepareRequest(spec: RequestSpec): 'initial' | 'resume' | 'change' | null
+  /** A new agent loop takes over this session: the next header is 'resume'. */
+  beginLoop(): void
+  /** The request body the log rebuilds for a provider. */
+  requestBody(format: Format): Record<string, any>
+  /** Throws (kind 'request_mismatch') naming the first path where `body` differs from the log's. */
+  checkRequestBody(format: Format, body: Record<string, any>): void
+  /** Replace surface positions start..end by a summary, atomically; the summary's seq. */
+  compact(start: number, end: number, summary: string, options?: { compactionId?: string }): number
+  /** Replace the tool result at surface position `at`, atomically; the replacement's seq. */
+  pruneToolResult(at: number, replacement: string, options?: { tokensSaved?: number }): number
   setTitle(title: string): number
   addTag(tag: string): number
   setMeta(key: string, value: string | null): number

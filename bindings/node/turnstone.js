@@ -4,6 +4,7 @@
 // providers' own shapes; they are stored as they are and come back
 // unchanged. Every wait for durability and every read of a session returns
 // a Promise and runs off the event loop.
+const crypto = require('node:crypto')
 const native = require('./turnstone.node')
 
 class TurnstoneError extends Error {
@@ -301,6 +302,46 @@ class Session {
   /** Messages, or a provider request body ("anthropic", "openai-responses", "openai-chat"). */
   messages(format) {
     return JSON.parse(call(() => this._n.messages(format ?? null)))
+  }
+  /** Before each model request: record what it is made with (`{provider,
+   * model, params, system, tools, adapterDefaults}`). Writes a
+   * request/header when one is needed and returns why ('initial', 'resume',
+   * 'change'), or null when nothing changed. `requestBody(format)` then
+   * rebuilds the whole body from the log. */
+  prepareRequest({ provider, model, params, system, tools, adapterDefaults } = {}) {
+    const spec = { provider, model, params: params ?? {}, tools: tools ?? [] }
+    if (system !== undefined && system !== null) spec.system = system
+    if (adapterDefaults) spec.adapter_defaults = adapterDefaults
+    const text = json('request spec', spec)
+    return call(() => this._n.prepareRequest(text))
+  }
+  /** A new agent loop takes over this session: the next header is 'resume'. */
+  beginLoop() {
+    call(() => this._n.beginLoop())
+  }
+  /** The request body the log rebuilds for `format`: the latest header's
+   * model, params, system prompt and tools, and the messages. */
+  requestBody(format) {
+    if (format === undefined || format === null) throw invalid('requestBody needs a format')
+    return this.messages(format)
+  }
+  /** Throws TurnstoneError (kind 'request_mismatch') naming the first JSON
+   * path where `body` differs from the body the log rebuilds for `format`. */
+  checkRequestBody(format, body) {
+    const text = json('request body', body)
+    call(() => this._n.checkRequestBody(format, text))
+  }
+  /** Replace surface positions start..end (end excluded; a position is a
+   * message's index in messages()) by one user message holding `summary`,
+   * atomically; the originals stay in the log. Returns the summary's seq. */
+  compact(start, end, summary, { compactionId } = {}) {
+    const id = compactionId ?? crypto.randomUUID()
+    return call(() => this._n.compact(id, start, end, summary))
+  }
+  /** Replace the tool result at surface position `at` by `replacement`
+   * (same call id), atomically; the original stays in the log. Its seq. */
+  pruneToolResult(at, replacement, { tokensSaved } = {}) {
+    return call(() => this._n.pruneToolResult(at, replacement, tokensSaved ?? 0))
   }
   /** This handle's events start..end (its own appends included). */
   async events(start, end) {

@@ -676,6 +676,83 @@ impl NativeSession {
         })
     }
 
+    /// Resolve the next request's header from a spec (JSON: provider,
+    /// model, params, adapter_defaults, system, tools) and write a
+    /// `request/header` when needed: the reason written (`initial`,
+    /// `resume`, `change`), or null.
+    #[napi(catch_unwind)]
+    pub fn prepare_request(&self, spec: String) -> napi::Result<Option<String>> {
+        let spec: Value = serde_json::from_str(&spec)
+            .map_err(|e| usage(format!("the request spec is not JSON: {e}")))?;
+        self.with(|g| {
+            let reason = g.prepare_request_json(spec).map_err(err)?;
+            Ok(reason.map(|r| {
+                match r {
+                    ts::HeaderReason::Initial => "initial",
+                    ts::HeaderReason::Resume => "resume",
+                    ts::HeaderReason::Change => "change",
+                }
+                .to_string()
+            }))
+        })
+    }
+
+    /// A new agent loop takes over this session: the next header is `resume`.
+    #[napi(catch_unwind)]
+    pub fn begin_loop(&self) -> napi::Result<()> {
+        self.with(|g| {
+            g.begin_loop();
+            Ok(())
+        })
+    }
+
+    /// Check a request body (JSON) against the one the log rebuilds for a
+    /// provider; the error (`request_mismatch`) names the first differing path.
+    #[napi(catch_unwind)]
+    pub fn check_request_body(&self, format: String, body: String) -> napi::Result<()> {
+        let p = provider(&format)?;
+        let body: Value = serde_json::from_str(&body)
+            .map_err(|e| usage(format!("the request body is not JSON: {e}")))?;
+        self.with(|g| g.check_request_body(p, &body).map_err(err))
+    }
+
+    /// Replace surface nodes `start..end` by a summary, atomically (the
+    /// originals stay in the log). Returns the summary message's seq.
+    #[napi(catch_unwind)]
+    pub fn compact(
+        &self,
+        compaction_id: String,
+        start: f64,
+        end: f64,
+        summary: String,
+    ) -> napi::Result<i64> {
+        let start = whole("start", start, u32::MAX as u64)?;
+        let end = whole("end", end, u32::MAX as u64)?;
+        self.with(|g| {
+            g.compact(&compaction_id, start, end, &summary)
+                .map(|s| s as i64)
+                .map_err(err)
+        })
+    }
+
+    /// Replace the tool result at surface position `at` by a shorter text,
+    /// atomically (the original stays in the log). Returns its seq.
+    #[napi(catch_unwind)]
+    pub fn prune_tool_result(
+        &self,
+        at: f64,
+        replacement: String,
+        tokens_saved: f64,
+    ) -> napi::Result<i64> {
+        let at = whole("at", at, u32::MAX as u64)?;
+        let saved = whole("tokensSaved", tokens_saved, 1 << 53)?;
+        self.with(|g| {
+            g.prune_tool_result(at, &replacement, saved)
+                .map(|s| s as i64)
+                .map_err(err)
+        })
+    }
+
     /// Every turn of the session, in order, as a JSON array.
     #[napi(catch_unwind)]
     pub fn turns(&self) -> napi::Result<String> {

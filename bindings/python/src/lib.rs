@@ -678,6 +678,77 @@ impl NativeSession {
         .map_err(err)
     }
 
+    /// Resolve the next request's header from a spec (JSON: provider,
+    /// model, params, adapter_defaults, system, tools) and write a
+    /// `request/header` when needed. Returns the reason written
+    /// (`"initial"`, `"resume"`, `"change"`) or `None`.
+    fn prepare_request(
+        &self,
+        py: Python<'_>,
+        spec: &Bound<'_, PyAny>,
+    ) -> PyResult<Option<&'static str>> {
+        let spec = to_value(spec, 0).map_err(|e| usage(format!("request spec: {e}")))?;
+        let s = self.shared()?;
+        let reason = py
+            .detach(move || s.lock().prepare_request_json(spec))
+            .map_err(err)?;
+        Ok(reason.map(|r| match r {
+            ts::HeaderReason::Initial => "initial",
+            ts::HeaderReason::Resume => "resume",
+            ts::HeaderReason::Change => "change",
+        }))
+    }
+
+    /// A new agent loop takes over this session: the next header is `resume`.
+    fn begin_loop(&self) -> PyResult<()> {
+        self.shared()?.lock().begin_loop();
+        Ok(())
+    }
+
+    /// Check a request body against the one the log rebuilds for a
+    /// provider; the error (`request_mismatch`) names the first differing path.
+    fn check_request_body(
+        &self,
+        py: Python<'_>,
+        format: &str,
+        body: &Bound<'_, PyAny>,
+    ) -> PyResult<()> {
+        let p = provider(format)?;
+        let body = to_value(body, 0).map_err(|e| usage(format!("request body: {e}")))?;
+        let s = self.shared()?;
+        py.detach(move || s.lock().check_request_body(p, &body))
+            .map_err(err)
+    }
+
+    /// Replace surface nodes `start..end` by a summary, atomically (the
+    /// originals stay in the log). Returns the summary message's seq.
+    fn compact(
+        &self,
+        py: Python<'_>,
+        compaction_id: String,
+        start: u64,
+        end: u64,
+        summary: String,
+    ) -> PyResult<u64> {
+        let s = self.shared()?;
+        py.detach(move || s.lock().compact(&compaction_id, start, end, &summary))
+            .map_err(err)
+    }
+
+    /// Replace the tool result at surface position `at` by a shorter text,
+    /// atomically (the original stays in the log). Returns its seq.
+    fn prune_tool_result(
+        &self,
+        py: Python<'_>,
+        at: u64,
+        replacement: String,
+        tokens_saved: u64,
+    ) -> PyResult<u64> {
+        let s = self.shared()?;
+        py.detach(move || s.lock().prune_tool_result(at, &replacement, tokens_saved))
+            .map_err(err)
+    }
+
     /// Every turn of the session, in order, as a JSON array.
     fn turns(&self) -> PyResult<String> {
         let s = self.shared()?;

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import uuid
 from typing import Any, Callable, Iterator, Optional, Union
 
 from ._native import NativeSession, NativeStore, NativeSubscription, TurnstoneError
@@ -492,6 +493,71 @@ class Session:
         with ``format="anthropic" | "openai-responses" | "openai-chat"`` the
         request body the log rebuilds for that API."""
         return json.loads(self._native.messages(format))
+
+    def prepare_request(
+        self,
+        *,
+        provider: str,
+        model: str,
+        params: Optional[dict[str, Any]] = None,
+        system: Union[str, list[Any], None] = None,
+        tools: Optional[list[dict[str, Any]]] = None,
+        adapter_defaults: Optional[dict[str, Any]] = None,
+    ) -> Optional[str]:
+        """Before each model request: record what the request is made with.
+        Writes a ``request/header`` when one is needed and returns why
+        (``"initial"`` for the session's first, ``"resume"`` for the first
+        of a new agent loop over an existing session, ``"change"`` when the
+        provider, model, params, system prompt or tools changed), or
+        ``None`` when nothing changed. ``params`` are the API's other
+        fields (``max_tokens``, ``temperature``, ...), sent as given;
+        ``adapter_defaults`` apply only where ``params`` sets nothing.
+        ``tools`` are ``{"name", "description", "input_schema", ...}``.
+        ``request_body(format)`` then rebuilds the whole body from the log."""
+        spec: dict[str, Any] = {"provider": provider, "model": model,
+                                "params": params or {}, "tools": tools or []}
+        if system is not None:
+            spec["system"] = system
+        if adapter_defaults:
+            spec["adapter_defaults"] = adapter_defaults
+        return self._native.prepare_request(spec)
+
+    def begin_loop(self) -> None:
+        """A new agent loop takes over this session (a restarted worker):
+        the next ``prepare_request`` writes a ``resume`` header."""
+        self._native.begin_loop()
+
+    def request_body(self, format: str) -> dict[str, Any]:
+        """The request body the log rebuilds for ``format``
+        (``"anthropic"``, ``"openai-responses"``, ``"openai-chat"``): the
+        latest header's model, params, system prompt and tools, and the
+        messages. Send it as it is; ``messages(format=...)`` is the same."""
+        body: dict[str, Any] = json.loads(self._native.messages(format))
+        return body
+
+    def check_request_body(self, format: str, body: dict[str, Any]) -> None:
+        """The invariant "model-visible iff logged": raise ``TurnstoneError``
+        (kind ``request_mismatch``) naming the first JSON path where
+        ``body`` differs from the body the log rebuilds for ``format``."""
+        self._native.check_request_body(format, body)
+
+    def compact(self, start: int, end: int, summary: str, *,
+                compaction_id: Optional[str] = None) -> int:
+        """Replace surface positions ``start..end`` (``end`` excluded; a
+        position is a message's index in ``messages()``) by one user
+        message holding ``summary``, atomically: ``compaction/start``,
+        ``compaction/summary``, the summary, ``compaction/end``. The
+        originals stay in the log (``events()``, replay, search). Returns
+        the summary message's seq."""
+        cid = compaction_id if compaction_id is not None else uuid.uuid4().hex
+        return self._native.compact(cid, start, end, summary)
+
+    def prune_tool_result(self, at: int, replacement: str, *, tokens_saved: int = 0) -> int:
+        """Replace the tool result at surface position ``at`` by
+        ``replacement`` (same call id), atomically, after a
+        ``compaction/prune``; the original stays in the log. Returns the
+        replacement's seq."""
+        return self._native.prune_tool_result(at, replacement, tokens_saved)
 
     def events(self, start: int = 0, end: Optional[int] = None) -> list[dict[str, Any]]:
         """This handle's events ``start..end`` (its own appends included)."""

@@ -13,20 +13,36 @@ use crate::session::codec::event::{CallConfig, EpochHeader, SystemPrompt, ToolSc
 use crate::session::fold::messages::Message;
 
 /// What an agent loop asks for before a request.
-#[derive(Debug, Clone, Default, PartialEq)]
+///
+/// As JSON (what the Python and Node packages pass), `explicit` is named
+/// `params`; `provider` and `model` are required, every other field is
+/// optional, and an unknown field is refused (a misspelt `tool` would
+/// otherwise silently send no tools):
+///
+/// ```json
+/// {"provider": "anthropic", "model": "claude-sonnet-4-5",
+///  "params": {"max_tokens": 1024}, "system": "Be brief.",
+///  "tools": [{"name": "ls", "description": "list files", "input_schema": {"type": "object"}}]}
+/// ```
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct RequestSpec {
     /// Provider name.
     pub provider: String,
     /// Model name.
     pub model: String,
     /// Parameters the caller set explicitly: always kept.
+    #[serde(rename = "params", default)]
     pub explicit: BTreeMap<String, Value>,
     /// Parameters the current route's adapter supplies as defaults: used only
     /// where the caller set nothing, and dropped before the next request.
+    #[serde(default)]
     pub adapter_defaults: BTreeMap<String, Value>,
     /// The system prompt, if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub system: Option<SystemPrompt>,
     /// Tool schemas.
+    #[serde(default)]
     pub tools: Vec<ToolSchema>,
 }
 

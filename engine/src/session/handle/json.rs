@@ -11,6 +11,7 @@ use serde_json::Value;
 use crate::error::{Error, Result};
 use crate::session::codec::envelope;
 use crate::session::codec::event::{self as ev, CoreKind};
+use crate::session::fold::header::RequestSpec;
 use crate::session::fold::surface::SurfaceOp;
 use crate::session::handle::Session;
 
@@ -232,6 +233,24 @@ impl Session {
     }
 }
 
+impl Session {
+    /// [`Session::prepare_request`] with the spec given as JSON (the shape
+    /// documented on [`RequestSpec`]): what the Python and Node packages
+    /// call. A spec that does not fit is refused naming the field's path,
+    /// and nothing is written.
+    pub fn prepare_request_json(&mut self, spec: Value) -> Result<Option<ev::HeaderReason>> {
+        let spec: RequestSpec = serde_path_to_error::deserialize(spec).map_err(|e| {
+            let path = e.path().to_string();
+            if path == "." {
+                Error::InvalidArgument(format!("request spec: {}", e.inner()))
+            } else {
+                Error::InvalidArgument(format!("request spec: at `{path}`: {}", e.inner()))
+            }
+        })?;
+        self.prepare_request(&spec)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use std::sync::Arc;
@@ -399,5 +418,49 @@ mod tests {
         // Reopened: the group folds to the same surface.
         let s = Session::open_read_only(store, "g", Arc::new(Registry::new())).unwrap();
         assert_eq!(s.len(), 2);
+    }
+
+    #[test]
+    fn a_request_spec_given_as_json_writes_headers_and_names_a_bad_field() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Arc::new(Store::open(dir.path()).unwrap());
+        let mut s = Session::create(store, "s", Arc::new(Registry::new())).unwrap();
+        let spec = json!({"provider": "anthropic", "model": "m", "params": {"max_tokens": 64},
+                          "system": "Be brief.", "tools": [{"name": "ls", "input_schema": {"type": "object"}}]});
+        assert_eq!(
+            s.prepare_request_json(spec.clone()).unwrap(),
+            Some(ev::HeaderReason::Initial)
+        );
+        assert_eq!(s.prepare_request_json(spec.clone()).unwrap(), None);
+        let mut changed = spec.clone();
+        changed["params"]["max_tokens"] = json!(128);
+        assert_eq!(
+            s.prepare_request_json(changed).unwrap(),
+            Some(ev::HeaderReason::Change)
+        );
+        let body = s.request_body(crate::session::Provider::Anthropic);
+        assert_eq!(body["max_tokens"], 128);
+        assert_eq!(body["system"], "Be brief.");
+        assert_eq!(body["tools"][0]["name"], "ls");
+        let len = s.len();
+        for (bad, needle) in [
+            (json!({"provider": "anthropic"}), "missing field `model`"),
+            (
+                json!({"provider": "a", "model": "m", "tool": []}),
+                "unknown field `tool`",
+            ),
+            (
+                json!({"provider": "a", "model": "m", "tools": [{"description": "x"}]}),
+                "at `tools[0]`",
+            ),
+            (
+                json!({"provider": "a", "model": "m", "params": [1]}),
+                "at `params`",
+            ),
+        ] {
+            let e = s.prepare_request_json(bad).unwrap_err().to_string();
+            assert!(e.contains("request spec") && e.contains(needle), "{e}");
+        }
+        assert_eq!(s.len(), len, "a refused spec writes nothing");
     }
 }
