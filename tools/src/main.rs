@@ -21,6 +21,7 @@ mod progress;
 mod raw;
 mod recover;
 mod retention;
+mod schema;
 mod signals;
 mod stats;
 mod store_open;
@@ -233,6 +234,13 @@ Each stream is a session, each append an atomic event group; a 2xx answer to a\n
 write means it is durable. See docs/SERVE.md."
     )]
     Serve(turnstone_server::cli::ServeArgs),
+    /// Print the JSON Schema of each core kind's data (or docs/EVENTS.md with --markdown).
+    #[command(
+        after_help = "Examples:\n  turnstone schema turn/end\n  turnstone schema | jq 'keys'\n  turnstone schema --markdown > docs/EVENTS.md\n\n\
+Generated from the engine's types, so it cannot drift from what append accepts.\n\
+x-turnstone-surface says whether the kind needs a surface op."
+    )]
+    Schema(schema::SchemaArgs),
 }
 
 fn run(cli: Cli) -> Result<ExitCode, Failure> {
@@ -257,6 +265,7 @@ fn run(cli: Cli) -> Result<ExitCode, Failure> {
         Cmd::Torture(a) => torture::run(&a),
         Cmd::Archive(a) => archive::run_archive(&a),
         Cmd::Restore(a) => archive::run_restore(&a),
+        Cmd::Schema(a) => schema::run(&a),
         Cmd::Serve(a) => turnstone_server::cli::run(&a)
             .map(|()| ExitCode::SUCCESS)
             .map_err(Failure::io),

@@ -47,6 +47,7 @@ pub use codec::event::{
     ToolCall, ToolResult, ToolSchema, ToolStatus, TurnEnd, TurnEndReason, TurnStart, UserMessage,
     META_NAME_BYTES_MAX, META_VALUE_BYTES_MAX, SESSION_FORMAT_VERSION,
 };
+pub use codec::schema::{kind_example, kind_schema};
 pub use codec::usage::Usage;
 pub use fold::coords::TurnInfo;
 pub use fold::header::{Request, RequestSpec};

@@ -330,6 +330,28 @@ impl PartialEq<&str> for ToolResultContent {
     }
 }
 
+/// The JSON Schema of a content block (`turnstone schema`): any JSON
+/// value is accepted and stored as it is (a block type nobody knows yet
+/// included), so the schema constrains nothing; its description and
+/// examples name the blocks the engine knows.
+impl schemars::JsonSchema for ContentBlock {
+    fn schema_name() -> std::borrow::Cow<'static, str> {
+        "ContentBlock".into()
+    }
+
+    fn json_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        schemars::json_schema!({
+            "description": "A content block (or OpenAI Responses item) in the provider's own shape, stored and returned unchanged: usually an object whose `type` names it. Known: Anthropic `text`, `image`, `document`, `thinking`, `redacted_thinking`, `tool_use`, `server_tool_use`, `tool_result`, `web_search_tool_result`; OpenAI Responses `message`, `output_text`, `input_text`, `refusal`, `input_image`, `input_file`, `reasoning`, `function_call`, `function_call_output`; Chat Completions `image_url` parts and `tool_calls` entries (`\"type\": \"function\"`). Any other value (a block type that does not exist yet) is kept as it is.",
+            "examples": [
+                {"type": "text", "text": "Hello."},
+                {"type": "thinking", "thinking": "…", "signature": "EqQB…"},
+                {"type": "tool_use", "id": "toolu_1", "name": "read_file", "input": {"path": "README.md"}},
+                {"type": "function_call", "call_id": "call_1", "name": "read_file", "arguments": "{\"path\":\"README.md\"}"}
+            ]
+        })
+    }
+}
+
 impl Serialize for ContentBlock {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
         // The derived (remote = "Self") serializer.

@@ -9,6 +9,7 @@
 
 use std::collections::BTreeMap;
 
+use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
@@ -85,7 +86,7 @@ pub use crate::session::codec::content::ContentBlock;
 pub use crate::session::codec::usage::Usage;
 
 /// Why a turn ended.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(tag = "kind", rename_all = "snake_case")]
 pub enum TurnEndReason {
     /// The turn finished normally.
@@ -102,7 +103,7 @@ pub enum TurnEndReason {
 }
 
 /// Why a step ended.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(tag = "kind", rename_all = "snake_case")]
 pub enum StepEndReason {
     /// The step finished with a final answer.
@@ -121,7 +122,7 @@ pub enum StepEndReason {
 }
 
 /// Status of a synthetic tool result written by repair.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "SCREAMING_SNAKE_CASE")]
 pub enum ToolStatus {
     /// A durable `tool/call` has no reliable result: it may not have run, may
@@ -134,30 +135,32 @@ pub enum ToolStatus {
     AbortedBeforeDispatch,
 }
 
-/// `turn/start`
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+/// `turn/start`: a turn begins: one user request and all the agent does
+/// for it, until its `turn/end`. One turn is open at a time.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct TurnStart {
     /// Id of the turn.
     pub turn_id: String,
 }
-/// `turn/end`
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+/// `turn/end`: the open turn ends, and why.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct TurnEnd {
     /// Id of the turn.
     pub turn_id: String,
     /// Why it ended.
     pub reason: TurnEndReason,
 }
-/// `step/start`
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+/// `step/start`: a step of the turn begins: one model request, its response
+/// and the tools it calls.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct StepStart {
     /// Id of the turn.
     pub turn_id: String,
     /// Id of the step within the turn.
     pub step_id: String,
 }
-/// `step/end`
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+/// `step/end`: the open step ends, and why.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct StepEnd {
     /// Id of the turn.
     pub turn_id: String,
@@ -166,23 +169,25 @@ pub struct StepEnd {
     /// Why it ended.
     pub reason: StepEndReason,
 }
-/// `user/message` (surface)
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+/// `user/message` (surface): a user message, or a compaction's summary.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct UserMessage {
     /// The message content, as the provider shapes it.
     pub content: Vec<ContentBlock>,
 }
 /// `assistant/chunk`: a streamed delta; kept for replay and usage, never sent
 /// to the model.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct AssistantChunk {
     /// Position of the delta in the stream.
     pub index: u32,
     /// The delta's text.
     pub text: String,
 }
-/// `assistant/message` (surface); skipped by derive_messages when empty.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+/// `assistant/message` (surface): a model response: its content blocks as
+/// sent, usage, stop reason and the response's other fields; skipped by
+/// derive_messages when its content is empty.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct AssistantMessage {
     /// The message content, as the provider sent it.
     pub content: Vec<ContentBlock>,
@@ -198,7 +203,7 @@ pub struct AssistantMessage {
     pub extra: serde_json::Map<String, Value>,
 }
 /// `tool/call`: recorded before the tool body may run.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct ToolCall {
     /// The tool use id this call answers.
     pub call_id: String,
@@ -207,8 +212,8 @@ pub struct ToolCall {
     /// The tool input.
     pub input: Value,
 }
-/// `tool/result` (surface)
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+/// `tool/result` (surface): the result of a recorded `tool/call`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct ToolResult {
     /// The tool use id this result answers.
     pub call_id: String,
@@ -222,7 +227,7 @@ pub struct ToolResult {
     pub status: Option<ToolStatus>,
 }
 /// Why a request header was written.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum HeaderReason {
     /// The session's first request.
@@ -233,7 +238,7 @@ pub enum HeaderReason {
     Change,
 }
 /// A tool's schema as sent to the model.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct ToolSchema {
     /// The tool name.
     pub name: String,
@@ -268,7 +273,7 @@ impl ToolSchema {
 
 /// The system prompt: a string, or blocks (Anthropic's form, which can
 /// carry `cache_control`).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(untagged)]
 pub enum SystemPrompt {
     /// A plain string.
@@ -303,7 +308,7 @@ impl From<String> for SystemPrompt {
 }
 /// Call configuration: provider, model and every other parameter (sampling,
 /// reasoning effort, max tokens, …) by name.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct CallConfig {
     /// Provider name (`anthropic`, `openai`, ...).
     pub provider: String,
@@ -314,7 +319,7 @@ pub struct CallConfig {
     pub params: BTreeMap<String, Value>,
 }
 /// The full epoch header of a request.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct EpochHeader {
     /// Call configuration.
     pub config: CallConfig,
@@ -329,8 +334,10 @@ pub struct EpochHeader {
     #[serde(default)]
     pub tools: Vec<ToolSchema>,
 }
-/// `request/header`
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+/// `request/header`: what the next model request is made with (provider,
+/// model, parameters, system prompt, tools), written before the request
+/// when it is the first, a new loop's first, or a change.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct RequestHeader {
     /// Why this header was written.
     pub reason: HeaderReason,
@@ -339,7 +346,7 @@ pub struct RequestHeader {
 }
 /// `request/context`: capacity of the current route; no part of header change
 /// detection or restore.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 pub struct RequestContext {
     /// Provider of the current route.
     pub provider: String,
@@ -349,31 +356,32 @@ pub struct RequestContext {
     pub context_window: u64,
 }
 /// `session/end-seed`: separates seed history from the live run.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 pub struct SessionEndSeed {}
-/// `compaction/start`
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+/// `compaction/start`: a compaction begins (the summary message that
+/// replaces a range of the surface follows, then `compaction/end`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 pub struct CompactionStart {
     /// Id shared by the events of one compaction.
     pub compaction_id: String,
 }
-/// `compaction/summary`
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+/// `compaction/summary`: the text that replaces the compacted range.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 pub struct CompactionSummary {
     /// Id shared by the events of one compaction.
     pub compaction_id: String,
     /// The summary text.
     pub text: String,
 }
-/// `compaction/end`
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+/// `compaction/end`: the compaction is complete.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 pub struct CompactionEnd {
     /// Id shared by the events of one compaction.
     pub compaction_id: String,
 }
 /// `compaction/prune`: surface nodes (by seq) that the next `tool/result`
 /// replaces, and the tokens that saves.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 pub struct CompactionPrune {
     /// Seqs of the surface nodes replaced.
     pub replaced_seqs: Vec<u64>,
@@ -385,7 +393,7 @@ pub struct CompactionPrune {
 /// key/value fields). Not model-visible. Written with the `IGNORABLE` frame
 /// flag, so a build that predates the kind skips it instead of refusing the
 /// session (FORMAT.md §10).
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 pub struct MetaUpdate {
     /// New title (`Some("")` clears it).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -484,7 +492,7 @@ impl SessionMetadata {
 /// by loads, lists or search; its fork children keep the events they
 /// inherit. Written only by [`crate::session::delete()`] and
 /// [`crate::session::Session::delete`]; always the session's last event.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 pub struct SessionDelete {}
 
 /// Typed data of a core kind. `Intent` is [`SurfaceOp`] for the three surface

@@ -7,4 +7,5 @@ pub mod blob_refs;
 pub mod content;
 pub mod envelope;
 pub mod event;
+pub mod schema;
 pub mod usage;

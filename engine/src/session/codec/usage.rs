@@ -95,6 +95,25 @@ impl Usage {
     }
 }
 
+/// The JSON Schema of usage (`turnstone schema`): the provider's usage
+/// object as sent; the normalised counts are read when they are unsigned
+/// integers and every field is kept.
+impl schemars::JsonSchema for Usage {
+    fn schema_name() -> std::borrow::Cow<'static, str> {
+        "Usage".into()
+    }
+
+    fn json_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        schemars::json_schema!({
+            "description": "Token usage, every field kept as sent. `input_tokens`, `output_tokens`, `cache_read_input_tokens`, `cache_creation_input_tokens` and `reasoning_tokens` are read as the normalised counts when they are unsigned integers (a response body logged with its provider maps OpenAI's `prompt_tokens`, `completion_tokens` and `*_tokens_details` to them).",
+
+            "type": "object",
+            "additionalProperties": true,
+            "examples": [{"input_tokens": 10, "output_tokens": 5, "cache_read_input_tokens": 100}]
+        })
+    }
+}
+
 impl Serialize for Usage {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
         let mut m = self.extra.clone();
