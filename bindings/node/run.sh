@@ -30,4 +30,5 @@ for f in test/langgraph/types-check.ts test/langgraph/types-check-esm.mts test/l
 done
 # The package's own declarations, strict.
 npx --no-install tsc --noEmit --strict --skipLibCheck turnstone.d.ts
-echo "langgraph.d.ts, langgraph.d.mts, turnstone.d.ts: types check"
+npx --no-install tsc --noEmit --strict --module nodenext --moduleResolution nodenext --target es2022 --lib esnext --skipLibCheck test/types-check-events.ts
+echo "langgraph.d.ts, langgraph.d.mts, turnstone.d.ts (event data): types check"

@@ -4,6 +4,62 @@ export interface SessionInfo { id: string; events: number; createdMs: number | n
 export interface Hit { session: string; seq: number; snippet: string }
 export type Format = 'anthropic' | 'openai-responses' | 'openai-chat'
 
+// ---- Event data of every core kind (docs/EVENTS.md; `turnstone schema`
+// prints their JSON Schema, and test/events.test.js checks these against it).
+
+/** A content block in the provider's shape (text, thinking with its signature, tool_use, an OpenAI Responses item, ...). */
+export type ContentBlock = { type?: string; [k: string]: any }
+export type TurnEndReason = { kind: 'completed' } | { kind: 'cancelled' } | { kind: 'error'; message: string } | { kind: 'interrupted' }
+export type StepEndReason = { kind: 'completed' } | { kind: 'tool_use' } | { kind: 'cancelled' } | { kind: 'error'; message: string } | { kind: 'interrupted' }
+export type ToolStatus = 'TOOL_OUTCOME_UNKNOWN' | 'TOOL_NOT_STARTED' | 'ABORTED_BEFORE_DISPATCH'
+export interface TurnStart { turn_id: string }
+export interface TurnEnd { turn_id: string; reason: TurnEndReason }
+export interface StepStart { turn_id: string; step_id: string }
+export interface StepEnd { turn_id: string; step_id: string; reason: StepEndReason }
+export interface UserMessage { content: ContentBlock[] }
+export interface AssistantChunk { index: number; text: string }
+/** Any other field of the response (its id, model, ...) is kept too. */
+export interface AssistantMessage { content: ContentBlock[]; usage?: Record<string, any> | null; stop_reason?: string | null; [k: string]: any }
+export interface ToolCall { call_id: string; name: string; input: any }
+export interface ToolResult { call_id: string; content: ContentBlock[]; is_error?: boolean; status?: ToolStatus | null }
+export interface ToolSchema { name: string; description?: string; input_schema?: any; [k: string]: any }
+export interface CallConfig { provider: string; model: string; params?: Record<string, any> }
+export interface EpochHeader { config: CallConfig; adapter_defaults?: string[]; system?: string | ContentBlock[] | null; tools?: ToolSchema[] }
+export interface RequestHeader { reason: 'initial' | 'resume' | 'change'; header: EpochHeader }
+export interface RequestContext { provider: string; model: string; context_window: number }
+export interface SessionEndSeed {}
+export interface CompactionStart { compaction_id: string }
+export interface CompactionSummary { compaction_id: string; text: string }
+export interface CompactionEnd { compaction_id: string }
+export interface CompactionPrune { replaced_seqs: number[]; tokens_saved: number }
+export interface SessionMeta { title?: string | null; add_tags?: string[]; remove_tags?: string[]; fields?: Record<string, string | null> }
+export interface SessionDelete {}
+/** Each core kind's name and the type of its data. */
+export interface CoreEvents {
+  'turn/start': TurnStart
+  'turn/end': TurnEnd
+  'step/start': StepStart
+  'step/end': StepEnd
+  'user/message': UserMessage
+  'assistant/chunk': AssistantChunk
+  'assistant/message': AssistantMessage
+  'tool/call': ToolCall
+  'tool/result': ToolResult
+  'request/header': RequestHeader
+  'request/context': RequestContext
+  'session/end-seed': SessionEndSeed
+  'compaction/start': CompactionStart
+  'compaction/summary': CompactionSummary
+  'compaction/end': CompactionEnd
+  'compaction/prune': CompactionPrune
+  'session/meta': SessionMeta
+  'session/delete': SessionDelete
+}
+/** The data `append(kind, ...)` takes: a core kind's type, or any object for a plugin kind. */
+export type EventData<K extends string> = K extends keyof CoreEvents ? CoreEvents[K] : Record<string, unknown>
+/** One message the model sees (`messages()`); a tool result is a user message holding one tool_result block. */
+export interface Message { role: 'user' | 'assistant'; source_seq: number; kind: 'user/message' | 'assistant/message' | 'tool/result'; content: ContentBlock[] }
+
 /** What `Store.collect` did (or, with `dryRun`, would do); keys as the engine and `turnstone gc --json` name them. */
 export interface CollectReport {
   /** The collection only decided and reported; nothing changed. */
@@ -93,7 +149,7 @@ export interface RequestSpec {
   /** Apply only where `params` sets nothing; dropped before the next request. */
   adapterDefaults?: Record<string, any>
   system?: string | any[]
-  tools?: Array<{ name: string; description?: string; input_schema?: any; [k: string]: any }>
+  tools?: ToolSchema[]
 }
 
 export interface ToolCallInfo { callId: string; name: string; input: any; session: Session }
@@ -105,10 +161,21 @@ export class Session {
   repairReport: any | null
   /** Release this handle's claim on the session; later calls throw. */
   close(): void
-  append(kind: string, data: any, options?: { surface?: Surface }): number
-  user(content: string | any[]): number
+  /** Append one event: a core kind's data is typed (CoreEvents), a plugin kind's is any object. */
+  append<K extends string>(kind: K, data: EventData<K>, options?: { surface?: Surface }): number
+  /** turn/start: a turn begins. */
+  startTurn(turnId: string): number
+  /** turn/end with its reason ('error' takes a message). */
+  endTurn(turnId: string, reason?: 'completed' | 'cancelled', options?: {}): number
+  endTurn(turnId: string, reason: 'error', options: { message: string }): number
+  /** step/start: one model request of the turn, its response and the tools it calls. */
+  startStep(turnId: string, stepId: string): number
+  /** step/end with its reason ('tool_use' when the step ends to run tools; 'error' takes a message). */
+  endStep(turnId: string, stepId: string, reason?: 'completed' | 'tool_use' | 'cancelled', options?: {}): number
+  endStep(turnId: string, stepId: string, reason: 'error', options: { message: string }): number
+  user(content: string | ContentBlock[]): number
   /** An assistant message; with `{provider}`, `message` is that API's whole response body, logged as it came. */
-  assistant(message: { content: any[]; usage?: any; stop_reason?: string; [k: string]: any }): number
+  assistant(message: AssistantMessage): number
   assistant(response: { [k: string]: any }, options: { provider: Format }): number
   /** Several core events as one atomic group (surface kinds may only append); their seqs. */
   appendGroup(events: Array<[kind: string, data: any, options?: { surface?: 'append' }]>): number[]
@@ -117,8 +184,8 @@ export class Session {
   /** Fork after the end of a turn (durable events only); the child holds seqs 0..upto. */
   forkAfterTurn(turnId: string, options?: { child?: string }): Promise<{ child: string; upto: number }>
   flush(): Promise<void>
-  messages(): any[]
-  messages(format: Format): any
+  messages(): Message[]
+  messages(format: Format): Record<string, any>
   events(start?: number, end?: number): Promise<SessionEvent[]>
   /** Record what the next request is made with; writes a request/header when needed and says why. */
   prepareRequest(spec: RequestSpec): 'initial' | 'resume' | 'change' | null

@@ -133,6 +133,15 @@ function utf8(text) {
   return [scratch, scratch.write(text, 0, 'utf8')]
 }
 
+function endReason(kind, message) {
+  if (kind === 'error') {
+    if (typeof message !== 'string') throw invalid('an error reason needs a message')
+    return { kind, message }
+  }
+  if (message !== undefined) throw invalid(`a '${kind}' reason takes no message`)
+  return { kind }
+}
+
 class Store {
   /**
    * Open (or create, unless readOnly) the store in `path`, or a PostgreSQL
@@ -261,6 +270,22 @@ class Session {
   append(kind, data, { surface } = {}) {
     const [buf, len] = utf8(json(kind, data))
     return call(() => this._n.appendUtf8(kind, buf, len, surfaceJson(surface)))
+  }
+  /** turn/start: a turn begins. Returns its seq. */
+  startTurn(turnId) {
+    return this.append('turn/start', { turn_id: turnId })
+  }
+  /** turn/end with its reason ('completed' by default; 'error' takes {message}). */
+  endTurn(turnId, reason = 'completed', { message } = {}) {
+    return this.append('turn/end', { turn_id: turnId, reason: endReason(reason, message) })
+  }
+  /** step/start: one model request of the turn, its response and its tools. */
+  startStep(turnId, stepId) {
+    return this.append('step/start', { turn_id: turnId, step_id: stepId })
+  }
+  /** step/end with its reason ('tool_use' when the step ends to run tools). */
+  endStep(turnId, stepId, reason = 'completed', { message } = {}) {
+    return this.append('step/end', { turn_id: turnId, step_id: stepId, reason: endReason(reason, message) })
   }
   user(content) {
     const blocks = typeof content === 'string' ? [{ type: 'text', text: content }] : content

@@ -10,6 +10,7 @@ from typing import Any, Optional
 
 import turnstone
 from turnstone import Store, TurnstoneError, error_kind
+from turnstone import events as ev
 
 
 def body(call: dict[str, Any]) -> str:
@@ -30,9 +31,24 @@ def main(path: str) -> None:
                     provider="anthropic")
         outcomes: list[Any] = s.run_tools([{"call_id": "c1", "name": "ls", "input": {}}], body)
         more: list[Any] = asyncio.run(s.arun_tools([{"call_id": "c2", "name": "n", "input": {}}], abody))
-        s.append("turn/end", {"turn_id": "t1", "reason": {"kind": "completed"}})
+        s.append("turn/end", ev.TurnEnd(turn_id="t1", reason={"kind": "completed"}))
+        # Typed data: mypy refuses these (an unused ignore would fail --strict).
+        bad_end = ev.TurnEnd(turn_id="t9")  # type: ignore[typeddict-item]
+        bad_reason: ev.TurnEnd = {"turn_id": "t9", "reason": {"kind": "done"}}  # type: ignore[misc, typeddict-item]
+        assert bad_end and bad_reason
+        s.start_turn("t2")
+        s.start_step("t2", "s1")
+        s.prepare_request(provider="anthropic", model="m", params={"max_tokens": 64},
+                          tools=[ev.ToolSchema(name="ls", input_schema={"type": "object"})])
+        s.append("assistant/chunk", ev.AssistantChunk(index=0, text="He"))
+        s.end_step("t2", "s1", "completed")
+        s.end_turn("t2", "error", message="the model timed out")
         s.flush()
-        messages: Any = s.messages()
+        messages: list[ev.Message] = s.messages()
+        roles = [m["role"] for m in messages]
+        log: list[ev.Event] = s.events()
+        kinds = [e["kind"] for e in log]
+        assert roles and kinds[-1] == "turn/end"
         request: Any = s.messages(format="anthropic")
         turns: list[Any] = s.turns()
         child: tuple[Any, ...] = s.fork_after_turn("t1")

@@ -19,8 +19,9 @@ from __future__ import annotations
 import asyncio
 import json
 import uuid
-from typing import Any, Callable, Iterator, Optional, Union
+from typing import Any, Callable, Iterator, Literal, Mapping, Optional, Sequence, Union, overload
 
+from . import events as _ev
 from ._native import NativeSession, NativeStore, NativeSubscription, TurnstoneError
 
 __all__ = [
@@ -32,6 +33,7 @@ __all__ = [
     "ToolAborted",
     "TurnstoneError",
     "error_kind",
+    "events",
 ]
 
 Surface = Union[None, str, dict]
@@ -378,6 +380,16 @@ class _Batch:
         return True
 
 
+def _reason(kind: str, message: Optional[str]) -> dict[str, Any]:
+    if kind == "error":
+        if message is None:
+            raise TurnstoneError("invalid_argument", "an error reason needs a message", None, None)
+        return {"kind": "error", "message": message}
+    if message is not None:
+        raise TurnstoneError("invalid_argument", f"a {kind!r} reason takes no message", None, None)
+    return {"kind": kind}
+
+
 class Session:
     """One session: append events, wait for durability, derive messages."""
 
@@ -406,7 +418,7 @@ class Session:
     def __exit__(self, *exc) -> None:
         self.close()
 
-    def append(self, kind: str, data: dict[str, Any], *, surface: Surface = None) -> int:
+    def append(self, kind: str, data: Mapping[str, Any], *, surface: Surface = None) -> int:
         """Append one event of ``kind`` (``"user/message"``, ``"tool/call"``,
         ... or a registered plugin kind). The three surface kinds
         (user/assistant messages, tool results) need ``surface="append"``
@@ -421,12 +433,36 @@ class Session:
         ``"append"``. Returns their seqs; nothing is written if it raises."""
         return self._native.append_group([(k, d, _surface(op)) for k, d, op in events])
 
+    def start_turn(self, turn_id: str) -> int:
+        """``turn/start``: a turn begins (one user request and all the agent
+        does for it). Returns its seq."""
+        return self.append("turn/start", _ev.TurnStart(turn_id=turn_id))
+
+    def end_turn(self, turn_id: str,
+                 reason: Literal["completed", "cancelled", "error"] = "completed", *,
+                 message: Optional[str] = None) -> int:
+        """``turn/end`` with its reason (``"error"`` takes a ``message``)."""
+        return self.append("turn/end", {"turn_id": turn_id, "reason": _reason(reason, message)})
+
+    def start_step(self, turn_id: str, step_id: str) -> int:
+        """``step/start``: one model request of the turn, its response and
+        the tools it calls."""
+        return self.append("step/start", _ev.StepStart(turn_id=turn_id, step_id=step_id))
+
+    def end_step(self, turn_id: str, step_id: str,
+                 reason: Literal["completed", "tool_use", "cancelled", "error"] = "completed", *,
+                 message: Optional[str] = None) -> int:
+        """``step/end`` with its reason (``"tool_use"`` when the step ends
+        to run tools; ``"error"`` takes a ``message``)."""
+        return self.append("step/end", {"turn_id": turn_id, "step_id": step_id,
+                                         "reason": _reason(reason, message)})
+
     def user(self, content: Union[str, list[Any]]) -> int:
         """Append a user message (text, or content blocks)."""
         blocks = [{"type": "text", "text": content}] if isinstance(content, str) else content
         return self.append("user/message", {"content": blocks}, surface="append")
 
-    def assistant(self, message: dict[str, Any], *, provider: Optional[str] = None) -> int:
+    def assistant(self, message: Mapping[str, Any], *, provider: Optional[str] = None) -> int:
         """Append an assistant message: ``{"content": [...], "usage": ...,
         "stop_reason": ...}`` with the provider's blocks as they came. With
         ``provider`` (``"anthropic"``, ``"openai-responses"``,
@@ -488,6 +524,11 @@ class Session:
     async def aflush(self) -> None:
         await asyncio.to_thread(self._native.flush)
 
+    @overload
+    def messages(self, format: None = None) -> list[_ev.Message]: ...
+    @overload
+    def messages(self, format: str) -> dict[str, Any]: ...
+
     def messages(self, format: Optional[str] = None) -> Any:
         """The messages the model sees (a list of {role, content, ...}), or
         with ``format="anthropic" | "openai-responses" | "openai-chat"`` the
@@ -499,10 +540,10 @@ class Session:
         *,
         provider: str,
         model: str,
-        params: Optional[dict[str, Any]] = None,
-        system: Union[str, list[Any], None] = None,
-        tools: Optional[list[dict[str, Any]]] = None,
-        adapter_defaults: Optional[dict[str, Any]] = None,
+        params: Optional[Mapping[str, Any]] = None,
+        system: Union[str, Sequence[Any], None] = None,
+        tools: Optional[Sequence[Mapping[str, Any]]] = None,
+        adapter_defaults: Optional[Mapping[str, Any]] = None,
     ) -> Optional[str]:
         """Before each model request: record what the request is made with.
         Writes a ``request/header`` when one is needed and returns why
@@ -515,11 +556,11 @@ class Session:
         ``tools`` are ``{"name", "description", "input_schema", ...}``.
         ``request_body(format)`` then rebuilds the whole body from the log."""
         spec: dict[str, Any] = {"provider": provider, "model": model,
-                                "params": params or {}, "tools": tools or []}
+                                "params": dict(params or {}), "tools": list(tools or [])}
         if system is not None:
-            spec["system"] = system
+            spec["system"] = system if isinstance(system, str) else list(system)
         if adapter_defaults:
-            spec["adapter_defaults"] = adapter_defaults
+            spec["adapter_defaults"] = dict(adapter_defaults)
         return self._native.prepare_request(spec)
 
     def begin_loop(self) -> None:
@@ -559,9 +600,10 @@ class Session:
         replacement's seq."""
         return self._native.prune_tool_result(at, replacement, tokens_saved)
 
-    def events(self, start: int = 0, end: Optional[int] = None) -> list[dict[str, Any]]:
+    def events(self, start: int = 0, end: Optional[int] = None) -> list[_ev.Event]:
         """This handle's events ``start..end`` (its own appends included)."""
-        return json.loads(self._native.events(start, end))
+        out: list[_ev.Event] = json.loads(self._native.events(start, end))
+        return out
 
     def tool_call(
         self,
