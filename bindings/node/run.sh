@@ -18,6 +18,11 @@ if [ -x "$root/bindings/python/target/venv/bin/python" ]; then
   export TURNSTONE_PYTHON="$root/bindings/python/target/venv/bin/python"
 fi
 npm test
+# The agent loop example (a fake Anthropic model, parallel tools, a SIGKILL
+# mid-tool, repair, fork, compaction, replay, search) runs as written.
+loop_dir="$(mktemp -d)"
+node "$root/examples/agent_loop.mjs" "$loop_dir/store"
+rm -rf "$loop_dir"
 # The LangGraph checkpointer conformance suite (@langchain/langgraph-checkpoint-validation,
 # pinned in package-lock.json, on vitest) against TurnstoneSaver: as it runs, then
 # with every read answered from indexes rebuilt from the sessions' events.

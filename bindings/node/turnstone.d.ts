@@ -197,6 +197,8 @@ export class Session {
   checkRequestBody(format: Format, body: Record<string, any>): void
   /** Replace surface positions start..end by a summary, atomically; the summary's seq. */
   compact(start: number, end: number, summary: string, options?: { compactionId?: string }): number
+  /** Replace the messages of an ended turn by a summary, atomically; the summary's seq. */
+  compactTurn(turnId: string, summary: string, options?: { compactionId?: string }): number
   /** Replace the tool result at surface position `at`, atomically; the replacement's seq. */
   pruneToolResult(at: number, replacement: string, options?: { tokensSaved?: number }): number
   setTitle(title: string): number

@@ -363,6 +363,11 @@ class Session {
     const id = compactionId ?? crypto.randomUUID()
     return call(() => this._n.compact(id, start, end, summary))
   }
+  /** compact() over the messages of ended turn `turnId`: one summary message. Its seq. */
+  compactTurn(turnId, summary, { compactionId } = {}) {
+    const id = compactionId ?? crypto.randomUUID()
+    return call(() => this._n.compactTurn(id, turnId, summary))
+  }
   /** Replace the tool result at surface position `at` by `replacement`
    * (same call id), atomically; the original stays in the log. Its seq. */
   pruneToolResult(at, replacement, { tokensSaved } = {}) {

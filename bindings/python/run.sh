@@ -25,8 +25,13 @@ cd "$here"
 # against them type-checks with mypy --strict (run from target/, so the installed
 # package is what it imports), and runs.
 "$venv/bin/pip" install --quiet --disable-pip-version-check "mypy==1.13.0"
-( cd "$here/target" && "$venv/bin/mypy" --strict --no-incremental ../tests/typing_check.py \
+( cd "$here/target" && "$venv/bin/mypy" --strict --no-incremental ../tests/typing_check.py ../../../examples/agent_loop.py \
     && "$venv/bin/python" ../tests/typing_check.py "$(mktemp -d)" >/dev/null )
+# The agent loop example (a fake Anthropic model, parallel tools, a SIGKILL
+# mid-tool, repair, fork, compaction, replay, search) runs as written.
+loop_dir="$(mktemp -d)"
+"$venv/bin/python" "$root/examples/agent_loop.py" "$loop_dir/store"
+rm -rf "$loop_dir"
 # LangGraph's checkpointer conformance suite against TurnstoneSaver: its report.
 "$venv/bin/python" tests/langgraph_conformance.py
 # `pytest`, not `python -m pytest`: the source folder must not shadow the

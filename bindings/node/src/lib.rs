@@ -735,6 +735,22 @@ impl NativeSession {
         })
     }
 
+    /// Replace the messages of ended turn `turn_id` by a summary,
+    /// atomically. Returns the summary message's seq.
+    #[napi(catch_unwind)]
+    pub fn compact_turn(
+        &self,
+        compaction_id: String,
+        turn_id: String,
+        summary: String,
+    ) -> napi::Result<i64> {
+        self.with(|g| {
+            g.compact_turn(&compaction_id, &turn_id, &summary)
+                .map(|s| s as i64)
+                .map_err(err)
+        })
+    }
+
     /// Replace the tool result at surface position `at` by a shorter text,
     /// atomically (the original stays in the log). Returns its seq.
     #[napi(catch_unwind)]

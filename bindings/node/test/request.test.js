@@ -112,3 +112,18 @@ test('prune replaces one tool result', async () => {
   assert.equal(kindOf(() => s.pruneToolResult(0, 'not a tool result'))[0], 'invalid_argument')
   st.close()
 })
+
+test('compactTurn replaces an ended turn', () => {
+  const st = new Store(tmp())
+  const s = st.createSession('s')
+  s.startTurn('t1')
+  s.user('first question')
+  s.assistant({ content: [{ type: 'text', text: 'first answer' }] })
+  s.endTurn('t1')
+  s.startTurn('t2')
+  s.user('second question')
+  assert.equal(kindOf(() => s.compactTurn('t2', 'not ended yet'))[0], 'refused')
+  s.compactTurn('t1', 'Turn 1 in short.')
+  assert.deepEqual(s.messages().map((m) => m.content[0].text), ['Turn 1 in short.', 'second question'])
+  st.close()
+})

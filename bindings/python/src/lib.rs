@@ -735,6 +735,20 @@ impl NativeSession {
             .map_err(err)
     }
 
+    /// Replace the messages of ended turn `turn_id` by a summary,
+    /// atomically. Returns the summary message's seq.
+    fn compact_turn(
+        &self,
+        py: Python<'_>,
+        compaction_id: String,
+        turn_id: String,
+        summary: String,
+    ) -> PyResult<u64> {
+        let s = self.shared()?;
+        py.detach(move || s.lock().compact_turn(&compaction_id, &turn_id, &summary))
+            .map_err(err)
+    }
+
     /// Replace the tool result at surface position `at` by a shorter text,
     /// atomically (the original stays in the log). Returns its seq.
     fn prune_tool_result(

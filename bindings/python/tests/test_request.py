@@ -123,3 +123,18 @@ def test_prune_replaces_one_tool_result(store):
     with pytest.raises(TurnstoneError) as e:
         s.prune_tool_result(0, "not a tool result")
     assert error_kind(e.value) == "invalid_argument"
+
+
+def test_compact_turn_replaces_an_ended_turn(store):
+    s = store.create_session("s")
+    s.start_turn("t1")
+    s.user("first question")
+    s.assistant({"content": [{"type": "text", "text": "first answer"}]})
+    s.end_turn("t1")
+    s.start_turn("t2")
+    s.user("second question")
+    with pytest.raises(TurnstoneError) as e:
+        s.compact_turn("t2", "not ended yet")
+    assert error_kind(e.value) == "refused"
+    s.compact_turn("t1", "Turn 1 in short.")
+    assert [m["content"][0]["text"] for m in s.messages()] == ["Turn 1 in short.", "second question"]

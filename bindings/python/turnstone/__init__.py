@@ -593,6 +593,13 @@ class Session:
         cid = compaction_id if compaction_id is not None else uuid.uuid4().hex
         return self._native.compact(cid, start, end, summary)
 
+    def compact_turn(self, turn_id: str, summary: str, *,
+                     compaction_id: Optional[str] = None) -> int:
+        """``compact`` over the messages of turn ``turn_id`` (it must have
+        ended): they become one summary message. Returns its seq."""
+        cid = compaction_id if compaction_id is not None else uuid.uuid4().hex
+        return self._native.compact_turn(cid, turn_id, summary)
+
     def prune_tool_result(self, at: int, replacement: str, *, tokens_saved: int = 0) -> int:
         """Replace the tool result at surface position ``at`` by
         ``replacement`` (same call id), atomically, after a
