@@ -1,6 +1,8 @@
 export type Surface = 'append' | { op: 'replace'; start: number; end: number }
 export interface SessionEvent { seq: number; kind: string; ignorable: boolean; data: any; surface?: any; ts?: number }
 export interface SessionInfo { id: string; events: number; createdMs: number | null; updatedMs: number | null; openTurn: boolean; parent: { session: string; upto: number } | null }
+/** Something a request body left out: `what` is `param reasoning`, `tool web_search (type web_search_20250305)`, `block thinking`, `tool field cache_control`; `count` how many times. */
+export interface Dropped { what: string; why: string; count: number }
 export interface Hit { session: string; seq: number; snippet: string }
 export type Format = 'anthropic' | 'openai-responses' | 'openai-chat'
 
@@ -22,7 +24,7 @@ export interface AssistantChunk { index: number; text: string }
 export interface AssistantMessage { content: ContentBlock[]; usage?: Record<string, any> | null; stop_reason?: string | null; [k: string]: any }
 export interface ToolCall { call_id: string; name: string; input: any }
 export interface ToolResult { call_id: string; content: ContentBlock[]; is_error?: boolean; status?: ToolStatus | null }
-export interface ToolSchema { name: string; description?: string; input_schema?: any; [k: string]: any }
+export interface ToolSchema { name?: string; description?: string; input_schema?: any; [k: string]: any }
 export interface CallConfig { provider: string; model: string; params?: Record<string, any> }
 export interface EpochHeader { config: CallConfig; adapter_defaults?: string[]; system?: string | ContentBlock[] | null; tools?: ToolSchema[] }
 export interface RequestHeader { reason: 'initial' | 'resume' | 'change'; header: EpochHeader }
@@ -103,6 +105,13 @@ export class TurnstoneError extends Error {
 }
 export class ToolRefused extends Error { reason: string }
 export class ToolAborted extends Error {}
+/**
+ * The JSON Schema (draft 2020-12) of one core kind's data, or with no kind
+ * every core kind's keyed by name (what `turnstone schema` prints). An
+ * unknown kind throws TurnstoneError `invalid_argument` listing the core kinds.
+ */
+export function schema(kind: keyof CoreEvents): Record<string, any>
+export function schema(): Record<keyof CoreEvents, Record<string, any>>
 
 export class Store {
   /**
@@ -193,6 +202,12 @@ export class Session {
   beginLoop(): void
   /** The request body the log rebuilds for a provider. */
   requestBody(format: Format): Record<string, any>
+  /**
+   * What `requestBody(format)` leaves out because the header was written for
+   * another API (an OpenAI session sent to Anthropic: its hosted tools,
+   * `reasoning` items, unknown parameters); empty when nothing was.
+   */
+  dropped(format: Format): Dropped[]
   /** Throws (kind 'request_mismatch') naming the first path where `body` differs from the log's. */
   checkRequestBody(format: Format, body: Record<string, any>): void
   /** Replace surface positions start..end by a summary, atomically; the summary's seq. */

@@ -350,6 +350,11 @@ class Session {
     if (format === undefined || format === null) throw invalid('requestBody needs a format')
     return this.messages(format)
   }
+  /** What `requestBody(format)` leaves out because the header was written
+   * for another API: [{what, why, count}], empty when nothing was. */
+  dropped(format) {
+    return JSON.parse(call(() => this._n.dropped(format)))
+  }
   /** Throws TurnstoneError (kind 'request_mismatch') naming the first JSON
    * path where `body` differs from the body the log rebuilds for `format`. */
   checkRequestBody(format, body) {
@@ -522,4 +527,13 @@ class Subscription {
   }
 }
 
-module.exports = { Store, Session, Subscription, TurnstoneError, ToolRefused, ToolAborted }
+/**
+ * The JSON Schema (draft 2020-12) of one core kind's data (`schema('turn/end')`),
+ * or with no kind every core kind's keyed by name: what `turnstone schema`
+ * prints, generated from the engine's types.
+ */
+function schema(kind) {
+  return JSON.parse(call(() => native.schemaJson(kind ?? null)))
+}
+
+module.exports = { Store, Session, Subscription, TurnstoneError, ToolRefused, ToolAborted, schema }

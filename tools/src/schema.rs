@@ -6,7 +6,7 @@ use std::process::ExitCode;
 
 use clap::Args;
 use serde_json::{Map, Value};
-use turnstone::session::{kind_example, kind_schema, CoreKind};
+use turnstone::session::{kind_example, kind_schema, schema_named, CoreKind};
 
 use crate::Failure;
 
@@ -26,24 +26,7 @@ pub fn run(args: &SchemaArgs) -> Result<ExitCode, Failure> {
         print!("{}", markdown());
         return Ok(ExitCode::SUCCESS);
     }
-    let out = match &args.kind {
-        Some(name) => {
-            let kind = CoreKind::from_name(name).ok_or_else(|| {
-                let known: Vec<&str> = CoreKind::ALL.iter().map(|k| k.name()).collect();
-                Failure::usage(format!(
-                    "{name:?} is not a core kind; the core kinds are {}",
-                    known.join(", ")
-                ))
-            })?;
-            kind_schema(kind)
-        }
-        None => Value::Object(
-            CoreKind::ALL
-                .iter()
-                .map(|k| (k.name().to_string(), kind_schema(*k)))
-                .collect(),
-        ),
-    };
+    let out = schema_named(args.kind.as_deref()).map_err(Failure::usage)?;
     println!(
         "{}",
         serde_json::to_string_pretty(&out).expect("a schema is JSON")

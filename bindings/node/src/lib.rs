@@ -785,6 +785,17 @@ impl NativeSession {
         })
     }
 
+    /// What `requestBody(format)` leaves out because the header was
+    /// written for another API, as a JSON array of `{what, why, count}`.
+    #[napi(catch_unwind)]
+    pub fn dropped(&self, format: String) -> napi::Result<String> {
+        let p = provider(&format)?;
+        self.with(|g| {
+            let (_, dropped) = g.request_body_report(p);
+            Ok(serde_json::to_string(&dropped).unwrap_or_else(|_| "[]".into()))
+        })
+    }
+
     /// The messages (no format) or a provider request body, as JSON.
     #[napi(catch_unwind)]
     pub fn messages(&self, format: Option<String>) -> napi::Result<String> {
@@ -841,6 +852,14 @@ impl NativeSession {
     pub fn metadata(&self) -> napi::Result<String> {
         self.with(|g| Ok(serde_json::to_string(g.metadata()).unwrap_or_else(|_| "{}".into())))
     }
+}
+
+/// The JSON Schema of one core kind's data (`"turn/end"`), or of every
+/// core kind keyed by name: `turnstone schema`, as JSON text.
+#[napi(catch_unwind)]
+pub fn schema_json(kind: Option<String>) -> napi::Result<String> {
+    let v = ts::schema_named(kind.as_deref()).map_err(usage)?;
+    Ok(v.to_string())
 }
 
 /// A live follower of one session.

@@ -8,12 +8,29 @@ const assert = require('node:assert/strict')
 const fs = require('node:fs')
 const path = require('node:path')
 const { execFileSync } = require('node:child_process')
-const { Store, TurnstoneError } = require('../turnstone.js')
+const turnstone = require('../turnstone.js')
+const { Store, TurnstoneError } = turnstone
 const tmp = require('./tmp.js')
 
 function schema() {
-  return JSON.parse(execFileSync(process.env.TURNSTONE_BIN, ['schema'], { encoding: 'utf8' }))
+  return turnstone.schema()
 }
+
+const BIN = process.env.TURNSTONE_BIN
+test('the package schema is the CLI schema', { skip: !BIN && 'TURNSTONE_BIN is not set' }, () => {
+  const cli = JSON.parse(execFileSync(BIN, ['schema'], { encoding: 'utf8' }))
+  assert.deepEqual(turnstone.schema(), cli)
+  assert.deepEqual(turnstone.schema('turn/end'), cli['turn/end'])
+})
+
+test('an unknown kind has no schema', () => {
+  assert.throws(() => turnstone.schema('turn/finish'), (e) => {
+    assert.ok(e instanceof TurnstoneError)
+    assert.equal(e.kind, 'invalid_argument')
+    assert.match(e.message, /turn\/end/)
+    return true
+  })
+})
 
 // `export interface Name { a: T; b?: U; [k: string]: any }` → {required, optional}
 function declared() {

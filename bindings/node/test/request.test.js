@@ -52,7 +52,7 @@ test('each request writes a header only when one is needed', async () => {
 test('a bad spec is refused naming the field, and writes nothing', () => {
   const st = new Store(tmp())
   const s = st.createSession('s')
-  let [kind, message] = kindOf(() => s.prepareRequest({ provider: 'anthropic', model: 'm', tools: [{ description: 'no name' }] }))
+  let [kind, message] = kindOf(() => s.prepareRequest({ provider: 'anthropic', model: 'm', tools: [{ name: 3 }] }))
   assert.equal(kind, 'invalid_argument')
   assert.match(message, /tools\[0\]/)
   ;[kind, message] = kindOf(() => s.prepareRequest({ provider: 'anthropic', model: 'm', params: { t: NaN } }))
@@ -126,4 +126,36 @@ test('compactTurn replaces an ended turn', () => {
   s.compactTurn('t1', 'Turn 1 in short.')
   assert.deepEqual(s.messages().map((m) => m.content[0].text), ['Turn 1 in short.', 'second question'])
   st.close()
+})
+
+test('a session switched to another provider sends only what it takes (issue 39 §7)', () => {
+  const st = new Store(tmp())
+  try {
+    const s = st.createSession('s')
+    s.prepareRequest({
+      provider: 'openai', model: 'gpt-5',
+      params: { max_output_tokens: 500, reasoning: { effort: 'high' } },
+      tools: [{ type: 'function', name: 'ls', parameters: { type: 'object' } }, { type: 'web_search_preview' }],
+    })
+    s.user([{ type: 'input_text', text: 'list' }])
+    s.assistant({ content: [
+      { type: 'reasoning', id: 'rs_1', summary: [], encrypted_content: 'gAAA' },
+      { type: 'function_call', call_id: 'c1', name: 'ls', arguments: '{}' },
+    ] })
+    const own = s.requestBody('openai-responses')
+    assert.deepEqual(own.reasoning, { effort: 'high' })
+    assert.ok(own.input.some((i) => i.type === 'reasoning'))
+    assert.deepEqual(s.dropped('openai-responses'), [])
+
+    const body = s.requestBody('anthropic')
+    assert.equal(body.max_tokens, 500)
+    assert.equal(body.reasoning, undefined)
+    assert.deepEqual(body.tools, [{ name: 'ls', input_schema: { type: 'object' } }])
+    assert.deepEqual(body.messages[1].content, [{ type: 'tool_use', id: 'c1', name: 'ls', input: {} }])
+    const what = s.dropped('anthropic').map((d) => d.what).sort()
+    assert.deepEqual(what, ['block reasoning', 'param reasoning', 'tool (type web_search_preview)'])
+    s.checkRequestBody('anthropic', body)
+  } finally {
+    st.close()
+  }
 })

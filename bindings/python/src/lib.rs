@@ -786,6 +786,17 @@ impl NativeSession {
         Ok((f.child, f.upto))
     }
 
+    /// What `request_body(format)` leaves out because the header was
+    /// written for another API, as a JSON array of `{what, why, count}`.
+    fn dropped(&self, py: Python<'_>, format: &str) -> PyResult<String> {
+        let p = provider(format)?;
+        let s = self.shared()?;
+        Ok(py.detach(move || {
+            let (_, dropped) = s.lock().request_body_report(p);
+            serde_json::to_string(&dropped).unwrap_or_else(|_| "[]".into())
+        }))
+    }
+
     /// The messages the model sees (`None`), or the request body for a
     /// provider (`"anthropic"`, `"openai-responses"`, `"openai-chat"`), as JSON.
     #[pyo3(signature = (format = None))]
@@ -910,12 +921,22 @@ fn flush_all(py: Python<'_>, sessions: Vec<PyRef<'_, NativeSession>>) -> PyResul
     .map_err(err)
 }
 
+/// The JSON Schema of one core kind's data (`"turn/end"`), or of every
+/// core kind keyed by name: `turnstone schema`, as JSON text.
+#[pyfunction]
+#[pyo3(signature = (kind=None))]
+fn schema_json(kind: Option<&str>) -> PyResult<String> {
+    let v = ts::schema_named(kind).map_err(usage)?;
+    Ok(v.to_string())
+}
+
 #[pymodule]
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<NativeStore>()?;
     m.add_class::<NativeSession>()?;
     m.add_class::<NativeSubscription>()?;
     m.add_function(wrap_pyfunction!(flush_all, m)?)?;
+    m.add_function(wrap_pyfunction!(schema_json, m)?)?;
     m.add("TurnstoneError", m.py().get_type::<TurnstoneError>())?;
     Ok(())
 }

@@ -9,14 +9,29 @@ import subprocess
 
 import pytest
 
+import turnstone
+
 from turnstone import Store, TurnstoneError, error_kind
 from turnstone import events as ev
 
 
 def schema():
+    return turnstone.schema()
+
+
+@pytest.mark.skipif(not os.environ.get("TURNSTONE_BIN"), reason="TURNSTONE_BIN is not set")
+def test_the_package_schema_is_the_cli_schema():
     out = subprocess.run([os.environ["TURNSTONE_BIN"], "schema"], check=True,
                          capture_output=True, text=True).stdout
-    return json.loads(out)
+    assert turnstone.schema() == json.loads(out)
+    assert turnstone.schema("turn/end") == json.loads(out)["turn/end"]
+
+
+def test_an_unknown_kind_has_no_schema():
+    with pytest.raises(TurnstoneError) as e:
+        turnstone.schema("turn/finish")
+    assert error_kind(e.value) == "invalid_argument"
+    assert "turn/end" in str(e.value), "the message lists the core kinds"
 
 
 def test_each_kind_class_has_the_fields_of_the_engine_type():

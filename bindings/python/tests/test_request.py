@@ -63,7 +63,7 @@ def test_a_header_survives_reopening(tmp_path):
 def test_a_bad_spec_is_refused_naming_the_field_and_writes_nothing(store):
     s = store.create_session("s")
     with pytest.raises(TurnstoneError) as e:
-        s.prepare_request(provider="anthropic", model="m", tools=[{"description": "no name"}])
+        s.prepare_request(provider="anthropic", model="m", tools=[{"name": 3}])
     assert error_kind(e.value) == "invalid_argument"
     assert "tools[0]" in str(e.value) and "name" in str(e.value)
     with pytest.raises(TurnstoneError) as e:
@@ -138,3 +138,32 @@ def test_compact_turn_replaces_an_ended_turn(store):
     assert error_kind(e.value) == "refused"
     s.compact_turn("t1", "Turn 1 in short.")
     assert [m["content"][0]["text"] for m in s.messages()] == ["Turn 1 in short.", "second question"]
+
+
+def test_a_session_switched_to_another_provider_sends_only_what_it_takes(store):
+    """Issue 39 §7: an OpenAI Responses session rendered for Anthropic
+    renames what Anthropic has under another name, leaves out what it
+    cannot take, and says what it left out."""
+    s = store.create_session("s")
+    s.prepare_request(provider="openai", model="gpt-5",
+                      params={"max_output_tokens": 500, "reasoning": {"effort": "high"}},
+                      tools=[{"type": "function", "name": "ls", "parameters": {"type": "object"}},
+                             {"type": "web_search_preview"}])
+    s.user([{"type": "input_text", "text": "list"}])
+    s.assistant({"content": [
+        {"type": "reasoning", "id": "rs_1", "summary": [], "encrypted_content": "gAAA"},
+        {"type": "function_call", "call_id": "c1", "name": "ls", "arguments": "{}"}]})
+    own = s.request_body("openai-responses")
+    assert own["reasoning"] == {"effort": "high"}
+    assert any(i.get("type") == "reasoning" for i in own["input"])
+    assert s.dropped("openai-responses") == []
+
+    body = s.request_body("anthropic")
+    assert body["max_tokens"] == 500 and "reasoning" not in body
+    assert body["tools"] == [{"name": "ls", "input_schema": {"type": "object"}}]
+    assert body["messages"][1]["content"] == [
+        {"type": "tool_use", "id": "c1", "name": "ls", "input": {}}]
+    what = sorted(d["what"] for d in s.dropped("anthropic"))
+    assert what == ["block reasoning", "param reasoning", "tool (type web_search_preview)"]
+    assert all(d["why"] and d["count"] == 1 for d in s.dropped("anthropic"))
+    s.check_request_body("anthropic", body)

@@ -19,10 +19,11 @@ from __future__ import annotations
 import asyncio
 import json
 import uuid
-from typing import Any, Callable, Iterator, Literal, Mapping, Optional, Sequence, Union, overload
+from typing import (Any, Callable, Iterator, Literal, Mapping, Optional, Sequence, TypedDict, Union,
+                    overload)
 
 from . import events as _ev
-from ._native import NativeSession, NativeStore, NativeSubscription, TurnstoneError
+from ._native import NativeSession, NativeStore, NativeSubscription, TurnstoneError, schema_json
 
 __all__ = [
     "Store",
@@ -34,6 +35,8 @@ __all__ = [
     "TurnstoneError",
     "error_kind",
     "events",
+    "schema",
+    "Dropped",
 ]
 
 Surface = Union[None, str, dict]
@@ -45,6 +48,27 @@ def error_kind(e: BaseException) -> Optional[str]:
     if isinstance(e, TurnstoneError) and e.args:
         return e.args[0]
     return None
+
+
+class Dropped(TypedDict):
+    """Something a request body left out (``Session.dropped``)."""
+
+    what: str
+    """``param reasoning``, ``tool web_search (type web_search_20250305)``,
+    ``block thinking``, ``tool field cache_control``."""
+    why: str
+    count: int
+    """How many times (a block type dropped from several messages)."""
+
+
+def schema(kind: Optional[str] = None) -> dict[str, Any]:
+    """The JSON Schema (draft 2020-12) of one core kind's data
+    (``schema("turn/end")``), or with no kind every core kind's keyed by
+    name: what ``turnstone schema`` prints, generated from the engine's
+    types. An unknown kind raises ``TurnstoneError`` (``invalid_argument``)
+    listing the core kinds."""
+    out: dict[str, Any] = json.loads(schema_json(kind))
+    return out
 
 
 def _surface(surface: Surface) -> Optional[str]:
@@ -572,9 +596,25 @@ class Session:
         """The request body the log rebuilds for ``format``
         (``"anthropic"``, ``"openai-responses"``, ``"openai-chat"``): the
         latest header's model, params, system prompt and tools, and the
-        messages. Send it as it is; ``messages(format=...)`` is the same."""
+        messages. Send it as it is; ``messages(format=...)`` is the same.
+
+        A header written for another API (an OpenAI session sent to
+        Anthropic) is translated: parameters the target has under another
+        name are renamed (``max_output_tokens`` → ``max_tokens``), tools
+        take the target's shape, and what the target cannot take (its
+        hosted tools, ``reasoning`` items, ``thinking`` blocks, unknown
+        blocks and parameters) is left out; ``dropped(format)`` lists it.
+        A header for the target's own API, or for a provider name turnstone
+        does not know, is sent as it is."""
         body: dict[str, Any] = json.loads(self._native.messages(format))
         return body
+
+    def dropped(self, format: str) -> list[Dropped]:
+        """What ``request_body(format)`` leaves out because the header was
+        written for another API: ``[{"what": "param reasoning", "why":
+        ..., "count": 1}, ...]``; empty when nothing was."""
+        out: list[Dropped] = json.loads(self._native.dropped(format))
+        return out
 
     def check_request_body(self, format: str, body: dict[str, Any]) -> None:
         """The invariant "model-visible iff logged": raise ``TurnstoneError``

@@ -118,7 +118,7 @@ class ToolResult(TypedDict):
 
 class ToolSchema(TypedDict):
     """A tool as offered to the model (any other field is kept)."""
-    name: str
+    name: NotRequired[str]
     description: NotRequired[str]
     input_schema: NotRequired[Any]
 

@@ -47,7 +47,7 @@ pub use codec::event::{
     ToolCall, ToolResult, ToolSchema, ToolStatus, TurnEnd, TurnEndReason, TurnStart, UserMessage,
     META_NAME_BYTES_MAX, META_VALUE_BYTES_MAX, SESSION_FORMAT_VERSION,
 };
-pub use codec::schema::{kind_example, kind_schema};
+pub use codec::schema::{kind_example, kind_schema, schema_named};
 pub use codec::usage::Usage;
 pub use fold::coords::TurnInfo;
 pub use fold::header::{Request, RequestSpec};
@@ -59,7 +59,7 @@ pub use handle::repair::{repair, validate_messages, MessageProblem, PluginRepair
 pub use lifecycle::blobs::referenced_blobs;
 pub use lifecycle::delete::{delete, deleted_at};
 pub use log::{DurabilityPoint, LogHandle, LogRef};
-pub use providers::Provider;
+pub use providers::{Dropped, Provider};
 pub use tools::durability::{
     run_tool, CancelToken, CheckpointPoint, ToolBody, ToolOutcome, ToolScope,
 };

@@ -240,7 +240,9 @@ pub enum HeaderReason {
 /// A tool's schema as sent to the model.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct ToolSchema {
-    /// The tool name.
+    /// The tool name (absent for OpenAI's hosted tools, such as
+    /// `{"type": "web_search_preview"}`, which are named by their type).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
     pub name: String,
     /// What the tool does, for the model.
     #[serde(default)]

@@ -41,6 +41,28 @@ pub fn kind_schema(kind: CoreKind) -> Value {
     }
 }
 
+/// The schema of the core kind named `name` (`turn/end`), or with `None`
+/// every core kind's as one object keyed by name: what `turnstone schema`
+/// prints and the packages' `schema()` returns. An unknown name is `Err`
+/// with the list of core kinds, for the caller's usage error.
+pub fn schema_named(name: Option<&str>) -> Result<Value, String> {
+    match name {
+        Some(name) => CoreKind::from_name(name).map(kind_schema).ok_or_else(|| {
+            let known: Vec<&str> = CoreKind::ALL.iter().map(|k| k.name()).collect();
+            format!(
+                "{name:?} is not a core kind; the core kinds are {}",
+                known.join(", ")
+            )
+        }),
+        None => Ok(Value::Object(
+            CoreKind::ALL
+                .iter()
+                .map(|k| (k.name().to_string(), kind_schema(*k)))
+                .collect(),
+        )),
+    }
+}
+
 /// One example of `kind`'s data, as an `append` sends it (each one is
 /// checked to decode as the kind by this module's tests).
 pub fn kind_example(kind: CoreKind) -> Value {

@@ -450,8 +450,8 @@ mod tests {
                 "unknown field `tool`",
             ),
             (
-                json!({"provider": "a", "model": "m", "tools": [{"description": "x"}]}),
-                "at `tools[0]`",
+                json!({"provider": "a", "model": "m", "tools": [{"name": 3}]}),
+                "at `tools[0].name`",
             ),
             (
                 json!({"provider": "a", "model": "m", "params": [1]}),

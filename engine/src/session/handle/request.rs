@@ -88,6 +88,15 @@ impl Session {
         providers::request_body(provider, header.as_ref(), self.derive_messages())
     }
 
+    /// [`Session::request_body`], and what the adapter left out of it:
+    /// parameters, tools and blocks `provider`'s API cannot take (of
+    /// another API, when the latest header was written for it; see
+    /// [`crate::session::Dropped`]). Empty when nothing was left out.
+    pub fn request_body_report(&mut self, provider: Provider) -> (Value, Vec<providers::Dropped>) {
+        let header = self.state.header.clone();
+        providers::request_body_report(provider, header.as_ref(), self.derive_messages())
+    }
+
     /// The invariant check on the wire: the body a harness is about to send
     /// to `provider` must equal the one rebuilt from the log. The error
     /// names the first differing JSON path.

@@ -11,13 +11,14 @@
 
 use serde_json::{json, Map, Value};
 
-use super::{base, obj, split_data_url, Segment};
+use super::switch::Render;
+use super::{obj, split_data_url, Segment};
 use crate::session::codec::content::{ContentBlock, MediaSource, ToolResultContent};
-use crate::session::codec::event::{EpochHeader, SystemPrompt};
+use crate::session::codec::event::SystemPrompt;
 
-pub(crate) fn body(header: Option<&EpochHeader>, segments: &[Segment]) -> Value {
-    let mut b = base(header);
-    if let Some(h) = header {
+pub(crate) fn body(r: &mut Render<'_>, segments: &[Segment]) -> Value {
+    let mut b = r.base();
+    if let Some(h) = r.header {
         match &h.system {
             Some(SystemPrompt::Text(t)) => {
                 b.insert("system".into(), Value::String(t.clone()));
@@ -30,8 +31,15 @@ pub(crate) fn body(header: Option<&EpochHeader>, segments: &[Segment]) -> Value 
             }
             None => {}
         }
-        if !h.tools.is_empty() {
-            let tools = h.tools.iter().map(|t| {
+        let foreign: Vec<_>;
+        let tools = if r.foreign {
+            foreign = h.tools.iter().filter_map(|t| r.foreign_tool(t)).collect();
+            &foreign
+        } else {
+            &h.tools
+        };
+        if !tools.is_empty() {
+            let tools = tools.iter().map(|t| {
                 let mut m = Map::new();
                 m.insert("name".into(), Value::String(t.name.clone()));
                 if !t.description.is_empty() {
@@ -52,7 +60,7 @@ pub(crate) fn body(header: Option<&EpochHeader>, segments: &[Segment]) -> Value 
             Segment::Assistant(x) => ("assistant", x),
             Segment::ToolResults(x) | Segment::User(x) => ("user", x),
         };
-        let content: Vec<Value> = blocks.iter().flat_map(convert).collect();
+        let content: Vec<Value> = blocks.iter().flat_map(|b| convert(r, b)).collect();
         if content.is_empty() {
             continue;
         }
@@ -70,7 +78,7 @@ pub(crate) fn body(header: Option<&EpochHeader>, segments: &[Segment]) -> Value 
 
 /// One block in Anthropic's shape (none, one, or several for a Responses
 /// message item).
-fn convert(b: &ContentBlock) -> Vec<Value> {
+fn convert(r: &mut Render<'_>, b: &ContentBlock) -> Vec<Value> {
     let text = |t: &str| obj([("type", "text".into()), ("text", t.into())]);
     match b {
         // The API refuses an empty text block; the log keeps it.
@@ -85,8 +93,24 @@ fn convert(b: &ContentBlock) -> Vec<Value> {
             vec![text(t)]
         }
         ContentBlock::Refusal { refusal, .. } => vec![text(refusal)],
-        ContentBlock::Message { content, .. } => content.iter().flat_map(convert).collect(),
-        ContentBlock::Reasoning { .. } => vec![],
+        ContentBlock::Message { content, .. } => {
+            content.iter().flat_map(|c| convert(r, c)).collect()
+        }
+        ContentBlock::Reasoning { .. } => {
+            r.drop_block("reasoning");
+            vec![]
+        }
+        ContentBlock::InputFile { .. } => {
+            r.drop_block("input_file");
+            vec![]
+        }
+        ContentBlock::Other(v) => {
+            if r.keep_unknown(v) {
+                vec![v.clone()]
+            } else {
+                vec![]
+            }
+        }
         ContentBlock::FunctionCall { call_id, name, .. } => vec![json!({
             "type": "tool_use", "id": call_id, "name": name, "input": b.tool_input(),
         })],
@@ -101,7 +125,7 @@ fn convert(b: &ContentBlock) -> Vec<Value> {
             ..
         } if inner.iter().any(needs_translation) => {
             let mut v = b.to_json();
-            v["content"] = inner.iter().flat_map(convert).collect();
+            v["content"] = inner.iter().flat_map(|c| convert(r, c)).collect();
             vec![v]
         }
         ContentBlock::InputImage { extra } => {

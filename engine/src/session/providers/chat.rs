@@ -10,36 +10,46 @@
 
 use serde_json::{json, Map, Value};
 
-use super::{base, data_url, obj, Segment};
+use super::switch::Render;
+use super::{data_url, obj, Segment};
 use crate::session::codec::content::{ContentBlock, MediaSource, ToolResultContent};
-use crate::session::codec::event::{EpochHeader, SystemPrompt};
+use crate::session::codec::event::SystemPrompt;
 
-pub(crate) fn body(header: Option<&EpochHeader>, segments: &[Segment]) -> Value {
-    let mut b = base(header);
+pub(crate) fn body(r: &mut Render<'_>, segments: &[Segment]) -> Value {
+    let mut b = r.base();
     let mut messages: Vec<Value> = Vec::new();
-    if let Some(h) = header {
+    if let Some(h) = r.header {
         match &h.system {
             Some(SystemPrompt::Text(t)) => messages.push(json!({"role": "system", "content": t})),
             Some(SystemPrompt::Blocks(blocks)) => {
-                let parts: Vec<Value> = blocks.iter().map(user_part).collect();
+                let parts: Vec<Value> = blocks.iter().filter_map(|x| user_part(r, x)).collect();
                 messages.push(json!({"role": "system", "content": parts}));
             }
             None => {}
         }
-        if !h.tools.is_empty() {
-            b.insert("tools".into(), h.tools.iter().map(tool).collect());
+        let tools: Vec<Value> = if r.foreign {
+            h.tools
+                .iter()
+                .filter_map(|t| r.foreign_tool(t))
+                .map(|t| tool(&t))
+                .collect()
+        } else {
+            h.tools.iter().map(tool).collect()
+        };
+        if !tools.is_empty() {
+            b.insert("tools".into(), Value::Array(tools));
         }
     }
     for seg in segments {
         match seg {
             Segment::Assistant(blocks) => {
-                if let Some(m) = assistant(blocks) {
+                if let Some(m) = assistant(r, blocks) {
                     messages.push(m);
                 }
             }
             Segment::ToolResults(blocks) => {
-                for r in blocks {
-                    messages.push(result(r));
+                for x in blocks {
+                    messages.push(result(r, x));
                 }
             }
             Segment::User(blocks) => {
@@ -47,7 +57,14 @@ pub(crate) fn body(header: Option<&EpochHeader>, segments: &[Segment]) -> Value 
                     [ContentBlock::Text { text, extra }] if extra.is_empty() => {
                         Value::String(text.clone())
                     }
-                    _ => blocks.iter().map(user_part).collect(),
+                    _ => {
+                        let parts: Vec<Value> =
+                            blocks.iter().filter_map(|x| user_part(r, x)).collect();
+                        if parts.is_empty() {
+                            continue;
+                        }
+                        Value::Array(parts)
+                    }
                 };
                 messages.push(json!({"role": "user", "content": content}));
             }
@@ -75,7 +92,7 @@ fn tool(t: &crate::session::codec::event::ToolSchema) -> Value {
     json!({"type": "function", "function": f})
 }
 
-fn assistant(blocks: &[ContentBlock]) -> Option<Value> {
+fn assistant(r: &mut Render<'_>, blocks: &[ContentBlock]) -> Option<Value> {
     let mut parts: Vec<Value> = Vec::new();
     let mut calls: Vec<Value> = Vec::new();
     let mut refusal: Option<String> = None;
@@ -102,7 +119,8 @@ fn assistant(blocks: &[ContentBlock]) -> Option<Value> {
         | ContentBlock::RedactedThinking { .. }
         | ContentBlock::Reasoning { .. }
         | ContentBlock::ServerToolUse { .. }
-        | ContentBlock::WebSearchToolResult { .. } => {}
+        | ContentBlock::WebSearchToolResult { .. } => r.drop_block(b.block_type()),
+        ContentBlock::Other(v) if !r.keep_unknown(v) => {}
         _ => parts.push(b.to_json()),
     };
     for b in blocks {
@@ -138,7 +156,7 @@ fn assistant(blocks: &[ContentBlock]) -> Option<Value> {
     Some(Value::Object(m))
 }
 
-fn result(r: &ContentBlock) -> Value {
+fn result(rd: &mut Render<'_>, r: &ContentBlock) -> Value {
     let (id, content) = match r {
         ContentBlock::ToolResult {
             tool_use_id,
@@ -148,7 +166,7 @@ fn result(r: &ContentBlock) -> Value {
             tool_use_id.clone(),
             match content {
                 ToolResultContent::Text(t) => Value::String(t.clone()),
-                ToolResultContent::Blocks(b) => b.iter().map(user_part).collect(),
+                ToolResultContent::Blocks(b) => b.iter().filter_map(|x| user_part(rd, x)).collect(),
             },
         ),
         ContentBlock::FunctionCallOutput {
@@ -160,9 +178,10 @@ fn result(r: &ContentBlock) -> Value {
 }
 
 /// A user content part in Chat's shape.
-fn user_part(b: &ContentBlock) -> Value {
+fn user_part(r: &mut Render<'_>, b: &ContentBlock) -> Option<Value> {
     let image = |url: String| json!({"type": "image_url", "image_url": {"url": url}});
-    match b {
+    Some(match b {
+        ContentBlock::Other(v) if !r.keep_unknown(v) => return None,
         ContentBlock::InputText { text, .. } | ContentBlock::OutputText { text, .. } => {
             obj([("type", "text".into()), ("text", text.as_str().into())])
         }
@@ -178,5 +197,5 @@ fn user_part(b: &ContentBlock) -> Value {
             }
         }
         _ => b.to_json(),
-    }
+    })
 }

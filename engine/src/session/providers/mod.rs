@@ -11,6 +11,9 @@
 //! provider's shape are translated where a translation exists (a
 //! `function_call` becomes a `tool_use`) and dropped where the target
 //! cannot take them (an Anthropic `thinking` block in an OpenAI request).
+//! A header written for another API is translated (`switch.rs`):
+//! parameters renamed or left out, tools reshaped, and what was left out
+//! reported as [`Dropped`].
 //!
 //! The body is the call config's `model` and `params` at the top level, the
 //! system prompt and tool schemas from the header, and the messages. What
@@ -21,10 +24,13 @@ pub mod anthropic;
 pub mod chat;
 mod ingest;
 pub mod responses;
+mod switch;
+
+pub use switch::Dropped;
 
 use std::sync::Arc;
 
-use serde_json::{Map, Value};
+use serde_json::Value;
 
 use crate::session::codec::content::ContentBlock;
 use crate::session::codec::event::EpochHeader;
@@ -95,12 +101,25 @@ pub fn request_body(
     header: Option<&EpochHeader>,
     messages: &[Arc<Message>],
 ) -> Value {
+    request_body_report(provider, header, messages).0
+}
+
+/// [`request_body`], and what the adapter left out of it (parameters,
+/// tools and blocks the target API cannot take: of another API, when the
+/// header was written for it, or that no API of that kind takes).
+pub fn request_body_report(
+    provider: Provider,
+    header: Option<&EpochHeader>,
+    messages: &[Arc<Message>],
+) -> (Value, Vec<Dropped>) {
     let segments = arrange(messages);
-    match provider {
-        Provider::Anthropic => anthropic::body(header, &segments),
-        Provider::OpenAiResponses => responses::body(header, &segments),
-        Provider::OpenAiChat => chat::body(header, &segments),
-    }
+    let mut r = switch::Render::new(provider, header);
+    let body = match provider {
+        Provider::Anthropic => anthropic::body(&mut r, &segments),
+        Provider::OpenAiResponses => responses::body(&mut r, &segments),
+        Provider::OpenAiChat => chat::body(&mut r, &segments),
+    };
+    (body, r.dropped)
 }
 
 /// The messages in the order every provider needs, still in the log's
@@ -170,18 +189,6 @@ pub(crate) fn arrange(messages: &[Arc<Message>]) -> Vec<Segment> {
         out.extend(users.into_iter().map(Segment::User));
     }
     out
-}
-
-/// `model` and every call parameter, at the top level of the body.
-pub(crate) fn base(header: Option<&EpochHeader>) -> Map<String, Value> {
-    let mut m = Map::new();
-    if let Some(h) = header {
-        m.insert("model".into(), Value::String(h.config.model.clone()));
-        for (k, v) in &h.config.params {
-            m.insert(k.clone(), v.clone());
-        }
-    }
-    m
 }
 
 /// A data URL's media type and base64 payload.

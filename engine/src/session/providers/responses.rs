@@ -10,32 +10,43 @@
 
 use serde_json::{json, Map, Value};
 
-use super::{base, data_url, obj, Segment};
+use super::switch::Render;
+use super::{data_url, obj, Segment};
 use crate::session::codec::content::{ContentBlock, MediaSource, ToolResultContent};
-use crate::session::codec::event::EpochHeader;
 
-pub(crate) fn body(header: Option<&EpochHeader>, segments: &[Segment]) -> Value {
-    let mut b = base(header);
-    if let Some(h) = header {
+pub(crate) fn body(r: &mut Render<'_>, segments: &[Segment]) -> Value {
+    let mut b = r.base();
+    if let Some(h) = r.header {
         if let Some(s) = &h.system {
             b.insert("instructions".into(), Value::String(s.text()));
         }
-        if !h.tools.is_empty() {
-            b.insert("tools".into(), h.tools.iter().map(tool).collect());
+        let tools: Vec<Value> = if r.foreign {
+            h.tools
+                .iter()
+                .filter_map(|t| r.foreign_tool(t))
+                .map(|t| tool(&t))
+                .collect()
+        } else {
+            h.tools.iter().map(tool).collect()
+        };
+        if !tools.is_empty() {
+            b.insert("tools".into(), Value::Array(tools));
         }
     }
     let mut input: Vec<Value> = Vec::new();
     for seg in segments {
         match seg {
-            Segment::Assistant(blocks) => assistant(blocks, &mut input),
+            Segment::Assistant(blocks) => assistant(r, blocks, &mut input),
             Segment::ToolResults(blocks) => {
-                for r in blocks {
-                    input.push(result(r));
+                for x in blocks {
+                    input.push(result(r, x));
                 }
             }
             Segment::User(blocks) => {
-                let parts: Vec<Value> = blocks.iter().map(user_part).collect();
-                input.push(json!({"role": "user", "content": parts}));
+                let parts: Vec<Value> = blocks.iter().filter_map(|x| user_part(r, x)).collect();
+                if !parts.is_empty() {
+                    input.push(json!({"role": "user", "content": parts}));
+                }
             }
         }
     }
@@ -67,7 +78,7 @@ fn tool(t: &crate::session::codec::event::ToolSchema) -> Value {
     Value::Object(m)
 }
 
-fn assistant(blocks: &[ContentBlock], input: &mut Vec<Value>) {
+fn assistant(r: &mut Render<'_>, blocks: &[ContentBlock], input: &mut Vec<Value>) {
     // Loose text parts gather into one assistant message item.
     let mut parts: Vec<Value> = Vec::new();
     let flush = |parts: &mut Vec<Value>, input: &mut Vec<Value>| {
@@ -88,7 +99,8 @@ fn assistant(blocks: &[ContentBlock], input: &mut Vec<Value>) {
             ContentBlock::Thinking { .. }
             | ContentBlock::RedactedThinking { .. }
             | ContentBlock::ServerToolUse { .. }
-            | ContentBlock::WebSearchToolResult { .. } => {}
+            | ContentBlock::WebSearchToolResult { .. } => r.drop_block(b.block_type()),
+            ContentBlock::Other(v) if !r.keep_unknown(v) => {}
             ContentBlock::ToolUse { id, name, .. }
             | ContentBlock::Function {
                 id,
@@ -111,7 +123,7 @@ fn assistant(blocks: &[ContentBlock], input: &mut Vec<Value>) {
     flush(&mut parts, input);
 }
 
-fn result(r: &ContentBlock) -> Value {
+fn result(rd: &mut Render<'_>, r: &ContentBlock) -> Value {
     match r {
         ContentBlock::ToolResult {
             tool_use_id,
@@ -120,7 +132,7 @@ fn result(r: &ContentBlock) -> Value {
         } => {
             let output = match content {
                 ToolResultContent::Text(t) => Value::String(t.clone()),
-                ToolResultContent::Blocks(b) => b.iter().map(user_part).collect(),
+                ToolResultContent::Blocks(b) => b.iter().filter_map(|x| user_part(rd, x)).collect(),
             };
             json!({"type": "function_call_output", "call_id": tool_use_id, "output": output})
         }
@@ -129,9 +141,10 @@ fn result(r: &ContentBlock) -> Value {
 }
 
 /// A user content part in Responses' shape.
-fn user_part(b: &ContentBlock) -> Value {
+fn user_part(r: &mut Render<'_>, b: &ContentBlock) -> Option<Value> {
     let text = |t: &str| obj([("type", "input_text".into()), ("text", t.into())]);
-    match b {
+    Some(match b {
+        ContentBlock::Other(v) if !r.keep_unknown(v) => return None,
         ContentBlock::Text { text: t, .. } | ContentBlock::OutputText { text: t, .. } => text(t),
         ContentBlock::Image { source, .. } => match source {
             MediaSource::Base64 { media_type, data } => {
@@ -171,5 +184,5 @@ fn user_part(b: &ContentBlock) -> Value {
             Value::Object(m)
         }
         _ => b.to_json(),
-    }
+    })
 }
