@@ -75,3 +75,23 @@ test('each result is durable as its body finishes', async () => {
   assert.equal(durableWhileSiblingRan, true, 'the fast result was not durable while its sibling ran')
   await st.close()
 })
+
+test('a repeated tool-use id is refused, not run again (issue 39 §4)', async () => {
+  const { TurnstoneError } = require('../turnstone.js')
+  const st = new Store(tmp())
+  const s = st.createSession('t')
+  s.user('go')
+  const ask = { content: [{ type: 'tool_use', id: 't1', name: 'ls', input: {} }], stop_reason: 'tool_use' }
+  s.assistant(ask)
+  let ran = 0
+  const body = async () => { ran += 1; return 'ok' }
+  const out = await s.runTools([{ callId: 't1', name: 'ls', input: {} }], body)
+  assert.deepEqual(out.map((o) => o.outcome), ['ran'])
+  const n = s.length
+  assert.throws(() => s.assistant(ask), (e) => e instanceof TurnstoneError && e.kind === 'refused' && /t1/.test(e.message))
+  await assert.rejects(s.runTools([{ callId: 't1', name: 'ls', input: {} }], body),
+    (e) => e instanceof TurnstoneError && e.kind === 'refused')
+  assert.equal(ran, 1, 'the answered tool ran again')
+  assert.equal(s.length, n, 'nothing was appended')
+  await st.close()
+})

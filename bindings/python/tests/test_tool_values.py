@@ -103,3 +103,40 @@ def test_each_result_is_durable_as_its_body_finishes(store):
     t.join(15)
     assert not failures, failures
     assert seen_fast.is_set()
+
+
+def test_a_repeated_tool_use_id_is_refused_not_run_again(store):
+    """Issue 39 §4: a harness that re-appends an answered assistant message
+    (a retry after a crash) gets a refusal, and its tool does not run again."""
+    from turnstone import TurnstoneError, error_kind
+
+    s = store.create_session("s")
+    s.user("go")
+    ask = {"content": [{"type": "tool_use", "id": "t1", "name": "ls", "input": {}}],
+           "stop_reason": "tool_use"}
+    s.assistant(ask)
+    ran = []
+    out = s.run_tools([{"call_id": "t1", "name": "ls", "input": {}}], lambda c: ran.append(c) or "ok")
+    assert [o["outcome"] for o in out] == ["ran"] and len(ran) == 1
+    n = len(s)
+    with pytest.raises(TurnstoneError) as e:
+        s.assistant(ask)
+    assert error_kind(e.value) == "refused" and "t1" in str(e.value)
+    with pytest.raises(TurnstoneError) as e:
+        s.run_tools([{"call_id": "t1", "name": "ls", "input": {}}], lambda c: ran.append(c) or "ok")
+    assert error_kind(e.value) == "refused"
+    assert len(ran) == 1, "the answered tool ran again"
+    assert len(s) == n, "nothing was appended"
+
+
+def test_one_call_id_twice_in_one_batch_is_refused_whole(store):
+    from turnstone import TurnstoneError, error_kind
+
+    s = store.create_session("s")
+    s.user("go")
+    s.assistant({"content": [{"type": "tool_use", "id": "t1", "name": "ls", "input": {}}]})
+    ran = []
+    with pytest.raises(TurnstoneError) as e:
+        s.run_tools([{"call_id": "t1", "name": "ls", "input": {}}] * 2, lambda c: ran.append(c) or "ok")
+    assert error_kind(e.value) == "refused"
+    assert ran == []

@@ -84,6 +84,9 @@ pub(crate) struct State {
     pub(crate) deleted: Option<u64>,
     /// Kinds the fold has applied (kept in state snapshots).
     pub(crate) kinds: KindsSeen,
+    /// Tool-use ids answered by a `tool/result`: id → seq of the first
+    /// result. A live append refuses to ask for or call one of them again.
+    pub(crate) answered: BTreeMap<String, u64>,
 }
 
 fn bad(id: &str, seq: u64, detail: impl Into<String>) -> Error {
@@ -240,6 +243,9 @@ impl State {
                         self.open.calls.remove(id);
                         self.open.requested.remove(id);
                         self.open.origin.remove(id);
+                        if !self.answered.contains_key(id) {
+                            self.answered.insert(id.clone(), ev.seq);
+                        }
                         // Model-visible only when it answers a tool use the
                         // model made and that is still open, or replaces
                         // surface nodes (a pruned result): any other result
@@ -308,7 +314,25 @@ impl State {
         kind: CoreKind,
         v: &Value,
         op: Option<SurfaceOp>,
+        parsed: Option<&envelope::Parsed>,
     ) -> Result<()> {
+        match kind {
+            // A replace may carry the ids of what it replaces (an edited
+            // assistant message, a pruned result): only an append asks anew.
+            CoreKind::AssistantMessage if op == Some(SurfaceOp::Append) => {
+                self.check_new_tool_uses(v, parsed)?
+            }
+            CoreKind::ToolCall => {
+                let id = match parsed {
+                    Some(envelope::Parsed::ToolCall(d)) => Some(d.call_id.as_str()),
+                    _ => v.get("call_id").and_then(Value::as_str),
+                };
+                if let Some(id) = id {
+                    self.check_new_call(id)?;
+                }
+            }
+            _ => {}
+        }
         if kind == CoreKind::SessionDelete {
             return Err(Error::Refused(
                 "a session/delete tombstone is written only by Session::delete or session::delete"
@@ -328,6 +352,82 @@ impl State {
                     "`interrupted` is written only by repair, never by a live loop".into(),
                 ));
             }
+        }
+        Ok(())
+    }
+
+    /// An assistant message appended asks for tools anew: none of its
+    /// tool-use ids may have been answered, be open, or repeat within it
+    /// (providers refuse a conversation where two tool uses share an id,
+    /// and a harness re-appending an answered message must not run its
+    /// tools again). A tool called before the model asked for it (an
+    /// unrequested `tool/call`) may be asked for.
+    fn check_new_tool_uses(&self, v: &Value, parsed: Option<&envelope::Parsed>) -> Result<()> {
+        let mut ids: Vec<String> = Vec::new();
+        match parsed {
+            Some(envelope::Parsed::Assistant(d)) => ids.extend(
+                d.content
+                    .iter()
+                    .filter_map(|b| b.client_tool_use().map(|(id, _)| id.to_string())),
+            ),
+            _ => {
+                for b in v
+                    .get("content")
+                    .and_then(Value::as_array)
+                    .into_iter()
+                    .flatten()
+                {
+                    // Only blocks that can be tool uses are parsed.
+                    let t = b.get("type").and_then(Value::as_str);
+                    if !matches!(t, Some("tool_use" | "function_call" | "function")) {
+                        continue;
+                    }
+                    if let Ok(block) = <crate::session::codec::content::ContentBlock as serde::Deserialize>::deserialize(b) {
+                        if let Some((id, _)) = block.client_tool_use() {
+                            ids.push(id.to_string());
+                        }
+                    }
+                }
+            }
+        }
+        for (i, id) in ids.iter().enumerate() {
+            if ids[..i].contains(id) {
+                return Err(Error::Refused(format!(
+                    "tool use id {id:?} appears twice in this assistant message; each tool use needs its own id"
+                )));
+            }
+            if let Some(seq) = self.answered.get(id) {
+                return Err(Error::Refused(format!(
+                    "tool use id {id:?} was already answered (tool/result at seq {seq}); a tool-use id is used once per session"
+                )));
+            }
+            if let Some((seq, _)) = self.open.requested.get(id) {
+                return Err(Error::Refused(format!(
+                    "tool use id {id:?} is already open (asked for at seq {seq}); a tool-use id is used once per session"
+                )));
+            }
+            if self.open.calls.contains_key(id) && !self.open.unrequested.contains(id) {
+                return Err(Error::Refused(format!(
+                    "tool use id {id:?} is already open (its tool/call is at seq {}); a tool-use id is used once per session",
+                    self.open.calls[id]
+                )));
+            }
+        }
+        Ok(())
+    }
+
+    /// A `tool/call` records a tool about to run: not one already answered
+    /// (it would run a second time) nor one already called.
+    pub(crate) fn check_new_call(&self, id: &str) -> Result<()> {
+        if let Some(seq) = self.answered.get(id) {
+            return Err(Error::Refused(format!(
+                "tool call {id:?} already has its result (tool/result at seq {seq}); a tool is not run twice"
+            )));
+        }
+        if let Some(seq) = self.open.calls.get(id) {
+            return Err(Error::Refused(format!(
+                "tool call {id:?} is already recorded (tool/call at seq {seq}); record its result"
+            )));
         }
         Ok(())
     }

@@ -41,7 +41,7 @@ use crate::session::views::snapshot::{read_checked, write_file, Slot, SNAPSHOT_D
 /// (not a valid projection file name, so it never meets one).
 pub const STATE_SNAPSHOT_NAME: &str = "session/state";
 /// Version of the state encoding (the §12 header's `projection_version`).
-pub const STATE_SNAPSHOT_VERSION: u32 = 1;
+pub const STATE_SNAPSHOT_VERSION: u32 = 2;
 /// A writable open or a close writes a fresh snapshot when at least this
 /// many events lie past the one on disk (about 2 ms of fold).
 pub const STATE_SNAPSHOT_TAIL: u64 = 1024;
@@ -88,6 +88,8 @@ pub(crate) struct SavedState {
     pub deleted: Option<u64>,
     pub core_kinds: u64,
     pub plugin_kinds: Vec<String>,
+    /// Tool-use ids answered: id, seq of the first `tool/result`; by id.
+    pub answered: Vec<(String, u64)>,
 }
 
 /// The restored parts, decoded.
@@ -103,6 +105,7 @@ pub(crate) struct Restored {
     pub metadata: SessionMetadata,
     pub deleted: Option<u64>,
     pub kinds: KindsSeen,
+    pub answered: BTreeMap<String, u64>,
 }
 
 /// The parts of a session's fold a snapshot is made from.
@@ -118,6 +121,7 @@ pub(crate) struct Parts<'a> {
     pub metadata: &'a SessionMetadata,
     pub deleted: Option<u64>,
     pub kinds: &'a KindsSeen,
+    pub answered: &'a BTreeMap<String, u64>,
 }
 
 fn reason_code(r: &Option<TurnEndReason>) -> (u8, Option<String>) {
@@ -182,6 +186,7 @@ pub(crate) fn encode_state(p: &Parts<'_>) -> Result<Vec<u8>> {
         deleted: p.deleted,
         core_kinds: p.kinds.core,
         plugin_kinds: p.kinds.plugins.iter().cloned().collect(),
+        answered: p.answered.iter().map(|(k, v)| (k.clone(), *v)).collect(),
     };
     bincode::serde::encode_to_vec(&saved, bincode::config::standard())
         .map_err(|e| Error::InvalidArgument(format!("session state does not encode: {e}")))
@@ -236,6 +241,7 @@ pub(crate) fn decode_state(
         || s.open_calls.iter().any(|c| bad_seq(&c.1))
         || s.open_requested.iter().any(|c| bad_seq(&c.1))
         || s.open_origin.iter().any(|c| bad_seq(&c.1))
+        || s.answered.iter().any(|c| bad_seq(&c.1))
         || s.turns
             .iter()
             .any(|t| bad_seq(&t.1) || t.2.as_ref().is_some_and(bad_seq))
@@ -296,6 +302,7 @@ pub(crate) fn decode_state(
             core: s.core_kinds,
             plugins: s.plugin_kinds.into_iter().collect(),
         },
+        answered: s.answered.into_iter().collect(),
     })
 }
 
@@ -371,6 +378,7 @@ mod tests {
             deleted: None,
             core_kinds: 1 << 5,
             plugin_kinds: vec![],
+            answered: vec![("b".into(), 7)],
         }
     }
 
@@ -384,6 +392,7 @@ mod tests {
         let r = decode_state(&enc(&saved()), 10, &reg).unwrap();
         assert_eq!(r.surface.nodes, vec![1, 4, 9]);
         assert_eq!(r.open.calls.get("c"), Some(&8));
+        assert_eq!(r.answered.get("b"), Some(&7));
         // Covered must equal the state's length.
         assert!(decode_state(&enc(&saved()), 11, &reg).is_err());
         // A seq at or past the snapshot point, anywhere in the state.
@@ -398,6 +407,9 @@ mod tests {
         assert!(decode_state(&enc(&s), 10, &reg).is_err());
         let mut s = saved();
         s.open_calls[0].1 = 10;
+        assert!(decode_state(&enc(&s), 10, &reg).is_err());
+        let mut s = saved();
+        s.answered[0].1 = 10;
         assert!(decode_state(&enc(&s), 10, &reg).is_err());
         // Kinds this process would refuse.
         let mut s = saved();

@@ -86,7 +86,7 @@ impl Session {
         } else {
             Value::Null
         };
-        self.state.check_live(kind, &value, op)?;
+        self.state.check_live(kind, &value, op, Some(&parsed))?;
         let (payload, ev) = envelope::encode_core_raw(
             kind,
             value,
@@ -107,7 +107,7 @@ impl Session {
         op: Option<SurfaceOp>,
         parsed: Option<envelope::Parsed>,
     ) -> Result<u64> {
-        self.state.check_live(kind, &value, op)?;
+        self.state.check_live(kind, &value, op, parsed.as_ref())?;
         let (payload, ev) = envelope::encode_core_raw(
             kind,
             value,
@@ -147,9 +147,23 @@ impl Session {
     ) -> Result<Vec<u64>> {
         let mut items = Vec::with_capacity(events.len());
         let mut decoded = Vec::with_capacity(events.len());
+        // Each event is checked against the state before the group: a tool
+        // called twice within the group is caught here.
+        let mut calls = std::collections::HashSet::new();
+        for (kind, value, _) in &events {
+            if *kind == CoreKind::ToolCall {
+                if let Some(id) = value.get("call_id").and_then(Value::as_str) {
+                    if !calls.insert(id) {
+                        return Err(Error::Refused(format!(
+                            "tool call {id:?} appears twice in one group; a tool is not run twice"
+                        )));
+                    }
+                }
+            }
+        }
         for (i, (kind, value, op)) in events.into_iter().enumerate() {
             debug_assert!(matches!(op, None | Some(SurfaceOp::Append)));
-            self.state.check_live(kind, &value, op)?;
+            self.state.check_live(kind, &value, op, None)?;
             let (payload, mut ev) =
                 envelope::encode_core_value(kind, value, op, self.state.len + i as u64);
             let encoded = EncodedEvent::core(kind, payload);

@@ -27,6 +27,7 @@ impl Session {
         self.state.metadata = r.metadata;
         self.state.deleted = r.deleted;
         self.state.kinds = r.kinds;
+        self.state.answered = r.answered;
         self.state_covered = r.len;
         self.restored_from = Some(r.len);
     }
@@ -129,6 +130,7 @@ impl Session {
             metadata: &self.state.metadata,
             deleted: self.state.deleted,
             kinds: &self.state.kinds,
+            answered: &self.state.answered,
         }
     }
 
