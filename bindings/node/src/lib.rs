@@ -8,6 +8,7 @@
 //! `{"kind","message","path","offset"}` that the wrapper turns into a
 //! `TurnstoneError`; a Rust panic becomes a thrown error, never an abort.
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use napi::bindgen_prelude::*;
@@ -490,6 +491,7 @@ impl NativeStore {
         let sub = ts::subscribe(&log, &id, self.registry.clone(), from).map_err(err)?;
         Ok(NativeSubscription {
             sub: Arc::new(Mutex::new(Some(sub))),
+            lent: Arc::new(AtomicBool::new(false)),
         })
     }
 
@@ -618,11 +620,14 @@ impl NativeSession {
         })
     }
 
-    /// Resolves once everything this handle appended is durable.
+    /// Resolves once everything this handle appended is durable. The wait
+    /// is the engine's future, woken by the flusher: it holds no thread
+    /// (not one of libuv's four, which idle followers would otherwise
+    /// take).
     #[napi(catch_unwind, ts_return_type = "Promise<void>")]
-    pub fn flush(&self) -> napi::Result<AsyncTask<Job<()>>> {
-        let point = self.with(|g| Ok(g.durability_point()))?;
-        Ok(Job::new(move || point.wait().map_err(err)))
+    pub fn flush(&self, env: Env) -> napi::Result<AsyncBlock<()>> {
+        let wait = self.with(|g| Ok(g.durability_point()))?.wait_async();
+        AsyncBlockBuilder::new(async move { wait.await.map_err(err) }).build(&env)
     }
 
     /// Append a provider's response body (UTF-8 JSON in `data[..len]`) as
@@ -865,33 +870,74 @@ pub fn schema_json(kind: Option<String>) -> napi::Result<String> {
 /// A live follower of one session.
 #[napi]
 pub struct NativeSubscription {
+    /// `None` once it ended, or while a `next()` holds it.
     sub: Arc<Mutex<Option<SessionSubscription>>>,
+    /// A `next()` future holds the subscription.
+    lent: Arc<AtomicBool>,
+}
+
+/// A subscription lent to a `next()` future: given back to its handle when
+/// the future ends or is dropped, unless it ended.
+struct Lent {
+    slot: Arc<Mutex<Option<SessionSubscription>>>,
+    lent: Arc<AtomicBool>,
+    sub: Option<SessionSubscription>,
+}
+
+impl Drop for Lent {
+    fn drop(&mut self) {
+        if let Some(s) = self.sub.take() {
+            *self.slot.lock() = Some(s);
+        }
+        self.lent.store(false, Ordering::Release);
+    }
 }
 
 #[napi]
 impl NativeSubscription {
     /// Resolves to the next durable event (JSON), or null when the store
-    /// closes; waits off the event loop.
+    /// closes. The wait is the engine's future, woken by the flusher when
+    /// a batch holding an event of this session is durable: it holds no
+    /// thread, so any number of idle followers leave libuv's pool free.
+    /// One `next()` at a time per subscription.
     #[napi(catch_unwind, ts_return_type = "Promise<string | null>")]
-    pub fn next(&self) -> AsyncTask<Job<Option<String>>> {
-        let sub = self.sub.clone();
-        Job::new(move || {
-            let mut g = sub.lock();
-            let Some(s) = g.as_mut() else { return Ok(None) };
-            match s.next() {
+    pub fn next(&self, env: Env) -> napi::Result<AsyncBlock<Option<String>>> {
+        if self.lent.swap(true, Ordering::AcqRel) {
+            return Err(usage(
+                "a next() of this subscription is still waiting; await it first",
+            ));
+        }
+        let mut lent = Lent {
+            slot: self.sub.clone(),
+            lent: self.lent.clone(),
+            sub: None,
+        };
+        lent.sub = self.sub.lock().take();
+        AsyncBlockBuilder::new(async move {
+            let mut lent = lent;
+            let Some(s) = lent.sub.as_mut() else {
+                return Ok(None); // it had ended
+            };
+            match s.next_async().await {
                 Some(Ok(e)) => Ok(Some(event_json(&e).to_string())),
                 Some(Err(e)) => Err(err(e)),
                 None => {
-                    *g = None;
+                    lent.sub = None; // ended: not given back
                     Ok(None)
                 }
             }
         })
+        .build(&env)
     }
 
     /// The next durable event now, if there is one (JSON or null).
     #[napi(catch_unwind)]
     pub fn try_next(&self) -> napi::Result<Option<String>> {
+        if self.lent.load(Ordering::Acquire) {
+            return Err(usage(
+                "a next() of this subscription is still waiting; await it first",
+            ));
+        }
         let mut g = self.sub.lock();
         let Some(s) = g.as_mut() else { return Ok(None) };
         Ok(s.try_next()

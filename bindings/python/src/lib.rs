@@ -8,9 +8,12 @@
 //! `TurnstoneError(kind, message, path, offset)`; a Rust panic becomes a
 //! Python exception (PyO3 catches it), never an abort.
 
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
 use parking_lot::Mutex;
+
+mod aio;
 use pyo3::create_exception;
 use pyo3::exceptions::PyException;
 use pyo3::prelude::*;
@@ -496,8 +499,9 @@ impl NativeStore {
         let log = self.log()?;
         let sub = ts::subscribe(&log, &id, self.registry.clone(), from_seq).map_err(err)?;
         Ok(NativeSubscription {
-            sub: Mutex::new(Some(sub)),
-            ended_at: std::sync::atomic::AtomicU64::new(from_seq),
+            sub: Arc::new(Mutex::new(Some(sub))),
+            ended_at: Arc::new(AtomicU64::new(from_seq)),
+            lent: Arc::new(AtomicBool::new(false)),
         })
     }
 
@@ -645,6 +649,17 @@ impl NativeSession {
     /// The session's metadata (title, tags, fields) as JSON.
     fn metadata(&self) -> PyResult<String> {
         Ok(serde_json::to_string(self.shared()?.lock().metadata()).unwrap_or_else(|_| "{}".into()))
+    }
+
+    /// [`flush`] as a future for asyncio (`Session.aflush`): woken by the
+    /// flusher after the fdatasync that covers it, it holds no thread.
+    fn flush_wait(&self) -> PyResult<aio::NativeWait> {
+        let point = self.shared()?.lock().durability_point();
+        let wait = point.wait_async();
+        Ok(aio::NativeWait::new(Box::pin(async move {
+            wait.await?;
+            Ok(None)
+        })))
     }
 
     /// Wait until everything this handle appended is durable (GIL released).
@@ -835,9 +850,37 @@ impl NativeSession {
 /// A live follower of one session.
 #[pyclass(frozen, module = "turnstone._native")]
 struct NativeSubscription {
-    sub: Mutex<Option<SessionSubscription>>,
-    /// The seq it would have yielded next, once it ended.
-    ended_at: std::sync::atomic::AtomicU64,
+    /// `None` once it ended, or while an awaited `next_wait` holds it.
+    sub: Arc<Mutex<Option<SessionSubscription>>>,
+    /// The seq it yields next, while `sub` is `None`.
+    ended_at: Arc<AtomicU64>,
+    /// A `next_wait` future holds the subscription.
+    lent: Arc<AtomicBool>,
+}
+
+/// A subscription lent to a `next_wait` future: given back to its handle
+/// when the future ends or is dropped (a cancelled task), unless it ended.
+struct Lent {
+    slot: Arc<Mutex<Option<SessionSubscription>>>,
+    lent: Arc<AtomicBool>,
+    ended_at: Arc<AtomicU64>,
+    sub: Option<SessionSubscription>,
+}
+
+impl Drop for Lent {
+    fn drop(&mut self) {
+        if let Some(s) = self.sub.take() {
+            self.ended_at.store(s.next_seq(), Ordering::Relaxed);
+            *self.slot.lock() = Some(s);
+        }
+        self.lent.store(false, Ordering::Release);
+    }
+}
+
+impl NativeSubscription {
+    fn busy() -> PyErr {
+        usage("an anext() of this subscription is still waiting; await it (or cancel it) first")
+    }
 }
 
 #[pymethods]
@@ -845,6 +888,9 @@ impl NativeSubscription {
     /// The next durable event as JSON, waiting for it (GIL released);
     /// `None` when the store closes.
     fn next(&self, py: Python<'_>) -> PyResult<Option<String>> {
+        if self.lent.load(Ordering::Acquire) {
+            return Err(Self::busy());
+        }
         py.detach(|| {
             let mut g = self.sub.lock();
             let Some(sub) = g.as_mut() else {
@@ -854,8 +900,7 @@ impl NativeSubscription {
                 Some(Ok(e)) => Ok(Some(event_json(&e).to_string())),
                 Some(Err(e)) => Err(e),
                 None => {
-                    self.ended_at
-                        .store(sub.next_seq(), std::sync::atomic::Ordering::Relaxed);
+                    self.ended_at.store(sub.next_seq(), Ordering::Relaxed);
                     *g = None;
                     Ok(None)
                 }
@@ -864,8 +909,44 @@ impl NativeSubscription {
         .map_err(err)
     }
 
+    /// The next durable event as a future for asyncio (`Subscription.anext`):
+    /// woken by the flusher, it holds no thread while it waits.
+    fn next_wait(&self) -> PyResult<aio::NativeWait> {
+        if self.lent.swap(true, Ordering::AcqRel) {
+            return Err(Self::busy());
+        }
+        let mut lent = Lent {
+            slot: self.sub.clone(),
+            lent: self.lent.clone(),
+            ended_at: self.ended_at.clone(),
+            sub: None,
+        };
+        lent.sub = self.sub.lock().take();
+        if let Some(s) = &lent.sub {
+            self.ended_at.store(s.next_seq(), Ordering::Relaxed);
+        }
+        Ok(aio::NativeWait::new(Box::pin(async move {
+            let mut lent = lent;
+            let Some(sub) = lent.sub.as_mut() else {
+                return Ok(None); // it had ended
+            };
+            match sub.next_async().await {
+                Some(Ok(e)) => Ok(Some(event_json(&e).to_string())),
+                Some(Err(e)) => Err(e),
+                None => {
+                    let s = lent.sub.take().expect("lent");
+                    lent.ended_at.store(s.next_seq(), Ordering::Relaxed);
+                    Ok(None)
+                }
+            }
+        })))
+    }
+
     /// The next durable event if there is one now, else `None`.
     fn try_next(&self) -> PyResult<Option<String>> {
+        if self.lent.load(Ordering::Acquire) {
+            return Err(Self::busy());
+        }
         let mut g = self.sub.lock();
         let Some(sub) = g.as_mut() else {
             return Ok(None);
@@ -878,10 +959,10 @@ impl NativeSubscription {
 
     /// The seq of the next event it yields.
     fn next_seq(&self) -> u64 {
-        self.sub.lock().as_ref().map_or_else(
-            || self.ended_at.load(std::sync::atomic::Ordering::Relaxed),
-            |s| s.next_seq(),
-        )
+        self.sub
+            .lock()
+            .as_ref()
+            .map_or_else(|| self.ended_at.load(Ordering::Relaxed), |s| s.next_seq())
     }
 }
 
@@ -935,6 +1016,8 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<NativeStore>()?;
     m.add_class::<NativeSession>()?;
     m.add_class::<NativeSubscription>()?;
+    m.add_class::<aio::NativeWait>()?;
+    m.add_class::<aio::NativeWaker>()?;
     m.add_function(wrap_pyfunction!(flush_all, m)?)?;
     m.add_function(wrap_pyfunction!(schema_json, m)?)?;
     m.add("TurnstoneError", m.py().get_type::<TurnstoneError>())?;

@@ -18,12 +18,15 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import uuid
+import weakref
 from typing import (Any, Callable, Iterator, Literal, Mapping, Optional, Sequence, TypedDict, Union,
                     overload)
 
 from . import events as _ev
-from ._native import NativeSession, NativeStore, NativeSubscription, TurnstoneError, schema_json
+from ._native import (NativeSession, NativeStore, NativeSubscription, NativeWaker, TurnstoneError,
+                      schema_json)
 
 __all__ = [
     "Store",
@@ -69,6 +72,65 @@ def schema(kind: Optional[str] = None) -> dict[str, Any]:
     listing the core kinds."""
     out: dict[str, Any] = json.loads(schema_json(kind))
     return out
+
+
+class _LoopWaker:
+    """The wake-up channel of one event loop (``_native.NativeWaker``): the
+    engine pushes woken task ids and writes a byte to a pipe this loop
+    watches; the loop then polls those tasks. No thread, no GIL taken by
+    the engine's threads."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self.native = NativeWaker()
+        fd = self.native.fileno()
+        os.set_blocking(fd, False)
+        self.polls: dict[int, Callable[[], None]] = {}
+        self.next_id = 0
+        loop.add_reader(fd, self._drain)
+
+    def _drain(self) -> None:
+        for i in self.native.take():
+            poll = self.polls.get(i)
+            if poll is not None:
+                poll()
+
+
+_WAKERS: "weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _LoopWaker]" = (
+    weakref.WeakKeyDictionary())
+
+
+def _await_native(wait: Any) -> "asyncio.Future[Any]":
+    """An engine future (``_native.NativeWait``) as an asyncio future,
+    polled on the loop's thread and woken through the loop's
+    ``_LoopWaker``. Nothing waits in a thread."""
+    loop = asyncio.get_running_loop()
+    lw = _WAKERS.get(loop)
+    if lw is None:
+        lw = _WAKERS[loop] = _LoopWaker(loop)
+    lw.next_id += 1
+    i = lw.next_id
+    fut: asyncio.Future[Any] = loop.create_future()
+
+    def poll() -> None:
+        if fut.done():
+            return
+        try:
+            done, value = wait.poll(lw.native, i)
+        except BaseException as e:  # the engine's error, for the awaiting task
+            fut.set_exception(e)
+            return
+        if done:
+            fut.set_result(value)
+
+    def finished(f: "asyncio.Future[Any]") -> None:
+        lw.polls.pop(i, None)
+        if f.cancelled():
+            wait.cancel()  # what it holds (a subscription) is given back
+
+    lw.polls[i] = poll
+    fut.add_done_callback(finished)
+    poll()
+    return fut
 
 
 def _surface(surface: Surface) -> Optional[str]:
@@ -546,7 +608,10 @@ class Session:
     checkpoint = flush
 
     async def aflush(self) -> None:
-        await asyncio.to_thread(self._native.flush)
+        """``flush`` for asyncio: woken by the engine after the fdatasync
+        that covers this handle's appends; it holds no thread (any number
+        of tasks may wait at once)."""
+        await _await_native(self._native.flush_wait())
 
     @overload
     def messages(self, format: None = None) -> list[_ev.Message]: ...
@@ -782,8 +847,11 @@ class Subscription:
         return None if e is None else json.loads(e)
 
     async def anext(self) -> Optional[dict[str, Any]]:
-        """The next durable event (None when the store closes)."""
-        e = await asyncio.to_thread(self._native.next)
+        """The next durable event (None when the store closes). Woken by the
+        engine when it is durable; it holds no thread, so any number of
+        idle followers can wait in one event loop. One ``anext`` at a time
+        per subscription; cancelling it loses no event."""
+        e = await _await_native(self._native.next_wait())
         return None if e is None else json.loads(e)
 
     @property
