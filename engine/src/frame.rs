@@ -9,6 +9,12 @@ use crate::types::{SegmentId, SessionId};
 
 /// Format version written and read by this build (§1).
 pub const FORMAT_VERSION: u32 = 1;
+/// The version a compacted segment's header carries (FORMAT.md §14.3, §8):
+/// a build that predates collection then refuses it as an unsupported
+/// version (H1) in every mode, instead of calling it corruption that its
+/// `point-in-time` mode would cut. Compacted headers of version 1 (written
+/// before this rule) are still read.
+pub const COMPACTED_SEGMENT_VERSION: u32 = 2;
 
 /// §2 segment header.
 pub const SEGMENT_MAGIC: [u8; 8] = *b"TSTNSEG\0";
@@ -165,7 +171,8 @@ impl SegmentHeader {
             return Err(HeaderError::BadChecksum { expected, found });
         }
         let version = u32_at(b, 8);
-        if version != FORMAT_VERSION {
+        let compacted = u32_at(b, 36) != 0;
+        if version != FORMAT_VERSION && !(version == COMPACTED_SEGMENT_VERSION && compacted) {
             return Err(HeaderError::Version(version));
         }
         if u32_at(b, 12) as usize != SEGMENT_HEADER_BYTES {
@@ -245,6 +252,7 @@ impl Compaction {
     /// Encode `header` as the header of a compacted segment (§14.3).
     pub fn encode_header(&self, header: &SegmentHeader) -> [u8; SEGMENT_HEADER_BYTES] {
         let mut b = header.encode();
+        b[8..12].copy_from_slice(&COMPACTED_SEGMENT_VERSION.to_le_bytes());
         b[36..40].copy_from_slice(&self.last_segment.0.to_le_bytes());
         b[52..60].copy_from_slice(&self.next_batch_seq.to_le_bytes());
         let crc = crc32fast::hash(&b[0..60]);
@@ -533,6 +541,44 @@ pub fn parse_segment_file_name(name: &str) -> Option<SegmentId> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn header(segment: u32) -> SegmentHeader {
+        SegmentHeader {
+            version: FORMAT_VERSION,
+            store_id: [7; 16],
+            segment: SegmentId(segment),
+            first_batch_seq: 10,
+            prev_segment_end: 4096,
+        }
+    }
+
+    #[test]
+    fn a_compacted_header_carries_version_2_and_version_1_ones_still_read() {
+        let c = Compaction {
+            last_segment: SegmentId(5),
+            next_batch_seq: 20,
+        };
+        let b = c.encode_header(&header(3));
+        assert_eq!(u32_at(&b, 8), COMPACTED_SEGMENT_VERSION);
+        assert_eq!(Compaction::of_header(&b), Some(c));
+        assert_eq!(SegmentHeader::decode(&b).unwrap().segment, SegmentId(3));
+        // One written before the rule: version 1 with the same fields.
+        let mut old = b;
+        old[8..12].copy_from_slice(&FORMAT_VERSION.to_le_bytes());
+        let crc = crc32fast::hash(&old[0..60]);
+        old[60..64].copy_from_slice(&crc.to_le_bytes());
+        assert_eq!(Compaction::of_header(&old), Some(c));
+        // Version 2 is only a compacted segment's: an ordinary header with it
+        // is an unsupported version (H1), not a compacted segment.
+        let mut plain = header(3).encode();
+        plain[8..12].copy_from_slice(&COMPACTED_SEGMENT_VERSION.to_le_bytes());
+        let crc = crc32fast::hash(&plain[0..60]);
+        plain[60..64].copy_from_slice(&crc.to_le_bytes());
+        assert!(matches!(
+            SegmentHeader::decode(&plain),
+            Err(HeaderError::Version(2))
+        ));
+    }
 
     #[test]
     fn define_frame_len_matches_the_encoding() {
