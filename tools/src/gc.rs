@@ -104,12 +104,11 @@ pub fn run(a: &GcArgs) -> Result<ExitCode, Failure> {
     };
     // Deleted streams of `turnstone serve` by its rule, every other
     // session by the session layer's.
-    let r = turnstone::session::gc::collect_with_rule(
-        &a.dir,
-        &opts,
-        &retention,
-        &turnstone_server::collect::is_dead_with,
-    )?;
+    #[cfg(feature = "serve")]
+    let rule = &turnstone_server::collect::is_dead_with;
+    #[cfg(not(feature = "serve"))]
+    let rule = &streams_kept;
+    let r = turnstone::session::gc::collect_with_rule(&a.dir, &opts, &retention, rule)?;
     if a.json {
         println!(
             "{}",
@@ -207,4 +206,22 @@ mod tests {
         assert!(super::parse_duration_ms("x3s").is_err());
         assert!(super::parse_duration_ms("3w").is_err());
     }
+}
+
+/// The rule of a CLI built without `turnstone serve` (the Python package's):
+/// a stream of the server (a session `ds/` + 16 digits) is never dead, so
+/// this build neither frees nor evicts one (the server's own rule needs its
+/// records; `cargo install`'s CLI or the server itself applies it); every
+/// other session by the session layer's rule.
+#[cfg(not(feature = "serve"))]
+fn streams_kept(
+    c: &turnstone::gc::CollectCandidate<'_>,
+    policy: &turnstone::session::retention::Policy,
+    now: u64,
+) -> bool {
+    let stream = c
+        .name
+        .strip_prefix("ds/")
+        .is_some_and(|d| d.len() == 16 && d.bytes().all(|b| b.is_ascii_digit()));
+    !stream && turnstone::session::gc::is_dead(c, policy, now)
 }

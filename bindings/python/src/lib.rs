@@ -1011,6 +1011,20 @@ fn schema_json(kind: Option<&str>) -> PyResult<String> {
     Ok(v.to_string())
 }
 
+/// The `turnstone` command line on `argv` (program name first), with the
+/// GIL released: what `pip install` puts on PATH as `turnstone`
+/// (`turnstone._cli.main`). Returns the exit status.
+#[pyfunction]
+fn cli_main(py: Python<'_>, argv: Vec<String>) -> i32 {
+    let code = py.detach(move || turnstone_cli::main_from(argv));
+    // `ExitCode` does not give its number back: compare with the statuses
+    // the CLI uses (0, 1, 2).
+    [0u8, 1, 2]
+        .into_iter()
+        .find(|c| std::process::ExitCode::from(*c) == code)
+        .map_or(2, i32::from)
+}
+
 #[pymodule]
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<NativeStore>()?;
@@ -1020,6 +1034,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<aio::NativeWaker>()?;
     m.add_function(wrap_pyfunction!(flush_all, m)?)?;
     m.add_function(wrap_pyfunction!(schema_json, m)?)?;
+    m.add_function(wrap_pyfunction!(cli_main, m)?)?;
     m.add("TurnstoneError", m.py().get_type::<TurnstoneError>())?;
     Ok(())
 }
