@@ -21,8 +21,8 @@ import json
 import os
 import uuid
 import weakref
-from typing import (Any, Callable, Iterator, Literal, Mapping, Optional, Sequence, TypedDict, Union,
-                    overload)
+from typing import (Any, Awaitable, Callable, Iterator, Literal, Mapping, Optional, Sequence, TypedDict,
+                    Union, overload)
 
 from . import events as _ev
 from ._native import (NativeSession, NativeStore, NativeSubscription, NativeWaker, TurnstoneError,
@@ -42,14 +42,25 @@ __all__ = [
     "Dropped",
 ]
 
-Surface = Union[None, str, dict]
+Surface = Union[None, str, dict[str, Any]]
+
+
+def _as_list(text: str) -> list[Any]:
+    out: list[Any] = json.loads(text)
+    return out
+
+
+def _as_dict(text: str) -> dict[str, Any]:
+    out: dict[str, Any] = json.loads(text)
+    return out
 
 
 def error_kind(e: BaseException) -> Optional[str]:
     """The engine's error kind of a TurnstoneError (``"unknown_session"``,
     ``"too_large"``, ``"corrupt"``, ...), else None."""
     if isinstance(e, TurnstoneError) and e.args:
-        return e.args[0]
+        kind: str = e.args[0]
+        return kind
     return None
 
 
@@ -217,7 +228,7 @@ class Store:
         """Every session: id, events, created_ms, updated_ms, open_turn,
         parent (sessions appended to, durable or not). ``list_sessions``
         filters and pages, with title, tags and fields."""
-        return json.loads(self._native.sessions())
+        return _as_list(self._native.sessions())
 
     def list_sessions(self, *, tags: Optional[list[Any]] = None, where: Optional[dict[str, Any]] = None,
                       updated_since_ms: Optional[int] = None, open_turn: Optional[bool] = None,
@@ -240,7 +251,7 @@ class Store:
         page = self._native.list_sessions(
             list(tags or []), [(k, v) for k, v in (where or {}).items()], updated_since_ms,
             open_turn, parent, newest_first, cursor, limit)
-        return json.loads(page)
+        return _as_dict(page)
 
     def fork(self, source: str, *, at: Optional[int] = None, child: Optional[str] = None) -> str:
         """Fork ``source`` at a turn boundary (default: the end of its last
@@ -250,11 +261,11 @@ class Store:
     def replay(self, id: str, start: int = 0, end: Optional[int] = None) -> list[dict[str, Any]]:
         """The durable events ``start..end`` of a session (chunks and events
         a fork inherits included): dicts with seq, kind, data, surface, ts."""
-        return json.loads(self._native.replay(id, start, end))
+        return _as_list(self._native.replay(id, start, end))
 
     def search(self, query: str, limit: int = 20, *, session: Optional[str] = None) -> list[dict[str, Any]]:
         """Full-text search over message text: {session, seq, snippet} hits."""
-        return json.loads(self._native.search(query, limit, session))
+        return _as_list(self._native.search(query, limit, session))
 
     def delete(self, id: str) -> int:
         """Delete a session: a durable tombstone, after which loads, lists
@@ -273,7 +284,7 @@ class Store:
         ``segment_files_removed``, ``bytes_before``, ``bytes_after``,
         ``bytes_reclaimed``, ``blobs_removed``, … (the CLI's ``turnstone gc``
         does the same on a closed store)."""
-        return json.loads(self._native.collect(threshold, dry_run))
+        return _as_dict(self._native.collect(threshold, dry_run))
 
     def subscribe(self, id: str, from_seq: int = 0) -> "Subscription":
         """Follow a session live: each event once, in order, once durable.
@@ -357,11 +368,11 @@ def _content(value: Any) -> list[Any]:
     return [{"type": "text", "text": text}]
 
 
-def _refuse(session, call_id: str, reason: str) -> None:
+def _refuse(session: "Session", call_id: str, reason: str) -> None:
     session._result(call_id, [{"type": "text", "text": f"refused by policy: {reason}"}], True)
 
 
-def _abort(session, call_id: str) -> None:
+def _abort(session: "Session", call_id: str) -> None:
     session.append("tool/result", {"call_id": call_id, "content": [], "is_error": True,
                                    "status": "ABORTED_BEFORE_DISPATCH"}, surface="append")
 
@@ -369,7 +380,7 @@ def _abort(session, call_id: str) -> None:
 def _finish(call: ToolCall, value: Any = None, error: Optional[BaseException] = None) -> dict[str, Any]:
     """Record a body's value (or its exception) as the call's result and
     say what happened, as one outcome dict of ``run_tools``."""
-    out = {"call_id": call.call_id}
+    out: dict[str, Any] = {"call_id": call.call_id}
     if error is not None:
         call.result(f"tool failed: {type(error).__name__}: {error}", is_error=True)
         out.update(outcome="failed", error=error)
@@ -382,8 +393,13 @@ def _finish(call: ToolCall, value: Any = None, error: Optional[BaseException] = 
     return out
 
 
+Guard = Callable[["ToolCall"], Any]
+
+
 class _ToolContext:
-    def __init__(self, session, call_id, name, input, guard, cancelled, checkpoint):
+    def __init__(self, session: "Session", call_id: str, name: str, input: Any,
+                 guard: Optional[Guard], cancelled: Optional[Callable[[], bool]],
+                 checkpoint: bool) -> None:
         self.session, self.call = session, ToolCall(session, call_id, name, input)
         self.guard, self.cancelled, self.checkpoint = guard, cancelled, checkpoint
 
@@ -391,7 +407,7 @@ class _ToolContext:
         c = self.call
         self.session.append("tool/call", {"call_id": c.call_id, "name": c.name, "input": c.input})
 
-    def _refused(self, reason) -> None:
+    def _refused(self, reason: Optional[str]) -> None:
         if reason:
             _refuse(self.session, self.call.call_id, reason)
             raise ToolRefused(reason)
@@ -410,11 +426,12 @@ class _ToolContext:
             self.session.flush()  # the body runs only once its tool/call is durable
         return self._dispatch()
 
-    def __exit__(self, exc_type, exc, tb) -> bool:
+    def __exit__(self, exc_type: Optional[type[BaseException]], exc: Optional[BaseException],
+                 tb: Any) -> Literal[False]:
         c = self.call
         if c.result_seq is None:
             if exc is not None:
-                c.result(f"tool failed: {exc_type.__name__}: {exc}", is_error=True)
+                c.result(f"tool failed: {type(exc).__name__}: {exc}", is_error=True)
             else:
                 c.result("the tool returned no result", is_error=True)
         return False
@@ -433,7 +450,8 @@ class _AsyncToolContext(_ToolContext):
             await self.session.aflush()
         return self._dispatch()
 
-    async def __aexit__(self, exc_type, exc, tb) -> bool:
+    async def __aexit__(self, exc_type: Optional[type[BaseException]], exc: Optional[BaseException],
+                        tb: Any) -> Literal[False]:
         return self.__exit__(exc_type, exc, tb)
 
 
@@ -442,7 +460,7 @@ class _Batch:
     call in one group, then (after the guards and the one durability wait)
     abort or hand out the runnable calls."""
 
-    def __init__(self, session, calls: list[Any]) -> None:
+    def __init__(self, session: "Session", calls: list[Any]) -> None:
         self.session = session
         self.calls = [ToolCall(session, c["call_id"], c["name"], c.get("input", {})) for c in calls]
         session._native.record_tool_calls(json.dumps(
@@ -450,14 +468,14 @@ class _Batch:
         self.outcomes: list[Any] = [None] * len(self.calls)
         self.runnable: list[Any] = []
 
-    def guarded(self, i: int, reason) -> None:
+    def guarded(self, i: int, reason: Optional[str]) -> None:
         if reason:
             _refuse(self.session, self.calls[i].call_id, reason)
             self.outcomes[i] = {"call_id": self.calls[i].call_id, "outcome": "refused", "reason": reason}
         else:
             self.runnable.append(i)
 
-    def aborted(self, cancelled) -> bool:
+    def aborted(self, cancelled: Optional[Callable[[], bool]]) -> bool:
         if cancelled is None or not cancelled():
             return False
         for i in self.runnable:
@@ -501,7 +519,7 @@ class Session:
     def __enter__(self) -> "Session":
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
     def append(self, kind: str, data: Mapping[str, Any], *, surface: Surface = None) -> int:
@@ -562,7 +580,7 @@ class Session:
     def turns(self) -> list[Any]:
         """Every turn, in order: ``turn_id``, ``start_seq``, ``end_seq``
         (``None`` while it runs) and ``reason`` (how it ended)."""
-        return json.loads(self._native.turns())
+        return _as_list(self._native.turns())
 
     def fork_after_turn(self, turn_id: str, child: Optional[str] = None) -> tuple[str, int]:
         """Fork this session after the end of turn ``turn_id``: the child
@@ -585,7 +603,7 @@ class Session:
     def metadata(self) -> dict[str, Any]:
         """Title, tags and fields, as set by the methods below (a fork
         starts from its parent's; they are events in the log)."""
-        return json.loads(self._native.metadata())
+        return _as_dict(self._native.metadata())
 
     def set_title(self, title: str) -> int:
         return self.append("session/meta", {"title": title})
@@ -741,13 +759,16 @@ class Session:
         every call is closed."""
         return _ToolContext(self, call_id, name, input, guard, cancelled, not nested)
 
-    def atool_call(self, call_id: str, name: str, input: Any, *, guard=None,
-                   cancelled=None, nested: bool = False) -> _AsyncToolContext:
+    def atool_call(self, call_id: str, name: str, input: Any, *, guard: Optional[Guard] = None,
+                   cancelled: Optional[Callable[[], bool]] = None,
+                   nested: bool = False) -> _AsyncToolContext:
         """``tool_call`` for asyncio: ``async with session.atool_call(...) as call``.
         The guard may be a coroutine function."""
         return _AsyncToolContext(self, call_id, name, input, guard, cancelled, not nested)
 
-    async def arun_tools(self, calls: list[Any], body, *, guard=None, cancelled=None) -> list[Any]:
+    async def arun_tools(self, calls: list[Any], body: Callable[[Any], Awaitable[Any]], *,
+                         guard: Optional[Callable[[Any], Any]] = None,
+                         cancelled: Optional[Callable[[], bool]] = None) -> list[Any]:
         """``run_tools`` for asyncio: ``body`` is a coroutine function; the
         bodies run concurrently on the event loop (``asyncio.gather``). The
         guard may be a coroutine function."""
@@ -759,7 +780,7 @@ class Session:
         if batch.aborted(cancelled):
             return batch.outcomes
 
-        async def one(i):
+        async def one(i: int) -> dict[str, Any]:
             try:
                 value = await body(calls[i])
             except Exception as e:  # recorded as an error result; the others go on
@@ -773,15 +794,15 @@ class Session:
             batch.outcomes[i] = out
         return batch.outcomes
 
-    async def aevents(self, start: int = 0, end: Optional[int] = None) -> list[dict[str, Any]]:
+    async def aevents(self, start: int = 0, end: Optional[int] = None) -> list[_ev.Event]:
         return await asyncio.to_thread(self.events, start, end)
 
     def run_tools(
         self,
         calls: list[Any],
-        body: Callable[[dict], Any],
+        body: Callable[[Any], Any],
         *,
-        guard: Optional[Callable[[dict], Optional[str]]] = None,
+        guard: Optional[Callable[[Any], Optional[str]]] = None,
         cancelled: Optional[Callable[[], bool]] = None,
         max_workers: Optional[int] = None,
     ) -> list[Any]:
@@ -799,7 +820,9 @@ class Session:
         return _run_tools(self, calls, body, guard, cancelled, max_workers)
 
 
-def _run_tools(session, calls, body, guard, cancelled, max_workers):
+def _run_tools(session: Session, calls: list[Any], body: Callable[[Any], Any],
+               guard: Optional[Callable[[Any], Optional[str]]],
+               cancelled: Optional[Callable[[], bool]], max_workers: Optional[int]) -> list[Any]:
     from concurrent.futures import ThreadPoolExecutor
 
     batch = _Batch(session, calls)
@@ -809,7 +832,7 @@ def _run_tools(session, calls, body, guard, cancelled, max_workers):
     if batch.aborted(cancelled):
         return batch.outcomes
 
-    def one(i):
+    def one(i: int) -> dict[str, Any]:
         try:
             value = body(calls[i])
         except Exception as e:  # recorded as an error result; the others go on
@@ -832,14 +855,14 @@ class Subscription:
     def __init__(self, native: NativeSubscription) -> None:
         self._native = native
 
-    def __iter__(self) -> Iterator[dict]:
+    def __iter__(self) -> Iterator[dict[str, Any]]:
         return self
 
     def __next__(self) -> dict[str, Any]:
         e = self._native.next()
         if e is None:
             raise StopIteration
-        return json.loads(e)
+        return _as_dict(e)
 
     def try_next(self) -> Optional[dict[str, Any]]:
         """The next durable event if there is one now."""
