@@ -31,29 +31,19 @@ pub(crate) fn body(r: &mut Render<'_>, segments: &[Segment]) -> Value {
             }
             None => {}
         }
-        let foreign: Vec<_>;
-        let tools = if r.foreign {
-            foreign = h.tools.iter().filter_map(|t| r.foreign_tool(t)).collect();
-            &foreign
-        } else {
-            &h.tools
-        };
-        if !tools.is_empty() {
-            let tools = tools.iter().map(|t| {
-                let mut m = Map::new();
-                m.insert("name".into(), Value::String(t.name.clone()));
-                if !t.description.is_empty() {
-                    m.insert("description".into(), Value::String(t.description.clone()));
-                }
-                if !t.input_schema.is_null() {
-                    m.insert("input_schema".into(), t.input_schema.clone());
-                }
-                m.extend(t.extra.clone());
-                Value::Object(m)
-            });
-            b.insert("tools".into(), tools.collect());
-        }
     }
+    r.insert_tools(&mut b, |t| {
+        let mut m = Map::new();
+        m.insert("name".into(), Value::String(t.name.clone()));
+        if !t.description.is_empty() {
+            m.insert("description".into(), Value::String(t.description.clone()));
+        }
+        if !t.input_schema.is_null() {
+            m.insert("input_schema".into(), t.input_schema.clone());
+        }
+        m.extend(t.extra.clone());
+        Value::Object(m)
+    });
     let mut messages: Vec<(&'static str, Vec<Value>)> = Vec::new();
     for seg in segments {
         let (role, blocks) = match seg {

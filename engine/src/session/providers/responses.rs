@@ -20,19 +20,8 @@ pub(crate) fn body(r: &mut Render<'_>, segments: &[Segment]) -> Value {
         if let Some(s) = &h.system {
             b.insert("instructions".into(), Value::String(s.text()));
         }
-        let tools: Vec<Value> = if r.foreign {
-            h.tools
-                .iter()
-                .filter_map(|t| r.foreign_tool(t))
-                .map(|t| tool(&t))
-                .collect()
-        } else {
-            h.tools.iter().map(tool).collect()
-        };
-        if !tools.is_empty() {
-            b.insert("tools".into(), Value::Array(tools));
-        }
     }
+    r.insert_tools(&mut b, tool);
     let mut input: Vec<Value> = Vec::new();
     for seg in segments {
         match seg {

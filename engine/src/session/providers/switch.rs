@@ -124,6 +124,29 @@ impl<'a> Render<'a> {
         m
     }
 
+    /// The header's tools in the target's shape (`shape`), into `b` as
+    /// `tools` unless there are none: as written for the target's own API,
+    /// through [`Render::foreign_tool`] for a foreign header.
+    pub fn insert_tools(
+        &mut self,
+        b: &mut Map<String, Value>,
+        shape: impl Fn(&ToolSchema) -> Value,
+    ) {
+        let Some(h) = self.header else { return };
+        let tools: Vec<Value> = if self.foreign {
+            h.tools
+                .iter()
+                .filter_map(|t| self.foreign_tool(t))
+                .map(|t| shape(&t))
+                .collect()
+        } else {
+            h.tools.iter().map(shape).collect()
+        };
+        if !tools.is_empty() {
+            b.insert("tools".into(), Value::Array(tools));
+        }
+    }
+
     /// A tool of the header for a foreign header: `None` when the target
     /// cannot take it (another API's hosted tool), else its fields the
     /// target takes (the caller shapes it).
