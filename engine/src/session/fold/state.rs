@@ -432,6 +432,22 @@ impl State {
         Ok(())
     }
 
+    /// The `tool/call`s of one group: each by [`State::check_new_call`],
+    /// and none twice in the group (each is checked against the state
+    /// before the group, so a repeat inside it is caught here).
+    pub(crate) fn check_new_calls<'a>(&self, ids: impl IntoIterator<Item = &'a str>) -> Result<()> {
+        let mut seen = std::collections::HashSet::new();
+        for id in ids {
+            if !seen.insert(id) {
+                return Err(Error::Refused(format!(
+                    "tool call {id:?} appears twice in one group; a tool is not run twice"
+                )));
+            }
+            self.check_new_call(id)?;
+        }
+        Ok(())
+    }
+
     /// A replace must not separate a tool use from its tool result: every
     /// tool-use id answered on the surface before must be answered (both
     /// halves present) or gone entirely (both halves replaced) after.

@@ -149,18 +149,12 @@ impl Session {
         let mut decoded = Vec::with_capacity(events.len());
         // Each event is checked against the state before the group: a tool
         // called twice within the group is caught here.
-        let mut calls = std::collections::HashSet::new();
-        for (kind, value, _) in &events {
-            if *kind == CoreKind::ToolCall {
-                if let Some(id) = value.get("call_id").and_then(Value::as_str) {
-                    if !calls.insert(id) {
-                        return Err(Error::Refused(format!(
-                            "tool call {id:?} appears twice in one group; a tool is not run twice"
-                        )));
-                    }
-                }
-            }
-        }
+        self.state.check_new_calls(
+            events
+                .iter()
+                .filter(|(kind, _, _)| *kind == CoreKind::ToolCall)
+                .filter_map(|(_, value, _)| value.get("call_id").and_then(Value::as_str)),
+        )?;
         for (i, (kind, value, op)) in events.into_iter().enumerate() {
             debug_assert!(matches!(op, None | Some(SurfaceOp::Append)));
             self.state.check_live(kind, &value, op, None)?;

@@ -44,16 +44,8 @@ impl Session {
     pub fn record_tool_calls(&mut self, calls: &[ToolCall]) -> Result<LogPos> {
         // A tool is not run twice: no call already called or answered, and
         // none twice in the group.
-        let mut seen = std::collections::HashSet::new();
-        for c in calls {
-            if !seen.insert(c.call_id.as_str()) {
-                return Err(crate::error::Error::Refused(format!(
-                    "tool call {:?} appears twice in one group; a tool is not run twice",
-                    c.call_id
-                )));
-            }
-            self.state.check_new_call(&c.call_id)?;
-        }
+        self.state
+            .check_new_calls(calls.iter().map(|c| c.call_id.as_str()))?;
         let items = calls
             .iter()
             .map(|c| EncodedEvent::core(CoreKind::ToolCall, envelope::encode_core(c, None)))
