@@ -137,6 +137,13 @@ pub enum Error {
     #[error("session {session:?}: fenced: {detail}")]
     Fenced { session: String, detail: String },
 
+    /// The process that hosts the store for this one (docs/MULTIPROCESS.md)
+    /// went away before it answered: the request may or may not have taken
+    /// effect (an append may be in the log, unacknowledged). Retry after
+    /// loading the session again; another process hosts the store by then.
+    #[error("the store's host process went away: {detail}")]
+    HostLost { detail: String },
+
     /// A backend other than the embedded store failed (its database is
     /// down, refused a statement, ...): the operation is not acknowledged.
     #[error("{backend} backend, {op}: {detail}")]
@@ -181,6 +188,7 @@ impl Error {
             Error::RequestMismatch(_) => "request_mismatch",
             Error::Fenced { .. } => "fenced",
             Error::Backend { .. } => "backend",
+            Error::HostLost { .. } => "host_lost",
         }
     }
 

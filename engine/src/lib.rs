@@ -13,6 +13,7 @@
 //! | [`inspect`] | the same scanner and classification for `verify`/`dump`: resync and carry on |
 //! | `store` | [`Store`], the façade: lock, open (plan + apply), append, sync, read, fork, close; [`gc`], segment collection (FORMAT.md §14) |
 //! | [`session`] | the session layer: typed events, surface, derive_messages, request headers |
+//! | [`share`] | several processes on one store: the lock holder hosts it on a Unix socket, the others are its clients |
 //!
 //! Lower-layer modules are private; their public types are re-exported here.
 //!
@@ -38,6 +39,7 @@ pub mod live;
 mod log;
 mod recovery;
 pub mod session;
+pub mod share;
 pub mod sim;
 mod store;
 mod types;

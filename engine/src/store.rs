@@ -97,6 +97,9 @@ pub struct Store {
     live: crate::live::LiveSet,
     /// The store's blob files (FORMAT.md §15).
     blobs: blobs::BlobDir,
+    /// Things that live as long as the store is open (a host's server,
+    /// docs/MULTIPROCESS.md): dropped first at close.
+    attached: Mutex<Vec<Box<dyn std::any::Any + Send>>>,
 }
 
 impl std::fmt::Debug for Store {
@@ -108,6 +111,11 @@ impl std::fmt::Debug for Store {
 }
 
 impl Store {
+    /// Keep `thing` until the store closes (it is dropped first then).
+    pub(crate) fn attach(&self, thing: Box<dyn std::any::Any + Send>) {
+        self.attached.lock().push(thing);
+    }
+
     /// The sessions that have a writable handle in this process.
     pub fn live_sessions(&self) -> &crate::live::LiveSet {
         &self.live
@@ -648,6 +656,9 @@ impl Store {
     /// writes fail with [`Error::Closed`]; what is durable can still be read.
     /// Calling it again does nothing.
     pub fn shutdown(&self) -> Result<()> {
+        // What serves this store to other processes stops first: they
+        // must not be answered by a store that is closing.
+        drop(std::mem::take(&mut *self.attached.lock()));
         let sh = &*self.shared;
         // Stop an online collection and wait for it: it must not rename or
         // remove files once the directory lock is released.

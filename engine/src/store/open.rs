@@ -125,6 +125,7 @@ impl Store {
             shared.reader.set_active(seg, None);
             return Ok(Store {
                 blobs: super::blobs::BlobDir::with_vfs(&shared.dir, vfs.clone()),
+                attached: Mutex::new(Vec::new()),
                 shared: Arc::new(shared),
                 flusher: Mutex::new(None),
                 preparer: Mutex::new(None),
@@ -211,6 +212,7 @@ impl Store {
         Ok(Store {
             preparer: Mutex::new(preparer),
             blobs: super::blobs::BlobDir::with_vfs(&shared.dir, vfs.clone()),
+            attached: Mutex::new(Vec::new()),
             shared,
             flusher: Mutex::new(Some(handle)),
             report,

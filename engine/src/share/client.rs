@@ -1,0 +1,917 @@
+//! The client side: a process whose open met another process's lock runs
+//! its session layer on this [`EventLog`], whose methods are requests to
+//! the host (docs/MULTIPROCESS.md). When the host goes away, the client
+//! takes the store over or connects to whoever did.
+
+use std::collections::{HashMap, HashSet, VecDeque};
+use std::io::BufReader;
+use std::ops::Range;
+use std::os::unix::net::UnixStream;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Weak};
+use std::task::{Context, Poll, Waker};
+use std::time::{Duration, Instant};
+
+use parking_lot::{Condvar, Mutex, RwLock};
+
+use crate::backend::{Claim, EventLog, Follow, Listing, LogEvent};
+use crate::error::{Error, Result};
+use crate::share::server::{socket_path, Server};
+use crate::share::wire::{self, Op, Reply, Request, Response, WireEvent, VERSION};
+use crate::store::{Options, Store};
+
+/// How long a client waits for some process to host the store after its
+/// host went away (the new host's recovery runs within it).
+const TAKEOVER_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// A store hosted by another process, or (after a takeover) by this one.
+pub struct Client {
+    me: Weak<Client>,
+    dir: PathBuf,
+    opts: Options,
+    mode: RwLock<Mode>,
+    /// One change of host at a time.
+    switching: Mutex<()>,
+    /// Sessions this process claimed: claim id (with the current host).
+    claims: Mutex<HashMap<String, u64>>,
+    /// The end of what this process appended to each session.
+    appended: Mutex<HashMap<String, u64>>,
+    /// Sessions whose unacknowledged events a dead host took with it.
+    doubt: Mutex<HashSet<String>>,
+    /// Flushes waited for by `poll_durable`, by (session, len).
+    syncs: Mutex<HashMap<(String, u64), Arc<Slot>>>,
+}
+
+impl std::fmt::Debug for Client {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("share::Client")
+            .field("dir", &self.dir)
+            .finish()
+    }
+}
+
+#[derive(Clone)]
+enum Mode {
+    /// Not connected yet, or the connection ended.
+    Down,
+    Remote(Arc<Conn>),
+    /// This process took the store over.
+    Local(Arc<Store>),
+    Closed,
+}
+
+/// One connection to a host.
+struct Conn {
+    writer: Mutex<UnixStream>,
+    next_id: AtomicU64,
+    pending: Mutex<HashMap<u64, Arc<Slot>>>,
+    follows: Mutex<HashMap<u64, Arc<Queue>>>,
+    dead: AtomicBool,
+}
+
+/// Where an answer lands.
+#[derive(Default)]
+struct Slot {
+    reply: Mutex<Option<Result<Reply>>>,
+    cv: Condvar,
+    waker: Mutex<Option<Waker>>,
+}
+
+impl Slot {
+    fn fill(&self, r: Result<Reply>) {
+        *self.reply.lock() = Some(r);
+        self.cv.notify_all();
+        if let Some(w) = self.waker.lock().take() {
+            w.wake();
+        }
+    }
+
+    fn wait(&self) -> Result<Reply> {
+        let mut g = self.reply.lock();
+        loop {
+            if let Some(r) = g.take() {
+                return r;
+            }
+            self.cv.wait(&mut g);
+        }
+    }
+}
+
+/// A follow's pushed events.
+#[derive(Default)]
+struct Queue {
+    state: Mutex<(VecDeque<LogEvent>, Option<Error>)>,
+    cv: Condvar,
+    waker: Mutex<Option<Waker>>,
+}
+
+impl Queue {
+    fn push(&self, events: Vec<WireEvent>, end: Option<Error>) {
+        let mut st = self.state.lock();
+        st.0.extend(events.into_iter().map(|e| LogEvent {
+            seq: e.seq,
+            kind: e.kind,
+            flags: e.flags,
+            payload: e.payload,
+        }));
+        if end.is_some() && st.1.is_none() {
+            st.1 = end;
+        }
+        drop(st);
+        self.cv.notify_all();
+        if let Some(w) = self.waker.lock().take() {
+            w.wake();
+        }
+    }
+}
+
+fn lost(what: &str) -> Error {
+    Error::HostLost {
+        detail: format!("{what}; it may or may not have taken effect"),
+    }
+}
+
+impl Conn {
+    fn connect(dir: &Path) -> std::io::Result<(Arc<Conn>, [u8; 16])> {
+        let path = socket_path(dir).map_err(|e| std::io::Error::other(e.to_string()))?;
+        let mut stream = UnixStream::connect(path)?;
+        stream.set_read_timeout(Some(Duration::from_secs(10)))?;
+        wire::write_frame(
+            &mut stream,
+            &Request {
+                id: 0,
+                op: Op::Hello {
+                    version: VERSION,
+                    pid: std::process::id(),
+                },
+            },
+        )?;
+        let hello: Option<Response> = wire::read_frame(&mut stream)?;
+        let store_id = match hello {
+            Some(Response {
+                reply: Reply::Hello { version, store_id },
+                ..
+            }) if version == VERSION => store_id,
+            _ => {
+                return Err(std::io::Error::new(
+                    std::io::ErrorKind::InvalidData,
+                    "the host did not answer the hello",
+                ))
+            }
+        };
+        stream.set_read_timeout(None)?;
+        let reader = stream.try_clone()?;
+        let conn = Arc::new(Conn {
+            writer: Mutex::new(stream),
+            next_id: AtomicU64::new(1),
+            pending: Mutex::new(HashMap::new()),
+            follows: Mutex::new(HashMap::new()),
+            dead: AtomicBool::new(false),
+        });
+        let c = conn.clone();
+        std::thread::Builder::new()
+            .name("turnstone-client".into())
+            .spawn(move || c.read_loop(reader))?;
+        Ok((conn, store_id))
+    }
+
+    fn read_loop(self: Arc<Conn>, stream: UnixStream) {
+        let mut r = BufReader::with_capacity(64 << 10, stream);
+        while let Ok(Some(Response { id, reply })) = wire::read_frame::<_, Response>(&mut r) {
+            let follow = self.follows.lock().get(&id).cloned();
+            if let Some(q) = follow {
+                match reply {
+                    Reply::Events(evs) => q.push(evs, None),
+                    Reply::FollowEnd(e) => {
+                        self.follows.lock().remove(&id);
+                        q.push(Vec::new(), Some(e.into_error()));
+                    }
+                    _ => {}
+                }
+                continue;
+            }
+            if let Some(slot) = self.pending.lock().remove(&id) {
+                slot.fill(Ok(reply));
+            }
+        }
+        self.kill();
+    }
+
+    /// The connection ended: every waiting request and follow learns it.
+    fn kill(&self) {
+        self.dead.store(true, Ordering::SeqCst);
+        let _ = self.writer.lock().shutdown(std::net::Shutdown::Both);
+        for (_, slot) in self.pending.lock().drain() {
+            slot.fill(Err(lost("the host went away before answering")));
+        }
+        for (_, q) in self.follows.lock().drain() {
+            q.push(Vec::new(), Some(lost("the host went away")));
+        }
+    }
+
+    /// Send `op`; the slot its answer lands in. `Err` if the request was
+    /// not sent (the connection was already down).
+    fn send(&self, op: Op) -> std::result::Result<(u64, Arc<Slot>), ()> {
+        if self.dead.load(Ordering::SeqCst) {
+            return Err(());
+        }
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        let slot = Arc::new(Slot::default());
+        self.pending.lock().insert(id, slot.clone());
+        let sent = wire::write_frame(&mut *self.writer.lock(), &Request { id, op });
+        if sent.is_err() {
+            self.kill();
+        } else if self.dead.load(Ordering::SeqCst) {
+            // Killed while sending: the slot was failed (or answered).
+        }
+        Ok((id, slot))
+    }
+}
+
+/// What an answer is, as a result.
+fn reply(r: Reply) -> Result<Reply> {
+    match r {
+        Reply::Err(e) => Err(e.into_error()),
+        other => Ok(other),
+    }
+}
+
+fn unexpected(r: Reply) -> Error {
+    Error::Backend {
+        backend: "host",
+        op: "answer".into(),
+        detail: format!("an answer of the wrong kind: {r:?}"),
+    }
+}
+
+impl Client {
+    /// A client of the store at `dir`, hosted by another process (or, if
+    /// none hosts it any more, by this one: `opts` opens it then).
+    pub fn connect(dir: &Path, opts: Options) -> Result<Arc<Client>> {
+        socket_path(dir)?;
+        let client = Arc::new_cyclic(|me| Client {
+            me: me.clone(),
+            dir: dir.to_path_buf(),
+            opts,
+            mode: RwLock::new(Mode::Down),
+            switching: Mutex::new(()),
+            claims: Mutex::new(HashMap::new()),
+            appended: Mutex::new(HashMap::new()),
+            doubt: Mutex::new(HashSet::new()),
+            syncs: Mutex::new(HashMap::new()),
+        });
+        client.current()?;
+        Ok(client)
+    }
+
+    /// Whether this process hosts the store now (it took it over).
+    pub fn is_host(&self) -> bool {
+        matches!(&*self.mode.read(), Mode::Local(_))
+    }
+
+    /// Stop: a store this process took over is closed (and its clients
+    /// move on); a connection is ended.
+    pub fn close(&self) -> Result<()> {
+        let old = std::mem::replace(&mut *self.mode.write(), Mode::Closed);
+        match old {
+            Mode::Local(store) => store.shutdown(),
+            Mode::Remote(conn) => {
+                conn.kill();
+                Ok(())
+            }
+            _ => Ok(()),
+        }
+    }
+
+    /// The current host, connecting (or taking the store over) if the
+    /// connection is down.
+    fn current(&self) -> Result<Mode> {
+        match &*self.mode.read() {
+            Mode::Remote(c) if !c.dead.load(Ordering::SeqCst) => {
+                return Ok(Mode::Remote(c.clone()))
+            }
+            Mode::Local(s) => return Ok(Mode::Local(s.clone())),
+            Mode::Closed => return Err(Error::Closed),
+            _ => {}
+        }
+        let _one = self.switching.lock();
+        match &*self.mode.read() {
+            Mode::Remote(c) if !c.dead.load(Ordering::SeqCst) => {
+                return Ok(Mode::Remote(c.clone()))
+            }
+            Mode::Local(s) => return Ok(Mode::Local(s.clone())),
+            Mode::Closed => return Err(Error::Closed),
+            _ => {}
+        }
+        let deadline = Instant::now() + TAKEOVER_TIMEOUT;
+        loop {
+            match Store::open_with(&self.dir, self.opts.clone()) {
+                Ok(store) => {
+                    let store = Arc::new(store);
+                    let server = Server::start(&store)?;
+                    store.attach(Box::new(server));
+                    let mode = Mode::Local(store);
+                    self.after_switch(&mode);
+                    *self.mode.write() = mode.clone();
+                    return Ok(mode);
+                }
+                Err(Error::Locked { .. }) => {}
+                Err(e) => return Err(e),
+            }
+            if let Ok((conn, _)) = Conn::connect(&self.dir) {
+                let mode = Mode::Remote(conn);
+                self.after_switch(&mode);
+                *self.mode.write() = mode.clone();
+                return Ok(mode);
+            }
+            if Instant::now() > deadline {
+                return Err(Error::HostLost {
+                    detail: format!(
+                        "no process hosts {} after {} s, and its lock is held",
+                        self.dir.display(),
+                        TAKEOVER_TIMEOUT.as_secs()
+                    ),
+                });
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+
+    /// A new host: claim again what this process held, and doubt the
+    /// sessions whose appends did not all survive.
+    fn after_switch(&self, mode: &Mode) {
+        let held: Vec<String> = self.claims.lock().keys().cloned().collect();
+        for session in held {
+            match self.claim_on(mode, &session) {
+                Ok(c) => {
+                    self.claims.lock().insert(session, c.id);
+                }
+                Err(_) => {
+                    self.claims.lock().remove(&session);
+                    self.doubt.lock().insert(session);
+                }
+            }
+        }
+        let appended: Vec<(String, u64)> = self
+            .appended
+            .lock()
+            .iter()
+            .map(|(s, n)| (s.clone(), *n))
+            .collect();
+        for (session, end) in appended {
+            let durable = match mode {
+                Mode::Local(s) => EventLog::durable_len(&**s, &session).ok().flatten(),
+                Mode::Remote(c) => match c.send(Op::DurableLen {
+                    session: session.clone(),
+                }) {
+                    Ok((_, slot)) => match slot.wait().and_then(reply) {
+                        Ok(Reply::Len(n)) => n,
+                        _ => None,
+                    },
+                    Err(()) => None,
+                },
+                _ => None,
+            };
+            if durable.unwrap_or(0) < end {
+                self.doubt.lock().insert(session);
+            }
+        }
+    }
+
+    fn claim_on(&self, mode: &Mode, session: &str) -> Result<Claim> {
+        match mode {
+            Mode::Local(s) => EventLog::claim(&**s, session),
+            Mode::Remote(c) => {
+                let (_, slot) = c
+                    .send(Op::Claim {
+                        session: session.to_string(),
+                    })
+                    .map_err(|()| lost("the host went away"))?;
+                match reply(slot.wait()?)? {
+                    Reply::Claim { id, took_over } => Ok(Claim { id, took_over }),
+                    r => Err(unexpected(r)),
+                }
+            }
+            _ => Err(Error::Closed),
+        }
+    }
+
+    /// Run one request: on this process's store after a takeover, or on
+    /// the host. A request that was never sent (the connection was found
+    /// down) goes to the next host; one that was sent and not answered
+    /// fails with `host_lost`, unless it only reads (`retry`).
+    fn run<T>(
+        &self,
+        retry: bool,
+        op: impl Fn() -> Op,
+        local: impl Fn(&Store) -> Result<T>,
+        remote: impl Fn(Reply) -> Result<T>,
+    ) -> Result<T> {
+        for _ in 0..8 {
+            match self.current()? {
+                Mode::Local(s) => return local(&s),
+                Mode::Remote(c) => {
+                    let Ok((_, slot)) = c.send(op()) else {
+                        continue;
+                    };
+                    match slot.wait() {
+                        Ok(r) => return remote(reply(r)?),
+                        Err(Error::HostLost { .. }) if retry => continue,
+                        Err(e) => return Err(e),
+                    }
+                }
+                Mode::Down => continue,
+                Mode::Closed => return Err(Error::Closed),
+            }
+        }
+        Err(lost("the host went away repeatedly"))
+    }
+
+    fn check_doubt(&self, session: &str) -> Result<()> {
+        if self.doubt.lock().contains(session) {
+            return Err(Error::HostLost {
+                detail: format!(
+                    "session {session:?}: the host that held events this process appended went away before they were durable; load the session again"
+                ),
+            });
+        }
+        Ok(())
+    }
+
+    fn note_appended(&self, session: &str, end: u64) {
+        let mut a = self.appended.lock();
+        let e = a.entry(session.to_string()).or_insert(0);
+        *e = (*e).max(end);
+    }
+
+    /// The end this process needs durable in `session`.
+    fn needed(&self, session: &str) -> u64 {
+        self.appended.lock().get(session).copied().unwrap_or(0)
+    }
+
+    fn check_durable(&self, session: &str, durable: Option<u64>) -> Result<()> {
+        let need = self.needed(session);
+        match durable {
+            Some(n) if n >= need => Ok(()),
+            Some(n) => {
+                self.doubt.lock().insert(session.to_string());
+                Err(Error::HostLost {
+                    detail: format!(
+                        "session {session:?} has {n} durable events, this process appended up to {need}: the host that took them went away before they were durable"
+                    ),
+                })
+            }
+            None => Err(Error::UnknownSession(session.to_string())),
+        }
+    }
+}
+
+fn to_log_events(events: Vec<WireEvent>) -> Vec<LogEvent> {
+    events
+        .into_iter()
+        .map(|e| LogEvent {
+            seq: e.seq,
+            kind: e.kind,
+            flags: e.flags,
+            payload: e.payload,
+        })
+        .collect()
+}
+
+/// Events read from this process's own store after a takeover, blob
+/// references resolved as the host resolves them.
+fn local_read(s: &Store, session: &str, range: Range<u64>) -> Result<Vec<LogEvent>> {
+    EventLog::read_range(s, session, range)?
+        .into_iter()
+        .map(|mut e| {
+            if let std::borrow::Cow::Owned(p) =
+                crate::session::codec::blob_refs::resolve(s.blobs(), &e.payload)?
+            {
+                e.payload = p;
+            }
+            Ok(e)
+        })
+        .collect()
+}
+
+impl EventLog for Client {
+    fn backend(&self) -> &'static str {
+        "embedded (shared)"
+    }
+
+    fn create_session(&self, session: &str) -> Result<()> {
+        let op = || Op::CreateSession {
+            session: session.to_string(),
+        };
+        self.run(
+            false,
+            op,
+            |s| EventLog::create_session(s, session),
+            |_| Ok(()),
+        )
+    }
+
+    fn fork(&self, parent: &str, upto: u64, child: &str) -> Result<()> {
+        let op = || Op::Fork {
+            parent: parent.to_string(),
+            upto,
+            child: child.to_string(),
+        };
+        self.run(
+            false,
+            op,
+            |s| EventLog::fork(s, parent, upto, child),
+            |_| Ok(()),
+        )
+    }
+
+    fn append_group(&self, session: &str, events: &[(u16, u16, &[u8])]) -> Result<u64> {
+        self.check_doubt(session)?;
+        let op = || Op::Append {
+            session: session.to_string(),
+            events: events.iter().map(|&(k, f, p)| (k, f, p.to_vec())).collect(),
+        };
+        let first = self.run(
+            false,
+            op,
+            |s| EventLog::append_group(s, session, events),
+            |r| match r {
+                Reply::Seq(n) => Ok(n),
+                r => Err(unexpected(r)),
+            },
+        )?;
+        self.note_appended(session, first + events.len() as u64);
+        Ok(first)
+    }
+
+    fn sync_session(&self, session: &str) -> Result<()> {
+        self.check_doubt(session)?;
+        let op = || Op::Sync {
+            session: session.to_string(),
+        };
+        let durable = self.run(
+            false,
+            op,
+            |s| {
+                EventLog::sync_session(s, session)?;
+                EventLog::durable_len(s, session)
+            },
+            |r| match r {
+                Reply::Len(n) => Ok(n),
+                r => Err(unexpected(r)),
+            },
+        )?;
+        self.check_durable(session, durable)
+    }
+
+    fn poll_durable(&self, session: &str, len: u64, cx: &mut Context<'_>) -> Poll<Result<()>> {
+        if let Err(e) = self.check_doubt(session) {
+            return Poll::Ready(Err(e));
+        }
+        let key = (session.to_string(), len);
+        let slot = self.syncs.lock().get(&key).cloned();
+        let slot = match slot {
+            Some(s) => s,
+            None => {
+                let conn = match self.current() {
+                    Ok(Mode::Remote(c)) => c,
+                    // Taken over (or closed): wait here.
+                    _ => return Poll::Ready(self.sync_session(session)),
+                };
+                let Ok((_, slot)) = conn.send(Op::Sync {
+                    session: session.to_string(),
+                }) else {
+                    return Poll::Ready(self.sync_session(session));
+                };
+                self.syncs.lock().insert(key.clone(), slot.clone());
+                slot
+            }
+        };
+        *slot.waker.lock() = Some(cx.waker().clone());
+        let r = slot.reply.lock().take();
+        match r {
+            None => Poll::Pending,
+            Some(r) => {
+                self.syncs.lock().remove(&key);
+                let r = r.and_then(reply).and_then(|r| match r {
+                    Reply::Len(n) => Ok(n),
+                    r => Err(unexpected(r)),
+                });
+                Poll::Ready(r.and_then(|n| match n {
+                    Some(n) if n >= len => self.check_durable(session, Some(n)),
+                    n => self.check_durable(session, n),
+                }))
+            }
+        }
+    }
+
+    fn durable_len(&self, session: &str) -> Result<Option<u64>> {
+        let op = || Op::DurableLen {
+            session: session.to_string(),
+        };
+        self.run(
+            true,
+            op,
+            |s| EventLog::durable_len(s, session),
+            |r| match r {
+                Reply::Len(n) => Ok(n),
+                r => Err(unexpected(r)),
+            },
+        )
+    }
+
+    fn appended_len(&self, session: &str) -> Result<Option<u64>> {
+        let op = || Op::AppendedLen {
+            session: session.to_string(),
+        };
+        self.run(
+            true,
+            op,
+            |s| EventLog::appended_len(s, session),
+            |r| match r {
+                Reply::Len(n) => Ok(n),
+                r => Err(unexpected(r)),
+            },
+        )
+    }
+
+    fn parent(&self, session: &str) -> Result<Option<(String, u64)>> {
+        let op = || Op::Parent {
+            session: session.to_string(),
+        };
+        self.run(
+            true,
+            op,
+            |s| EventLog::parent(s, session),
+            |r| match r {
+                Reply::Parent(p) => Ok(p),
+                r => Err(unexpected(r)),
+            },
+        )
+    }
+
+    fn sessions(&self) -> Result<Vec<String>> {
+        self.run(
+            true,
+            || Op::Sessions,
+            EventLog::sessions,
+            |r| match r {
+                Reply::Names(n) => Ok(n),
+                r => Err(unexpected(r)),
+            },
+        )
+    }
+
+    fn listing(&self) -> Result<Vec<Listing>> {
+        self.run(
+            true,
+            || Op::Listing,
+            EventLog::listing,
+            |r| match r {
+                Reply::Listing(l) => Ok(l
+                    .into_iter()
+                    .map(|(name, durable_len, parent)| Listing {
+                        name,
+                        durable_len,
+                        parent,
+                    })
+                    .collect()),
+                r => Err(unexpected(r)),
+            },
+        )
+    }
+
+    fn read_range(&self, session: &str, range: Range<u64>) -> Result<Vec<LogEvent>> {
+        let op = || Op::ReadRange {
+            session: session.to_string(),
+            start: range.start,
+            end: range.end,
+        };
+        self.run(
+            true,
+            op,
+            |s| local_read(s, session, range.clone()),
+            |r| match r {
+                Reply::Events(e) => Ok(to_log_events(e)),
+                r => Err(unexpected(r)),
+            },
+        )
+    }
+
+    fn claim(&self, session: &str) -> Result<Claim> {
+        let mode = self.current()?;
+        let c = self.claim_on(&mode, session)?;
+        self.claims.lock().insert(session.to_string(), c.id);
+        // A fresh claim starts from what is durable: no doubt carried over.
+        self.doubt.lock().remove(session);
+        let durable = self.durable_len(session).ok().flatten().unwrap_or(0);
+        self.appended.lock().insert(session.to_string(), durable);
+        Ok(c)
+    }
+
+    fn release(&self, session: &str, claim: u64) {
+        let _ = claim;
+        let Some(id) = self.claims.lock().remove(session) else {
+            return;
+        };
+        self.doubt.lock().remove(session);
+        self.appended.lock().remove(session);
+        match self.current() {
+            Ok(Mode::Local(s)) => EventLog::release(&*s, session, id),
+            Ok(Mode::Remote(c)) => {
+                if let Ok((_, slot)) = c.send(Op::Release {
+                    session: session.to_string(),
+                    claim: id,
+                }) {
+                    let _ = slot.wait();
+                }
+            }
+            _ => {}
+        }
+    }
+
+    fn follow(&self, session: &str, from: u64) -> Result<Box<dyn Follow>> {
+        let me = self.me.upgrade().ok_or(Error::Closed)?;
+        let mut f = ClientFollow {
+            client: me,
+            session: session.to_string(),
+            next: from,
+            current: None,
+        };
+        f.start()?;
+        Ok(Box::new(f))
+    }
+
+    fn mark_deleted(&self, session: &str) -> Result<()> {
+        let op = || Op::MarkDeleted {
+            session: session.to_string(),
+        };
+        self.run(
+            false,
+            op,
+            |s| EventLog::mark_deleted(s, session),
+            |_| Ok(()),
+        )
+    }
+}
+
+/// A follower in a client: the host pushes its events; when the host
+/// changes, it follows again on the new one from where it was.
+struct ClientFollow {
+    client: Arc<Client>,
+    session: String,
+    next: u64,
+    current: Option<Following>,
+}
+
+enum Following {
+    Remote {
+        conn: Arc<Conn>,
+        id: u64,
+        queue: Arc<Queue>,
+    },
+    Local(crate::store::Subscription),
+}
+
+impl Drop for ClientFollow {
+    fn drop(&mut self) {
+        if let Some(Following::Remote { conn, id, .. }) = self.current.take() {
+            conn.follows.lock().remove(&id);
+            // No answer comes to an unfollow.
+            let _ = wire::write_frame(
+                &mut *conn.writer.lock(),
+                &Request {
+                    id: 0,
+                    op: Op::Unfollow { follow: id },
+                },
+            );
+        }
+    }
+}
+
+impl ClientFollow {
+    fn start(&mut self) -> Result<()> {
+        for _ in 0..8 {
+            match self.client.current()? {
+                Mode::Local(s) => {
+                    self.current = Some(Following::Local(s.subscribe(&self.session, self.next)?));
+                    return Ok(());
+                }
+                Mode::Remote(conn) => {
+                    let queue = Arc::new(Queue::default());
+                    let id = conn.next_id.fetch_add(1, Ordering::Relaxed);
+                    conn.follows.lock().insert(id, queue.clone());
+                    let sent = wire::write_frame(
+                        &mut *conn.writer.lock(),
+                        &Request {
+                            id,
+                            op: Op::Follow {
+                                session: self.session.clone(),
+                                from: self.next,
+                            },
+                        },
+                    );
+                    if sent.is_err() {
+                        conn.kill();
+                        continue;
+                    }
+                    self.current = Some(Following::Remote { conn, id, queue });
+                    return Ok(());
+                }
+                _ => continue,
+            }
+        }
+        Err(lost("the host went away repeatedly"))
+    }
+
+    /// Take one event (or the end) if there is one; `Ok(None)`: wait.
+    fn take(&mut self) -> Result<Option<LogEvent>> {
+        loop {
+            match &mut self.current {
+                None => self.start()?,
+                Some(Following::Local(sub)) => {
+                    return Ok(sub.try_next()?.map(|e| LogEvent {
+                        seq: e.seq.0,
+                        kind: e.kind,
+                        flags: e.flags,
+                        payload: e.payload,
+                    }))
+                }
+                Some(Following::Remote { queue, .. }) => {
+                    let mut st = queue.state.lock();
+                    if let Some(e) = st.0.pop_front() {
+                        return Ok(Some(e));
+                    }
+                    match st.1.take() {
+                        None => return Ok(None),
+                        // The host changed: follow on the next one.
+                        Some(Error::HostLost { .. }) => {
+                            drop(st);
+                            self.current = None;
+                        }
+                        Some(e) => return Err(e),
+                    }
+                }
+            }
+        }
+    }
+}
+
+impl Follow for ClientFollow {
+    fn next_timeout(&mut self, timeout: Duration) -> Result<Option<LogEvent>> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            if let Some(e) = self.take()? {
+                self.next = e.seq + 1;
+                return Ok(Some(e));
+            }
+            let now = Instant::now();
+            if now >= deadline {
+                return Ok(None);
+            }
+            match &self.current {
+                Some(Following::Remote { queue, .. }) => {
+                    let mut st = queue.state.lock();
+                    if st.0.is_empty() && st.1.is_none() {
+                        queue.cv.wait_for(&mut st, deadline - now);
+                    }
+                }
+                _ => std::thread::sleep(Duration::from_millis(1).min(deadline - now)),
+            }
+        }
+    }
+
+    fn poll_next(&mut self, cx: &mut Context<'_>) -> Poll<Result<LogEvent>> {
+        loop {
+            match self.take() {
+                Err(e) => return Poll::Ready(Err(e)),
+                Ok(Some(e)) => {
+                    self.next = e.seq + 1;
+                    return Poll::Ready(Ok(e));
+                }
+                Ok(None) => {}
+            }
+            match &self.current {
+                Some(Following::Remote { queue, .. }) => {
+                    *queue.waker.lock() = Some(cx.waker().clone());
+                    let st = queue.state.lock();
+                    if st.0.is_empty() && st.1.is_none() {
+                        return Poll::Pending;
+                    }
+                }
+                _ => {
+                    // This process hosts now: wait on its store.
+                    return match self.next_timeout(Duration::from_secs(1)) {
+                        Ok(Some(e)) => Poll::Ready(Ok(e)),
+                        Ok(None) => {
+                            cx.waker().wake_by_ref();
+                            Poll::Pending
+                        }
+                        Err(e) => Poll::Ready(Err(e)),
+                    };
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,447 @@
+//! The host side: a store's lock holder serves its clients on `host.sock`
+//! (docs/MULTIPROCESS.md). One thread accepts; one thread per connection
+//! reads requests and answers the quick ones itself; a flush or a follow,
+//! which waits, runs on a worker thread, so one client's threads never wait
+//! behind each other.
+
+use std::collections::{HashMap, VecDeque};
+use std::os::unix::fs::PermissionsExt;
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Weak};
+use std::time::Duration;
+
+use parking_lot::{Condvar, Mutex};
+
+use crate::backend::EventLog;
+use crate::error::{Error, Result};
+use crate::share::wire::{
+    self, Op, Reply, Request, Response, WireError, WireEvent, FRAME_MAX, VERSION,
+};
+use crate::store::Store;
+
+/// The socket's name in the store directory.
+pub const SOCKET_FILE: &str = "host.sock";
+
+/// How long a write to a client may wait before the client is dropped.
+const WRITE_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// The most worker threads waiting at once (flushes and follows).
+const WORKERS_MAX: usize = 1024;
+
+/// The socket path of the store at `dir`, or why it cannot have one.
+pub(crate) fn socket_path(dir: &Path) -> Result<PathBuf> {
+    let path = dir.join(SOCKET_FILE);
+    // sockaddr_un's sun_path holds 108 bytes with the terminating NUL.
+    if path.as_os_str().len() > 107 {
+        return Err(Error::InvalidArgument(format!(
+            "{} is {} bytes, over the 107 a Unix socket path may have: open the store by a shorter path to share it between processes",
+            path.display(),
+            path.as_os_str().len()
+        )));
+    }
+    Ok(path)
+}
+
+/// A running host: serves until dropped (or the store closes), then
+/// removes its socket and ends every connection, so that clients notice
+/// at once.
+pub struct Server {
+    inner: Arc<Inner>,
+}
+
+impl std::fmt::Debug for Server {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Server")
+            .field("socket", &self.inner.path)
+            .finish()
+    }
+}
+
+struct Inner {
+    path: PathBuf,
+    store: Weak<Store>,
+    stop: AtomicBool,
+    conns: Mutex<Vec<Weak<Conn>>>,
+    pool: Pool,
+}
+
+impl Server {
+    /// Serve `store` (held for writing by this process) on its socket.
+    pub fn start(store: &Arc<Store>) -> Result<Server> {
+        if store.is_read_only() {
+            return Err(Error::ReadOnly);
+        }
+        let path = socket_path(store.dir())?;
+        // The lock is ours: a socket file here was left by a host that died.
+        match std::fs::remove_file(&path) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return Err(Error::io("remove stale socket", &path, e)),
+        }
+        let listener = UnixListener::bind(&path).map_err(|e| Error::io("bind", &path, e))?;
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600))
+            .map_err(|e| Error::io("chmod", &path, e))?;
+        let inner = Arc::new(Inner {
+            path,
+            store: Arc::downgrade(store),
+            stop: AtomicBool::new(false),
+            conns: Mutex::new(Vec::new()),
+            pool: Pool::default(),
+        });
+        let accept = inner.clone();
+        std::thread::Builder::new()
+            .name("turnstone-host".into())
+            .spawn(move || accept_loop(accept, listener))
+            .map_err(|e| Error::io("spawn host thread", &inner.path, e))?;
+        Ok(Server { inner })
+    }
+
+    /// The socket it listens on.
+    pub fn socket(&self) -> &Path {
+        &self.inner.path
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let inner = &self.inner;
+        inner.stop.store(true, Ordering::SeqCst);
+        // Wake the accept loop, then leave no socket for a client to find.
+        let _ = UnixStream::connect(&inner.path);
+        let _ = std::fs::remove_file(&inner.path);
+        for c in inner.conns.lock().drain(..) {
+            if let Some(c) = c.upgrade() {
+                c.dead.store(true, Ordering::Relaxed);
+                let _ = c.writer.lock().shutdown(std::net::Shutdown::Both);
+            }
+        }
+    }
+}
+
+fn accept_loop(inner: Arc<Inner>, listener: UnixListener) {
+    for conn in listener.incoming() {
+        if inner.stop.load(Ordering::SeqCst) {
+            break;
+        }
+        let Ok(stream) = conn else { continue };
+        let _ = stream.set_write_timeout(Some(WRITE_TIMEOUT));
+        let Ok(writer) = stream.try_clone() else {
+            continue;
+        };
+        let conn = Arc::new(Conn {
+            writer: Mutex::new(writer),
+            claims: Mutex::new(Vec::new()),
+            follows: Mutex::new(HashMap::new()),
+            dead: AtomicBool::new(false),
+        });
+        {
+            let mut conns = inner.conns.lock();
+            // Forget connections that ended.
+            conns.retain(|c| c.strong_count() > 0);
+            conns.push(Arc::downgrade(&conn));
+        }
+        let inner = inner.clone();
+        let _ = std::thread::Builder::new()
+            .name("turnstone-host-conn".into())
+            .spawn(move || serve_conn(inner, conn, stream));
+    }
+}
+
+/// One client: its writer, its claims, its follows.
+struct Conn {
+    writer: Mutex<UnixStream>,
+    claims: Mutex<Vec<(String, u64)>>,
+    follows: Mutex<HashMap<u64, Arc<AtomicBool>>>,
+    dead: AtomicBool,
+}
+
+impl Conn {
+    fn send(&self, id: u64, reply: Reply) {
+        if self.dead.load(Ordering::Relaxed) {
+            return;
+        }
+        let mut w = self.writer.lock();
+        if wire::write_frame(&mut *w, &Response { id, reply }).is_err() {
+            // A client that does not read (or is gone) is dropped.
+            self.dead.store(true, Ordering::Relaxed);
+            let _ = w.shutdown(std::net::Shutdown::Both);
+        }
+    }
+}
+
+fn serve_conn(inner: Arc<Inner>, conn: Arc<Conn>, stream: UnixStream) {
+    let mut reader = std::io::BufReader::with_capacity(64 << 10, stream);
+    // The hello first; anything else ends the connection.
+    match wire::read_frame::<_, Request>(&mut reader) {
+        Ok(Some(Request {
+            id,
+            op: Op::Hello { version, .. },
+        })) if version == VERSION => {
+            let Some(store) = inner.store.upgrade() else {
+                return;
+            };
+            conn.send(
+                id,
+                Reply::Hello {
+                    version: VERSION,
+                    store_id: store.store_id(),
+                },
+            );
+        }
+        _ => return,
+    }
+    while let Ok(Some(req)) = wire::read_frame::<_, Request>(&mut reader) {
+        if inner.stop.load(Ordering::SeqCst) || conn.dead.load(Ordering::Relaxed) {
+            break;
+        }
+        let Some(store) = inner.store.upgrade() else {
+            conn.send(req.id, Reply::Err(WireError::from(&Error::Closed)));
+            break;
+        };
+        handle(&inner, &conn, store, req);
+    }
+    // The client is gone: its claims and follows end with it.
+    conn.dead.store(true, Ordering::Relaxed);
+    if let Some(store) = inner.store.upgrade() {
+        for (session, claim) in conn.claims.lock().drain(..) {
+            EventLog::release(&*store, &session, claim);
+        }
+    }
+    for (_, cancel) in conn.follows.lock().drain() {
+        cancel.store(true, Ordering::Relaxed);
+    }
+    let _ = conn.writer.lock().shutdown(std::net::Shutdown::Both);
+}
+
+fn result_reply<T>(r: Result<T>, ok: impl FnOnce(T) -> Reply) -> Reply {
+    match r {
+        Ok(v) => ok(v),
+        Err(e) => Reply::Err(WireError::from(&e)),
+    }
+}
+
+/// A stored payload as a client sees it: blob references resolved.
+fn resolved(store: &Store, seq: u64, kind: u16, flags: u16, payload: Vec<u8>) -> Result<WireEvent> {
+    let payload = match crate::session::codec::blob_refs::resolve(store.blobs(), &payload)? {
+        std::borrow::Cow::Borrowed(_) => payload,
+        std::borrow::Cow::Owned(p) => p,
+    };
+    Ok(WireEvent {
+        seq,
+        kind,
+        flags,
+        payload,
+    })
+}
+
+fn handle(inner: &Arc<Inner>, conn: &Arc<Conn>, store: Arc<Store>, req: Request) {
+    let Request { id, op } = req;
+    let log: &dyn EventLog = &*store;
+    let reply = match op {
+        Op::Hello { .. } => Reply::Err(WireError::from(&Error::InvalidArgument(
+            "a second hello".into(),
+        ))),
+        Op::CreateSession { session } => {
+            result_reply(log.create_session(&session), |_| Reply::Unit)
+        }
+        Op::Fork {
+            parent,
+            upto,
+            child,
+        } => result_reply(log.fork(&parent, upto, &child), |_| Reply::Unit),
+        Op::Append { session, events } => {
+            let group: Vec<(u16, u16, &[u8])> =
+                events.iter().map(|(k, f, p)| (*k, *f, &p[..])).collect();
+            result_reply(log.append_group(&session, &group), Reply::Seq)
+        }
+        Op::Sync { session } => {
+            let conn = conn.clone();
+            inner.pool.run(Box::new(move || {
+                let log: &dyn EventLog = &*store;
+                let r = log
+                    .sync_session(&session)
+                    .and_then(|()| log.durable_len(&session));
+                conn.send(id, result_reply(r, Reply::Len));
+            }));
+            return;
+        }
+        Op::DurableLen { session } => result_reply(log.durable_len(&session), Reply::Len),
+        Op::AppendedLen { session } => result_reply(log.appended_len(&session), Reply::Len),
+        Op::Parent { session } => result_reply(log.parent(&session), Reply::Parent),
+        Op::Sessions => result_reply(log.sessions(), Reply::Names),
+        Op::Listing => result_reply(log.listing(), |l| {
+            Reply::Listing(
+                l.into_iter()
+                    .map(|l| (l.name, l.durable_len, l.parent))
+                    .collect(),
+            )
+        }),
+        Op::ReadRange {
+            session,
+            start,
+            end,
+        } => {
+            let r = log.read_range(&session, start..end).and_then(|evs| {
+                evs.into_iter()
+                    .map(|e| resolved(&store, e.seq, e.kind, e.flags, e.payload))
+                    .collect::<Result<Vec<_>>>()
+            });
+            result_reply(r, Reply::Events)
+        }
+        Op::Claim { session } => {
+            let r = log.claim(&session);
+            if let Ok(c) = &r {
+                conn.claims.lock().push((session.clone(), c.id));
+            }
+            result_reply(r, |c| Reply::Claim {
+                id: c.id,
+                took_over: c.took_over,
+            })
+        }
+        Op::Release { session, claim } => {
+            conn.claims
+                .lock()
+                .retain(|(s, c)| !(s == &session && *c == claim));
+            log.release(&session, claim);
+            Reply::Unit
+        }
+        Op::Follow { session, from } => {
+            let sub = match store.subscribe(&session, from) {
+                Ok(s) => s,
+                Err(e) => {
+                    conn.send(id, Reply::FollowEnd(WireError::from(&e)));
+                    return;
+                }
+            };
+            let cancel = Arc::new(AtomicBool::new(false));
+            conn.follows.lock().insert(id, cancel.clone());
+            let conn = conn.clone();
+            let weak = Arc::downgrade(&store);
+            drop(store);
+            inner
+                .pool
+                .run(Box::new(move || follow(conn, id, sub, weak, cancel)));
+            return;
+        }
+        Op::Unfollow { follow } => {
+            if let Some(c) = conn.follows.lock().remove(&follow) {
+                c.store(true, Ordering::Relaxed);
+            }
+            return;
+        }
+        Op::MarkDeleted { session } => result_reply(log.mark_deleted(&session), |_| Reply::Unit),
+    };
+    conn.send(id, reply);
+}
+
+/// Push a follow's events as they become durable, a batch per frame.
+fn follow(
+    conn: Arc<Conn>,
+    id: u64,
+    mut sub: crate::store::Subscription,
+    store: Weak<Store>,
+    cancel: Arc<AtomicBool>,
+) {
+    // Frames stay well under the limit.
+    const BATCH_BYTES: usize = FRAME_MAX / 4;
+    loop {
+        let first = match sub.next() {
+            Some(Ok(e)) => e,
+            Some(Err(e)) => {
+                conn.send(id, Reply::FollowEnd(WireError::from(&e)));
+                return;
+            }
+            None => {
+                conn.send(id, Reply::FollowEnd(WireError::from(&Error::Closed)));
+                return;
+            }
+        };
+        if cancel.load(Ordering::Relaxed) || conn.dead.load(Ordering::Relaxed) {
+            return;
+        }
+        let Some(st) = store.upgrade() else {
+            conn.send(id, Reply::FollowEnd(WireError::from(&Error::Closed)));
+            return;
+        };
+        let mut batch = Vec::new();
+        let mut bytes = 0;
+        let mut next = Some(first);
+        while let Some(e) = next.take() {
+            bytes += e.payload.len();
+            match resolved(&st, e.seq.0, e.kind, e.flags, e.payload) {
+                Ok(w) => batch.push(w),
+                Err(err) => {
+                    conn.send(id, Reply::FollowEnd(WireError::from(&err)));
+                    return;
+                }
+            }
+            if bytes < BATCH_BYTES {
+                next = sub.try_next().ok().flatten();
+            }
+        }
+        drop(st);
+        conn.send(id, Reply::Events(batch));
+    }
+}
+
+type Job = Box<dyn FnOnce() + Send>;
+
+/// Worker threads for the requests that wait: a job goes to an idle
+/// worker, or to a new one (up to [`WORKERS_MAX`]; past it, jobs queue).
+#[derive(Default)]
+struct Pool {
+    state: Arc<(Mutex<PoolState>, Condvar)>,
+}
+
+#[derive(Default)]
+struct PoolState {
+    jobs: VecDeque<Job>,
+    idle: usize,
+    threads: usize,
+}
+
+impl Pool {
+    fn run(&self, job: Job) {
+        let (m, cv) = &*self.state;
+        let mut st = m.lock();
+        st.jobs.push_back(job);
+        if st.idle > 0 {
+            cv.notify_one();
+            return;
+        }
+        if st.threads >= WORKERS_MAX {
+            return;
+        }
+        st.threads += 1;
+        drop(st);
+        let state = self.state.clone();
+        let spawned = std::thread::Builder::new()
+            .name("turnstone-host-worker".into())
+            .spawn(move || worker(state));
+        if spawned.is_err() {
+            m.lock().threads -= 1;
+        }
+    }
+}
+
+fn worker(state: Arc<(Mutex<PoolState>, Condvar)>) {
+    let (m, cv) = &*state;
+    let mut st = m.lock();
+    loop {
+        if let Some(job) = st.jobs.pop_front() {
+            drop(st);
+            job();
+            st = m.lock();
+            continue;
+        }
+        st.idle += 1;
+        let timed_out = cv.wait_for(&mut st, Duration::from_secs(30)).timed_out();
+        st.idle -= 1;
+        if timed_out && st.jobs.is_empty() {
+            st.threads -= 1;
+            return;
+        }
+    }
+}

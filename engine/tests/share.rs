@@ -1,0 +1,382 @@
+//! Several processes on one store (docs/MULTIPROCESS.md, issue 40). The
+//! test binary runs itself as worker processes (`worker_entry`, chosen by
+//! `TS_SHARE_ROLE`), so each test here has real processes, real kill -9s
+//! and a real Unix socket between them.
+
+use std::collections::{HashMap, HashSet};
+use std::io::{BufRead, BufReader, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::{mpsc, Arc};
+use std::time::{Duration, Instant};
+
+use turnstone::backend::EventLog;
+use turnstone::session::{Host, LogHandle, Registry, TurnStart};
+use turnstone::share::{self, Client};
+use turnstone::{Error, Options, Store};
+
+const KIND: u16 = 300;
+
+fn spawn(role: &str, dir: &Path, arg: &str) -> Child {
+    Command::new(std::env::current_exe().unwrap())
+        .args(["--exact", "worker_entry", "--nocapture", "--test-threads=1"])
+        .env("TS_SHARE_ROLE", role)
+        .env("TS_SHARE_DIR", dir)
+        .env("TS_SHARE_ARG", arg)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .unwrap()
+}
+
+/// Lines a child prints (`@` lines only: the harness prints its own).
+fn lines(child: &mut Child, tag: usize, tx: mpsc::Sender<(usize, String)>) {
+    let out = child.stdout.take().unwrap();
+    std::thread::spawn(move || {
+        for line in BufReader::new(out).lines() {
+            let Ok(line) = line else { break };
+            // libtest's "test worker_entry ... " may lead the first line.
+            if let Some(at) = line.find('@') {
+                if tx.send((tag, line[at + 1..].to_string())).is_err() {
+                    break;
+                }
+            }
+        }
+        let _ = tx.send((tag, "EOF".into()));
+    });
+}
+
+fn wait_line(rx: &mpsc::Receiver<(usize, String)>, want: &str) -> (usize, String) {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        let (tag, line) = rx
+            .recv_timeout(left)
+            .unwrap_or_else(|_| panic!("no {want:?} line from a worker in 60 s"));
+        if line.starts_with(want) {
+            return (tag, line);
+        }
+    }
+}
+
+fn say(line: &str) {
+    let mut out = std::io::stdout().lock();
+    writeln!(out, "@{line}").unwrap();
+    out.flush().unwrap();
+}
+
+/// The worker processes' entry: does nothing unless a test spawned it.
+#[test]
+fn worker_entry() {
+    let Ok(role) = std::env::var("TS_SHARE_ROLE") else {
+        return;
+    };
+    let dir = PathBuf::from(std::env::var("TS_SHARE_DIR").unwrap());
+    let arg = std::env::var("TS_SHARE_ARG").unwrap_or_default();
+    match role.as_str() {
+        "hold" => hold(&dir, &arg),
+        "load" => {
+            let log = share::open(&dir, Options::default()).unwrap();
+            let host = Host::new(log, Arc::new(Registry::new()));
+            match host.load(&arg) {
+                Ok((_, report)) => say(&format!(
+                    "LOADED {}",
+                    report.map(|r| r.turns_interrupted).unwrap_or(0)
+                )),
+                Err(e) => say(&format!("ERR {}", e.kind())),
+            }
+        }
+        "writer" => writer(&dir, &arg),
+        other => panic!("unknown role {other}"),
+    }
+}
+
+/// Claim session `id` in a client, leave a turn open, say READY, wait to
+/// be killed.
+fn hold(dir: &Path, id: &str) {
+    let log = share::open(dir, Options::default()).unwrap();
+    assert!(log.store().is_none(), "the test process hosts the store");
+    let host = Host::new(log, Arc::new(Registry::new()));
+    let s = host.create(id).unwrap();
+    s.lock()
+        .append(
+            TurnStart {
+                turn_id: "t1".into(),
+            },
+            (),
+        )
+        .unwrap();
+    s.lock().flush().unwrap();
+    say("READY");
+    std::thread::sleep(Duration::from_secs(600));
+}
+
+/// Writers: `threads` threads, each on its own session, append one event
+/// at a time and flush it, saying `ACK session seq tag` for each flush
+/// that returned; after `host_lost` a thread claims its session again and
+/// goes on with the next tag. Says `HOST` when this process hosts the
+/// store. Stops when `dir/stop` exists.
+fn writer(dir: &Path, threads: &str) {
+    let threads: usize = threads.parse().unwrap();
+    let (log, client): (Arc<dyn EventLog>, Option<Arc<Client>>) =
+        match Store::open_with(dir, Options::default()) {
+            Ok(store) => {
+                let store = Arc::new(store);
+                share::host(&store).unwrap();
+                say("HOST");
+                (store, None)
+            }
+            Err(Error::Locked { .. }) => {
+                let c = Client::connect(dir, Options::default()).unwrap();
+                (c.clone(), Some(c))
+            }
+            Err(e) => panic!("{e}"),
+        };
+    if let Some(c) = client.clone() {
+        std::thread::spawn(move || loop {
+            if c.is_host() {
+                say("HOST");
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(2));
+        });
+    }
+    let pid = std::process::id();
+    let mut handles = Vec::new();
+    for t in 0..threads {
+        let log = log.clone();
+        let dir = dir.to_path_buf();
+        handles.push(std::thread::spawn(move || {
+            let session = format!("w{pid}-{t}");
+            let mut claim = None;
+            let mut n = 0u64;
+            while !dir.join("stop").exists() {
+                if claim.is_none() {
+                    match log.claim(&session) {
+                        Ok(c) => claim = Some(c.id),
+                        Err(e) if e.kind() == "host_lost" => continue,
+                        Err(e) => panic!("claim {session}: {e}"),
+                    }
+                }
+                n += 1;
+                let tag = format!("{session}/{n}");
+                let r = log
+                    .append_group(&session, &[(KIND, 0, tag.as_bytes())])
+                    .and_then(|seq| log.sync_session(&session).map(|()| seq));
+                match r {
+                    Ok(seq) => say(&format!("ACK {session} {seq} {tag}")),
+                    Err(e) if e.kind() == "host_lost" => {
+                        if let Some(c) = claim.take() {
+                            log.release(&session, c);
+                        }
+                    }
+                    Err(e) => panic!("{session}: {e}"),
+                }
+            }
+        }));
+    }
+    for h in handles {
+        h.join().unwrap();
+    }
+    say("DONE");
+}
+
+#[test]
+fn a_session_live_in_one_process_is_refused_in_another_and_freed_when_it_dies() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = share::open(dir.path(), Options::default()).unwrap();
+    assert!(log.store().is_some(), "the first open hosts");
+    let host = Host::new(log.clone(), Arc::new(Registry::new()));
+    // Live here: refused in another process.
+    let mine = host.create("mine").unwrap();
+    let mut c = spawn("load", dir.path(), "mine");
+    let (tx, rx) = mpsc::channel();
+    lines(&mut c, 0, tx);
+    let (_, line) = wait_line(&rx, "");
+    assert_eq!(line, "ERR session_live");
+    c.wait().unwrap();
+    drop(mine);
+
+    // Live in another process (a turn open there): refused here.
+    let mut holder = spawn("hold", dir.path(), "theirs");
+    let (tx, rx) = mpsc::channel();
+    lines(&mut holder, 0, tx);
+    wait_line(&rx, "READY");
+    match host.load("theirs") {
+        Err(Error::SessionLive { .. }) => {}
+        other => panic!("expected session_live, got {:?}", other.map(|_| ())),
+    }
+    // kill -9: the claim ends with the connection, at once.
+    holder.kill().unwrap();
+    holder.wait().unwrap();
+    let t0 = Instant::now();
+    let report = loop {
+        match host.load("theirs") {
+            Ok((_, r)) => break r.unwrap(),
+            Err(Error::SessionLive { .. }) if t0.elapsed() < Duration::from_secs(5) => {
+                std::thread::sleep(Duration::from_millis(1))
+            }
+            Err(e) => panic!("{e}"),
+        }
+    };
+    assert!(
+        t0.elapsed() < Duration::from_secs(1),
+        "the dead process's claim lasted {:?}",
+        t0.elapsed()
+    );
+    assert_eq!(
+        report.turns_interrupted, 1,
+        "the load repaired the open turn"
+    );
+}
+
+#[test]
+fn a_client_process_appends_through_the_host_and_its_flush_is_durable() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = share::open(dir.path(), Options::default()).unwrap();
+    let store = log.store().unwrap().clone();
+    let mut w = spawn("writer", dir.path(), "2");
+    let (tx, rx) = mpsc::channel();
+    lines(&mut w, 0, tx);
+    let mut acked = Vec::new();
+    while acked.len() < 50 {
+        let (_, line) = wait_line(&rx, "ACK");
+        acked.push(line);
+    }
+    std::fs::write(dir.path().join("stop"), b"").unwrap();
+    wait_line(&rx, "DONE");
+    w.wait().unwrap();
+    for line in acked {
+        let parts: Vec<&str> = line.split(' ').collect();
+        let (session, seq, tag) = (parts[1], parts[2].parse::<u64>().unwrap(), parts[3]);
+        let e = store.read(session, seq).unwrap();
+        assert_eq!(e.payload, tag.as_bytes());
+        assert!(store.session_meta(session).unwrap().durable_len > seq);
+    }
+}
+
+#[test]
+fn garbage_on_the_socket_is_dropped_and_the_host_serves_on() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = share::open(dir.path(), Options::default()).unwrap();
+    let sock = dir.path().join(share::SOCKET_FILE);
+    let mode =
+        std::os::unix::fs::PermissionsExt::mode(&std::fs::metadata(&sock).unwrap().permissions());
+    assert_eq!(mode & 0o777, 0o600, "the socket is the owner's only");
+    for junk in [
+        &b"GET / HTTP/1.1\r\n\r\n"[..],
+        &[0xff, 0xff, 0xff, 0xff][..],
+        &[3, 0, 0, 0, 9, 9, 9][..],
+    ] {
+        let mut s = std::os::unix::net::UnixStream::connect(&sock).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        s.write_all(junk).unwrap();
+        let mut buf = [0u8; 16];
+        let n = std::io::Read::read(&mut s, &mut buf).unwrap_or(0);
+        assert_eq!(n, 0, "the host closes a connection that does not say hello");
+    }
+    // A real client still works.
+    let c = share::open(dir.path(), Options::default()).unwrap();
+    c.as_log().append_group("x", &[(KIND, 0, b"ok")]).unwrap();
+    c.as_log().sync_session("x").unwrap();
+    assert_eq!(log.store().unwrap().read("x", 0).unwrap().payload, b"ok");
+}
+
+#[test]
+fn a_socket_left_by_a_dead_host_is_replaced() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join(share::SOCKET_FILE), b"stale").unwrap();
+    let log = share::open(dir.path(), Options::default()).unwrap();
+    let c = share::open(dir.path(), Options::default()).unwrap();
+    assert!(matches!(c, LogHandle::Other(_)));
+    c.as_log().create_session("y").unwrap();
+    assert!(log.store().unwrap().session_len("y").is_some());
+}
+
+/// Issue 40's torture: worker processes × writer threads, the host killed
+/// at random again and again; after each round the ack ledger is checked:
+/// nothing acknowledged lost, nothing written twice, no worker hung.
+#[test]
+fn the_host_killed_again_and_again_loses_no_acknowledged_event() {
+    let rounds: usize = std::env::var("TS_SHARE_KILLS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(20);
+    let dir = tempfile::tempdir().unwrap();
+    let (tx, rx) = mpsc::channel();
+    let mut kids: HashMap<usize, Child> = HashMap::new();
+    let mut next_tag = 0;
+    let mut start = |kids: &mut HashMap<usize, Child>| {
+        let mut c = spawn("writer", dir.path(), "4");
+        lines(&mut c, next_tag, tx.clone());
+        kids.insert(next_tag, c);
+        next_tag += 1;
+    };
+    for _ in 0..4 {
+        start(&mut kids);
+    }
+    let mut acked: Vec<String> = Vec::new();
+    let mut host: Option<usize> = None;
+    let mut rng = 0x9e37_79b9_7f4a_7c15u64;
+    for _round in 0..rounds {
+        // Let the fleet run a while (and a host be known), then kill it.
+        let until = Instant::now() + Duration::from_millis(200 + (rng % 400));
+        rng = rng
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        while host.is_none() || Instant::now() < until {
+            let (tag, line) = rx
+                .recv_timeout(Duration::from_secs(60))
+                .expect("the workers went quiet for 60 s (a hang)");
+            if line.starts_with("ACK") {
+                acked.push(line);
+            } else if line == "HOST" {
+                host = Some(tag);
+            }
+        }
+        let h = host.take().unwrap();
+        let mut child = kids.remove(&h).unwrap();
+        child.kill().unwrap();
+        child.wait().unwrap();
+        start(&mut kids);
+    }
+    std::fs::write(dir.path().join("stop"), b"").unwrap();
+    let mut done = 0;
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while done < kids.len() {
+        let left = deadline.saturating_duration_since(Instant::now());
+        let (_, line) = rx
+            .recv_timeout(left)
+            .expect("a worker did not stop within 60 s (a hang)");
+        if line.starts_with("ACK") {
+            acked.push(line);
+        } else if line == "DONE" {
+            done += 1;
+        }
+    }
+    for (_, mut c) in kids {
+        assert!(c.wait().unwrap().success(), "a worker failed");
+    }
+    // The ledger against the log.
+    let store = Store::open(dir.path()).unwrap();
+    let mut seen = HashSet::new();
+    for s in store.sessions() {
+        for e in store.read_range(&s.name, 0..s.len).unwrap() {
+            let tag = String::from_utf8(e.payload).unwrap();
+            assert!(seen.insert(tag.clone()), "{tag} is in the log twice");
+        }
+    }
+    assert!(acked.len() > 100, "only {} acks", acked.len());
+    for line in &acked {
+        let parts: Vec<&str> = line.split(' ').collect();
+        let (session, seq, tag) = (parts[1], parts[2].parse::<u64>().unwrap(), parts[3]);
+        let e = store
+            .read(session, seq)
+            .unwrap_or_else(|e| panic!("acknowledged {tag} at {session}/{seq} lost: {e}"));
+        assert_eq!(e.payload, tag.as_bytes(), "{session}/{seq}");
+    }
+    eprintln!(
+        "{rounds} hosts killed: {} acknowledged events, all there, none twice",
+        acked.len()
+    );
+}
