@@ -123,7 +123,7 @@ export class Store {
    * with direct I/O; default false) are for a store directory only.
    */
   constructor(path: string, options?: { readOnly?: boolean; plugins?: Record<string, boolean>; owner?: string; leaseTtlMs?: number; segmentBytes?: number; recycleSegments?: number; prepareSegments?: boolean; directWrites?: boolean })
-  readonly backend: 'embedded' | 'postgres'
+  readonly backend: 'embedded' | 'shared' | 'postgres'
   createSession(id: string): Session
   openSession(id: string): Promise<Session>
   openReadOnly(id: string): Promise<Session>

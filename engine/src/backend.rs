@@ -198,6 +198,14 @@ pub trait EventLog: Send + Sync {
         Ok(out)
     }
 
+    /// Close the log for every handle that shares it: what was appended is
+    /// made durable first where the log can (a store this process hosts),
+    /// then later calls fail. The default does nothing (a database
+    /// connection closes when its last handle goes).
+    fn close(&self) -> Result<()> {
+        Ok(())
+    }
+
     /// The embedded store behind this log, if it is one: the session layer
     /// then uses the store directly.
     fn embedded(self: std::sync::Arc<Self>) -> Option<std::sync::Arc<Store>> {

@@ -429,22 +429,26 @@ impl Store {
 
     /// Wait until every event of `session` appended so far is durable.
     pub fn sync_session(&self, session: &str) -> Result<()> {
-        let last = {
-            let ix = self.shared.index.read();
-            let (_, e) = ix
-                .get(session)
-                .ok_or_else(|| Error::UnknownSession(session.to_string()))?;
-            // The last own frame, or else the define (which follows every
-            // inherited frame).
-            match e.positions.last() {
-                Some(p) => LogPos(*p + 1),
-                None => LogPos(e.define_pos.0 + 1),
-            }
-        };
+        let last = self.session_end_pos(session)?;
         if self.shared.opts.read_only {
             return Ok(());
         }
         self.wait_durable(last)
+    }
+
+    /// The log position past `session`'s last frame: once the log is
+    /// durable there, every event of it appended so far is.
+    pub(crate) fn session_end_pos(&self, session: &str) -> Result<LogPos> {
+        let ix = self.shared.index.read();
+        let (_, e) = ix
+            .get(session)
+            .ok_or_else(|| Error::UnknownSession(session.to_string()))?;
+        // The last own frame, or else the define (which follows every
+        // inherited frame).
+        Ok(match e.positions.last() {
+            Some(p) => LogPos(*p + 1),
+            None => LogPos(e.define_pos.0 + 1),
+        })
     }
 
     /// Facts about one session, including how much of it is durable.

@@ -134,6 +134,10 @@ impl NativeStore {
     fn store(&self, what: &str) -> napi::Result<Arc<TsStore>> {
         match self.log()? {
             LogHandle::Embedded(s) => Ok(s),
+            LogHandle::Other(l) if self.pg.is_none() => Err(err(TsError::Refused(format!(
+                "{what} runs in the process that hosts the store; this process is its client ({}, docs/MULTIPROCESS.md)",
+                l.backend()
+            )))),
             LogHandle::Other(_) => Err(err(TsError::Refused(format!(
                 "{what} is not available on a database yet"
             )))),
@@ -215,19 +219,21 @@ impl NativeStore {
             });
         }
         let defaults = Options::default();
-        let store = TsStore::open_with(
-            &path,
-            Options {
-                read_only: read_only.unwrap_or(false),
-                segment_bytes: segment_bytes.unwrap_or(defaults.segment_bytes),
-                recycle_segments: recycle_segments.unwrap_or(defaults.recycle_segments),
-                prepare_segments: prepare_segments.unwrap_or(defaults.prepare_segments),
-                direct_writes: direct_writes.unwrap_or(defaults.direct_writes),
-                ..defaults
-            },
-        )
-        .map_err(err)?;
-        let log = LogHandle::from(Arc::new(store));
+        let opts = Options {
+            read_only: read_only.unwrap_or(false),
+            segment_bytes: segment_bytes.unwrap_or(defaults.segment_bytes),
+            recycle_segments: recycle_segments.unwrap_or(defaults.recycle_segments),
+            prepare_segments: prepare_segments.unwrap_or(defaults.prepare_segments),
+            direct_writes: direct_writes.unwrap_or(defaults.direct_writes),
+            ..defaults
+        };
+        let log = if opts.read_only {
+            LogHandle::from(Arc::new(TsStore::open_with(&path, opts).map_err(err)?))
+        } else {
+            // Host it, or be the client of the process that does
+            // (docs/MULTIPROCESS.md).
+            turnstone::share::open(&path, opts).map_err(err)?
+        };
         let host = Arc::new(Host::new(log.clone(), registry.clone()));
         Ok(NativeStore {
             log: Mutex::new(Some(log)),
@@ -513,7 +519,10 @@ impl NativeStore {
             }
             match log {
                 Some(LogHandle::Embedded(s)) => s.shutdown().map_err(err),
-                _ => Ok(()),
+                // A client of another process's store (or the store it
+                // took over).
+                Some(LogHandle::Other(l)) => l.close().map_err(err),
+                None => Ok(()),
             }
         })
     }

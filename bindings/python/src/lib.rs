@@ -197,6 +197,10 @@ impl NativeStore {
     fn store(&self, what: &str) -> PyResult<Arc<Store>> {
         match self.log()? {
             LogHandle::Embedded(s) => Ok(s),
+            LogHandle::Other(l) if self.pg.is_none() => Err(err(Error::Refused(format!(
+                "{what} runs in the process that hosts the store; this process is its client ({}, docs/MULTIPROCESS.md)",
+                l.backend()
+            )))),
             LogHandle::Other(_) => Err(err(Error::Refused(format!(
                 "{what} is not available on a database yet"
             )))),
@@ -253,23 +257,26 @@ impl NativeStore {
                 catalog: Mutex::new(ts::Catalog::new()),
             });
         }
-        let store = py
+        let log = py
             .detach(|| {
                 let defaults = Options::default();
-                Store::open_with(
-                    &path,
-                    Options {
-                        read_only,
-                        segment_bytes: segment_bytes.unwrap_or(defaults.segment_bytes),
-                        recycle_segments,
-                        prepare_segments: prepare_segments.unwrap_or(defaults.prepare_segments),
-                        direct_writes: direct_writes.unwrap_or(defaults.direct_writes),
-                        ..defaults
-                    },
-                )
+                let opts = Options {
+                    read_only,
+                    segment_bytes: segment_bytes.unwrap_or(defaults.segment_bytes),
+                    recycle_segments,
+                    prepare_segments: prepare_segments.unwrap_or(defaults.prepare_segments),
+                    direct_writes: direct_writes.unwrap_or(defaults.direct_writes),
+                    ..defaults
+                };
+                if read_only {
+                    Store::open_with(&path, opts).map(|s| LogHandle::from(Arc::new(s)))
+                } else {
+                    // Host it, or be the client of the process that does
+                    // (docs/MULTIPROCESS.md).
+                    turnstone::share::open(&path, opts)
+                }
             })
             .map_err(err)?;
-        let log = LogHandle::from(Arc::new(store));
         let host = Arc::new(Host::new(log.clone(), registry.clone()));
         Ok(NativeStore {
             log: Mutex::new(Some(log)),
@@ -523,7 +530,10 @@ impl NativeStore {
             match log {
                 // Sessions may still hold it: close it for them too.
                 Some(LogHandle::Embedded(s)) => s.shutdown(),
-                _ => Ok(()),
+                // A client of another process's store (or the store it
+                // took over).
+                Some(LogHandle::Other(l)) => l.close(),
+                None => Ok(()),
             }
         })
         .map_err(err)

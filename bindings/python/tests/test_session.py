@@ -237,11 +237,22 @@ def test_killed_mid_tool_reopens_repaired(tmp_path):
         body = s.messages(format="anthropic")
         assert body["messages"][-1]["role"] == "user"
         assert body["messages"][-1]["content"][0]["type"] == "tool_result"
-    # A second writer of the same store is refused while the first holds it.
+    # A second Store of the same directory is a client of the first
+    # (docs/MULTIPROCESS.md): it writes through it, and a session live in
+    # one is refused in the other.
     with Store(d) as st:
-        with pytest.raises(TurnstoneError) as e:
-            Store(d)
-        assert error_kind(e.value) == "locked"
+        assert st.backend == "embedded"
+        live = st.open_session("crash")
+        with Store(d) as other:
+            assert other.backend == "shared"
+            with pytest.raises(TurnstoneError) as e:
+                other.open_session("crash")
+            assert error_kind(e.value) == "session_live"
+            o = other.create_session("from-other")
+            o.append("user/message", {"content": [{"type": "text", "text": "hi"}]}, surface="append")
+            o.flush()
+        live.close()
+        assert "from-other" in [x["id"] for x in st.sessions()]
 
 
 def test_metadata_and_delete(store):

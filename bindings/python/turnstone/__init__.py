@@ -164,9 +164,13 @@ class Store:
     """An open store directory (created if missing, unless ``read_only``),
     or a PostgreSQL database given by its URL (``postgres://…``).
 
-    Many threads may use one Store. A directory is written by one process
-    at a time (a second writer gets ``TurnstoneError`` of kind
-    ``"locked"``). A database is shared by many processes on many machines:
+    Many threads may use one Store, and many processes one directory: the
+    first to open it hosts it, the others become its clients and write
+    through it (one group commit for all; docs/MULTIPROCESS.md). A session
+    opened for writing in one process is refused in another (kind
+    ``"session_live"``) until that process closes it or dies; if the host
+    dies, another process takes the store over and a request it had not
+    answered fails with kind ``"host_lost"``. A database is shared by many processes on many machines:
     a session opened for writing is leased to this process (``owner``), and
     another process gets kind ``"fenced"`` until the lease is released or
     expires; ``open_session`` of a session whose previous writer died
@@ -204,7 +208,9 @@ class Store:
 
     @property
     def backend(self) -> str:
-        """``"embedded"`` (a store directory) or ``"postgres"``."""
+        """``"embedded"`` (a store directory this process hosts),
+        ``"shared"`` (a store directory another process hosts: this one is
+        its client, docs/MULTIPROCESS.md) or ``"postgres"``."""
         return self._native.backend()
 
     def create_session(self, id: str) -> "Session":

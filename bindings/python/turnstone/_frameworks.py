@@ -2,8 +2,9 @@
 ``turnstone.agents``): one open Store per directory in a process, and a
 durability waiter that lets many asyncio tasks share one group commit.
 
-One process writes a store at a time (a second ``Store(path)`` is refused
-with ``locked``), so every saver and session object on the same directory
+A second ``Store(path)`` in a process would be a client of the first
+(docs/MULTIPROCESS.md: every request a round trip), so every saver and
+session object on the same directory
 in one process shares one Store, opened with every plugin kind the
 backends write (all ignorable, so the CLI and other processes that do not
 know them still open the store)."""

@@ -76,6 +76,14 @@ impl LogHandle {
         }
     }
 
+    /// The log behind the trait, as a shared handle.
+    pub fn as_log_arc(&self) -> Arc<dyn EventLog> {
+        match self {
+            LogHandle::Embedded(s) => s.clone(),
+            LogHandle::Other(l) => l.clone(),
+        }
+    }
+
     /// A borrowed view, for the functions that take `impl Into<LogRef>`.
     pub fn as_ref(&self) -> LogRef<'_> {
         match self {

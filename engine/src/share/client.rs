@@ -63,12 +63,49 @@ enum Mode {
 
 /// One connection to a host.
 struct Conn {
-    writer: Mutex<UnixStream>,
+    writer: Mutex<Out>,
+    /// The ticker parked with nothing held back: the next held-back
+    /// append wakes it.
+    ticker_parked: AtomicBool,
+    ticker_cv: Condvar,
     next_id: AtomicU64,
     pending: Mutex<HashMap<u64, Arc<Slot>>>,
     follows: Mutex<HashMap<u64, Arc<Queue>>>,
     dead: AtomicBool,
 }
+
+/// A connection's sending side: what is written goes out with the frames
+/// held back before it (pipelined appends), in one write.
+struct Out {
+    stream: UnixStream,
+    held: Vec<u8>,
+}
+
+impl Out {
+    /// Write `req` (after whatever is held back).
+    fn send(&mut self, req: &Request) -> std::io::Result<()> {
+        wire::write_frame(&mut self.held, req)?;
+        self.flush()
+    }
+
+    /// Hold `req` back until the next send, or the ticker.
+    fn hold(&mut self, req: &Request) -> std::io::Result<()> {
+        wire::write_frame(&mut self.held, req)
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        if self.held.is_empty() {
+            return Ok(());
+        }
+        let r = std::io::Write::write_all(&mut self.stream, &self.held);
+        self.held.clear();
+        r
+    }
+}
+
+/// How long a pipelined append may be held back waiting for the flush
+/// (or any other request) that would carry it in the same write.
+const HOLD: Duration = Duration::from_millis(1);
 
 /// Where an answer lands.
 #[derive(Default)]
@@ -163,7 +200,12 @@ impl Conn {
         stream.set_read_timeout(None)?;
         let reader = stream.try_clone()?;
         let conn = Arc::new(Conn {
-            writer: Mutex::new(stream),
+            writer: Mutex::new(Out {
+                stream,
+                held: Vec::new(),
+            }),
+            ticker_parked: AtomicBool::new(false),
+            ticker_cv: Condvar::new(),
             next_id: AtomicU64::new(1),
             pending: Mutex::new(HashMap::new()),
             follows: Mutex::new(HashMap::new()),
@@ -173,6 +215,10 @@ impl Conn {
         std::thread::Builder::new()
             .name("turnstone-client".into())
             .spawn(move || c.read_loop(reader))?;
+        let weak = Arc::downgrade(&conn);
+        std::thread::Builder::new()
+            .name("turnstone-client-tick".into())
+            .spawn(move || tick(weak))?;
         Ok((conn, store_id))
     }
 
@@ -201,13 +247,35 @@ impl Conn {
     /// The connection ended: every waiting request and follow learns it.
     fn kill(&self) {
         self.dead.store(true, Ordering::SeqCst);
-        let _ = self.writer.lock().shutdown(std::net::Shutdown::Both);
+        let _ = self.writer.lock().stream.shutdown(std::net::Shutdown::Both);
+        self.ticker_cv.notify_all();
         for (_, slot) in self.pending.lock().drain() {
             slot.fill(Err(lost("the host went away before answering")));
         }
         for (_, q) in self.follows.lock().drain() {
             q.push(Vec::new(), Some(lost("the host went away")));
         }
+    }
+
+    /// Send `op`, to which no answer comes.
+    fn send_unanswered(&self, op: Op) -> std::result::Result<(), ()> {
+        if self.dead.load(Ordering::SeqCst) {
+            return Err(());
+        }
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        let held = {
+            let mut w = self.writer.lock();
+            // Under the lock the ticker checks this flag under.
+            if self.ticker_parked.swap(false, Ordering::SeqCst) {
+                self.ticker_cv.notify_one();
+            }
+            w.hold(&Request { id, op })
+        };
+        if held.is_err() {
+            self.kill();
+            return Err(());
+        }
+        Ok(())
     }
 
     /// Send `op`; the slot its answer lands in. `Err` if the request was
@@ -219,13 +287,47 @@ impl Conn {
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         let slot = Arc::new(Slot::default());
         self.pending.lock().insert(id, slot.clone());
-        let sent = wire::write_frame(&mut *self.writer.lock(), &Request { id, op });
+        let sent = self.writer.lock().send(&Request { id, op });
         if sent.is_err() {
             self.kill();
         } else if self.dead.load(Ordering::SeqCst) {
             // Killed while sending: the slot was failed (or answered).
         }
         Ok((id, slot))
+    }
+}
+
+/// Send what pipelined appends held back at most [`HOLD`] after they were
+/// held (a flush usually carries them sooner); parked while nothing is held.
+fn tick(conn: Weak<Conn>) {
+    let mut idle = 0u32;
+    loop {
+        std::thread::sleep(HOLD);
+        let Some(c) = conn.upgrade() else { return };
+        if c.dead.load(Ordering::SeqCst) {
+            return;
+        }
+        let mut w = c.writer.lock();
+        if w.held.is_empty() {
+            idle += 1;
+            if idle >= 100 {
+                // Nothing held for a while: sleep until an append is.
+                c.ticker_parked.store(true, Ordering::SeqCst);
+                drop(w);
+                let mut w = c.writer.lock();
+                while c.ticker_parked.load(Ordering::SeqCst) && !c.dead.load(Ordering::SeqCst) {
+                    c.ticker_cv.wait(&mut w);
+                }
+                idle = 0;
+            }
+            continue;
+        }
+        idle = 0;
+        if w.flush().is_err() {
+            drop(w);
+            c.kill();
+            return;
+        }
     }
 }
 
@@ -272,7 +374,7 @@ impl Client {
 
     /// Stop: a store this process took over is closed (and its clients
     /// move on); a connection is ended.
-    pub fn close(&self) -> Result<()> {
+    fn shut(&self) -> Result<()> {
         let old = std::mem::replace(&mut *self.mode.write(), Mode::Closed);
         match old {
             Mode::Local(store) => store.shutdown(),
@@ -379,6 +481,21 @@ impl Client {
         }
     }
 
+    fn release_on(&self, mode: &Mode, session: &str, id: u64) {
+        match mode {
+            Mode::Local(s) => EventLog::release(&**s, session, id),
+            Mode::Remote(c) => {
+                if let Ok((_, slot)) = c.send(Op::Release {
+                    session: session.to_string(),
+                    claim: id,
+                }) {
+                    let _ = slot.wait();
+                }
+            }
+            _ => {}
+        }
+    }
+
     fn claim_on(&self, mode: &Mode, session: &str) -> Result<Claim> {
         match mode {
             Mode::Local(s) => EventLog::claim(&**s, session),
@@ -426,6 +543,46 @@ impl Client {
             }
         }
         Err(lost("the host went away repeatedly"))
+    }
+
+    /// An append to a session this process holds, on a remote host: its
+    /// seq is known here (nobody else appends to it), so it is sent
+    /// without waiting for an answer; a failure answers the next flush.
+    /// `None`: not pipelined (not held, or this process hosts now).
+    fn append_pipelined(&self, session: &str, events: &[(u16, u16, &[u8])]) -> Result<Option<u64>> {
+        if !self.claims.lock().contains_key(session) {
+            return Ok(None);
+        }
+        // What the host would refuse at once is refused here at once.
+        for &(_, _, p) in events {
+            if p.len() > crate::frame::PAYLOAD_BYTES_MAX {
+                return Err(Error::TooLarge {
+                    what: "event payload",
+                    len: p.len() as u64,
+                    max: crate::frame::PAYLOAD_BYTES_MAX as u64,
+                });
+            }
+        }
+        let conn = match self.current()? {
+            Mode::Remote(c) => c,
+            _ => return Ok(None),
+        };
+        // The appended end moves under this lock, so two threads of this
+        // process appending to one session send in the order of their seqs.
+        let mut appended = self.appended.lock();
+        let Some(&len) = appended.get(session) else {
+            return Ok(None);
+        };
+        let op = Op::Append {
+            session: session.to_string(),
+            events: events.iter().map(|&(k, f, p)| (k, f, p.to_vec())).collect(),
+            expect_len: Some(len),
+        };
+        if conn.send_unanswered(op).is_err() {
+            return Err(lost("the host went away; the append was not sent"));
+        }
+        appended.insert(session.to_string(), len + events.len() as u64);
+        Ok(Some(len))
     }
 
     fn check_doubt(&self, session: &str) -> Result<()> {
@@ -497,7 +654,7 @@ fn local_read(s: &Store, session: &str, range: Range<u64>) -> Result<Vec<LogEven
 
 impl EventLog for Client {
     fn backend(&self) -> &'static str {
-        "embedded (shared)"
+        "shared"
     }
 
     fn create_session(&self, session: &str) -> Result<()> {
@@ -528,9 +685,16 @@ impl EventLog for Client {
 
     fn append_group(&self, session: &str, events: &[(u16, u16, &[u8])]) -> Result<u64> {
         self.check_doubt(session)?;
+        if events.is_empty() {
+            return Err(Error::InvalidArgument("an empty group".into()));
+        }
+        if let Some(first) = self.append_pipelined(session, events)? {
+            return Ok(first);
+        }
         let op = || Op::Append {
             session: session.to_string(),
             events: events.iter().map(|&(k, f, p)| (k, f, p.to_vec())).collect(),
+            expect_len: None,
         };
         let first = self.run(
             false,
@@ -702,11 +866,21 @@ impl EventLog for Client {
     fn claim(&self, session: &str) -> Result<Claim> {
         let mode = self.current()?;
         let c = self.claim_on(&mode, session)?;
-        self.claims.lock().insert(session.to_string(), c.id);
-        // A fresh claim starts from what is durable: no doubt carried over.
+        // A fresh claim starts from what the log holds: no doubt carried
+        // over; this process's appends are pipelined from here.
         self.doubt.lock().remove(session);
-        let durable = self.durable_len(session).ok().flatten().unwrap_or(0);
-        self.appended.lock().insert(session.to_string(), durable);
+        match self.appended_len(session) {
+            Ok(n) => {
+                self.appended
+                    .lock()
+                    .insert(session.to_string(), n.unwrap_or(0));
+            }
+            Err(e) => {
+                self.release_on(&mode, session, c.id);
+                return Err(e);
+            }
+        }
+        self.claims.lock().insert(session.to_string(), c.id);
         Ok(c)
     }
 
@@ -717,17 +891,8 @@ impl EventLog for Client {
         };
         self.doubt.lock().remove(session);
         self.appended.lock().remove(session);
-        match self.current() {
-            Ok(Mode::Local(s)) => EventLog::release(&*s, session, id),
-            Ok(Mode::Remote(c)) => {
-                if let Ok((_, slot)) = c.send(Op::Release {
-                    session: session.to_string(),
-                    claim: id,
-                }) {
-                    let _ = slot.wait();
-                }
-            }
-            _ => {}
+        if let Ok(mode) = self.current() {
+            self.release_on(&mode, session, id);
         }
     }
 
@@ -741,6 +906,10 @@ impl EventLog for Client {
         };
         f.start()?;
         Ok(Box::new(f))
+    }
+
+    fn close(&self) -> Result<()> {
+        self.shut()
     }
 
     fn mark_deleted(&self, session: &str) -> Result<()> {
@@ -779,13 +948,10 @@ impl Drop for ClientFollow {
         if let Some(Following::Remote { conn, id, .. }) = self.current.take() {
             conn.follows.lock().remove(&id);
             // No answer comes to an unfollow.
-            let _ = wire::write_frame(
-                &mut *conn.writer.lock(),
-                &Request {
-                    id: 0,
-                    op: Op::Unfollow { follow: id },
-                },
-            );
+            let _ = conn.writer.lock().send(&Request {
+                id: 0,
+                op: Op::Unfollow { follow: id },
+            });
         }
     }
 }
@@ -802,16 +968,13 @@ impl ClientFollow {
                     let queue = Arc::new(Queue::default());
                     let id = conn.next_id.fetch_add(1, Ordering::Relaxed);
                     conn.follows.lock().insert(id, queue.clone());
-                    let sent = wire::write_frame(
-                        &mut *conn.writer.lock(),
-                        &Request {
-                            id,
-                            op: Op::Follow {
-                                session: self.session.clone(),
-                                from: self.next,
-                            },
+                    let sent = conn.writer.lock().send(&Request {
+                        id,
+                        op: Op::Follow {
+                            session: self.session.clone(),
+                            from: self.next,
                         },
-                    );
+                    });
                     if sent.is_err() {
                         conn.kill();
                         continue;

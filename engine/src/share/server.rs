@@ -65,6 +65,24 @@ struct Inner {
     stop: AtomicBool,
     conns: Mutex<Vec<Weak<Conn>>>,
     pool: Pool,
+    syncs: Arc<Syncs>,
+}
+
+/// Flushes waiting for the log to be durable at their position: one
+/// thread answers every flush a batch's fdatasync covered, in one write
+/// per connection.
+#[derive(Default)]
+struct Syncs {
+    waiting: Mutex<Vec<SyncWait>>,
+    cv: Condvar,
+    stop: AtomicBool,
+}
+
+struct SyncWait {
+    target: crate::types::LogPos,
+    conn: Arc<Conn>,
+    id: u64,
+    session: String,
 }
 
 impl Server {
@@ -89,7 +107,13 @@ impl Server {
             stop: AtomicBool::new(false),
             conns: Mutex::new(Vec::new()),
             pool: Pool::default(),
+            syncs: Arc::new(Syncs::default()),
         });
+        let (syncs, weak) = (inner.syncs.clone(), inner.store.clone());
+        std::thread::Builder::new()
+            .name("turnstone-host-sync".into())
+            .spawn(move || answer_syncs(syncs, weak))
+            .map_err(|e| Error::io("spawn host thread", &inner.path, e))?;
         let accept = inner.clone();
         std::thread::Builder::new()
             .name("turnstone-host".into())
@@ -108,6 +132,8 @@ impl Drop for Server {
     fn drop(&mut self) {
         let inner = &self.inner;
         inner.stop.store(true, Ordering::SeqCst);
+        inner.syncs.stop.store(true, Ordering::SeqCst);
+        inner.syncs.cv.notify_all();
         // Wake the accept loop, then leave no socket for a client to find.
         let _ = UnixStream::connect(&inner.path);
         let _ = std::fs::remove_file(&inner.path);
@@ -132,6 +158,7 @@ fn accept_loop(inner: Arc<Inner>, listener: UnixListener) {
         };
         let conn = Arc::new(Conn {
             writer: Mutex::new(writer),
+            failed: Mutex::new(HashMap::new()),
             claims: Mutex::new(Vec::new()),
             follows: Mutex::new(HashMap::new()),
             dead: AtomicBool::new(false),
@@ -152,6 +179,9 @@ fn accept_loop(inner: Arc<Inner>, listener: UnixListener) {
 /// One client: its writer, its claims, its follows.
 struct Conn {
     writer: Mutex<UnixStream>,
+    /// Pipelined appends that failed, by session: the session's next flush
+    /// answers with the error.
+    failed: Mutex<HashMap<String, WireError>>,
     claims: Mutex<Vec<(String, u64)>>,
     follows: Mutex<HashMap<u64, Arc<AtomicBool>>>,
     dead: AtomicBool,
@@ -159,14 +189,72 @@ struct Conn {
 
 impl Conn {
     fn send(&self, id: u64, reply: Reply) {
+        self.send_all(vec![Response { id, reply }]);
+    }
+
+    /// Several answers in one write.
+    fn send_all(&self, answers: Vec<Response>) {
         if self.dead.load(Ordering::Relaxed) {
             return;
         }
+        let mut buf = Vec::new();
+        for a in &answers {
+            if wire::write_frame(&mut buf, a).is_err() {
+                self.dead.store(true, Ordering::Relaxed);
+                return;
+            }
+        }
         let mut w = self.writer.lock();
-        if wire::write_frame(&mut *w, &Response { id, reply }).is_err() {
+        if std::io::Write::write_all(&mut *w, &buf).is_err() {
             // A client that does not read (or is gone) is dropped.
             self.dead.store(true, Ordering::Relaxed);
             let _ = w.shutdown(std::net::Shutdown::Both);
+        }
+    }
+}
+
+/// The sync thread: wait until the log is durable at the lowest position
+/// a flush waits for, then answer every flush it covers.
+fn answer_syncs(syncs: Arc<Syncs>, store: Weak<Store>) {
+    loop {
+        let target = {
+            let mut w = syncs.waiting.lock();
+            while w.is_empty() && !syncs.stop.load(Ordering::SeqCst) {
+                syncs.cv.wait(&mut w);
+            }
+            if syncs.stop.load(Ordering::SeqCst) {
+                return;
+            }
+            w.iter().map(|s| s.target).min().expect("not empty")
+        };
+        let Some(st) = store.upgrade() else { return };
+        let waited = st.wait_durable(target);
+        let durable = st.durable_pos();
+        let done: Vec<SyncWait> = {
+            let mut w = syncs.waiting.lock();
+            let all = std::mem::take(&mut *w);
+            let (done, rest) = all
+                .into_iter()
+                .partition(|s| waited.is_err() || s.target <= durable);
+            *w = rest;
+            done
+        };
+        let log: &dyn EventLog = &*st;
+        let mut by_conn: HashMap<*const Conn, (Arc<Conn>, Vec<Response>)> = HashMap::new();
+        for s in done {
+            let reply = match &waited {
+                Err(e) => Reply::Err(WireError::from(e)),
+                Ok(()) => result_reply(log.durable_len(&s.session), Reply::Len),
+            };
+            by_conn
+                .entry(Arc::as_ptr(&s.conn))
+                .or_insert_with(|| (s.conn.clone(), Vec::new()))
+                .1
+                .push(Response { id: s.id, reply });
+        }
+        drop(st);
+        for (_, (conn, answers)) in by_conn {
+            conn.send_all(answers);
         }
     }
 }
@@ -251,21 +339,59 @@ fn handle(inner: &Arc<Inner>, conn: &Arc<Conn>, store: Arc<Store>, req: Request)
             upto,
             child,
         } => result_reply(log.fork(&parent, upto, &child), |_| Reply::Unit),
-        Op::Append { session, events } => {
+        Op::Append {
+            session,
+            events,
+            expect_len: None,
+        } => {
             let group: Vec<(u16, u16, &[u8])> =
                 events.iter().map(|(k, f, p)| (*k, *f, &p[..])).collect();
             result_reply(log.append_group(&session, &group), Reply::Seq)
         }
-        Op::Sync { session } => {
-            let conn = conn.clone();
-            inner.pool.run(Box::new(move || {
-                let log: &dyn EventLog = &*store;
-                let r = log
-                    .sync_session(&session)
-                    .and_then(|()| log.durable_len(&session));
-                conn.send(id, result_reply(r, Reply::Len));
-            }));
+        Op::Append {
+            session,
+            events,
+            expect_len: Some(len),
+        } => {
+            // Pipelined: answered only by the session's next flush.
+            if conn.failed.lock().contains_key(&session) {
+                return;
+            }
+            let group: Vec<(u16, u16, &[u8])> =
+                events.iter().map(|(k, f, p)| (*k, *f, &p[..])).collect();
+            let failure = match store.append_group_at_len(&session, None, len, &group, |_| {}) {
+                Ok(Ok(())) => return,
+                Ok(Err(actual)) => Error::Fenced {
+                    session: session.clone(),
+                    detail: format!(
+                        "this process appended as if it held {len} events, it holds {actual}: another writer appended"
+                    ),
+                },
+                Err(e) => e,
+            };
+            conn.failed
+                .lock()
+                .insert(session, WireError::from(&failure));
             return;
+        }
+        Op::Sync { session } => {
+            if let Some(e) = conn.failed.lock().remove(&session) {
+                Reply::Err(e)
+            } else {
+                match store.session_end_pos(&session) {
+                    Err(e) => Reply::Err(WireError::from(&e)),
+                    Ok(target) => {
+                        inner.syncs.waiting.lock().push(SyncWait {
+                            target,
+                            conn: conn.clone(),
+                            id,
+                            session,
+                        });
+                        inner.syncs.cv.notify_one();
+                        return;
+                    }
+                }
+            }
         }
         Op::DurableLen { session } => result_reply(log.durable_len(&session), Reply::Len),
         Op::AppendedLen { session } => result_reply(log.appended_len(&session), Reply::Len),

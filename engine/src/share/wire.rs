@@ -47,6 +47,12 @@ pub(crate) enum Op {
     Append {
         session: String,
         events: Vec<(u16, u16, Vec<u8>)>,
+        /// Pipelined: the session holds this many events (the client holds
+        /// its claim and knows), and no answer comes unless the append
+        /// fails; a failure is kept and answers the session's next
+        /// [`Op::Sync`] on this connection, and later pipelined appends to
+        /// it are not applied until then.
+        expect_len: Option<u64>,
     },
     /// Make `session` durable, then say its durable length.
     Sync {
@@ -285,6 +291,7 @@ mod tests {
             op: Op::Append {
                 session: "s".into(),
                 events: vec![(3, 0, b"abc".to_vec())],
+                expect_len: None,
             },
         };
         write_frame(&mut buf, &req).unwrap();

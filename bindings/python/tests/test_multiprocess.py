@@ -1,0 +1,153 @@
+"""Several processes on one store directory (docs/MULTIPROCESS.md, issue
+40): the first process to open it hosts it, the others write through it;
+the host is killed again and again and no acknowledged event is lost."""
+
+import os
+import random
+import subprocess
+import sys
+import threading
+import time
+
+from turnstone import Store, TurnstoneError, error_kind
+
+WORKER = r"""
+import os, sys, threading
+from turnstone import Store, TurnstoneError, error_kind
+
+d, n = sys.argv[1], int(sys.argv[2])
+st = Store(d)
+out = threading.Lock()
+
+def say(line):
+    with out:
+        sys.stdout.write(line + "\n")
+        sys.stdout.flush()
+
+say("READY " + st.backend)
+stop = os.path.join(d, "stop")
+
+def run(t):
+    sid = f"w{os.getpid()}-{t}"
+    s, k = None, 0
+    while not os.path.exists(stop):
+        try:
+            if s is None:
+                try:
+                    s = st.open_session(sid)
+                except TurnstoneError as e:
+                    if error_kind(e) != "unknown_session":
+                        raise
+                    s = st.create_session(sid)
+            k += 1
+            tag = f"{sid}/{k}"
+            seq = s.append("user/message", {"content": [{"type": "text", "text": tag}]},
+                           surface="append")
+            s.flush()
+            say(f"ACK {sid} {seq} {tag}")
+        except TurnstoneError as e:
+            if error_kind(e) != "host_lost":
+                raise
+            if s is not None:
+                s.close()
+            s = None
+
+threads = [threading.Thread(target=run, args=(t,)) for t in range(n)]
+for th in threads:
+    th.start()
+for th in threads:
+    th.join()
+st.close()
+say("DONE")
+"""
+
+
+def lock_holder(d):
+    """The pid holding the store's lock (the host), from /proc/locks."""
+    ino = os.stat(os.path.join(d, "LOCK")).st_ino
+    with open("/proc/locks") as f:
+        for line in f:
+            parts = line.split()
+            if "->" in parts:
+                continue
+            if parts[1] == "FLOCK" and parts[5].endswith(f":{ino}"):
+                return int(parts[4])
+    return None
+
+
+def test_a_second_process_writes_through_the_first(tmp_path):
+    d = str(tmp_path / "s")
+    with Store(d) as st:
+        assert st.backend == "embedded"
+        code = (
+            "import sys\nfrom turnstone import Store\n"
+            "st = Store(sys.argv[1])\nassert st.backend == 'shared', st.backend\n"
+            "s = st.create_session('child')\n"
+            "s.append('user/message', {'content': [{'type': 'text', 'text': 'from the child'}]}, surface='append')\n"
+            "s.flush()\nst.close()\n"
+        )
+        subprocess.run([sys.executable, "-c", code, d], check=True, timeout=60,
+                       cwd=str(tmp_path))
+        evs = st.open_read_only("child").events()
+        assert evs[-1]["data"]["content"][0]["text"] == "from the child"
+
+
+def test_the_host_killed_20_times_loses_no_acknowledged_event(tmp_path):
+    d = str(tmp_path / "fleet")
+    Store(d).close()
+    lines, lock = [], threading.Lock()
+    kids = []
+
+    def start():
+        # (cwd: the installed package, not the source folder, is imported)
+        p = subprocess.Popen([sys.executable, "-c", WORKER, d, "8"],
+                             stdout=subprocess.PIPE, text=True, cwd=str(tmp_path))
+
+        def read():
+            for line in p.stdout:
+                with lock:
+                    lines.append(line.strip())
+        threading.Thread(target=read, daemon=True).start()
+        kids.append(p)
+
+    for _ in range(4):
+        start()
+    rng = random.Random(40)
+    kills = 0
+    deadline = time.time() + 240
+    while kills < 20:
+        assert time.time() < deadline, f"only {kills} kills in 240 s"
+        time.sleep(rng.uniform(0.2, 0.6))
+        pid = lock_holder(d)
+        victim = next((p for p in kids if p.pid == pid and p.poll() is None), None)
+        if victim is None:
+            continue
+        victim.kill()
+        victim.wait()
+        kids.remove(victim)
+        kills += 1
+        start()
+    open(os.path.join(d, "stop"), "w").close()
+    for p in kids:
+        # No hang: every worker stops once asked.
+        assert p.wait(timeout=60) == 0
+    time.sleep(0.2)
+    with lock:
+        acked = [l.split(" ") for l in lines if l.startswith("ACK ")]
+    assert len(acked) > 200, len(acked)
+    with Store(d, read_only=True) as st:
+        seen = set()
+        by_session = {}
+        for info in st.sessions():
+            evs = st.open_read_only(info["id"]).events()
+            by_session[info["id"]] = evs
+            for e in evs:
+                if e["kind"] == "user/message":
+                    tag = e["data"]["content"][0]["text"]
+                    assert tag not in seen, f"{tag} twice"
+                    seen.add(tag)
+        for _, sid, seq, tag in acked:
+            evs = by_session[sid]
+            assert int(seq) < len(evs), f"acknowledged {tag} lost"
+            assert evs[int(seq)]["data"]["content"][0]["text"] == tag
+    print(f"20 hosts killed: {len(acked)} acknowledged events, all there, none twice")
