@@ -87,6 +87,18 @@ fn worker_entry() {
             }
         }
         "writer" => writer(&dir, &arg),
+        "intruder" => {
+            // Another user: the store directory, and the socket in it,
+            // are the owner's only.
+            match share::open(&dir, Options::default()) {
+                Ok(_) => say("OPENED"),
+                Err(e) => say(&format!("OPEN {}", e.kind())),
+            }
+            match std::os::unix::net::UnixStream::connect(dir.join(share::SOCKET_FILE)) {
+                Ok(_) => say("CONNECTED"),
+                Err(e) => say(&format!("CONNECT {:?}", e.kind())),
+            }
+        }
         other => panic!("unknown role {other}"),
     }
 }
@@ -378,5 +390,84 @@ fn the_host_killed_again_and_again_loses_no_acknowledged_event() {
     eprintln!(
         "{rounds} hosts killed: {} acknowledged events, all there, none twice",
         acked.len()
+    );
+}
+
+#[test]
+fn a_client_follows_and_searches_through_the_host() {
+    let dir = tempfile::tempdir().unwrap();
+    let store_dir = dir.path().join("s");
+    let log = share::open(&store_dir, Options::default()).unwrap();
+    let client = share::open(&store_dir, Options::default()).unwrap();
+    assert_eq!(client.as_log().backend(), "shared");
+    let reg = Arc::new(Registry::new());
+    let host = Host::new(log.clone(), reg.clone());
+    let s = host.create("talk").unwrap();
+    let mut follow = client.as_log().follow("talk", 0).unwrap();
+    s.lock()
+        .append(
+            turnstone::session::UserMessage {
+                content: vec![turnstone::session::ContentBlock::text("find the zebra")],
+            },
+            turnstone::session::SurfaceOp::Append,
+        )
+        .unwrap();
+    s.lock().flush().unwrap();
+    let got = follow
+        .next_timeout(Duration::from_secs(10))
+        .unwrap()
+        .unwrap();
+    assert_eq!(got.seq, 0);
+    assert!(follow
+        .next_timeout(Duration::from_millis(50))
+        .unwrap()
+        .is_none());
+    let hits = turnstone::session::search(&client, &reg, "zebra", 10).unwrap();
+    assert_eq!(hits.len(), 1);
+    assert_eq!((hits[0].session.as_str(), hits[0].seq), ("talk", 0));
+    assert!(hits[0].snippet.contains("[zebra]"), "{}", hits[0].snippet);
+    // The directory the share made is the owner's only.
+    let mode = std::os::unix::fs::PermissionsExt::mode(
+        &std::fs::metadata(&store_dir).unwrap().permissions(),
+    );
+    assert_eq!(mode & 0o777, 0o700);
+}
+
+/// A process of another user gets neither the store nor the socket (run
+/// as root, with `setpriv`, which this machine and CI have).
+#[test]
+fn a_process_of_another_user_is_refused() {
+    let root = std::process::Command::new("id").arg("-u").output().unwrap();
+    if String::from_utf8_lossy(&root.stdout).trim() != "0" {
+        eprintln!("not root: cannot run a process as another user here");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let store_dir = dir.path().join("s");
+    let _log = share::open(&store_dir, Options::default()).unwrap();
+    // Let the other user reach the store directory and its files, so that
+    // what refuses it is the socket's own mode.
+    use std::os::unix::fs::PermissionsExt;
+    for d in [dir.path(), store_dir.as_path()] {
+        std::fs::set_permissions(d, std::fs::Permissions::from_mode(0o755)).unwrap();
+    }
+    let out = Command::new("setpriv")
+        .args(["--reuid=65534", "--regid=65534", "--clear-groups", "--"])
+        .arg(std::env::current_exe().unwrap())
+        .args(["--exact", "worker_entry", "--nocapture", "--test-threads=1"])
+        .env("TS_SHARE_ROLE", "intruder")
+        .env("TS_SHARE_DIR", &store_dir)
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    let said: Vec<&str> = text
+        .lines()
+        .filter_map(|l| l.find('@').map(|at| &l[at + 1..]))
+        .collect();
+    assert_eq!(
+        said,
+        ["OPEN io", "CONNECT PermissionDenied"],
+        "stdout: {text}\nstderr: {}",
+        String::from_utf8_lossy(&out.stderr)
     );
 }

@@ -433,6 +433,13 @@ impl NativeStore {
                 Ok(Value::Array(hits).to_string())
             }));
         }
+        if let LogHandle::Other(l) = self.log()? {
+            // A client: the store's host searches its index.
+            return Ok(Job::new(move || {
+                let hits = l.search(&query, limit, session.as_deref()).map_err(err)?;
+                Ok(serde_json::to_string(&hits).unwrap_or_else(|_| "[]".into()))
+            }));
+        }
         let (store, registry) = (self.store("search")?, self.registry.clone());
         Ok(Job::new(move || {
             let mut ix = SearchIndex::open(&store).map_err(err)?;

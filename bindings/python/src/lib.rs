@@ -456,6 +456,13 @@ impl NativeStore {
                 .collect();
             return Ok(Value::Array(hits).to_string());
         }
+        if let LogHandle::Other(l) = self.log()? {
+            // A client: the store's host searches its index.
+            let hits = py
+                .detach(|| l.search(&query, limit, session.as_deref()))
+                .map_err(err)?;
+            return Ok(serde_json::to_string(&hits).unwrap_or_else(|_| "[]".into()));
+        }
         let (store, registry) = (self.store("search")?, self.registry.clone());
         let hits = py
             .detach(|| {

@@ -9,6 +9,8 @@ import sys
 import threading
 import time
 
+import pytest
+
 from turnstone import Store, TurnstoneError, error_kind
 
 WORKER = r"""
@@ -151,3 +153,31 @@ def test_the_host_killed_20_times_loses_no_acknowledged_event(tmp_path):
             assert int(seq) < len(evs), f"acknowledged {tag} lost"
             assert evs[int(seq)]["data"]["content"][0]["text"] == tag
     print(f"20 hosts killed: {len(acked)} acknowledged events, all there, none twice")
+
+
+def test_a_client_follows_searches_and_awaits_through_the_host(tmp_path):
+    import asyncio
+
+    d = str(tmp_path / "s")
+    with Store(d) as host, Store(d) as client:
+        assert client.backend == "shared"
+        s = host.create_session("talk")
+        sub = client.subscribe("talk", 0)
+        s.append("user/message", {"content": [{"type": "text", "text": "find the zebra"}]},
+                 surface="append")
+        s.flush()
+        e = next(sub)
+        assert e["seq"] == 0 and e["kind"] == "user/message"
+        hits = client.search("zebra")
+        assert [(h["session"], h["seq"]) for h in hits] == [("talk", 0)]
+        # A client's session: appended through the host, awaited without
+        # holding the loop.
+        c = client.create_session("mine")
+        c.append("user/message", {"content": [{"type": "text", "text": "b"}]}, surface="append")
+        asyncio.run(c.aflush())
+        assert len(host.open_read_only("mine").events()) == 1
+        # What only the host runs is refused in a client, saying so.
+        with pytest.raises(TurnstoneError) as err:
+            client.collect()
+        assert error_kind(err.value) == "refused"
+        assert "hosts the store" in str(err.value)

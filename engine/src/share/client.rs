@@ -421,11 +421,19 @@ impl Client {
                 Err(Error::Locked { .. }) => {}
                 Err(e) => return Err(e),
             }
-            if let Ok((conn, _)) = Conn::connect(&self.dir) {
-                let mode = Mode::Remote(conn);
-                self.after_switch(&mode);
-                *self.mode.write() = mode.clone();
-                return Ok(mode);
+            match Conn::connect(&self.dir) {
+                Ok((conn, _)) => {
+                    let mode = Mode::Remote(conn);
+                    self.after_switch(&mode);
+                    *self.mode.write() = mode.clone();
+                    return Ok(mode);
+                }
+                // The socket is another user's: waiting will not change it.
+                Err(e) if e.kind() == std::io::ErrorKind::PermissionDenied => {
+                    return Err(Error::io("connect", self.dir.join(super::SOCKET_FILE), e));
+                }
+                // No host yet (it is recovering, or died): try again.
+                Err(_) => {}
             }
             if Instant::now() > deadline {
                 return Err(Error::HostLost {
@@ -910,6 +918,35 @@ impl EventLog for Client {
 
     fn close(&self) -> Result<()> {
         self.shut()
+    }
+
+    fn search(
+        &self,
+        query: &str,
+        limit: usize,
+        session: Option<&str>,
+    ) -> Result<Vec<crate::backend::Hit>> {
+        let op = || Op::Search {
+            query: query.to_string(),
+            limit: limit as u64,
+            session: session.map(str::to_string),
+        };
+        self.run(
+            true,
+            op,
+            |s| crate::share::server::search(s, query, limit, session),
+            |r| match r {
+                Reply::Hits(h) => Ok(h
+                    .into_iter()
+                    .map(|(session, seq, snippet)| crate::backend::Hit {
+                        session,
+                        seq,
+                        snippet,
+                    })
+                    .collect()),
+                r => Err(unexpected(r)),
+            },
+        )
     }
 
     fn mark_deleted(&self, session: &str) -> Result<()> {

@@ -50,6 +50,15 @@ pub fn open(dir: impl AsRef<Path>, opts: Options) -> Result<LogHandle> {
                 .into(),
         ));
     }
+    // A store directory made here is the owner's only (its socket is).
+    if !dir.exists() {
+        use std::os::unix::fs::DirBuilderExt;
+        std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(dir)
+            .map_err(|e| Error::io("create store directory", dir, e))?;
+    }
     match Store::open_with(dir, opts.clone()) {
         Ok(store) => {
             let store = Arc::new(store);

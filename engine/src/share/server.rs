@@ -458,8 +458,45 @@ fn handle(inner: &Arc<Inner>, conn: &Arc<Conn>, store: Arc<Store>, req: Request)
             return;
         }
         Op::MarkDeleted { session } => result_reply(log.mark_deleted(&session), |_| Reply::Unit),
+        Op::Search {
+            query,
+            limit,
+            session,
+        } => {
+            // It may read the whole log to bring the index up to date.
+            let conn = conn.clone();
+            inner.pool.run(Box::new(move || {
+                let r = search(&store, &query, limit as usize, session.as_deref());
+                conn.send(
+                    id,
+                    result_reply(r, |hits| {
+                        Reply::Hits(
+                            hits.into_iter()
+                                .map(|h| (h.session, h.seq, h.snippet))
+                                .collect(),
+                        )
+                    }),
+                );
+            }));
+            return;
+        }
     };
     conn.send(id, reply);
+}
+
+/// The session layer's search of the store's index, for a client: core
+/// kinds' text (plugin kinds carry none the index reads).
+pub(crate) fn search(
+    store: &Store,
+    query: &str,
+    limit: usize,
+    session: Option<&str>,
+) -> Result<Vec<crate::backend::Hit>> {
+    let registry = crate::session::Registry::new();
+    match session {
+        Some(s) => crate::session::search_session(store, &registry, s, query, limit),
+        None => crate::session::search(store, &registry, query, limit),
+    }
 }
 
 /// Push a follow's events as they become durable, a batch per frame.

@@ -93,6 +93,13 @@ pub(crate) enum Op {
     MarkDeleted {
         session: String,
     },
+    /// Full-text search in the host's index (`session`: one session and
+    /// what it inherits; none: every session).
+    Search {
+        query: String,
+        limit: u64,
+        session: Option<String>,
+    },
 }
 
 /// An answer (or a pushed batch of a follow) to the request `id`.
@@ -119,6 +126,8 @@ pub(crate) enum Reply {
         id: u64,
         took_over: bool,
     },
+    /// Search hits: session, seq, snippet.
+    Hits(Vec<(String, u64, String)>),
     /// The follow ended (the host's store closed, or a read failed).
     FollowEnd(WireError),
     Err(WireError),
