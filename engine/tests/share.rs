@@ -464,6 +464,13 @@ fn a_process_of_another_user_is_refused() {
         .lines()
         .filter_map(|l| l.find('@').map(|at| &l[at + 1..]))
         .collect();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    if said.is_empty() && stderr.contains("failed to execute") {
+        // The test binary sits where that user may not run it (a private
+        // checkout): nothing to learn here.
+        eprintln!("the other user cannot run this test binary: {stderr}");
+        return;
+    }
     assert_eq!(
         said,
         ["OPEN io", "CONNECT PermissionDenied"],
