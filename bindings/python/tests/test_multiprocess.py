@@ -181,3 +181,40 @@ def test_a_client_follows_searches_and_awaits_through_the_host(tmp_path):
             client.collect()
         assert error_kind(err.value) == "refused"
         assert "hosts the store" in str(err.value)
+
+
+LANGGRAPH_CHILD = r"""
+import sys
+from typing import TypedDict
+from langgraph.graph import END, START, StateGraph
+from turnstone.langgraph import TurnstoneSaver
+
+class S(TypedDict):
+    count: int
+
+b = StateGraph(S)
+b.add_node("inc", lambda s: {"count": s["count"] + 1})
+b.add_edge(START, "inc")
+b.add_edge("inc", END)
+saver = TurnstoneSaver(sys.argv[1])
+assert saver.store.backend == "shared", saver.store.backend
+graph = b.compile(checkpointer=saver)
+cfg = {"configurable": {"thread_id": "worker-thread"}}
+assert graph.invoke({"count": 0}, cfg) == {"count": 1}
+assert graph.invoke({"count": 5}, cfg) == {"count": 6}
+print(graph.get_state(cfg).values["count"])
+"""
+
+
+def test_a_langgraph_worker_process_checkpoints_through_the_host(tmp_path):
+    # put and put_writes flush from different threads of the worker: each
+    # flush answers for its own appends (a sibling's later ones made a
+    # false host_lost once).
+    d = str(tmp_path / "lg")
+    with Store(d) as st:
+        r = subprocess.run([sys.executable, "-c", LANGGRAPH_CHILD, d], capture_output=True,
+                           text=True, timeout=120, cwd=str(tmp_path))
+        assert r.returncode == 0, r.stderr[-3000:]
+        assert r.stdout.strip() == "6"
+        kinds = [e["kind"] for e in st.open_read_only("langgraph:worker-thread").events()]
+        assert kinds.count("langgraph/checkpoint") >= 4

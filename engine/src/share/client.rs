@@ -40,7 +40,7 @@ pub struct Client {
     /// Sessions whose unacknowledged events a dead host took with it.
     doubt: Mutex<HashSet<String>>,
     /// Flushes waited for by `poll_durable`, by (session, len).
-    syncs: Mutex<HashMap<(String, u64), Arc<Slot>>>,
+    syncs: Mutex<HashMap<(String, u64), (Arc<Slot>, u64)>>,
 }
 
 impl std::fmt::Debug for Client {
@@ -615,8 +615,10 @@ impl Client {
         self.appended.lock().get(session).copied().unwrap_or(0)
     }
 
-    fn check_durable(&self, session: &str, durable: Option<u64>) -> Result<()> {
-        let need = self.needed(session);
+    /// A flush's answer: `need` is what this process had appended to the
+    /// session when the flush was sent (appends sent after it are another
+    /// flush's business).
+    fn check_durable(&self, session: &str, durable: Option<u64>, need: u64) -> Result<()> {
         match durable {
             Some(n) if n >= need => Ok(()),
             Some(n) => {
@@ -719,6 +721,8 @@ impl EventLog for Client {
 
     fn sync_session(&self, session: &str) -> Result<()> {
         self.check_doubt(session)?;
+        // Before the request goes: the appends sent before it.
+        let need = self.needed(session);
         let op = || Op::Sync {
             session: session.to_string(),
         };
@@ -734,7 +738,7 @@ impl EventLog for Client {
                 r => Err(unexpected(r)),
             },
         )?;
-        self.check_durable(session, durable)
+        self.check_durable(session, durable, need)
     }
 
     fn poll_durable(&self, session: &str, len: u64, cx: &mut Context<'_>) -> Poll<Result<()>> {
@@ -743,7 +747,7 @@ impl EventLog for Client {
         }
         let key = (session.to_string(), len);
         let slot = self.syncs.lock().get(&key).cloned();
-        let slot = match slot {
+        let (slot, need) = match slot {
             Some(s) => s,
             None => {
                 let conn = match self.current() {
@@ -751,13 +755,14 @@ impl EventLog for Client {
                     // Taken over (or closed): wait here.
                     _ => return Poll::Ready(self.sync_session(session)),
                 };
+                let need = self.needed(session);
                 let Ok((_, slot)) = conn.send(Op::Sync {
                     session: session.to_string(),
                 }) else {
                     return Poll::Ready(self.sync_session(session));
                 };
-                self.syncs.lock().insert(key.clone(), slot.clone());
-                slot
+                self.syncs.lock().insert(key.clone(), (slot.clone(), need));
+                (slot, need)
             }
         };
         *slot.waker.lock() = Some(cx.waker().clone());
@@ -770,10 +775,7 @@ impl EventLog for Client {
                     Reply::Len(n) => Ok(n),
                     r => Err(unexpected(r)),
                 });
-                Poll::Ready(r.and_then(|n| match n {
-                    Some(n) if n >= len => self.check_durable(session, Some(n)),
-                    n => self.check_durable(session, n),
-                }))
+                Poll::Ready(r.and_then(|n| self.check_durable(session, n, need.max(len))))
             }
         }
     }
