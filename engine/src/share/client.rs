@@ -40,7 +40,7 @@ pub struct Client {
     /// Sessions whose unacknowledged events a dead host took with it.
     doubt: Mutex<HashSet<String>>,
     /// Flushes waited for by `poll_durable`, by (session, len).
-    syncs: Mutex<HashMap<(String, u64), (Arc<Slot>, u64)>>,
+    syncs: Mutex<HashMap<(String, u64), PendingSync>>,
 }
 
 impl std::fmt::Debug for Client {
@@ -50,6 +50,10 @@ impl std::fmt::Debug for Client {
             .finish()
     }
 }
+
+/// A flush sent for `poll_durable`: where its answer lands, and what this
+/// process had appended to the session when it was sent.
+type PendingSync = (Arc<Slot>, u64);
 
 #[derive(Clone)]
 enum Mode {
