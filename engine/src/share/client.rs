@@ -101,7 +101,7 @@ impl Out {
         if self.held.is_empty() {
             return Ok(());
         }
-        let r = std::io::Write::write_all(&mut self.stream, &self.held);
+        let r = wire::send_all(&self.stream, &self.held);
         self.held.clear();
         r
     }

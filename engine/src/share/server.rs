@@ -140,7 +140,7 @@ impl Drop for Server {
         for c in inner.conns.lock().drain(..) {
             if let Some(c) = c.upgrade() {
                 c.dead.store(true, Ordering::Relaxed);
-                let _ = c.writer.lock().shutdown(std::net::Shutdown::Both);
+                let _ = c.writer.lock().stream.shutdown(std::net::Shutdown::Both);
             }
         }
     }
@@ -157,7 +157,11 @@ fn accept_loop(inner: Arc<Inner>, listener: UnixListener) {
             continue;
         };
         let conn = Arc::new(Conn {
-            writer: Mutex::new(writer),
+            writer: Mutex::new(Writer {
+                stream: writer,
+                backlog: Vec::new(),
+                draining: false,
+            }),
             failed: Mutex::new(HashMap::new()),
             claims: Mutex::new(Vec::new()),
             follows: Mutex::new(HashMap::new()),
@@ -176,9 +180,13 @@ fn accept_loop(inner: Arc<Inner>, listener: UnixListener) {
     }
 }
 
+/// The most bytes kept for a client that is slow to read; past it the
+/// client is dropped.
+const BACKLOG_MAX: usize = 2 * FRAME_MAX;
+
 /// One client: its writer, its claims, its follows.
 struct Conn {
-    writer: Mutex<UnixStream>,
+    writer: Mutex<Writer>,
     /// Pipelined appends that failed, by session: the session's next flush
     /// answers with the error.
     failed: Mutex<HashMap<String, WireError>>,
@@ -187,13 +195,28 @@ struct Conn {
     dead: AtomicBool,
 }
 
+/// A client's sending side. Answers go out at once when the client's
+/// socket takes them; what it does not take waits in `backlog` for a
+/// drainer thread, so that no thread of the host (the one answering every
+/// client's flushes above all) ever waits for a slow client.
+struct Writer {
+    stream: UnixStream,
+    backlog: Vec<u8>,
+    draining: bool,
+}
+
 impl Conn {
-    fn send(&self, id: u64, reply: Reply) {
+    fn send(self: &Arc<Self>, id: u64, reply: Reply) {
         self.send_all(vec![Response { id, reply }]);
     }
 
-    /// Several answers in one write.
-    fn send_all(&self, answers: Vec<Response>) {
+    fn kill(&self, w: &Writer) {
+        self.dead.store(true, Ordering::Relaxed);
+        let _ = w.stream.shutdown(std::net::Shutdown::Both);
+    }
+
+    /// Several answers in one write, never waiting for the client.
+    fn send_all(self: &Arc<Self>, answers: Vec<Response>) {
         if self.dead.load(Ordering::Relaxed) {
             return;
         }
@@ -205,10 +228,54 @@ impl Conn {
             }
         }
         let mut w = self.writer.lock();
-        if std::io::Write::write_all(&mut *w, &buf).is_err() {
-            // A client that does not read (or is gone) is dropped.
-            self.dead.store(true, Ordering::Relaxed);
-            let _ = w.shutdown(std::net::Shutdown::Both);
+        if w.draining {
+            if w.backlog.len() + buf.len() > BACKLOG_MAX {
+                self.kill(&w);
+            } else {
+                w.backlog.extend_from_slice(&buf);
+            }
+            return;
+        }
+        match wire::send_now(&w.stream, &buf) {
+            Ok(n) if n == buf.len() => {}
+            Ok(n) => {
+                w.backlog.extend_from_slice(&buf[n..]);
+                w.draining = true;
+                let conn = self.clone();
+                let spawned = std::thread::Builder::new()
+                    .name("turnstone-host-drain".into())
+                    .spawn(move || drain(conn));
+                if spawned.is_err() {
+                    self.kill(&w);
+                }
+            }
+            // The client is gone.
+            Err(_) => self.kill(&w),
+        }
+    }
+}
+
+/// Send a slow client its backlog, waiting (up to the write timeout) as
+/// long as it takes; a client that does not read within it is dropped.
+fn drain(conn: Arc<Conn>) {
+    let Ok(stream) = conn.writer.lock().stream.try_clone() else {
+        let w = conn.writer.lock();
+        conn.kill(&w);
+        return;
+    };
+    loop {
+        let buf = {
+            let mut w = conn.writer.lock();
+            if w.backlog.is_empty() || conn.dead.load(Ordering::Relaxed) {
+                w.draining = false;
+                return;
+            }
+            std::mem::take(&mut w.backlog)
+        };
+        if wire::send_all(&stream, &buf).is_err() {
+            let w = conn.writer.lock();
+            conn.kill(&w);
+            return;
         }
     }
 }
@@ -300,7 +367,7 @@ fn serve_conn(inner: Arc<Inner>, conn: Arc<Conn>, stream: UnixStream) {
     for (_, cancel) in conn.follows.lock().drain() {
         cancel.store(true, Ordering::Relaxed);
     }
-    let _ = conn.writer.lock().shutdown(std::net::Shutdown::Both);
+    let _ = conn.writer.lock().stream.shutdown(std::net::Shutdown::Both);
 }
 
 fn result_reply<T>(r: Result<T>, ok: impl FnOnce(T) -> Reply) -> Reply {
@@ -606,5 +673,87 @@ fn worker(state: Arc<(Mutex<PoolState>, Condvar)>) {
             st.threads -= 1;
             return;
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::Options;
+    use std::time::Instant;
+
+    /// A client that follows a busy session and asks for flushes but never
+    /// reads: the host keeps its answers in a backlog and the thread that
+    /// answers every client's flushes never waits for it.
+    #[test]
+    fn a_client_that_never_reads_holds_up_no_other() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Arc::new(Store::open_with(dir.path(), Options::default()).unwrap());
+        crate::share::host(&store).unwrap();
+        let log: &dyn EventLog = &*store;
+        log.append_group("busy", &[(300, 0, b"first")]).unwrap();
+        log.sync_session("busy").unwrap();
+
+        let mut slow = UnixStream::connect(dir.path().join(SOCKET_FILE)).unwrap();
+        let req = |id, op| Request { id, op };
+        wire::write_frame(
+            &mut slow,
+            &req(
+                0,
+                Op::Hello {
+                    version: VERSION,
+                    pid: 0,
+                },
+            ),
+        )
+        .unwrap();
+        wire::write_frame(
+            &mut slow,
+            &req(
+                1,
+                Op::Follow {
+                    session: "busy".into(),
+                    from: 0,
+                },
+            ),
+        )
+        .unwrap();
+        let stop = Arc::new(AtomicBool::new(false));
+        let asker = {
+            let stop = stop.clone();
+            std::thread::spawn(move || {
+                let mut id = 2;
+                while !stop.load(Ordering::Relaxed) {
+                    let op = Op::Sync {
+                        session: "busy".into(),
+                    };
+                    if wire::write_frame(&mut slow, &req(id, op)).is_err() {
+                        break;
+                    }
+                    id += 1;
+                    std::thread::sleep(Duration::from_millis(2));
+                }
+                slow
+            })
+        };
+        // Another client writes big events to the session the slow one
+        // follows: its socket fills within a few of them.
+        let client = crate::share::Client::connect(dir.path(), Options::default()).unwrap();
+        let claim = client.claim("busy").unwrap();
+        let big = vec![b'x'; 256 << 10];
+        let mut worst = Duration::ZERO;
+        for _ in 0..60 {
+            let t = Instant::now();
+            client.append_group("busy", &[(300, 0, &big)]).unwrap();
+            client.sync_session("busy").unwrap();
+            worst = worst.max(t.elapsed());
+        }
+        stop.store(true, Ordering::Relaxed);
+        let _slow = asker.join().unwrap();
+        assert!(
+            worst < Duration::from_secs(3),
+            "a flush waited {worst:?} behind a client that does not read"
+        );
+        client.release("busy", claim.id);
     }
 }

@@ -233,6 +233,44 @@ impl WireError {
     }
 }
 
+/// Send all of `buf` on `stream` (a blocking socket, with its write
+/// timeout), never raising SIGPIPE in a process that does not ignore it.
+pub(crate) fn send_all(
+    stream: &std::os::unix::net::UnixStream,
+    mut buf: &[u8],
+) -> std::io::Result<()> {
+    let sock = socket2::SockRef::from(stream);
+    while !buf.is_empty() {
+        match sock.send_with_flags(buf, libc::MSG_NOSIGNAL) {
+            Ok(0) => return Err(std::io::ErrorKind::WriteZero.into()),
+            Ok(n) => buf = &buf[n..],
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
+}
+
+/// Send what `stream` takes of `buf` now without waiting: the bytes sent
+/// (fewer than `buf.len()` when the peer's buffer is full).
+pub(crate) fn send_now(
+    stream: &std::os::unix::net::UnixStream,
+    buf: &[u8],
+) -> std::io::Result<usize> {
+    let sock = socket2::SockRef::from(stream);
+    let mut off = 0;
+    while off < buf.len() {
+        match sock.send_with_flags(&buf[off..], libc::MSG_NOSIGNAL | libc::MSG_DONTWAIT) {
+            Ok(0) => return Err(std::io::ErrorKind::WriteZero.into()),
+            Ok(n) => off += n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break,
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(off)
+}
+
 fn config() -> impl bincode::config::Config {
     bincode::config::standard().with_limit::<FRAME_MAX>()
 }
