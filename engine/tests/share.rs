@@ -526,3 +526,32 @@ fn threads_sharing_a_session_in_a_client_flush_their_own_appends() {
     assert_eq!(log.durable_len("shared").unwrap(), Some(1200));
     log.release("shared", claim.id);
 }
+
+/// Two futures waiting at once for the same flush of one session (what
+/// LangGraph.js does on a worker's store): both are woken by its answer
+/// (the second once took the first's place and the first never woke).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn async_flushes_waiting_together_all_finish() {
+    let dir = tempfile::tempdir().unwrap();
+    let _host = share::open(dir.path(), Options::default()).unwrap();
+    let client = share::open(dir.path(), Options::default()).unwrap();
+    let log = client.as_log_arc();
+    let claim = log.claim("s").unwrap();
+    for round in 1..=50u64 {
+        log.append_group("s", &[(KIND, 0, b"x")]).unwrap();
+        let wait = |log: Arc<dyn EventLog>| {
+            tokio::spawn(std::future::poll_fn(move |cx| {
+                log.poll_durable("s", round, cx)
+            }))
+        };
+        let (a, b, c) = (wait(log.clone()), wait(log.clone()), wait(log.clone()));
+        let all = async { (a.await, b.await, c.await) };
+        let (a, b, c) = tokio::time::timeout(Duration::from_secs(10), all)
+            .await
+            .unwrap_or_else(|_| panic!("round {round}: an async flush never woke"));
+        a.unwrap().unwrap();
+        b.unwrap().unwrap();
+        c.unwrap().unwrap();
+    }
+    log.release("s", claim.id);
+}

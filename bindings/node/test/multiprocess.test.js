@@ -127,3 +127,25 @@ test('a client follows, searches and flushes through the host', async () => {
   await client.close()
   await host.close()
 })
+
+test('a LangGraph.js worker process checkpoints through the host', { timeout: 120000 }, async () => {
+  const d = tmp()
+  const host = new Store(d)
+  const code = `
+    const { TurnstoneSaver } = require(${JSON.stringify(path.join(__dirname, '..', 'langgraph.js'))})
+    const { counterGraph } = require(${JSON.stringify(path.join(__dirname, 'langgraph', 'graphs.cjs'))})
+    const saver = new TurnstoneSaver(process.argv[1])
+    const graph = counterGraph(5).compile({ checkpointer: saver })
+    const cfg = { configurable: { thread_id: 'worker-thread' } }
+    graph.invoke({ n: 0, log: [] }, cfg).then(async (out) => {
+      if (out.n !== 5) throw new Error(JSON.stringify(out))
+      const st = await graph.getState(cfg)
+      process.stdout.write(String(st.values.n))
+      await saver.store.close()
+    }).catch((e) => { console.error(e); process.exit(3) })`
+  const out = execFileSync(process.execPath, ['-e', code, d], { timeout: 60000 }).toString()
+  assert.equal(out, '5')
+  const names = (await host.sessions()).map((s) => s.id)
+  assert.ok(names.some((n) => n.includes('worker-thread')), names.join(','))
+  await host.close()
+})

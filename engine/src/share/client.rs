@@ -40,7 +40,7 @@ pub struct Client {
     /// Sessions whose unacknowledged events a dead host took with it.
     doubt: Mutex<HashSet<String>>,
     /// Flushes waited for by `poll_durable`, by (session, len).
-    syncs: Mutex<HashMap<(String, u64), PendingSync>>,
+    syncs: Mutex<HashMap<String, AsyncFlush>>,
 }
 
 impl std::fmt::Debug for Client {
@@ -51,9 +51,18 @@ impl std::fmt::Debug for Client {
     }
 }
 
-/// A flush sent for `poll_durable`: where its answer lands, and what this
-/// process had appended to the session when it was sent.
-type PendingSync = (Arc<Slot>, u64);
+/// What the async flushes of one session (`poll_durable`) know: every
+/// future waiting on the session is woken by the answer of any flush.
+#[derive(Default)]
+struct AsyncFlush {
+    /// Events of the session known durable.
+    durable: u64,
+    /// The most a flush in flight asks for.
+    asked: Option<u64>,
+    /// A flush failed: the next poll returns it.
+    error: Option<Error>,
+    wakers: Vec<Waker>,
+}
 
 #[derive(Clone)]
 enum Mode {
@@ -111,16 +120,24 @@ impl Out {
 /// (or any other request) that would carry it in the same write.
 const HOLD: Duration = Duration::from_millis(1);
 
+/// What an answer does when it comes instead of waiting in its slot.
+type OnAnswer = Box<dyn FnOnce(Result<Reply>) + Send>;
+
 /// Where an answer lands.
 #[derive(Default)]
 struct Slot {
     reply: Mutex<Option<Result<Reply>>>,
     cv: Condvar,
     waker: Mutex<Option<Waker>>,
+    on_answer: Mutex<Option<OnAnswer>>,
 }
 
 impl Slot {
     fn fill(&self, r: Result<Reply>) {
+        if let Some(f) = self.on_answer.lock().take() {
+            f(r);
+            return;
+        }
         *self.reply.lock() = Some(r);
         self.cv.notify_all();
         if let Some(w) = self.waker.lock().take() {
@@ -278,6 +295,22 @@ impl Conn {
         if held.is_err() {
             self.kill();
             return Err(());
+        }
+        Ok(())
+    }
+
+    /// Send `op`; `then` runs with its answer (on the connection's reader
+    /// thread, or on the thread that finds the connection ended).
+    fn send_then(&self, op: Op, then: OnAnswer) -> std::result::Result<(), ()> {
+        if self.dead.load(Ordering::SeqCst) {
+            return Err(());
+        }
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        let slot = Arc::new(Slot::default());
+        *slot.on_answer.lock() = Some(then);
+        self.pending.lock().insert(id, slot);
+        if self.writer.lock().send(&Request { id, op }).is_err() {
+            self.kill();
         }
         Ok(())
     }
@@ -749,39 +782,66 @@ impl EventLog for Client {
         if let Err(e) = self.check_doubt(session) {
             return Poll::Ready(Err(e));
         }
-        let key = (session.to_string(), len);
-        let slot = self.syncs.lock().get(&key).cloned();
-        let (slot, need) = match slot {
-            Some(s) => s,
-            None => {
-                let conn = match self.current() {
-                    Ok(Mode::Remote(c)) => c,
-                    // Taken over (or closed): wait here.
-                    _ => return Poll::Ready(self.sync_session(session)),
-                };
-                let need = self.needed(session);
-                let Ok((_, slot)) = conn.send(Op::Sync {
-                    session: session.to_string(),
-                }) else {
-                    return Poll::Ready(self.sync_session(session));
-                };
-                self.syncs.lock().insert(key.clone(), (slot.clone(), need));
-                (slot, need)
+        let conn = match self.current() {
+            Ok(Mode::Remote(c)) => c,
+            // Taken over (or closed): wait here.
+            _ => return Poll::Ready(self.sync_session(session)),
+        };
+        // Before the flush is sent: the appends sent before it.
+        let need = self.needed(session).max(len);
+        let mut syncs = self.syncs.lock();
+        let st = syncs.entry(session.to_string()).or_default();
+        if let Some(e) = st.error.take() {
+            return Poll::Ready(Err(e));
+        }
+        if st.durable >= len {
+            return Poll::Ready(Ok(()));
+        }
+        if !st.wakers.iter().any(|w| w.will_wake(cx.waker())) {
+            st.wakers.push(cx.waker().clone());
+        }
+        if st.asked.is_some_and(|a| a >= len) {
+            return Poll::Pending;
+        }
+        st.asked = Some(need);
+        drop(syncs);
+        let me = self.me.clone();
+        let name = session.to_string();
+        let answered = move |r: Result<Reply>| {
+            let Some(me) = me.upgrade() else { return };
+            let r = r.and_then(reply).and_then(|r| match r {
+                Reply::Len(n) => Ok(n),
+                r => Err(unexpected(r)),
+            });
+            let r = r.and_then(|n| me.check_durable(&name, n, need).map(|()| n.unwrap_or(0)));
+            let mut syncs = me.syncs.lock();
+            let st = syncs.entry(name).or_default();
+            st.asked = None;
+            match r {
+                Ok(n) => st.durable = st.durable.max(n),
+                Err(e) => st.error = Some(e),
+            }
+            for w in st.wakers.drain(..) {
+                w.wake();
             }
         };
-        *slot.waker.lock() = Some(cx.waker().clone());
-        let r = slot.reply.lock().take();
-        match r {
-            None => Poll::Pending,
-            Some(r) => {
-                self.syncs.lock().remove(&key);
-                let r = r.and_then(reply).and_then(|r| match r {
-                    Reply::Len(n) => Ok(n),
-                    r => Err(unexpected(r)),
-                });
-                Poll::Ready(r.and_then(|n| self.check_durable(session, n, need.max(len))))
-            }
+        if conn
+            .send_then(
+                Op::Sync {
+                    session: session.to_string(),
+                },
+                Box::new(answered),
+            )
+            .is_err()
+        {
+            let mut syncs = self.syncs.lock();
+            let st = syncs.entry(session.to_string()).or_default();
+            st.asked = None;
+            st.wakers.clear();
+            drop(syncs);
+            return Poll::Ready(self.sync_session(session));
         }
+        Poll::Pending
     }
 
     fn durable_len(&self, session: &str) -> Result<Option<u64>> {
