@@ -356,6 +356,9 @@ fn serve_conn(inner: Arc<Inner>, conn: Arc<Conn>, stream: UnixStream) {
             break;
         };
         handle(&inner, &conn, store, req);
+        if reader.buffer().is_empty() {
+            std::thread::yield_now();
+        }
     }
     // The client is gone: its claims and follows end with it.
     conn.dead.store(true, Ordering::Relaxed);
