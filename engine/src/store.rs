@@ -326,6 +326,13 @@ impl Store {
         Ok(Ok(()))
     }
 
+    /// The largest event group (padded frames, a define frame included)
+    /// one [`Store::append_group`] can take: one commit batch, at most
+    /// [`crate::frame::BATCH_BODY_BYTES_MAX`] and less with small segments.
+    pub fn group_bytes_max(&self) -> usize {
+        self.shared.commit.group_bytes_max()
+    }
+
     /// Create an empty session (a no-op error if it exists).
     pub fn create_session(&self, session: &str) -> Result<SessionId> {
         self.define(session, None)

@@ -10,7 +10,7 @@ use clap::Args;
 use serde_json::{json, Value};
 use turnstone::archive::{self, ArchivedEvent, Record};
 use turnstone::blobs::hex;
-use turnstone::frame::{frame_padded_len, BATCH_BODY_BYTES_MAX, SESSION_NAME_BYTES_MAX};
+use turnstone::frame::SESSION_NAME_BYTES_MAX;
 use turnstone::session::internals as blob_refs;
 use turnstone::Store;
 
@@ -123,17 +123,6 @@ pub fn run_restore(a: &RestoreArgs) -> Result<ExitCode, Failure> {
             "session id must be 1 to {SESSION_NAME_BYTES_MAX} bytes"
         )));
     }
-    let need: usize = arc
-        .events
-        .iter()
-        .map(|e| frame_padded_len(e.payload.len()))
-        .sum();
-    if need > BATCH_BODY_BYTES_MAX {
-        return Err(Failure::usage(format!(
-            "{} holds {need} bytes of events; a restore is written as one atomic batch of at most {BATCH_BODY_BYTES_MAX} bytes (not built: larger restores); nothing was restored",
-            a.file.display()
-        )));
-    }
     let store = Store::open(&a.dir).map_err(Failure::from)?;
     if store.session_len(&id).is_some() {
         let deleted = matches!(turnstone::session::deleted_at(&store, &id), Ok(Some(_)));
@@ -153,16 +142,11 @@ pub fn run_restore(a: &RestoreArgs) -> Result<ExitCode, Failure> {
         .iter()
         .map(|e| (e.kind, e.flags, e.payload.as_slice()))
         .collect();
-    if group.is_empty() {
-        store.create_session(&id).map_err(Failure::from)?;
-    } else {
-        store
-            .append_group(&id, &group, |_| {})
-            .map_err(Failure::from)?;
-    }
-    store
-        .sync()
+    // All or nothing: one batch, or a staging session `id` then forks.
+    let store = std::sync::Arc::new(store);
+    turnstone::session::internals::create_from_raw(&store, &id, &group)
         .map_err(|e| Failure::from(e).context("making the restore durable".into()))?;
+    let store = std::sync::Arc::into_inner(store).expect("the only handle");
     store.close().map_err(Failure::from)?;
     println!(
         "restored {} events and {} blobs from {} into {} as session {id:?} (seqs 0..{})",

@@ -1,6 +1,8 @@
 //! `turnstone import`: append a JSONL file (as written by `export`) as a new
 //! session. Every line is validated before anything is written; the events
-//! then go in as the session's seed history, in one atomic batch.
+//! then go in as the session's seed history, all or nothing: one atomic
+//! batch when they fit one, else through a staging session the new session
+//! is defined as a fork of (`Session::create_with_history`).
 
 use std::collections::BTreeMap;
 use std::io::BufRead;
@@ -9,10 +11,7 @@ use std::process::ExitCode;
 use std::sync::Arc;
 
 use clap::Args;
-use turnstone::frame::{
-    define_frame_padded_len, frame_padded_len, BATCH_BODY_BYTES_MAX, PAYLOAD_BYTES_MAX,
-    SESSION_NAME_BYTES_MAX,
-};
+use turnstone::frame::{PAYLOAD_BYTES_MAX, SESSION_NAME_BYTES_MAX};
 use turnstone::session::internals::{self as event, Envelope, KIND_CODE_PLUGIN};
 use turnstone::session::EventKind;
 use turnstone::session::{CoreKind, HistoryEvent, Host, Registry, Surface};
@@ -33,9 +32,9 @@ pub struct ImportArgs {
     pub session: Option<String>,
 }
 
-/// What a valid import file holds: the seed events, the plugin kinds used
-/// (with their `ignorable` flag), and the bytes of frames they take.
-type Validated = (Vec<HistoryEvent>, BTreeMap<String, bool>, usize);
+/// What a valid import file holds: the seed events and the plugin kinds
+/// used (with their `ignorable` flag).
+type Validated = (Vec<HistoryEvent>, BTreeMap<String, bool>);
 
 /// Validate every line; return the seed events and the plugin kinds used.
 fn validate(file: &std::path::Path, bar: &indicatif::ProgressBar) -> Result<Validated, Failure> {
@@ -46,7 +45,6 @@ fn validate(file: &std::path::Path, bar: &indicatif::ProgressBar) -> Result<Vali
     let mut plugins: BTreeMap<String, bool> = BTreeMap::new();
     let mut surface = Surface::default();
     let mut registry = Registry::new();
-    let mut bytes = 0usize;
     let mut lines = reader.lines().enumerate().peekable();
     while let Some((i, text)) = lines.next() {
         let n = i + 1;
@@ -159,7 +157,6 @@ fn validate(file: &std::path::Path, bar: &indicatif::ProgressBar) -> Result<Vali
                 .apply(seq, op)
                 .map_err(|e| bad(format!("surface op: {e}")))?;
         }
-        bytes += frame_padded_len(payload.len());
         seed.push(HistoryEvent {
             kind,
             data: line.data,
@@ -167,7 +164,7 @@ fn validate(file: &std::path::Path, bar: &indicatif::ProgressBar) -> Result<Vali
             ts: line.ts,
         });
     }
-    Ok((seed, plugins, bytes))
+    Ok((seed, plugins))
 }
 
 pub fn run(args: &ImportArgs) -> Result<ExitCode, Failure> {
@@ -192,16 +189,7 @@ pub fn run(args: &ImportArgs) -> Result<ExitCode, Failure> {
     let bar = crate::progress::bar(size, "validate", true, true);
     let validated = validate(&args.file, &bar);
     bar.finish_and_clear();
-    let (seed, plugins, bytes) = validated?;
-    // One atomic batch: the session's define frame (its size is the
-    // engine's), the events, the session layer's seed marker (estimated).
-    let need = bytes + define_frame_padded_len(id.len(), false) + frame_padded_len(64 + id.len());
-    if need > BATCH_BODY_BYTES_MAX {
-        return Err(Failure::usage(format!(
-            "{} holds {need} bytes of events; an import is written as one atomic batch of at most {BATCH_BODY_BYTES_MAX} bytes; nothing was imported",
-            args.file.display()
-        )));
-    }
+    let (seed, plugins) = validated?;
     let store = Arc::new(Store::open(&args.dir).map_err(Failure::from)?);
     if store.session_len(&id).is_some() {
         return Err(Failure::usage(format!(

@@ -114,8 +114,9 @@ plugin events also carry \"ignorable\"."
 Every line is checked before anything is written: JSON shape, kind, event data,\n\
 surface ops (replayed against a scratch surface) and dense seqs 0, 1, 2, ...\n\
 On the first bad line the import is refused with its line number and the store\n\
-is not touched. The events are written in one atomic batch, each with the\n\
-ts of its line, followed by session/end-seed (they are the new session's seed\n\
+is not touched. The events are written all or nothing (one atomic batch, or\n\
+for more than one batch holds, a staging session the new session then forks),\n\
+each with the ts of its line, followed by session/end-seed (they are the new session's seed\n\
 history) unless the file holds one already (an export of an imported session).\n\
 A store directory that does not exist yet is created (as `fleet` does)."
     )]
@@ -207,7 +208,8 @@ session's tombstone is appended only after that (its bytes become reclaimable, n
     #[command(
         after_help = "Examples:\n  turnstone restore ./demo-store sess-000003.tsarc\n  turnstone restore ./other-store sess-000003.tsarc --session s3-again\n\n\
 The whole file is checked first (a damaged archive is refused with its file and offset, and the\n\
-store is not touched); then its blobs are written and its events appended in one atomic batch.\n\
+store is not touched); then its blobs are written and its events appended all or nothing (one\n\
+atomic batch, or for more than one batch holds, a staging session the new session then forks).\n\
 A name the store already has, even a deleted one, is refused: restore under another id with --session.\n\
 A store directory that does not exist yet is created."
     )]

@@ -306,6 +306,15 @@ impl LogHandle {
         self.as_log().release(id, claim)
     }
 
+    /// The largest event group (padded frames, the define included) one
+    /// append can take: one commit batch of the embedded store.
+    pub(crate) fn group_bytes_max(&self) -> usize {
+        match self {
+            LogHandle::Embedded(store) => store.group_bytes_max(),
+            LogHandle::Other(_) => crate::frame::BATCH_BODY_BYTES_MAX,
+        }
+    }
+
     /// Append `group` to `id` as one atomic group. Large blocks go out of
     /// line first on the embedded store (FORMAT.md §15; each blob durable
     /// before its event is appended); another log stores them inline and

@@ -33,7 +33,7 @@ pub(crate) mod views;
 
 #[allow(deprecated)]
 pub use self::handle::SeedEvent;
-pub use self::handle::{HistoryEvent, Session};
+pub use self::handle::{HistoryEvent, Session, STAGING_PREFIX};
 #[cfg(feature = "tokio")]
 pub use asynchronous::tokio as blocking_pool;
 pub use asynchronous::{run_tool_async, subscribe, FlushWait, SessionSubscription};
@@ -120,6 +120,7 @@ pub mod internals {
     pub use super::fold::state_snapshot::{
         state_snapshot_path, STATE_SNAPSHOT_NAME, STATE_SNAPSHOT_TAIL, STATE_SNAPSHOT_VERSION,
     };
+    pub use super::handle::create_from_raw;
     pub use super::lifecycle::blobs::session_blobs;
     pub use super::lifecycle::delete::check_not_deleted;
     pub use super::lifecycle::retention::check_not_expired;

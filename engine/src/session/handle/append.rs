@@ -271,23 +271,7 @@ impl Session {
             let again = self.decode(ev.seq, e.kind, e.flags, &e.payload)?;
             debug_assert_eq!(&again, ev, "the live event differs from its logged bytes");
         }
-        // A group with a replace is checked against a scratch surface before
-        // anything is appended (an append alone is always valid, and copying
-        // the surface for it would cost O(session) per event).
-        let replaces = decoded
-            .iter()
-            .any(|ev| matches!(ev.surface, Some(SurfaceOp::Replace { .. })));
-        if replaces {
-            // The check reads the tool-use ids of the surface's messages.
-            self.load_restored_messages()?;
-            let mut scratch = self.state.surface.clone();
-            for ev in decoded {
-                if let Some(op) = ev.surface {
-                    scratch.apply(ev.seq, op)?;
-                }
-            }
-            self.state.check_tool_pairs(&scratch, decoded)?;
-        }
+        self.check_replaces(decoded)?;
         // Large content blocks go out of line on the embedded store
         // (FORMAT.md §15); a log that indexes text gets each event's.
         let expected_first = self.state.len;
@@ -346,6 +330,43 @@ impl Session {
         Ok(expected_first)
     }
 
+    /// A group with a replace is checked against a scratch surface before
+    /// anything is appended (an append alone is always valid, and copying
+    /// the surface for it would cost O(session) per event).
+    fn check_replaces(&mut self, decoded: &[SessionEvent]) -> Result<()> {
+        let replaces = decoded
+            .iter()
+            .any(|ev| matches!(ev.surface, Some(SurfaceOp::Replace { .. })));
+        if replaces {
+            // The check reads the tool-use ids of the surface's messages.
+            self.load_restored_messages()?;
+            let mut scratch = self.state.surface.clone();
+            for ev in decoded {
+                if let Some(op) = ev.surface {
+                    scratch.apply(ev.seq, op)?;
+                }
+            }
+            self.state.check_tool_pairs(&scratch, decoded)?;
+        }
+        Ok(())
+    }
+
+    /// Fold `items` into this handle's state as one appended group would
+    /// be, writing nothing: every check an append makes, so that a group
+    /// too large for one batch can be refused before any of it is written.
+    pub(in crate::session) fn fold_unwritten(&mut self, items: &[EncodedEvent]) -> Result<()> {
+        let base = self.state.len;
+        let mut decoded = Vec::with_capacity(items.len());
+        for (i, e) in items.iter().enumerate() {
+            decoded.push(self.decode(base + i as u64, e.kind, e.flags, &e.payload)?);
+        }
+        self.check_replaces(&decoded)?;
+        for ev in decoded {
+            self.state.apply(&self.id, &ev, None, Keep::Hold)?;
+        }
+        Ok(())
+    }
+
     /// Append a group of encoded events as repair (which may write
     /// `interrupted`), atomically.
     pub(crate) fn append_repair_group(&mut self, items: Vec<EncodedEvent>) -> Result<Vec<u64>> {
@@ -365,6 +386,20 @@ impl Session {
     /// marker. Each event keeps its `ts` when it has one. Returns the seq
     /// of the last event written.
     pub fn append_history(&mut self, seed: &[HistoryEvent]) -> Result<u64> {
+        let items = self.encode_history(seed)?;
+        Ok(*self
+            .append_encoded(items)?
+            .last()
+            .expect("at least one event"))
+    }
+
+    /// The events [`Session::append_history`] appends for `seed`: each
+    /// event's bytes, then the `session/end-seed` marker unless the
+    /// history holds one.
+    pub(in crate::session) fn encode_history(
+        &self,
+        seed: &[HistoryEvent],
+    ) -> Result<Vec<EncodedEvent>> {
         let mut items = Vec::with_capacity(seed.len() + 1);
         let has_marker = seed
             .iter()
@@ -403,9 +438,6 @@ impl Session {
                 envelope::encode_core(&event::SessionEndSeed {}, None),
             ));
         }
-        Ok(*self
-            .append_encoded(items)?
-            .last()
-            .expect("at least one event"))
+        Ok(items)
     }
 }

@@ -15,7 +15,10 @@ mod open;
 pub mod repair;
 mod request;
 mod snapshot;
+mod staged;
 mod turns;
+
+pub use staged::{create_from_raw, STAGING_PREFIX};
 
 use std::sync::Arc;
 

@@ -4,6 +4,7 @@
 use std::sync::Arc;
 
 use crate::error::{Error, Result};
+use crate::frame::{define_frame_padded_len, frame_padded_len};
 use crate::session::codec::envelope;
 use crate::session::codec::event::Registry;
 use crate::session::fold::state::State;
@@ -203,8 +204,10 @@ impl Session {
     }
 
     /// Create a session from prior history: the session, the history
-    /// events and the `session/end-seed` marker in one atomic batch (all or
-    /// nothing). Events before the marker are [`Session::is_history`]: plugins
+    /// events and the `session/end-seed` marker, all or nothing. History
+    /// that fits one commit batch is written as one; longer history goes
+    /// through a staging session that the new session is then defined as a
+    /// fork of (one define frame; see [`STAGING_PREFIX`](crate::session::STAGING_PREFIX)). Events before the marker are [`Session::is_history`]: plugins
     /// can tell open state inherited from that history from open state of
     /// the current run.
     pub fn create_with_history(
@@ -223,7 +226,17 @@ impl Session {
         }
         let mut s = Self::empty(log, id, registry);
         s.claim()?;
-        s.append_history(history)?;
+        let items = s.encode_history(history)?;
+        let limit = s.log.group_bytes_max();
+        let bytes: usize = define_frame_padded_len(id.len(), false)
+            + items
+                .iter()
+                .map(|e| frame_padded_len(e.payload.len()))
+                .sum::<usize>();
+        if bytes > limit {
+            return Self::create_staged(s, items, limit);
+        }
+        s.append_encoded(items)?;
         Ok(s)
     }
 
