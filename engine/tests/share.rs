@@ -11,7 +11,10 @@ use std::sync::{mpsc, Arc};
 use std::time::{Duration, Instant};
 
 use turnstone::backend::EventLog;
-use turnstone::session::{Host, LogHandle, Registry, TurnStart};
+use turnstone::session::{
+    list_sessions, CoreKind, EventKind, HistoryEvent, Host, LogHandle, Registry, Session,
+    SurfaceOp, TurnStart,
+};
 use turnstone::share::{self, Client};
 use turnstone::{Error, Options, Store};
 
@@ -87,6 +90,23 @@ fn worker_entry() {
             }
         }
         "writer" => writer(&dir, &arg),
+        "import" => {
+            // History over one 32 MiB batch, from a client: staged.
+            let log = share::open(&dir, Options::default()).unwrap();
+            assert!(log.store().is_none(), "the test process hosts the store");
+            let history: Vec<HistoryEvent> = (0..17_000u64)
+                .map(|i| HistoryEvent {
+                    kind: EventKind::Core(CoreKind::UserMessage),
+                    data: serde_json::json!({"content": [{"type": "text", "text": format!("{i:05} {}", "h".repeat(2_000))}]}),
+                    surface: Some(SurfaceOp::Append),
+                    ts: Some(i),
+                })
+                .collect();
+            match Session::create_with_history(log, &arg, Arc::new(Registry::new()), &history) {
+                Ok(s) => say(&format!("IMPORTED {}", s.len())),
+                Err(e) => say(&format!("ERR {}: {e}", e.kind())),
+            }
+        }
         "intruder" => {
             // Another user: the store directory, and the socket in it,
             // are the owner's only.
@@ -554,4 +574,24 @@ async fn async_flushes_waiting_together_all_finish() {
         c.unwrap().unwrap();
     }
     log.release("s", claim.id);
+}
+
+#[test]
+fn a_client_creates_a_session_from_history_over_one_batch() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = share::open(dir.path(), Options::default()).unwrap();
+    let store = log.store().unwrap().clone();
+    let mut w = spawn("import", dir.path(), "big");
+    let (tx, rx) = mpsc::channel();
+    lines(&mut w, 0, tx);
+    let (_, line) = wait_line(&rx, "");
+    w.wait().unwrap();
+    assert_eq!(line, "IMPORTED 17001");
+    assert_eq!(store.session_meta("big").unwrap().durable_len, 17_001);
+    let listed: Vec<String> = list_sessions(&store, &Registry::new())
+        .unwrap()
+        .into_iter()
+        .map(|s| s.id)
+        .collect();
+    assert_eq!(listed, ["big"]);
 }

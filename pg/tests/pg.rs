@@ -1337,6 +1337,11 @@ fn main() {
             false,
         ),
         (
+            "history_over_one_batch_on_both_backends",
+            sessions::history_over_one_batch_on_both_backends,
+            false,
+        ),
+        (
             "search_and_catalog_on_both_backends",
             sessions::search_and_catalog_on_both_backends,
             false,

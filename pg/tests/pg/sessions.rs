@@ -1182,3 +1182,36 @@ fn tool_round(s: &mut Session, call: &str, input: Value, output: &str, is_error:
     )
     .unwrap();
 }
+
+/// History longer than one 32 MiB batch, created all or nothing through a
+/// staging session (`Session::create_with_history`): the session holds
+/// every event, the staging session is deleted and not listed.
+pub fn history_over_one_batch(kit: &Kit) -> Outcome {
+    let history: Vec<HistoryEvent> = (0..17_000u64)
+        .map(|i| HistoryEvent {
+            kind: EventKind::Core(CoreKind::UserMessage),
+            data: json!({"content": [{"type": "text", "text": format!("{i:05} {}", "h".repeat(2_000))}]}),
+            surface: Some(SurfaceOp::Append),
+            ts: Some(1_000 + i),
+        })
+        .collect();
+    let s = Session::create_with_history(kit.log.clone(), "big", registry(), &history).unwrap();
+    assert_eq!(s.len(), 17_001, "{}", kit.name);
+    drop(s);
+    let names: Vec<String> = list_sessions(kit.log.as_ref(), &registry())
+        .unwrap()
+        .into_iter()
+        .map(|s| s.id)
+        .filter(|id| id == "big" || id.starts_with(STAGING_PREFIX))
+        .collect();
+    assert_eq!(names, ["big"], "{}", kit.name);
+    let mut s = Session::open(kit.log.clone(), "big", registry()).unwrap();
+    outcome(&mut s)
+}
+
+pub fn history_over_one_batch_on_both_backends(cx: &Ctx) {
+    let (e, p) = (Kit::embedded(), Kit::postgres(cx));
+    let a = history_over_one_batch(&e);
+    assert_eq!(a.events.len(), 17_001);
+    assert!(a == history_over_one_batch(&p), "the backends differ");
+}

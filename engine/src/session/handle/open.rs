@@ -220,12 +220,7 @@ impl Session {
         if log.as_ref().appended_len(id)?.is_some() {
             return Err(Error::SessionExists(id.to_string()));
         }
-        if let LogHandle::Other(l) = &log {
-            // The claim below needs the session to exist there.
-            l.create_session(id)?;
-        }
         let mut s = Self::empty(log, id, registry);
-        s.claim()?;
         let items = s.encode_history(history)?;
         let limit = s.log.group_bytes_max();
         let bytes: usize = define_frame_padded_len(id.len(), false)
@@ -236,6 +231,11 @@ impl Session {
         if bytes > limit {
             return Self::create_staged(s, items, limit);
         }
+        if let LogHandle::Other(l) = &s.log {
+            // The claim below needs the session to exist there.
+            l.create_session(id)?;
+        }
+        s.claim()?;
         s.append_encoded(items)?;
         Ok(s)
     }

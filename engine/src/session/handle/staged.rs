@@ -27,8 +27,10 @@ pub const STAGING_PREFIX: &str = ".staging/";
 
 impl Session {
     /// Write `items` as the first events of `s`'s session (empty, not yet
-    /// defined, and claimed by `s`) through a staging session; return the
-    /// session restored from the log, holding `s`'s claim.
+    /// defined, not claimed) through a staging session; return the session
+    /// restored from the log, claimed (on the embedded store the claim is
+    /// taken first; another log claims a session that exists, so after the
+    /// fork that defines it).
     pub(in crate::session) fn create_staged(
         mut s: Session,
         items: Vec<EncodedEvent>,
@@ -40,6 +42,9 @@ impl Session {
         // Every check an append makes, against the session's own name,
         // before anything is written.
         s.fold_unwritten(&items)?;
+        if let LogHandle::Embedded(_) = &log {
+            s.claim()?;
+        }
         let reg = registry.clone();
         make_through_staging(&log, &id, items, limit, |staging, len, chunk| {
             if len == 0 {
@@ -60,8 +65,13 @@ impl Session {
             Ok(())
         })?;
         let mut out = Self::restore(log, &id, registry, false)?;
-        out.live_handle = s.live_handle.take();
-        out.took_over = s.took_over;
+        match s.live_handle.take() {
+            Some(h) => {
+                out.live_handle = Some(h);
+                out.took_over = s.took_over;
+            }
+            None => out.claim()?,
+        }
         Ok(out)
     }
 }
