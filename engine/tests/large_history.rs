@@ -164,3 +164,37 @@ fn a_staging_session_a_crash_left_is_deleted_by_the_next() {
         .unwrap();
     assert!(deleted_at(&store, &left).unwrap().is_some());
 }
+
+#[test]
+fn staged_creations_at_once_leave_each_other_alone() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = open(dir.path());
+    let host = Arc::new(Host::new(store.clone(), reg()));
+    let threads: Vec<_> = (0..4)
+        .map(|t| {
+            let host = host.clone();
+            std::thread::spawn(move || {
+                for round in 0..3 {
+                    let id = format!("big-{t}-{round}");
+                    let s = host.create_with_history(&id, &history(120, 16 << 10));
+                    assert_eq!(s.unwrap().lock().len(), 241, "{id}");
+                }
+            })
+        })
+        .collect();
+    for t in threads {
+        t.join().unwrap();
+    }
+    // None of them took another's staging session for a leftover.
+    let mut listed: Vec<String> = list_sessions(&store, &Registry::new())
+        .unwrap()
+        .into_iter()
+        .map(|s| s.id)
+        .collect();
+    listed.sort();
+    assert_eq!(listed.len(), 12, "{listed:?}");
+    for id in listed {
+        assert!(id.starts_with("big-"), "{id}");
+        assert_eq!(deleted_at(&store, &id).unwrap(), None, "{id}");
+    }
+}

@@ -47,11 +47,6 @@ impl Session {
         }
         let reg = registry.clone();
         make_through_staging(&log, &id, items, limit, |staging, len, chunk| {
-            if len == 0 {
-                if let LogHandle::Other(l) = &log {
-                    l.create_session(staging)?;
-                }
-            }
             // Checked above: written as they are, blocks out of line on
             // the embedded store, text indexed on another log.
             let text = |i: usize| {
@@ -141,6 +136,19 @@ fn make_through_staging(
     delete_leftovers(log);
     let staging = staging_name();
     let n = items.len() as u64;
+    if let LogHandle::Other(l) = log {
+        // Another log claims a session that exists.
+        l.create_session(&staging)?;
+    }
+    // Held while it is written: another creation's `delete_leftovers`
+    // skips it (a tombstone inside it would be inherited by `id`).
+    let claim = match log.claim(&staging) {
+        Ok(c) => c,
+        Err(e) => {
+            let _ = delete(log, &staging);
+            return Err(e);
+        }
+    };
     let written = (|| {
         let mut room = limit.saturating_sub(define_frame_padded_len(staging.len(), false));
         let mut chunk = Vec::new();
@@ -170,6 +178,7 @@ fn make_through_staging(
         }
         log.as_log().sync_session(&staging)
     })();
+    log.release(&staging, claim.id);
     if let Err(e) = written {
         let _ = delete(log, &staging);
         return Err(e);
@@ -185,7 +194,7 @@ fn make_through_staging(
 }
 
 /// Delete staging sessions a crash left (best effort: one another
-/// process or thread is writing is live and skipped).
+/// process or thread is writing is claimed, refused and skipped).
 fn delete_leftovers(log: &LogHandle) {
     let Ok(names) = log.as_log().sessions() else {
         return;
