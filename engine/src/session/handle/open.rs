@@ -4,12 +4,11 @@
 use std::sync::Arc;
 
 use crate::error::{Error, Result};
-use crate::frame::{define_frame_padded_len, frame_padded_len};
 use crate::session::codec::envelope;
 use crate::session::codec::event::Registry;
 use crate::session::fold::state::State;
 use crate::session::fold::state_snapshot::{self, Loaded};
-use crate::session::handle::{HistoryEvent, Session};
+use crate::session::handle::{staged, HistoryEvent, Session};
 use crate::session::log::{AppendEnd, LogHandle};
 use crate::store::Store;
 
@@ -223,12 +222,7 @@ impl Session {
         let mut s = Self::empty(log, id, registry);
         let items = s.encode_history(history)?;
         let limit = s.log.group_bytes_max();
-        let bytes: usize = define_frame_padded_len(id.len(), false)
-            + items
-                .iter()
-                .map(|e| frame_padded_len(e.payload.len()))
-                .sum::<usize>();
-        if bytes > limit {
+        if staged::group_bytes(id, items.iter().map(|e| e.payload.len())) > limit {
             return Self::create_staged(s, items, limit);
         }
         if let LogHandle::Other(l) = &s.log {

@@ -10,6 +10,7 @@
 //! staging session left by a crash is deleted by the next staged creation
 //! in the store; until then it is listed like any other session.
 
+use std::ops::Range;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
@@ -46,16 +47,18 @@ impl Session {
             s.claim()?;
         }
         let reg = registry.clone();
-        make_through_staging(&log, &id, items, limit, |staging, len, chunk| {
+        let lens: Vec<usize> = items.iter().map(|e| e.payload.len()).collect();
+        make_through_staging(&log, &id, &lens, limit, |staging, range| {
+            let (len, chunk) = (range.start as u64, &items[range]);
             // Checked above: written as they are, blocks out of line on
             // the embedded store, text indexed on another log.
             let text = |i: usize| {
-                let e: &EncodedEvent = &chunk[i];
+                let e = &chunk[i];
                 envelope::decode(len + i as u64, e.kind, e.flags, &e.payload, &reg)
                     .ok()
                     .and_then(|ev| searchable_text(&ev))
             };
-            let (first, _) = log.append_group(staging, &mut None, len, &chunk, text)?;
+            let (first, _) = log.append_group(staging, &mut None, len, chunk, text)?;
             debug_assert!(first.is_none_or(|f| f == len));
             Ok(())
         })?;
@@ -87,55 +90,46 @@ fn staging_name() -> String {
 /// session when they do not fit one batch; nothing checks them (a restore
 /// of an archive, whose file is checksummed).
 pub fn create_from_raw(store: &Arc<Store>, id: &str, events: &[(u16, u16, &[u8])]) -> Result<()> {
-    let limit = store.group_bytes_max();
-    let bytes: usize = define_frame_padded_len(id.len(), false)
-        + events
-            .iter()
-            .map(|e| frame_padded_len(e.2.len()))
-            .sum::<usize>();
     if events.is_empty() {
         store.create_session(id)?;
         return store.sync_session(id);
     }
-    if bytes <= limit {
+    let limit = store.group_bytes_max();
+    let lens: Vec<usize> = events.iter().map(|e| e.2.len()).collect();
+    if group_bytes(id, lens.iter().copied()) <= limit {
         store.append_group(id, events, |_| {})?;
         return store.sync_session(id);
     }
     let log = LogHandle::Embedded(store.clone());
-    let items = events
-        .iter()
-        .map(|&(kind, flags, payload)| EncodedEvent {
-            kind,
-            flags,
-            payload: payload.to_vec(),
-        })
-        .collect();
-    make_through_staging(&log, id, items, limit, |staging, _, chunk| {
-        let group: Vec<(u16, u16, &[u8])> = chunk
-            .iter()
-            .map(|e| (e.kind, e.flags, e.payload.as_slice()))
-            .collect();
-        store.append_group(staging, &group, |_| {})?;
+    make_through_staging(&log, id, &lens, limit, |staging, range| {
+        store.append_group(staging, &events[range], |_| {})?;
         Ok(())
     })
 }
 
-/// Write `items` to a new staging session in batches of at most `limit`
-/// bytes with `append` (given the staging name, the events it holds and
-/// the batch), wait until all are durable, define
-/// `id` as a fork holding them all and make that durable, then delete the
-/// staging session. On a failure before the fork, the staging session is
-/// deleted and `id` does not exist.
+/// The bytes of one group holding a session's define frame (for `id`)
+/// and events with payloads of `lens` bytes.
+pub(in crate::session) fn group_bytes(id: &str, lens: impl Iterator<Item = usize>) -> usize {
+    define_frame_padded_len(id.len(), false) + lens.map(frame_padded_len).sum::<usize>()
+}
+
+/// Write events whose payloads are `lens` bytes long to a new staging
+/// session, in batches of at most `limit` bytes with `append` (given the
+/// staging name and the range of events of the batch, which starts at the
+/// staging session's length), wait until all are durable, define `id` as
+/// a fork holding them all and make that durable, then delete the staging
+/// session. On a failure before the fork, the staging session is deleted
+/// and `id` does not exist.
 fn make_through_staging(
     log: &LogHandle,
     id: &str,
-    items: Vec<EncodedEvent>,
+    lens: &[usize],
     limit: usize,
-    mut append: impl FnMut(&str, u64, Vec<EncodedEvent>) -> Result<()>,
+    mut append: impl FnMut(&str, Range<usize>) -> Result<()>,
 ) -> Result<()> {
     delete_leftovers(log);
     let staging = staging_name();
-    let n = items.len() as u64;
+    let n = lens.len() as u64;
     if let LogHandle::Other(l) = log {
         // Another log claims a session that exists.
         l.create_session(&staging)?;
@@ -150,16 +144,14 @@ fn make_through_staging(
         }
     };
     let written = (|| {
-        let mut room = limit.saturating_sub(define_frame_padded_len(staging.len(), false));
-        let mut chunk = Vec::new();
+        let mut room = limit.saturating_sub(group_bytes(&staging, std::iter::empty()));
+        let mut start = 0;
         let mut used = 0;
-        let mut len = 0;
-        for e in items {
-            let need = frame_padded_len(e.payload.len());
-            if used + need > room && !chunk.is_empty() {
-                let k = chunk.len() as u64;
-                append(&staging, len, std::mem::take(&mut chunk))?;
-                len += k;
+        for (i, &len) in lens.iter().enumerate() {
+            let need = frame_padded_len(len);
+            if used + need > room && start < i {
+                append(&staging, start..i)?;
+                start = i;
                 used = 0;
                 room = limit;
             }
@@ -171,10 +163,9 @@ fn make_through_staging(
                 });
             }
             used += need;
-            chunk.push(e);
         }
-        if !chunk.is_empty() {
-            append(&staging, len, chunk)?;
+        if start < lens.len() {
+            append(&staging, start..lens.len())?;
         }
         log.as_log().sync_session(&staging)
     })();
