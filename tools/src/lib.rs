@@ -294,13 +294,17 @@ where
     // `turnstone dump | head` ends quietly, as other Unix tools do.
     signals::default_sigpipe();
     let cli = Cli::parse_from(args);
-    match run(cli) {
+    let code = match run(cli) {
         Ok(code) => code,
         Err(f) => {
             eprintln!("turnstone: {}", f.msg);
             ExitCode::from(f.code)
         }
-    }
+    };
+    // Run inside a Python or Node process (the packages' `turnstone`), no
+    // Rust `main` returns to flush what the last line left buffered.
+    let _ = std::io::Write::flush(&mut std::io::stdout());
+    code
 }
 
 /// Paths in messages: as given.
