@@ -9,6 +9,7 @@ use std::ops::ControlFlow;
 use std::sync::Arc;
 
 use tokio::sync::watch;
+use turnstone::session::CoreKind;
 use turnstone::Store;
 
 use crate::log::Log;
@@ -210,6 +211,17 @@ pub(crate) fn fold(
     st: &mut State,
     e: &turnstone::EventRef<'_>,
 ) -> Result<(), String> {
+    // A session-layer tombstone (`session/delete`, FORMAT.md §10, written by
+    // `turnstone delete --session ds/…` or `session::delete` while the server
+    // was down) deletes the stream as the server's own DELETE does: soft
+    // while forks read through it, released by the rebuild once none does.
+    // It is always the session's last event.
+    if e.kind == CoreKind::SessionDelete.code() {
+        if st.deleted.is_none() {
+            st.deleted = Some(DeleteMode::Soft);
+        }
+        return Ok(());
+    }
     let d = decode(session, e)?;
     let bad = |what: &str, err: serde_json::Error| bad(session, e, what, err);
     match e.kind {

@@ -676,6 +676,85 @@ async fn background_collection_removes_deleted_streams_events(cx: Ctx) {
     a.shutdown().await.unwrap();
 }
 
+/// The engine session a stream path maps to.
+async fn session_of_path(url: &str, path: &str) -> String {
+    let (url, path) = (url.to_string(), path.to_string());
+    tokio::task::spawn_blocking(move || {
+        let mut c = postgres::Client::connect(&url, postgres::NoTls).unwrap();
+        c.query_one(
+            "SELECT session FROM turnstone_streams WHERE path = $1",
+            &[&path],
+        )
+        .unwrap()
+        .get(0)
+    })
+    .await
+    .unwrap()
+}
+
+/// A stream deleted through the session layer by another process
+/// (`turnstone delete postgres://… --session ds/…`, issue 44 §5): refused,
+/// naming the lease, while an instance holds the stream; once the
+/// instances stopped, the delete goes through and new instances answer 404
+/// for the stream, refuse appends to it, and serve the other streams.
+async fn a_session_layer_delete_is_served_as_a_delete(cx: Ctx) {
+    let a = instance(&cx, "a").await;
+    let ha = http(a.local_addr());
+    assert_eq!(ha.put("/gone", "text/plain", "x;").await.status(), 201);
+    assert_eq!(ha.post("/gone", "text/plain", "y;").await.status(), 204);
+    assert_eq!(ha.put("/kept", "text/plain", "k;").await.status(), 201);
+    assert_eq!(read_text(&ha, "/gone").await.0, "x;y;");
+    let session = session_of_path(&cx.url, "/gone").await;
+    let delete_now = || {
+        let (url, session) = (cx.url.clone(), session.clone());
+        tokio::task::spawn_blocking(move || {
+            let log = turnstone_pg::PgEventLog::connect(&url, "cli", None).unwrap();
+            let log: &dyn turnstone::backend::EventLog = &log;
+            turnstone::session::delete(log, &session)
+        })
+    };
+    let refused = delete_now().await.unwrap();
+    assert!(
+        matches!(&refused, Err(turnstone::Error::Fenced { detail, .. }) if detail.contains("turnstone-serve")),
+        "refused while an instance holds it: {refused:?}"
+    );
+    assert_eq!(read_text(&ha, "/gone").await.0, "x;y;", "nothing changed");
+    a.shutdown().await.unwrap();
+    // The stopped instance's lease runs out (30 s, brought forward here).
+    let (url, sess) = (cx.url.clone(), session.clone());
+    tokio::task::spawn_blocking(move || {
+        let mut c = postgres::Client::connect(&url, postgres::NoTls).unwrap();
+        c.execute(
+            "UPDATE turnstone_sessions SET lease_expires = now() - interval '1 second' WHERE id = $1",
+            &[&sess],
+        )
+        .unwrap();
+    })
+    .await
+    .unwrap();
+
+    let deleted = delete_now().await.unwrap();
+    assert!(deleted.is_ok(), "the session layer deletes it: {deleted:?}");
+    let a = instance(&cx, "a2").await;
+    let b = instance(&cx, "b").await;
+    let (ha, hb) = (http(a.local_addr()), http(b.local_addr()));
+    for (h, who) in [(&ha, "one instance"), (&hb, "another")] {
+        assert_eq!(h.get("/gone").await.status(), 404, "{who}: GET");
+        assert_eq!(
+            h.post("/gone", "text/plain", "z;").await.status(),
+            404,
+            "{who}: append"
+        );
+        assert_eq!(
+            read_text(h, "/kept").await.0,
+            "k;",
+            "{who}: the other stream"
+        );
+    }
+    a.shutdown().await.unwrap();
+    b.shutdown().await.unwrap();
+}
+
 /// The mapped stream paths in the database.
 async fn mapped_paths(url: &str) -> Vec<String> {
     let url = url.to_string();
@@ -1801,6 +1880,11 @@ fn main() {
         (
             "background_collection_removes_deleted_streams_events",
             |cx| Box::pin(background_collection_removes_deleted_streams_events(cx)),
+            false,
+        ),
+        (
+            "a_session_layer_delete_is_served_as_a_delete",
+            |cx| Box::pin(a_session_layer_delete_is_served_as_a_delete(cx)),
             false,
         ),
         (
