@@ -23,12 +23,12 @@ export TURNSTONE_BIN="$root/target/debug/turnstone"
 cd "$here"
 # The package's annotations (py.typed, turnstone/_native.pyi): a harness written
 # against them type-checks with mypy --strict (run from target/, so the installed
-# package is what it imports), and runs; the package's core modules are
-# strict-clean themselves (the framework adapters, langgraph.py and agents.py,
-# are not yet).
+# package is what it imports), and runs; the package's own modules, the framework
+# adapters (langgraph.py, agents.py) included, are strict-clean themselves.
 "$venv/bin/pip" install --quiet --disable-pip-version-check "mypy==1.13.0"
 ( cd "$here/target" && "$venv/bin/mypy" --strict --no-incremental ../tests/typing_check.py ../../../examples/agent_loop.py \
     && "$venv/bin/mypy" --strict --no-incremental -m turnstone -m turnstone.events -m turnstone._cli \
+       -m turnstone._frameworks -m turnstone.langgraph -m turnstone.agents \
     && "$venv/bin/python" ../tests/typing_check.py "$(mktemp -d)" >/dev/null )
 # The agent loop example (a fake Anthropic model, parallel tools, a SIGKILL
 # mid-tool, repair, fork, compaction, replay, search) runs as written.

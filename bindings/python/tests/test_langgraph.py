@@ -337,3 +337,16 @@ def test_a_thread_forked_through_the_store_is_seen_by_a_saver_already_in_use(tmp
         saver.store.fork("langgraph:crash-demo", at=at, child="langgraph:other")
         other = list(saver.list({"configurable": {"thread_id": "other"}}))
         assert [t.checkpoint["id"] for t in other] == [t.checkpoint["id"] for t in src]
+
+
+def test_delete_for_runs_skips_a_thread_another_saver_deleted(tmp_path):
+    # Found by mypy --strict: a saver that had listed a thread, deleted
+    # since through another saver on the store, failed with AttributeError
+    # in delete_for_runs.
+    d = tmp_path / "s"
+    with TurnstoneSaver(d) as a, TurnstoneSaver(d) as b:
+        EX.build(a).invoke({"messages": [HumanMessage("go", id="h")]}, EX.THREAD)
+        assert "crash-demo" in b._names()
+        a.delete_thread("crash-demo")
+        b.delete_for_runs(["run-1"])
+        assert list(b.list({"configurable": {"thread_id": "crash-demo"}})) == []

@@ -14,10 +14,20 @@ from __future__ import annotations
 import asyncio
 import os
 import threading
-from typing import Optional
+from collections.abc import Callable, Iterable
+from typing import Any, Optional, TypeVar, Union
 
 from . import Store, TurnstoneError, error_kind
-from ._native import flush_all
+from ._native import NativeSession, flush_all
+
+_T = TypeVar("_T")
+
+#: A store directory as the backends take it (``str(path)`` is opened).
+StorePath = Union[str, os.PathLike[str]]
+
+#: What a durability wait is waiting for: (the session's handle, the event
+#: loop of the waiting task, the future resolved on that loop).
+_Request = tuple[NativeSession, asyncio.AbstractEventLoop, asyncio.Future[None]]
 
 #: The plugin kinds the backends append (name -> ignorable).
 PLUGINS = {
@@ -28,7 +38,7 @@ PLUGINS = {
 }
 
 _lock = threading.Lock()
-_open: dict = {}  # real path -> _Shared
+_open: dict[str, _Shared] = {}  # real path -> _Shared
 
 
 class _Shared:
@@ -37,12 +47,13 @@ class _Shared:
         self.waiter = DurabilityWaiter()
         self.refs = 0
         #: state the backends keep per session id (e.g. the agents surface),
-        #: so that two objects naming one session see one history
-        self.state: dict = {}
+        #: so that two objects naming one session see one history; keyed by
+        #: (backend, name), each backend keeps its own state type as values
+        self.state: dict[tuple[str, str], Any] = {}
         self.lock = threading.RLock()
 
 
-def acquire(path) -> _Shared:
+def acquire(path: StorePath) -> _Shared:
     """The shared Store of ``path`` (opened on first use)."""
     key = os.path.realpath(str(path))
     with _lock:
@@ -69,7 +80,7 @@ def release(sh: _Shared) -> None:
     sh.store.close()
 
 
-def _settle_all(futs: list, error: Optional[BaseException]) -> None:
+def _settle_all(futs: list[asyncio.Future[None]], error: Optional[BaseException]) -> None:
     for fut in futs:
         if fut.cancelled():
             continue
@@ -90,13 +101,13 @@ class DurabilityWaiter:
 
     def __init__(self) -> None:
         self._cv = threading.Condition()
-        self._pending: list = []
+        self._pending: list[_Request] = []
         self._thread: Optional[threading.Thread] = None
         self._closed = False
 
-    def wait(self, session) -> "asyncio.Future":
+    def wait(self, session: NativeSession) -> asyncio.Future[None]:
         loop = asyncio.get_running_loop()
-        fut = loop.create_future()
+        fut: asyncio.Future[None] = loop.create_future()
         with self._cv:
             if self._closed:
                 raise TurnstoneError("closed", "the store is closed", None, None)
@@ -120,7 +131,7 @@ class DurabilityWaiter:
             del batch  # hold no session handle while idle (delete needs them gone)
 
     @staticmethod
-    def _round(batch: list) -> None:
+    def _round(batch: list[_Request]) -> None:
         # One wait for the whole round, with the GIL released once: taking
         # it back per session from a busy event loop costs up to a switch
         # interval (5 ms) each.
@@ -129,7 +140,7 @@ class DurabilityWaiter:
             flush_all([session for session, _, _ in batch])
         except BaseException as e:  # handed to every awaiting task
             error = e
-        by_loop: dict = {}
+        by_loop: dict[asyncio.AbstractEventLoop, list[asyncio.Future[None]]] = {}
         for _, loop, fut in batch:
             by_loop.setdefault(loop, []).append(fut)
         for loop, futs in by_loop.items():
@@ -148,7 +159,8 @@ class DurabilityWaiter:
             t.join()
 
 
-def create_named(store: Store, candidates, make):
+def create_named(store: Store, candidates: Iterable[str],
+                 make: Callable[[str], _T]) -> tuple[str, _T]:
     """Create a session under the first free name of ``candidates`` with
     ``make(name)``. A deleted session keeps its name (its tombstone is the
     last event of its log), so a thread or session created again after a

@@ -47,8 +47,10 @@ durable; concurrent sessions share group commits.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable, Mapping
 from typing import Any, Optional
 
+from agents.items import TResponseInputItem
 from agents.memory.session import SessionABC
 from agents.memory.session_settings import (
     SessionSettings,
@@ -56,7 +58,7 @@ from agents.memory.session_settings import (
     resolve_session_limit,
 )
 
-from . import TurnstoneError, _frameworks, error_kind
+from . import Session, TurnstoneError, _frameworks, error_kind
 
 __all__ = ["TurnstoneSession"]
 
@@ -66,7 +68,7 @@ _USER_ROLES = ("user", "system", "developer")
 _FIELD = "openai_agents_item"
 
 
-def _parts_text(content, out: list) -> None:
+def _parts_text(content: object, out: list[str]) -> None:
     if isinstance(content, str):
         out.append(content)
     elif isinstance(content, list):
@@ -77,11 +79,11 @@ def _parts_text(content, out: list) -> None:
                         out.append(part[key])
 
 
-def _text(item: dict) -> str:
+def _text(item: Mapping[str, Any]) -> str:
     """The item's text, for search and the CLI: message text and
     refusals, reasoning summaries, a function call's name and arguments,
     a tool output."""
-    out: list = []
+    out: list[str] = []
     _parts_text(item.get("content"), out)
     _parts_text(item.get("summary"), out)
     if isinstance(item.get("name"), str) and isinstance(item.get("arguments"), str):
@@ -90,11 +92,11 @@ def _text(item: dict) -> str:
     return "\n".join(out)
 
 
-def _block(item: dict) -> dict:
+def _block(item: Mapping[str, Any]) -> dict[str, Any]:
     return {"type": "text", "text": _text(item), _FIELD: item}
 
 
-def _kind(item: Any) -> str:
+def _kind(item: object) -> str:
     if not isinstance(item, dict):
         raise TurnstoneError(
             "invalid_argument",
@@ -110,12 +112,12 @@ class _State:
     of its surface nodes in order, and which of them are the empty
     messages written by pop_item / clear_session."""
 
-    def __init__(self, session) -> None:
-        self.session = session  # turnstone.Session, None until the first add
+    def __init__(self, session: Optional[Session]) -> None:
+        self.session = session  # None until the first add
         self.nodes: list[int] = []
         self.hidden: set[int] = set()
 
-    def apply(self, seq: int, op: dict, tombstone: bool) -> None:
+    def apply(self, seq: int, op: Mapping[str, Any], tombstone: bool) -> None:
         if op["op"] == "append":
             self.nodes.append(seq)
         else:
@@ -127,7 +129,7 @@ class _State:
         return [s for s in self.nodes if s not in self.hidden]
 
 
-async def _await_mutation(fut) -> None:
+async def _await_mutation(fut: Awaitable[None]) -> None:
     """Wait for a mutation's durability even if the caller is cancelled
     meanwhile, then re-raise the cancellation (what the SDK's own sessions
     do: a cancelled add_items is either complete or absent, not unknown)."""
@@ -148,8 +150,8 @@ class TurnstoneSession(SessionABC):
 
     session_settings: Optional[SessionSettings] = None
 
-    def __init__(self, session_id: str, path, *,
-                 session_settings: Optional[SessionSettings | dict] = None) -> None:
+    def __init__(self, session_id: str, path: _frameworks.StorePath, *,
+                 session_settings: Optional[SessionSettings | dict[str, Any]] = None) -> None:
         self.session_id = session_id
         self.session_settings = (
             coerce_session_settings(session_settings)
@@ -164,7 +166,7 @@ class TurnstoneSession(SessionABC):
 
     def _state(self) -> _State:
         key = ("agents", self._name)
-        st = self._shared.state.get(key)
+        st: Optional[_State] = self._shared.state.get(key)
         if st is None:
             try:
                 session = self.store.open_session(self._name)
@@ -174,17 +176,18 @@ class TurnstoneSession(SessionABC):
                 session = None
             st = _State(session)
             if session is not None:
-                for e in session.events():
-                    op = e.get("surface")
+                for ev in session.events():
+                    op = ev.get("surface")
                     if op:
-                        st.apply(e["seq"], op, e["kind"] == "assistant/message"
-                                 and not e["data"].get("content"))
+                        st.apply(ev["seq"], op, ev["kind"] == "assistant/message"
+                                 and not ev["data"].get("content"))
             self._shared.state[key] = st
         return st
 
-    def _items(self, st: _State, seqs: list[int]) -> list:
+    def _items(self, st: _State, seqs: list[int]) -> list[TResponseInputItem]:
         if not seqs:
             return []
+        assert st.session is not None  # it wrote the nodes seqs come from
         first = seqs[0]
         events = st.session.events(first, seqs[-1] + 1)
         return [events[s - first]["data"]["content"][0][_FIELD] for s in seqs]
@@ -195,7 +198,7 @@ class TurnstoneSession(SessionABC):
 
     # ---- the Session protocol
 
-    async def get_items(self, limit: Optional[int] = None) -> list:
+    async def get_items(self, limit: Optional[int] = None) -> list[TResponseInputItem]:
         """The history in order; with ``limit`` (or the settings' limit)
         the latest ``limit`` items, in order. As SQLiteSession: 0 gives
         none, a negative limit gives all."""
@@ -208,7 +211,7 @@ class TurnstoneSession(SessionABC):
                 seqs = seqs[-n:] if n else []
             return self._items(st, seqs)
 
-    async def add_items(self, items: list) -> None:
+    async def add_items(self, items: list[TResponseInputItem]) -> None:
         """Append the items (one atomic group); returns once durable."""
         self._check_not_closed()
         if not items:
@@ -216,16 +219,18 @@ class TurnstoneSession(SessionABC):
         group = [(_kind(item), {"content": [_block(item)]}, "append") for item in items]
         with self._shared.lock:
             st = self._state()
-            if st.session is None:
-                _, st.session = _frameworks.create_named(
-                    self.store, [self._name], self.store.create_session)
-            seqs = st.session.append_group(group)
+            session = st.session
+            if session is None:
+                session = _frameworks.create_named(
+                    self.store, [self._name], self.store.create_session)[1]
+                st.session = session
+            seqs = session.append_group(group)
             for seq in seqs:
                 st.apply(seq, {"op": "append"}, False)
-            native = st.session._native
+            native = session._native
         await _await_mutation(self._shared.waiter.wait(native))
 
-    async def pop_item(self) -> Optional[Any]:
+    async def pop_item(self) -> Optional[TResponseInputItem]:
         """Remove the latest item from the history and return it (None if
         there is none): an empty message replaces it in the surface; the
         item stays in the log."""
@@ -235,6 +240,7 @@ class TurnstoneSession(SessionABC):
             vis = st.visible()
             if not vis:
                 return None
+            assert st.session is not None  # it wrote the visible nodes
             last = vis[-1]
             item = self._items(st, [last])[0]
             start = st.nodes.index(last)
@@ -255,6 +261,7 @@ class TurnstoneSession(SessionABC):
             st = self._state()
             if not st.visible():
                 return
+            assert st.session is not None  # it wrote the visible nodes
             op = {"op": "replace", "start": 0, "end": len(st.nodes)}
             seq = st.session.append("assistant/message",
                                     {"content": [], "agents": {"op": "clear_session"}},

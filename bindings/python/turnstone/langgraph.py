@@ -34,9 +34,10 @@ from __future__ import annotations
 import asyncio
 import base64
 import bisect
+import builtins
 import threading
-from collections.abc import AsyncIterator, Iterator, Sequence
-from typing import Any, Optional
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
+from typing import Any, Literal, Optional, Union, overload
 
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import (
@@ -46,20 +47,31 @@ from langgraph.checkpoint.base import (
     Checkpoint,
     CheckpointMetadata,
     CheckpointTuple,
+    PendingWrite,
     get_checkpoint_id,
     get_checkpoint_metadata,
     writes_sort_key,
 )
+from langgraph.checkpoint.serde.base import SerializerProtocol
 
-from . import TurnstoneError, _frameworks, error_kind
+from . import Session, Store, TurnstoneError, _frameworks, error_kind
 
 __all__ = ["TurnstoneSaver"]
 
 _PREFIX = "langgraph"
 _SCALARS = (str, int, float, bool, type(None))
 
+#: ``SerializerProtocol.loads_typed``: ``(type, bytes)`` -> value.
+_Loads = Callable[[tuple[str, bytes]], Any]
+#: A serialized value as stored: ``[type, base64 of the bytes]``.
+_Typed = Sequence[str]
+#: A channel blob's key: (namespace, channel, version).
+_BlobKey = tuple[str, str, Union[str, int, float]]
+#: A stored pending write, by (task id, idx): (channel, type, base64, task path).
+_Write = tuple[str, str, str, str]
 
-def _names(thread_id: str):
+
+def _names(thread_id: str) -> Iterator[str]:
     """Session names for a thread: ``langgraph:<id>``, then (after a
     delete) ``langgraph~1:<id>``, ``langgraph~2:<id>``, ..."""
     yield f"{_PREFIX}:{thread_id}"
@@ -81,7 +93,8 @@ def _thread_of(name: str) -> Optional[str]:
 class _Cp:
     __slots__ = ("checkpoint", "metadata", "parent")
 
-    def __init__(self, checkpoint: list, metadata: dict, parent: Optional[str]) -> None:
+    def __init__(self, checkpoint: _Typed, metadata: CheckpointMetadata,
+                 parent: Optional[str]) -> None:
         self.checkpoint = checkpoint  # [type, base64] of the checkpoint minus channel values
         self.metadata = metadata      # decoded, for filters
         self.parent = parent
@@ -95,20 +108,20 @@ class _Thread:
     loading from the log and after each append, so a reload rebuilds
     exactly the live index."""
 
-    def __init__(self, name: str, session, loads) -> None:
+    def __init__(self, name: str, session: Session, loads: _Loads) -> None:
         self.name = name
         self.session = session
         self.loads = loads
         self.cps: dict[str, dict[str, _Cp]] = {}
         self.order: dict[str, list[str]] = {}
-        self.blobs: dict[tuple, list] = {}
-        self.writes: dict[tuple, dict[tuple, tuple]] = {}
+        self.blobs: dict[_BlobKey, _Typed] = {}
+        self.writes: dict[tuple[str, str], dict[tuple[str, int], _Write]] = {}
         #: (metadata key, scalar value) -> {(namespace, checkpoint id)}:
         #: what ``list(filter=...)`` intersects instead of testing each
         #: checkpoint
-        self.by_meta: dict[tuple, set] = {}
+        self.by_meta: dict[tuple[str, object], set[tuple[str, str]]] = {}
 
-    def _index_meta(self, ns: str, cid: str, metadata: dict, add: bool) -> None:
+    def _index_meta(self, ns: str, cid: str, metadata: Mapping[str, Any], add: bool) -> None:
         for k, v in metadata.items():
             if isinstance(v, _SCALARS):
                 key = (k, v)
@@ -121,13 +134,13 @@ class _Thread:
                         if not ids:
                             del self.by_meta[key]
 
-    def matching(self, filter: dict) -> Optional[set]:
+    def matching(self, filter: Mapping[str, Any]) -> Optional[set[tuple[str, str]]]:
         """The (namespace, id) pairs whose metadata has every pair of
         ``filter``, from the index; None when a filter value is not a
         scalar or is None (the caller then tests each checkpoint)."""
         if not all(isinstance(v, _SCALARS) and v is not None for v in filter.values()):
             return None  # (a None matches a missing key too, as in LangGraph's savers)
-        out: Optional[set] = None
+        out: Optional[set[tuple[str, str]]] = None
         for k, v in filter.items():
             ids = self.by_meta.get((k, v), set())
             out = set(ids) if out is None else out & ids
@@ -135,7 +148,8 @@ class _Thread:
                 return set()
         return out
 
-    def apply(self, kind: str, data: dict, metadata: Optional[dict] = None) -> None:
+    def apply(self, kind: str, data: Mapping[str, Any],
+              metadata: Optional[CheckpointMetadata] = None) -> None:
         if kind == "langgraph/checkpoint":
             ns, cid = data["ns"], data["id"]
             for ch, (ver, typ, b64) in data["blobs"].items():
@@ -164,7 +178,7 @@ class _Thread:
             keep = data["keep"]
             self._drop(lambda ns, cid, cp: keep.get(ns) != cid)
 
-    def _drop(self, doomed) -> None:
+    def _drop(self, doomed: Callable[[str, str, _Cp], bool]) -> None:
         for ns, cps in self.cps.items():
             gone = [cid for cid, cp in cps.items() if doomed(ns, cid, cp)]
             for cid in gone:
@@ -181,7 +195,7 @@ class _Thread:
         return ids[-1] if ids else None
 
 
-def _delete_when_released(store, name: str) -> None:
+def _delete_when_released(store: Store, name: str) -> None:
     """``Store.delete``, which is refused while a handle is alive: the
     durability waiter may hold ours for the instant it takes to finish a
     round, so wait for that (briefly) instead of failing."""
@@ -198,22 +212,23 @@ def _delete_when_released(store, name: str) -> None:
     store.delete(name)
 
 
-def _dumps(serde, value) -> list:
+def _dumps(serde: SerializerProtocol, value: Any) -> list[str]:
     typ, raw = serde.dumps_typed(value)
     return [typ, base64.b64encode(raw).decode("ascii")]
 
 
-def _loads(loads, typed: list):
+def _loads(loads: _Loads, typed: _Typed) -> Any:
     return loads((typed[0], base64.b64decode(typed[1])))
 
 
-class TurnstoneSaver(BaseCheckpointSaver):
+class TurnstoneSaver(BaseCheckpointSaver[int]):
     """A LangGraph checkpointer storing each thread as a turnstone session
     in the store directory ``path`` (created if missing). Sync and async
     methods; usable as a (async) context manager. Savers on one directory
     in one process share one open Store."""
 
-    def __init__(self, path, *, serde=None) -> None:
+    def __init__(self, path: _frameworks.StorePath, *,
+                 serde: Optional[SerializerProtocol] = None) -> None:
         super().__init__(serde=serde)
         self._shared = _frameworks.acquire(path)
         self.store = self._shared.store
@@ -236,20 +251,20 @@ class TurnstoneSaver(BaseCheckpointSaver):
     def __enter__(self) -> "TurnstoneSaver":
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
     async def __aenter__(self) -> "TurnstoneSaver":
         return self
 
-    async def __aexit__(self, *exc) -> None:
+    async def __aexit__(self, *exc: object) -> None:
         self.close()
 
     # ---- the index
 
     def _names(self) -> dict[str, str]:
         if self._catalog is None:
-            found: dict[str, tuple] = {}
+            found: dict[str, tuple[int, str]] = {}
             for s in self.store.sessions():
                 tid = _thread_of(s["id"])
                 if tid is not None:
@@ -259,7 +274,13 @@ class TurnstoneSaver(BaseCheckpointSaver):
             self._catalog = {tid: name for tid, (_, name) in found.items()}
         return self._catalog
 
-    def _thread(self, thread_id, create: bool = False) -> Optional[_Thread]:
+    @overload
+    def _thread(self, thread_id: object, create: Literal[True]) -> _Thread: ...
+
+    @overload
+    def _thread(self, thread_id: object, create: bool = False) -> Optional[_Thread]: ...
+
+    def _thread(self, thread_id: object, create: bool = False) -> Optional[_Thread]:
         tid = str(thread_id)
         t = self._threads.get(tid)
         if t is not None:
@@ -268,7 +289,7 @@ class TurnstoneSaver(BaseCheckpointSaver):
         # Not known to this saver: a first generation made since (a
         # store.fork into ``langgraph:<id>``, another tool) is found by name.
         name = names.get(tid) or f"{_PREFIX}:{tid}"
-        session = None
+        session: Optional[Session] = None
         try:
             session = self.store.open_session(name)
         except TurnstoneError as e:
@@ -278,13 +299,13 @@ class TurnstoneSaver(BaseCheckpointSaver):
         if session is not None:
             names[tid] = name
             t = _Thread(name, session, self.serde.loads_typed)
-            for e in session.events():
-                t.apply(e["kind"], e["data"])
+            for ev in session.events():
+                t.apply(ev["kind"], ev["data"])
         elif create:
-            name, session = _frameworks.create_named(
+            name, created = _frameworks.create_named(
                 self.store, _names(tid), self.store.create_session)
-            self._catalog[tid] = name
-            t = _Thread(name, session, self.serde.loads_typed)
+            names[tid] = name  # (names is self._catalog)
+            t = _Thread(name, created, self.serde.loads_typed)
         else:
             return None
         self._threads[tid] = t
@@ -293,7 +314,7 @@ class TurnstoneSaver(BaseCheckpointSaver):
     def _tuple(self, t: _Thread, tid: str, ns: str, cid: str, cp: _Cp) -> CheckpointTuple:
         loads = self.serde.loads_typed
         checkpoint = _loads(loads, cp.checkpoint)
-        values = {}
+        values: dict[str, Any] = {}
         for ch, ver in checkpoint["channel_versions"].items():
             blob = t.blobs.get((ns, ch, ver))
             if blob is not None and blob[0] != "empty":
@@ -301,11 +322,12 @@ class TurnstoneSaver(BaseCheckpointSaver):
         checkpoint["channel_values"] = values
         stored = t.writes.get((ns, cid), {})
         order = sorted(stored, key=lambda k: writes_sort_key(stored[k][3], *k))
-        pending = [(k[0], stored[k][0], _loads(loads, stored[k][1:3])) for k in order]
+        pending: builtins.list[PendingWrite] = [
+            (k[0], stored[k][0], _loads(loads, stored[k][1:3])) for k in order]
         return CheckpointTuple(
             config={"configurable": {"thread_id": tid, "checkpoint_ns": ns, "checkpoint_id": cid}},
             checkpoint=checkpoint,
-            metadata=dict(cp.metadata),
+            metadata=cp.metadata.copy(),
             parent_config=(
                 {"configurable": {"thread_id": tid, "checkpoint_ns": ns, "checkpoint_id": cp.parent}}
                 if cp.parent else None
@@ -323,7 +345,9 @@ class TurnstoneSaver(BaseCheckpointSaver):
             if t is None:
                 return None
             cid = get_checkpoint_id(config) or t.latest(ns)
-            cp = t.cps.get(ns, {}).get(cid) if cid else None
+            if not cid:
+                return None
+            cp = t.cps.get(ns, {}).get(cid)
             if cp is None:
                 return None
             return self._tuple(t, tid, ns, cid, cp)
@@ -340,8 +364,10 @@ class TurnstoneSaver(BaseCheckpointSaver):
         so ``before`` is a binary search and ``limit`` stops the walk."""
         return iter(self._list(config, filter, before, limit))
 
-    def _list(self, config, filter, before, limit) -> list:
-        out: list = []
+    def _list(self, config: Optional[RunnableConfig], filter: Optional[dict[str, Any]],
+              before: Optional[RunnableConfig],
+              limit: Optional[int]) -> builtins.list[CheckpointTuple]:
+        out: builtins.list[CheckpointTuple] = []
         if limit is not None and limit <= 0:
             return out
         conf = (config or {}).get("configurable", {})
@@ -359,7 +385,7 @@ class TurnstoneSaver(BaseCheckpointSaver):
                 want_ns = conf.get("checkpoint_ns")
                 want_id = conf.get("checkpoint_id")
                 indexed = t.matching(filter) if filter else None
-                cands = []
+                cands: builtins.list[tuple[str, str]] = []
                 for ns, ids in t.order.items():
                     if want_ns is not None and ns != want_ns:
                         continue
@@ -384,17 +410,19 @@ class TurnstoneSaver(BaseCheckpointSaver):
 
     # ---- writes
 
-    def _append_checkpoint(self, config, checkpoint, metadata, new_versions):
+    def _append_checkpoint(self, config: RunnableConfig, checkpoint: Checkpoint,
+                           metadata: CheckpointMetadata,
+                           new_versions: ChannelVersions) -> tuple[_Thread, RunnableConfig]:
         conf = config["configurable"]
         tid, ns = conf["thread_id"], conf.get("checkpoint_ns", "")
-        c = dict(checkpoint)
+        c: dict[str, Any] = dict(checkpoint)
         values = c.pop("channel_values", {})
         blobs = {
             ch: [ver, *(_dumps(self.serde, values[ch]) if ch in values else ["empty", ""])]
             for ch, ver in new_versions.items()
         }
         md = get_checkpoint_metadata(config, metadata)
-        data = {
+        data: dict[str, Any] = {
             "ns": ns,
             "id": checkpoint["id"],
             "parent": conf.get("checkpoint_id"),
@@ -406,8 +434,8 @@ class TurnstoneSaver(BaseCheckpointSaver):
             t = self._thread(tid, create=True)
             t.session.append("langgraph/checkpoint", data)
             t.apply("langgraph/checkpoint", data, metadata=md)
-        out = {"configurable": {"thread_id": tid, "checkpoint_ns": ns,
-                                "checkpoint_id": checkpoint["id"]}}
+        out: RunnableConfig = {"configurable": {"thread_id": tid, "checkpoint_ns": ns,
+                                                "checkpoint_id": checkpoint["id"]}}
         return t, out
 
     def put(self, config: RunnableConfig, checkpoint: Checkpoint,
@@ -422,12 +450,13 @@ class TurnstoneSaver(BaseCheckpointSaver):
         await self._shared.waiter.wait(t.session._native)
         return out
 
-    def _append_writes(self, config, writes, task_id, task_path) -> Optional[_Thread]:
+    def _append_writes(self, config: RunnableConfig, writes: Sequence[tuple[str, Any]],
+                       task_id: str, task_path: str) -> Optional[_Thread]:
         conf = config["configurable"]
         tid, ns, cid = conf["thread_id"], conf.get("checkpoint_ns", ""), conf["checkpoint_id"]
         with self._lock:
             t = self._thread(tid, create=True)
-            rows = []
+            rows: builtins.list[builtins.list[Any]] = []
             for i, (ch, value) in enumerate(writes):
                 idx = WRITES_IDX_MAP.get(ch, i)
                 if idx >= 0 and t.has_writes(ns, cid, task_id, idx):
@@ -435,8 +464,8 @@ class TurnstoneSaver(BaseCheckpointSaver):
                 rows.append([idx, ch, *_dumps(self.serde, value)])
             if not rows:
                 return None  # nothing new: no event
-            data = {"ns": ns, "checkpoint_id": cid, "task_id": task_id,
-                    "task_path": task_path, "writes": rows}
+            data: dict[str, Any] = {"ns": ns, "checkpoint_id": cid, "task_id": task_id,
+                                    "task_path": task_path, "writes": rows}
             t.session.append("langgraph/writes", data)
             t.apply("langgraph/writes", data)
             return t
@@ -478,19 +507,19 @@ class TurnstoneSaver(BaseCheckpointSaver):
             if s is None:
                 return
             s.session.flush()  # a fork shares durable events only
-            if self._thread(dst) is None:
+            d = self._thread(dst)
+            if d is None:
                 at = len(s.session)
                 name, _ = _frameworks.create_named(
                     self.store, _names(dst),
                     lambda n: self.store.fork(s.name, at=at, child=n))
-                self._catalog[dst] = name
+                self._names()[dst] = name
                 self._thread(dst)
                 return
-            d = self._thread(dst)
-            for e in s.session.events():
-                if e["kind"].startswith(_PREFIX + "/"):
-                    d.session.append(e["kind"], e["data"])
-                    d.apply(e["kind"], e["data"])
+            for ev in s.session.events():
+                if ev["kind"].startswith(_PREFIX + "/"):
+                    d.session.append(ev["kind"], ev["data"])
+                    d.apply(ev["kind"], ev["data"])
         d.session.flush()
 
     def delete_for_runs(self, run_ids: Sequence[str]) -> None:
@@ -500,11 +529,13 @@ class TurnstoneSaver(BaseCheckpointSaver):
         runs = [str(r) for r in run_ids]
         if not runs:
             return
-        touched = []
+        touched: builtins.list[_Thread] = []
         with self._lock:
             wanted = set(runs)
             for tid in sorted(self._names()):
                 t = self._thread(tid)
+                if t is None:
+                    continue  # deleted since the catalog was read
                 if any(cp.metadata.get("run_id") in wanted
                        for cps in t.cps.values() for cp in cps.values()):
                     data = {"run_ids": runs}
@@ -521,13 +552,13 @@ class TurnstoneSaver(BaseCheckpointSaver):
         the log."""
         if strategy not in ("keep_latest", "delete"):
             raise ValueError(f"unknown prune strategy {strategy!r}: keep_latest or delete")
-        touched = []
+        touched: builtins.list[_Thread] = []
         with self._lock:
             for tid in thread_ids:
                 t = self._thread(tid)
                 if t is None:
                     continue
-                keep = {}
+                keep: dict[str, str] = {}
                 if strategy == "keep_latest":
                     keep = {ns: ids[-1] for ns, ids in t.order.items() if ids}
                 data = {"strategy": strategy, "keep": keep}
