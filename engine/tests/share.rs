@@ -119,6 +119,24 @@ fn worker_entry() {
                 Err(e) => say(&format!("CONNECT {:?}", e.kind())),
             }
         }
+        "intruder_client" => {
+            // Another user, through a socket it can reach (made 0666 by the
+            // test): the host must refuse it by its user id.
+            let c = match Client::connect(&dir, Options::default()) {
+                Ok(c) => c,
+                Err(e) => {
+                    say(&format!("CLIENT {}: {e}", e.kind()));
+                    return;
+                }
+            };
+            match c
+                .append_group("intruder", &[(KIND, 0, b"x")])
+                .and_then(|_| c.sync_session("intruder"))
+            {
+                Ok(()) => say("WROTE"),
+                Err(e) => say(&format!("WRITE {}", e.kind())),
+            }
+        }
         other => panic!("unknown role {other}"),
     }
 }
@@ -468,6 +486,97 @@ fn a_client_follows_and_searches_through_the_host() {
         &std::fs::metadata(&store_dir).unwrap().permissions(),
     );
     assert_eq!(mode & 0o777, 0o700);
+}
+
+/// Run this test binary's `role` as user 65534 (`setpriv`; the test runs
+/// as root, as on this machine and CI). `None` when that cannot be done
+/// here (not root, or a checkout the other user may not read).
+fn as_other_user(role: &str, store_dir: &Path) -> Option<Vec<String>> {
+    let root = std::process::Command::new("id").arg("-u").output().unwrap();
+    if String::from_utf8_lossy(&root.stdout).trim() != "0" {
+        eprintln!("not root: cannot run a process as another user here");
+        return None;
+    }
+    let out = Command::new("setpriv")
+        .args(["--reuid=65534", "--regid=65534", "--clear-groups", "--"])
+        .arg(std::env::current_exe().unwrap())
+        .args(["--exact", "worker_entry", "--nocapture", "--test-threads=1"])
+        .env("TS_SHARE_ROLE", role)
+        .env("TS_SHARE_DIR", store_dir)
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    let said: Vec<String> = text
+        .lines()
+        .filter_map(|l| l.find('@').map(|at| l[at + 1..].to_string()))
+        .collect();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    if said.is_empty() && stderr.contains("failed to execute") {
+        // The test binary sits where that user may not run it (a private
+        // checkout): nothing to learn here.
+        eprintln!("the other user cannot run this test binary: {stderr}");
+        return None;
+    }
+    Some(said)
+}
+
+/// The host refuses a process of another user by its peer credentials,
+/// even when the socket's mode would let it in (a chmod, a umask).
+#[test]
+fn the_host_refuses_another_users_process_by_its_credentials() {
+    let dir = tempfile::tempdir().unwrap();
+    let store_dir = dir.path().join("s");
+    let log = share::open(&store_dir, Options::default()).unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    for d in [dir.path(), store_dir.as_path()] {
+        std::fs::set_permissions(d, std::fs::Permissions::from_mode(0o755)).unwrap();
+    }
+    let sock = store_dir.join(share::SOCKET_FILE);
+    std::fs::set_permissions(&sock, std::fs::Permissions::from_mode(0o666)).unwrap();
+    let Some(said) = as_other_user("intruder_client", &store_dir) else {
+        return;
+    };
+    assert_eq!(said.len(), 1, "{said:?}");
+    assert!(said[0] != "WROTE", "another user's process wrote through the host: {said:?}");
+    assert!(
+        said[0].starts_with("CLIENT io: ") && said[0].contains("runs as user 65534"),
+        "refused at once, saying why: {said:?}"
+    );
+    assert!(
+        log.store().unwrap().session_len("intruder").is_none(),
+        "nothing of it reached the store"
+    );
+    // The owner's processes are served as before.
+    let c = share::open(&store_dir, Options::default()).unwrap();
+    c.as_log().append_group("mine", &[(KIND, 0, b"ok")]).unwrap();
+    c.as_log().sync_session("mine").unwrap();
+}
+
+/// A store whose socket path is over the 107 bytes a Unix socket address
+/// holds is hosted and shared all the same (reached through the directory's
+/// descriptor).
+#[test]
+fn a_store_at_a_path_over_107_bytes_is_shared() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut store_dir = dir.path().to_path_buf();
+    while store_dir.join(share::SOCKET_FILE).as_os_str().len() <= 160 {
+        store_dir.push("a-rather-long-folder-name");
+    }
+    let log = share::open(&store_dir, Options::default()).unwrap();
+    assert!(matches!(log, LogHandle::Embedded(_)), "this process hosts it");
+    log.as_log().create_session("here").unwrap();
+    let mut child = spawn("writer", &store_dir, "1");
+    let (tx, rx) = mpsc::channel();
+    lines(&mut child, 0, tx);
+    let (_, ack) = wait_line(&rx, "ACK ");
+    std::fs::write(store_dir.join("stop"), b"").unwrap();
+    let status = child.wait().unwrap();
+    assert!(status.success(), "the client process: {status}");
+    let session = ack.split(' ').nth(1).unwrap();
+    assert!(
+        log.store().unwrap().session_len(session).unwrap_or(0) > 0,
+        "the client's acknowledged append is in the host's store: {ack}"
+    );
 }
 
 /// A process of another user gets neither the store nor the socket (run

@@ -17,7 +17,7 @@ use parking_lot::{Condvar, Mutex, RwLock};
 
 use crate::backend::{Claim, EventLog, Follow, Listing, LogEvent};
 use crate::error::{Error, Result};
-use crate::share::server::{socket_path, Server};
+use crate::share::server::{socket_addr, Server};
 use crate::share::wire::{self, Op, Reply, Request, Response, WireEvent, VERSION};
 use crate::store::{Options, Store};
 
@@ -192,8 +192,9 @@ fn lost(what: &str) -> Error {
 
 impl Conn {
     fn connect(dir: &Path) -> std::io::Result<(Arc<Conn>, [u8; 16])> {
-        let path = socket_path(dir).map_err(|e| std::io::Error::other(e.to_string()))?;
-        let mut stream = UnixStream::connect(path)?;
+        let addr = socket_addr(dir)?;
+        let mut stream = UnixStream::connect(&addr.path)?;
+        drop(addr);
         stream.set_read_timeout(Some(Duration::from_secs(10)))?;
         wire::write_frame(
             &mut stream,
@@ -211,6 +212,16 @@ impl Conn {
                 reply: Reply::Hello { version, store_id },
                 ..
             }) if version == VERSION => store_id,
+            // Refused (another user's process): trying again will not help.
+            Some(Response {
+                reply: Reply::Err(w),
+                ..
+            }) => {
+                return Err(std::io::Error::new(
+                    std::io::ErrorKind::PermissionDenied,
+                    w.into_error().to_string(),
+                ))
+            }
             _ => {
                 return Err(std::io::Error::new(
                     std::io::ErrorKind::InvalidData,
@@ -388,7 +399,6 @@ impl Client {
     /// A client of the store at `dir`, hosted by another process (or, if
     /// none hosts it any more, by this one: `opts` opens it then).
     pub fn connect(dir: &Path, opts: Options) -> Result<Arc<Client>> {
-        socket_path(dir)?;
         let client = Arc::new_cyclic(|me| Client {
             me: me.clone(),
             dir: dir.to_path_buf(),

@@ -30,18 +30,63 @@ const WRITE_TIMEOUT: Duration = Duration::from_secs(10);
 /// The most worker threads waiting at once (flushes and follows).
 const WORKERS_MAX: usize = 1024;
 
-/// The socket path of the store at `dir`, or why it cannot have one.
-pub(crate) fn socket_path(dir: &Path) -> Result<PathBuf> {
-    let path = dir.join(SOCKET_FILE);
-    // sockaddr_un's sun_path holds 108 bytes with the terminating NUL.
-    if path.as_os_str().len() > 107 {
-        return Err(Error::InvalidArgument(format!(
-            "{} is {} bytes, over the 107 a Unix socket path may have: open the store by a shorter path to share it between processes",
+/// The socket's path in the store directory at `dir`.
+pub(crate) fn socket_path(dir: &Path) -> PathBuf {
+    dir.join(SOCKET_FILE)
+}
+
+/// The bytes a Unix socket address holds: sockaddr_un's sun_path is 108
+/// bytes with the terminating NUL.
+const SUN_PATH_MAX: usize = 107;
+
+/// An address to bind or connect the socket of the store at `dir` by: its
+/// path when that fits a socket address; when it does not (Linux), the same
+/// file reached through this process's descriptor of the directory,
+/// `/proc/self/fd/N/host.sock`, the directory held open while the address
+/// is used.
+pub(crate) struct SocketAddr {
+    pub(crate) path: PathBuf,
+    _dir: Option<std::fs::File>,
+}
+
+pub(crate) fn socket_addr(dir: &Path) -> std::io::Result<SocketAddr> {
+    let path = socket_path(dir);
+    if path.as_os_str().len() <= SUN_PATH_MAX {
+        return Ok(SocketAddr { path, _dir: None });
+    }
+    if cfg!(target_os = "linux") {
+        use std::os::fd::AsRawFd;
+        let d = std::fs::File::open(dir)?;
+        let path = PathBuf::from(format!("/proc/self/fd/{}/{SOCKET_FILE}", d.as_raw_fd()));
+        return Ok(SocketAddr {
+            path,
+            _dir: Some(d),
+        });
+    }
+    Err(std::io::Error::new(
+        std::io::ErrorKind::InvalidInput,
+        format!(
+            "{} is {} bytes, over the {SUN_PATH_MAX} a Unix socket path may have: open the store by a shorter path to share it between processes",
             path.display(),
             path.as_os_str().len()
-        )));
+        ),
+    ))
+}
+
+/// `Err(why)` unless the process at the other end of `stream` runs as
+/// this process's user (its credentials, as the kernel gives them).
+fn same_user(stream: &UnixStream) -> std::result::Result<(), String> {
+    let me = rustix::process::geteuid();
+    match rustix::net::sockopt::socket_peercred(stream) {
+        Ok(peer) if peer.uid == me => Ok(()),
+        Ok(peer) => Err(format!(
+            "this store is hosted for user {}; process {} runs as user {}",
+            me.as_raw(),
+            peer.pid.as_raw_nonzero(),
+            peer.uid.as_raw()
+        )),
+        Err(e) => Err(format!("the client's credentials: {e}")),
     }
-    Ok(path)
 }
 
 /// A running host: serves until dropped (or the store closes), then
@@ -91,14 +136,16 @@ impl Server {
         if store.is_read_only() {
             return Err(Error::ReadOnly);
         }
-        let path = socket_path(store.dir())?;
+        let path = socket_path(store.dir());
         // The lock is ours: a socket file here was left by a host that died.
         match std::fs::remove_file(&path) {
             Ok(()) => {}
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
             Err(e) => return Err(Error::io("remove stale socket", &path, e)),
         }
-        let listener = UnixListener::bind(&path).map_err(|e| Error::io("bind", &path, e))?;
+        let listener = socket_addr(store.dir())
+            .and_then(|addr| UnixListener::bind(&addr.path))
+            .map_err(|e| Error::io("bind", &path, e))?;
         std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600))
             .map_err(|e| Error::io("chmod", &path, e))?;
         let inner = Arc::new(Inner {
@@ -152,6 +199,23 @@ fn accept_loop(inner: Arc<Inner>, listener: UnixListener) {
             break;
         }
         let Ok(stream) = conn else { continue };
+        // The socket's mode keeps other users out; its peer's credentials
+        // do too, whatever the mode became (a chmod, a umask, root's).
+        if let Err(why) = same_user(&stream) {
+            // One small frame: it fits the socket's buffer, so this never
+            // waits on a peer that does not read.
+            let mut stream = stream;
+            let _ = stream.set_write_timeout(Some(Duration::from_millis(100)));
+            let refused = Error::Refused(why);
+            let _ = wire::write_frame(
+                &mut stream,
+                &Response {
+                    id: 0,
+                    reply: Reply::Err(WireError::from(&refused)),
+                },
+            );
+            continue;
+        }
         let _ = stream.set_write_timeout(Some(WRITE_TIMEOUT));
         let Ok(writer) = stream.try_clone() else {
             continue;
