@@ -537,7 +537,10 @@ fn the_host_refuses_another_users_process_by_its_credentials() {
         return;
     };
     assert_eq!(said.len(), 1, "{said:?}");
-    assert!(said[0] != "WROTE", "another user's process wrote through the host: {said:?}");
+    assert!(
+        said[0] != "WROTE",
+        "another user's process wrote through the host: {said:?}"
+    );
     assert!(
         said[0].starts_with("CLIENT io: ") && said[0].contains("runs as user 65534"),
         "refused at once, saying why: {said:?}"
@@ -548,7 +551,9 @@ fn the_host_refuses_another_users_process_by_its_credentials() {
     );
     // The owner's processes are served as before.
     let c = share::open(&store_dir, Options::default()).unwrap();
-    c.as_log().append_group("mine", &[(KIND, 0, b"ok")]).unwrap();
+    c.as_log()
+        .append_group("mine", &[(KIND, 0, b"ok")])
+        .unwrap();
     c.as_log().sync_session("mine").unwrap();
 }
 
@@ -563,7 +568,10 @@ fn a_store_at_a_path_over_107_bytes_is_shared() {
         store_dir.push("a-rather-long-folder-name");
     }
     let log = share::open(&store_dir, Options::default()).unwrap();
-    assert!(matches!(log, LogHandle::Embedded(_)), "this process hosts it");
+    assert!(
+        matches!(log, LogHandle::Embedded(_)),
+        "this process hosts it"
+    );
     log.as_log().create_session("here").unwrap();
     let mut child = spawn("writer", &store_dir, "1");
     let (tx, rx) = mpsc::channel();

@@ -15,7 +15,6 @@ use turnstone::frame::{PAYLOAD_BYTES_MAX, SESSION_NAME_BYTES_MAX};
 use turnstone::session::internals::{self as event, Envelope, KIND_CODE_PLUGIN};
 use turnstone::session::EventKind;
 use turnstone::session::{CoreKind, HistoryEvent, Host, Registry, Surface};
-use turnstone::Store;
 
 use crate::export::Line;
 use crate::failure::dir_or_new;
@@ -190,8 +189,8 @@ pub fn run(args: &ImportArgs) -> Result<ExitCode, Failure> {
     let validated = validate(&args.file, &bar);
     bar.finish_and_clear();
     let (seed, plugins) = validated?;
-    let store = Arc::new(Store::open(&args.dir).map_err(Failure::from)?);
-    if store.session_len(&id).is_some() {
+    let log = crate::store_open::shared(&args.dir)?;
+    if log.as_log().appended_len(&id)?.is_some() {
         return Err(Failure::usage(format!(
             "store {} already has a session {id:?}; choose another id with --session; nothing was imported",
             args.dir.display()
@@ -201,7 +200,7 @@ pub fn run(args: &ImportArgs) -> Result<ExitCode, Failure> {
     for (k, ign) in &plugins {
         registry.register(k, *ign).map_err(Failure::usage)?;
     }
-    let host = Host::new(store.clone(), Arc::new(registry));
+    let host = Host::new(&log, Arc::new(registry));
     let session = host.create_with_history(&id, &seed).map_err(|e| {
         Failure::from(e).context(format!("importing {} as {id:?}", args.file.display()))
     })?;
@@ -215,7 +214,7 @@ pub fn run(args: &ImportArgs) -> Result<ExitCode, Failure> {
         .map_err(|e| Failure::from(e).context("making the import durable".into()))?;
     drop(session);
     drop(host);
-    crate::store_open::close(store, &args.dir)?;
+    crate::store_open::close_shared(log, &args.dir)?;
     let tail = if marked {
         "its session/end-seed kept, none added".to_string()
     } else {

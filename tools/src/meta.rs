@@ -7,7 +7,6 @@ use std::sync::Arc;
 
 use clap::Args;
 use turnstone::session::{MetaUpdate, Registry, Session, SessionMetadata};
-use turnstone::Store;
 
 use crate::failure::existing_dir;
 use crate::Failure;
@@ -126,17 +125,14 @@ pub fn run_meta(a: &MetaArgs) -> Result<ExitCode, Failure> {
     }
     update.check().map_err(Failure::usage)?;
     existing_dir(&a.dir)?;
-    let store = Arc::new(Store::open(&a.dir)?);
+    let log = crate::store_open::shared(&a.dir)?;
     let meta = {
-        let mut s = Session::open(store.clone(), &a.session, Arc::new(Registry::new()))?;
+        let mut s = Session::open(&log, &a.session, Arc::new(Registry::new()))?;
         s.update_metadata(update)?;
         s.flush()?;
         s.metadata().clone()
     };
-    match Arc::try_unwrap(store) {
-        Ok(store) => store.close()?,
-        Err(_) => return Err(Failure::io("the store is still in use")),
-    }
+    crate::store_open::close_shared(log, &a.dir)?;
     print(&a.session, &meta, a.json);
     Ok(ExitCode::SUCCESS)
 }
@@ -153,9 +149,9 @@ pub fn run_delete(a: &DeleteArgs) -> Result<ExitCode, Failure> {
         return Ok(ExitCode::SUCCESS);
     }
     existing_dir(&a.dir)?;
-    let store = Store::open(&a.dir)?;
-    let seq = turnstone::session::delete(&store, &a.session)?;
-    store.close()?;
+    let log = crate::store_open::shared(&a.dir)?;
+    let seq = turnstone::session::delete(&log, &a.session)?;
+    crate::store_open::close_shared(log, &a.dir)?;
     eprintln!(
         "deleted {:?} (tombstone at seq {seq}); its forks keep working; `turnstone gc` reclaims its bytes",
         a.session

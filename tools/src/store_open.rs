@@ -3,6 +3,7 @@
 use std::path::Path;
 use std::sync::Arc;
 
+use turnstone::session::LogHandle;
 use turnstone::{Options, RecoveryMode, Store};
 
 use crate::failure::{existing_dir, Failure};
@@ -51,5 +52,25 @@ pub fn close(store: Arc<Store>, dir: &Path) -> Result<(), Failure> {
             .map_err(|e| Failure::from(e).context(format!("closing store {}", dir.display()))),
         // Still shared: dropping the last handle closes it.
         Err(_) => Ok(()),
+    }
+}
+
+/// Open to write sessions as one process among several
+/// (docs/MULTIPROCESS.md): take the lock and host the store, or, when
+/// another process hosts it (a Python or Node worker, a Rust service),
+/// run as its client instead of meeting `locked`. A process that holds the
+/// lock without hosting (`turnstone serve`, another command) is `locked`,
+/// at once. A missing directory is created, the owner's only.
+pub fn shared(dir: &Path) -> Result<LogHandle, Failure> {
+    turnstone::share::open_if_hosted(dir, Options::default()).map_err(Failure::from)
+}
+
+/// Close what [`shared`] opened: the store when this process hosted it
+/// (its clients, if any came meanwhile, take it over), else the
+/// connection.
+pub fn close_shared(log: LogHandle, dir: &Path) -> Result<(), Failure> {
+    match log {
+        LogHandle::Embedded(store) => close(store, dir),
+        LogHandle::Other(_) => Ok(()),
     }
 }

@@ -43,7 +43,26 @@ pub use server::{Server, SOCKET_FILE};
 /// `opts` opens the store (now, or when this process takes it over);
 /// a read-only open is not shared (it takes no lock: use `Store::open_with`).
 pub fn open(dir: impl AsRef<Path>, opts: Options) -> Result<LogHandle> {
-    let dir = dir.as_ref();
+    open_inner(dir.as_ref(), opts, true)
+}
+
+/// [`open`] for a short-lived command: when the lock is held by a process
+/// that does not host the store (it opened it with [`Store::open`], or is
+/// still recovering it), the [`Error::Locked`] it met, at once, instead of
+/// waiting up to a minute for a host.
+pub fn open_if_hosted(dir: impl AsRef<Path>, opts: Options) -> Result<LogHandle> {
+    open_inner(dir.as_ref(), opts, false)
+}
+
+/// Whether a process hosts the store at `dir` now: its socket takes a
+/// connection.
+pub fn is_hosted(dir: impl AsRef<Path>) -> bool {
+    server::socket_addr(dir.as_ref())
+        .and_then(|a| std::os::unix::net::UnixStream::connect(&a.path))
+        .is_ok()
+}
+
+fn open_inner(dir: &Path, opts: Options, wait: bool) -> Result<LogHandle> {
     if opts.read_only {
         return Err(Error::InvalidArgument(
             "a read-only open takes no lock and is not shared: open it with Store::open_with"
@@ -65,6 +84,7 @@ pub fn open(dir: impl AsRef<Path>, opts: Options) -> Result<LogHandle> {
             host(&store)?;
             Ok(LogHandle::Embedded(store))
         }
+        Err(e @ Error::Locked { .. }) if !wait && !is_hosted(dir) => Err(e),
         Err(Error::Locked { .. }) => {
             let client = Client::connect(dir, opts)?;
             Ok(LogHandle::Other(client))
