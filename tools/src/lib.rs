@@ -76,8 +76,10 @@ Recovery truncates a torn tail (unacknowledged writes of an interrupted commit)\
 and refuses corruption unless --point-in-time is given. Repair only appends:\n\
 a TOOL_OUTCOME_UNKNOWN result for a recorded tool call without a result, a\n\
 TOOL_NOT_STARTED result for a requested tool that was never recorded, step/end\n\
-and turn/end {interrupted} for an open step and turn. Running it twice repairs\n\
-nothing the second time. Exit status 1 when a session could not be repaired."
+and turn/end {interrupted} for an open step and turn. Deleted sessions are\n\
+passed over; staging sessions an interrupted import left (.staging/...) are\n\
+deleted. Running it twice repairs nothing the second time. Exit status 1 when\n\
+a session could not be repaired."
     )]
     Recover(recover::RecoverArgs),
     /// Print the frames of a store or of one segment file in log order (read-only, never locks).

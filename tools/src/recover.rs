@@ -64,6 +64,8 @@ struct RecoverJson {
     tools_outcome_unknown: Vec<ToolOut>,
     tools_not_started: Vec<ToolOut>,
     events_appended: u64,
+    /// Staging sessions interrupted imports left, deleted now.
+    staging_deleted: Vec<String>,
     /// Sessions that could not be restored (and so were not repaired).
     errors: Vec<ErrorOut>,
 }
@@ -112,6 +114,10 @@ pub fn run(args: &RecoverArgs) -> Result<ExitCode, Failure> {
         match host.load(&info.name) {
             Ok((_, Some(r))) => repairs.push(r),
             Ok((_, None)) => {}
+            // Deleted (or expired): nothing to repair, and not an error.
+            Err(
+                turnstone::Error::SessionDeleted { .. } | turnstone::Error::SessionExpired { .. },
+            ) => {}
             Err(e) => errors.push(ErrorOut {
                 session: info.name.clone(),
                 error: crate::failure::describe(&e),
@@ -120,6 +126,10 @@ pub fn run(args: &RecoverArgs) -> Result<ExitCode, Failure> {
         bar.inc(1);
     }
     bar.finish_and_clear();
+    // What an import interrupted between its batches left (its session
+    // was never defined): deleted, so it is neither listed nor kept.
+    let staging_deleted = turnstone::session::internals::delete_staging_leftovers(store.clone())
+        .map_err(|e| Failure::from(e).context("deleting staging sessions".into()))?;
     let synced = store.sync();
     drop(host);
     synced.map_err(|e| Failure::from(e).context("making the repairs durable".into()))?;
@@ -149,6 +159,7 @@ pub fn run(args: &RecoverArgs) -> Result<ExitCode, Failure> {
         tools_outcome_unknown: tools(|r| &r.tools_outcome_unknown),
         tools_not_started: tools(|r| &r.tools_not_started),
         events_appended: repaired.iter().map(|r| r.appended).sum(),
+        staging_deleted,
         errors,
     };
     if args.json {
@@ -197,6 +208,12 @@ fn print_text(o: &RecoverJson, repaired: &[&RepairReport]) {
         o.tools_not_started.len(),
         o.events_appended
     );
+    if !o.staging_deleted.is_empty() {
+        println!(
+            "  staging sessions of interrupted imports deleted: {}",
+            o.staging_deleted.join(", ")
+        );
+    }
     for r in repaired {
         let mut what = Vec::new();
         if r.turns_interrupted > 0 {

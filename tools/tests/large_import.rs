@@ -154,3 +154,55 @@ fn an_import_over_one_batch_killed_at_any_moment_is_whole_or_absent() {
     let out = turnstone(&["verify", p(&dir)]);
     assert_eq!(code(&out), 0, "{}", stdout(&out));
 }
+
+/// A staging session an interrupted import left (a crash between its
+/// batches) is deleted by `turnstone recover`, which says so; the store's
+/// other sessions are untouched.
+#[test]
+fn recover_deletes_a_staging_session_an_interrupted_import_left() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("store");
+    let file = tmp.path().join("small.jsonl");
+    write_jsonl(&file, 3, 10, None);
+    let out = turnstone(&["import", p(&dir), p(&file), "--session", "kept"]);
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    // What a crash after the first batch of a staged import leaves.
+    let leftover = format!("{}1-2-3", turnstone::session::STAGING_PREFIX);
+    {
+        use turnstone::session::{ContentBlock, Registry, Session, SurfaceOp, UserMessage};
+        let store = std::sync::Arc::new(turnstone::Store::open(&dir).unwrap());
+        let mut s = Session::create(
+            store.clone(),
+            &leftover,
+            std::sync::Arc::new(Registry::new()),
+        )
+        .unwrap();
+        s.append(
+            UserMessage {
+                content: vec![ContentBlock::text("half an import")],
+            },
+            SurfaceOp::Append,
+        )
+        .unwrap();
+        s.flush().unwrap();
+        drop(s);
+        std::sync::Arc::try_unwrap(store).unwrap().close().unwrap();
+    }
+    assert!(
+        listed(&dir).contains(&leftover),
+        "listed before: {:?}",
+        listed(&dir)
+    );
+    let out = turnstone(&["recover", p(&dir), "--json"]);
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    let report = json_one(&out);
+    assert_eq!(report["staging_deleted"], json!([leftover]), "{report}");
+    assert_eq!(listed(&dir), ["kept"]);
+    let out = turnstone(&["recover", p(&dir)]);
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    assert!(
+        !stdout(&out).contains("staging"),
+        "nothing left to say: {}",
+        stdout(&out)
+    );
+}

@@ -203,3 +203,22 @@ fn delete_hides_the_session_and_keeps_its_fork() {
     assert_eq!(code, 0);
     assert_eq!(json_lines(&out).len(), 1);
 }
+
+/// `turnstone recover` on a store with a deleted session: the deleted
+/// session is not something to repair (it used to be reported NOT
+/// REPAIRED, exit 1).
+#[test]
+fn recover_passes_over_deleted_sessions() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path().to_str().unwrap();
+    store_with_sessions(dir.path());
+    let (code, _, err) = run(&["delete", d, "--session", "s2"]);
+    assert_eq!(code, 0, "{err}");
+    let (code, out, err) = run(&["recover", d, "--json"]);
+    assert_eq!(code, 0, "{out}{err}");
+    let report: Value = serde_json::from_str(out.trim()).unwrap();
+    assert_eq!(report["errors"], serde_json::json!([]), "{report}");
+    let (code, out, err) = run(&["recover", d]);
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(!out.contains("NOT REPAIRED"), "{out}");
+}

@@ -120,7 +120,7 @@ pub mod internals {
     pub use super::fold::state_snapshot::{
         state_snapshot_path, STATE_SNAPSHOT_NAME, STATE_SNAPSHOT_TAIL, STATE_SNAPSHOT_VERSION,
     };
-    pub use super::handle::create_from_raw;
+    pub use super::handle::{create_from_raw, delete_staging_leftovers};
     pub use super::lifecycle::blobs::session_blobs;
     pub use super::lifecycle::delete::check_not_deleted;
     pub use super::lifecycle::retention::check_not_expired;

@@ -18,7 +18,7 @@ mod snapshot;
 mod staged;
 mod turns;
 
-pub use staged::{create_from_raw, STAGING_PREFIX};
+pub use staged::{create_from_raw, delete_staging_leftovers, STAGING_PREFIX};
 
 use std::sync::Arc;
 

@@ -187,12 +187,23 @@ fn make_through_staging(
 /// Delete staging sessions a crash left (best effort: one another
 /// process or thread is writing is claimed, refused and skipped).
 fn delete_leftovers(log: &LogHandle) {
-    let Ok(names) = log.as_log().sessions() else {
-        return;
-    };
-    for name in names.iter().filter(|n| n.starts_with(STAGING_PREFIX)) {
-        if matches!(deleted_at(log, name), Ok(None)) {
-            let _ = delete(log, name);
+    let _ = delete_staging_leftovers(log);
+}
+
+/// Delete the staging sessions (`.staging/…`) that interrupted creations
+/// from history left, and return their names; one that another process or
+/// thread is writing now is claimed, so it is refused and skipped
+/// (`turnstone recover` runs this).
+pub fn delete_staging_leftovers(log: impl Into<LogHandle>) -> Result<Vec<String>> {
+    let log = log.into();
+    let mut deleted = Vec::new();
+    for name in log.as_log().sessions()? {
+        if name.starts_with(STAGING_PREFIX)
+            && matches!(deleted_at(&log, &name), Ok(None))
+            && delete(&log, &name).is_ok()
+        {
+            deleted.push(name);
         }
     }
+    Ok(deleted)
 }
