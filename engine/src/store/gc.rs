@@ -499,9 +499,55 @@ fn make_plan(
     throttle: &mut Throttle<'_>,
     summaries: &mut Summaries,
 ) -> Result<Plan> {
-    // The sealed segments' summaries (read once; an online collection
-    // keeps them). A file inside the range of a compacted file before it
-    // is superseded (§14.3; an interrupted removal) and skipped.
+    let at = Place { vfs, dir, store_id };
+    let listed = list_sealed(&at, sealed_ids, throttle, summaries)?;
+    let dead = decide_dead(&at, census, &listed, summaries, opts, is_dead, report)?;
+    let need = needs(census, &dead);
+    let n = census.sessions.len();
+    let manifest: Reclaimed = (0..n)
+        .filter(|i| dead[*i])
+        .map(|i| (SessionId(i as u32), need[i]))
+        .collect();
+    let mut plan = Plan {
+        manifest,
+        need,
+        sealed: Vec::new(),
+        ranges: Vec::new(),
+        tail_first_batch_seq: 0,
+        names: census.sessions.iter().map(|e| e.name.clone()).collect(),
+    };
+    weigh_sealed(&at, &mut plan, &listed, summaries, report, throttle)?;
+    plan.ranges = select_ranges(&plan.sealed, opts);
+    if !plan.ranges.is_empty() {
+        let path = segment_path(dir, tail_seg);
+        let b = read_segment(vfs, &path, true)?;
+        plan.tail_first_batch_seq = SegmentHeader::decode(&b)
+            .map(|h| h.first_batch_seq)
+            .map_err(|e| Error::corrupt(&path, 0, format!("segment header: {e}")))?;
+    } else {
+        report.sessions_reclaimed = 0; // nothing written: nothing reclaimed yet
+    }
+    Ok(plan)
+}
+
+/// Where a collection reads: the store's files and its id.
+struct Place<'a> {
+    vfs: &'a dyn Vfs,
+    dir: &'a Path,
+    store_id: [u8; 16],
+}
+
+/// The sealed segments to examine, their summaries loaded into
+/// `summaries` (read once; an online collection keeps them). A file inside
+/// the range of a compacted file before it is superseded (§14.3; an
+/// interrupted removal) and skipped.
+fn list_sealed(
+    at: &Place<'_>,
+    sealed_ids: &[SegmentId],
+    throttle: &mut Throttle<'_>,
+    summaries: &mut Summaries,
+) -> Result<Vec<SegmentId>> {
+    let Place { vfs, dir, store_id } = *at;
     let mut listed: Vec<SegmentId> = Vec::new();
     let mut covered_to: Option<SegmentId> = None;
     for id in sealed_ids.iter().copied() {
@@ -527,8 +573,21 @@ fn make_plan(
         listed.push(id);
     }
 
-    // §14.1: who is dead, and how much of each dead session its live
-    // descendants still read.
+    Ok(listed)
+}
+
+/// §14.1: which sessions are dead (already reclaimed, dead by `is_dead`,
+/// or evicted to bring the live bytes under `opts.max_live_bytes`).
+fn decide_dead(
+    at: &Place<'_>,
+    census: &Census,
+    listed: &[SegmentId],
+    summaries: &Summaries,
+    opts: &CollectOptions,
+    is_dead: &dyn Fn(&CollectCandidate<'_>) -> bool,
+    report: &mut CollectReport,
+) -> Result<Vec<bool>> {
+    let Place { vfs, dir, store_id } = *at;
     let n = census.sessions.len();
     let mut cache: HashMap<SegmentId, SegmentBytes> = HashMap::new();
     let mut dead: Vec<bool> = (0..n)
@@ -562,14 +621,13 @@ fn make_plan(
             report.sessions_reclaimed += 1;
         }
     }
-    let mut need = needs(census, &dead);
     if let Some(max) = opts.max_live_bytes {
         // Over the budget: evict the sessions whose last event is oldest
         // first, as far as the rule lets (an estimate: a session's bytes
         // are counted whole, also where a live fork still reads a prefix).
         let mut own = vec![0u64; n];
         let mut live_total = 0u64;
-        for id in &listed {
+        for id in listed {
             let sum = &summaries[id];
             live_total += sum.define_bytes;
             for span in &sum.sessions {
@@ -594,23 +652,22 @@ fn make_plan(
                 report.sessions_evicted += 1;
             }
         }
-        need = needs(census, &dead);
     }
-    drop(cache);
-    let manifest: Reclaimed = (0..n)
-        .filter(|i| dead[*i])
-        .map(|i| (SessionId(i as u32), need[i]))
-        .collect();
-    let mut plan = Plan {
-        manifest,
-        need,
-        sealed: Vec::new(),
-        ranges: Vec::new(),
-        tail_first_batch_seq: 0,
-        names: census.sessions.iter().map(|e| e.name.clone()).collect(),
-    };
+    Ok(dead)
+}
 
-    // Live and dead bytes of each sealed segment.
+/// The live and dead bytes of each listed sealed segment, into
+/// `plan.sealed` (a segment where a dead fork parent's prefix ends is
+/// counted frame by frame).
+fn weigh_sealed(
+    at: &Place<'_>,
+    plan: &mut Plan,
+    listed: &[SegmentId],
+    summaries: &Summaries,
+    report: &mut CollectReport,
+    throttle: &mut Throttle<'_>,
+) -> Result<()> {
+    let Place { vfs, dir, store_id } = *at;
     for id in listed.iter().copied() {
         let sum = &summaries[&id];
         let (mut live_bytes, mut dead_bytes) = (sum.define_bytes, 0);
@@ -662,7 +719,12 @@ fn make_plan(
         });
     }
 
-    // Select, and cut the selected runs into ranges.
+    Ok(())
+}
+
+/// The runs of selected sealed segments, cut into ranges of at most
+/// `opts.max_range_bytes` live bytes (a run's first segment always goes).
+fn select_ranges(sealed: &[Sealed], opts: &CollectOptions) -> Vec<std::ops::Range<usize>> {
     // Selected: holds garbage, and no live event or live bytes below the
     // threshold (defines are always live, §14.1).
     let selected = |s: &Sealed| {
@@ -670,7 +732,6 @@ fn make_plan(
             || (s.dead_bytes > 0
                 && (!s.live_events || (s.live_bytes as f64) < opts.threshold * s.data_end as f64))
     };
-    let sealed = &plan.sealed;
     let mut ranges: Vec<std::ops::Range<usize>> = Vec::new();
     let mut i = 0;
     while i < sealed.len() {
@@ -689,17 +750,7 @@ fn make_plan(
         }
         ranges.push(start..i);
     }
-    plan.ranges = ranges;
-    if !plan.ranges.is_empty() {
-        let path = segment_path(dir, tail_seg);
-        let b = read_segment(vfs, &path, true)?;
-        plan.tail_first_batch_seq = SegmentHeader::decode(&b)
-            .map(|h| h.first_batch_seq)
-            .map_err(|e| Error::corrupt(&path, 0, format!("segment header: {e}")))?;
-    } else {
-        report.sessions_reclaimed = 0; // nothing written: nothing reclaimed yet
-    }
-    Ok(plan)
+    ranges
 }
 
 /// `need` of §14.1 for every session, given which are dead: a live
