@@ -452,56 +452,7 @@ impl Agent {
                 };
             }
             Phase::AssistantMessage => {
-                // Usage as a provider reports it: cache reads and writes,
-                // and a field the engine has no name for.
-                let mut usage =
-                    Usage::new(g.rng.gen_range(1_000..50_000), g.rng.gen_range(100..2_000));
-                usage.cache_read_input_tokens = Some(g.rng.gen_range(0..40_000));
-                usage.cache_creation_input_tokens = Some(g.rng.gen_range(0..2_000));
-                usage.extra.insert("service_tier".into(), json!("standard"));
-                let usage = Some(usage);
-                let msg = if g.rng.gen_bool(0.03) {
-                    // An empty reply: no tool, and the turn ends after this step.
-                    self.tool_use = None;
-                    self.steps = self.step + 1;
-                    AssistantMessage {
-                        content: vec![],
-                        usage,
-                        stop_reason: Some("end_turn".into()),
-                        extra: Default::default(),
-                    }
-                } else {
-                    let call_id = format!("call-{}-{}-{}", self.prefix, self.turn, self.step);
-                    let input = json!({ "cmd": g.text(40, 160) });
-                    self.tool_use = Some((call_id.clone(), input.clone()));
-                    let mut content = Vec::with_capacity(4);
-                    if g.rng.gen_bool(0.7) {
-                        // Extended thinking, with the signature the provider
-                        // must see again in the next request.
-                        let sig: String = (0..64)
-                            .map(|_| g.rng.gen_range(b'a'..=b'z') as char)
-                            .collect();
-                        content.push(ContentBlock::thinking(
-                            g.text(200, 400),
-                            format!("Eq{sig}=="),
-                        ));
-                    }
-                    if g.rng.gen_bool(0.02) {
-                        // A block type this build does not know: kept as it is.
-                        content.push(ContentBlock::from_json(json!({
-                            "type": "fleet_future_block",
-                            "payload": {"n": g.rng.gen_range(0..1000), "note": "unknown to the engine"},
-                        })));
-                    }
-                    content.push(ContentBlock::text(g.text(800, 1000)));
-                    content.push(ContentBlock::tool_use(call_id, "shell", input));
-                    AssistantMessage {
-                        content,
-                        usage,
-                        stop_reason: Some("tool_use".into()),
-                        extra: Default::default(),
-                    }
-                };
+                let msg = self.assistant_message(g);
                 s.append(msg, SurfaceOp::Append)
                     .map_err(|e| err("assistant/message", e))?;
                 self.phase = if self.tool_use.is_some() {
@@ -511,78 +462,7 @@ impl Agent {
                 };
             }
             Phase::Tool => {
-                let (call_id, input) = self
-                    .tool_use
-                    .clone()
-                    .ok_or("tool phase without a tool use")?;
-                let output = if g.rng.gen_bool(0.05) {
-                    g.text(56_000, 64_000)
-                } else {
-                    g.text(3_000, 5_000)
-                };
-                let large = output.len() >= 56_000;
-                let blocks = g.rng.gen_bool(0.2);
-                let t0 = Instant::now();
-                let mut ack_err = None;
-                let mut latency = 0;
-                let cancel = CancelToken::new();
-                let body = |s: &mut Session, _scope: ToolScope| {
-                    // The tool/call is durable now: acknowledge it.
-                    latency = t0.elapsed().as_micros() as u64;
-                    if let Err(e) = sh.ack(s.id(), s.len() - 1) {
-                        ack_err = Some(e);
-                    }
-                    // Some tools answer with blocks (text and an image).
-                    let content = if blocks {
-                        vec![
-                            ContentBlock::text(output),
-                            ContentBlock::image_base64("image/png", TINY_PNG_BASE64),
-                        ]
-                    } else {
-                        vec![ContentBlock::text(output)]
-                    };
-                    ToolBody {
-                        content,
-                        is_error: false,
-                        value: (),
-                    }
-                };
-                let scope = ToolScope::model();
-                let out = match waits {
-                    Waits::Blocking => run_tool(
-                        s,
-                        scope,
-                        &call_id,
-                        "shell",
-                        input,
-                        &cancel,
-                        |_| Ok(()),
-                        body,
-                    ),
-                    Waits::Async => {
-                        run_tool_async(
-                            s,
-                            scope,
-                            &call_id,
-                            "shell",
-                            input,
-                            &cancel,
-                            |_| Ok(()),
-                            async |s, scope| body(s, scope),
-                        )
-                        .await
-                    }
-                }
-                .map_err(|e| err("tool run", e))?;
-                if let Some(e) = ack_err {
-                    return Err(e);
-                }
-                waited = Some(latency);
-                if let turnstone::session::ToolOutcome::Ran { result_seq, .. } = out {
-                    if large {
-                        self.prune = Some(result_seq);
-                    }
-                }
+                waited = Some(self.run_shell_tool(s, g, sh, waits).await?);
                 self.phase = Phase::StepEnd;
             }
             Phase::StepEnd => {
@@ -626,41 +506,191 @@ impl Agent {
                 self.phase = Phase::Upkeep;
             }
             Phase::Upkeep => {
-                if let Some(seq) = self.prune.take() {
-                    let at = s.surface().nodes.iter().position(|n| *n == seq);
-                    if let (Some(at), true) = (at, g.rng.gen_bool(0.5)) {
-                        s.prune_tool_result(
-                            at as u64,
-                            "[tool output pruned: it was large and is no longer needed]",
-                            16_000,
-                        )
-                        .map_err(|e| err("prune", e))?;
-                    }
-                }
-                if self.turn.is_multiple_of(COMPACT_EVERY) && self.turn_mark >= 2 {
-                    let summary =
-                        format!("Summary of the conversation so far: {}", g.text(300, 600));
-                    s.compact(
-                        &format!("c{}-{}", self.prefix, self.turn),
-                        0,
-                        self.turn_mark,
-                        &summary,
-                    )
-                    .map_err(|e| err("compaction", e))?;
-                }
-                if self.turn.is_multiple_of(PLUGIN_EVERY) {
-                    let data =
-                        json!({"turns": self.turn, "tokens": g.rng.gen_range(10_000..500_000)});
-                    s.append_plugin(PLUGIN_KIND, &data)
-                        .map_err(|e| err("plugin event", e))?;
-                }
-                if self.turn.is_multiple_of(SWITCH_EVERY) {
-                    self.model ^= 1;
-                }
+                self.upkeep(s, g)?;
                 self.phase = Phase::TurnStart;
             }
         }
         Ok(waited)
+    }
+
+    /// The step's assistant message: usage as a provider reports it, and
+    /// (mostly) thinking, text and a shell tool use; sometimes empty, which
+    /// ends the turn after this step.
+    fn assistant_message(&mut self, g: &mut Gen) -> AssistantMessage {
+        // Usage as a provider reports it: cache reads and writes,
+        // and a field the engine has no name for.
+        let mut usage = Usage::new(g.rng.gen_range(1_000..50_000), g.rng.gen_range(100..2_000));
+        usage.cache_read_input_tokens = Some(g.rng.gen_range(0..40_000));
+        usage.cache_creation_input_tokens = Some(g.rng.gen_range(0..2_000));
+        usage.extra.insert("service_tier".into(), json!("standard"));
+        let usage = Some(usage);
+        if g.rng.gen_bool(0.03) {
+            // An empty reply: no tool, and the turn ends after this step.
+            self.tool_use = None;
+            self.steps = self.step + 1;
+            AssistantMessage {
+                content: vec![],
+                usage,
+                stop_reason: Some("end_turn".into()),
+                extra: Default::default(),
+            }
+        } else {
+            let call_id = format!("call-{}-{}-{}", self.prefix, self.turn, self.step);
+            let input = json!({ "cmd": g.text(40, 160) });
+            self.tool_use = Some((call_id.clone(), input.clone()));
+            let mut content = Vec::with_capacity(4);
+            if g.rng.gen_bool(0.7) {
+                // Extended thinking, with the signature the provider
+                // must see again in the next request.
+                let sig: String = (0..64)
+                    .map(|_| g.rng.gen_range(b'a'..=b'z') as char)
+                    .collect();
+                content.push(ContentBlock::thinking(
+                    g.text(200, 400),
+                    format!("Eq{sig}=="),
+                ));
+            }
+            if g.rng.gen_bool(0.02) {
+                // A block type this build does not know: kept as it is.
+                content.push(ContentBlock::from_json(json!({
+                    "type": "fleet_future_block",
+                    "payload": {"n": g.rng.gen_range(0..1000), "note": "unknown to the engine"},
+                })));
+            }
+            content.push(ContentBlock::text(g.text(800, 1000)));
+            content.push(ContentBlock::tool_use(call_id, "shell", input));
+            AssistantMessage {
+                content,
+                usage,
+                stop_reason: Some("tool_use".into()),
+                extra: Default::default(),
+            }
+        }
+    }
+
+    /// Run the shell tool the assistant asked for (`run_tool`, or
+    /// `run_tool_async` with `--async`), acknowledging its durable call
+    /// from inside the body; returns how long the call took to be durable
+    /// (µs). A large output is remembered for pruning.
+    async fn run_shell_tool(
+        &mut self,
+        s: &mut Session,
+        g: &mut Gen,
+        sh: &Shared<'_>,
+        waits: Waits,
+    ) -> Result<u64, String> {
+        let name = self.name.clone();
+        let err = |what: &str, e: turnstone::Error| format!("{what} in session {name}: {e}");
+        let (call_id, input) = self
+            .tool_use
+            .clone()
+            .ok_or("tool phase without a tool use")?;
+        let output = if g.rng.gen_bool(0.05) {
+            g.text(56_000, 64_000)
+        } else {
+            g.text(3_000, 5_000)
+        };
+        let large = output.len() >= 56_000;
+        let blocks = g.rng.gen_bool(0.2);
+        let t0 = Instant::now();
+        let mut ack_err = None;
+        let mut latency = 0;
+        let cancel = CancelToken::new();
+        let body = |s: &mut Session, _scope: ToolScope| {
+            // The tool/call is durable now: acknowledge it.
+            latency = t0.elapsed().as_micros() as u64;
+            if let Err(e) = sh.ack(s.id(), s.len() - 1) {
+                ack_err = Some(e);
+            }
+            // Some tools answer with blocks (text and an image).
+            let content = if blocks {
+                vec![
+                    ContentBlock::text(output),
+                    ContentBlock::image_base64("image/png", TINY_PNG_BASE64),
+                ]
+            } else {
+                vec![ContentBlock::text(output)]
+            };
+            ToolBody {
+                content,
+                is_error: false,
+                value: (),
+            }
+        };
+        let scope = ToolScope::model();
+        let out = match waits {
+            Waits::Blocking => run_tool(
+                s,
+                scope,
+                &call_id,
+                "shell",
+                input,
+                &cancel,
+                |_| Ok(()),
+                body,
+            ),
+            Waits::Async => {
+                run_tool_async(
+                    s,
+                    scope,
+                    &call_id,
+                    "shell",
+                    input,
+                    &cancel,
+                    |_| Ok(()),
+                    async |s, scope| body(s, scope),
+                )
+                .await
+            }
+        }
+        .map_err(|e| err("tool run", e))?;
+        if let Some(e) = ack_err {
+            return Err(e);
+        }
+        if let turnstone::session::ToolOutcome::Ran { result_seq, .. } = out {
+            if large {
+                self.prune = Some(result_seq);
+            }
+        }
+        Ok(latency)
+    }
+
+    /// Between turns: maybe prune a large tool result, compact every
+    /// `COMPACT_EVERY` turns, a plugin event every `PLUGIN_EVERY`, switch
+    /// model every `SWITCH_EVERY`.
+    fn upkeep(&mut self, s: &mut Session, g: &mut Gen) -> Result<(), String> {
+        let name = self.name.clone();
+        let err = |what: &str, e: turnstone::Error| format!("{what} in session {name}: {e}");
+        if let Some(seq) = self.prune.take() {
+            let at = s.surface().nodes.iter().position(|n| *n == seq);
+            if let (Some(at), true) = (at, g.rng.gen_bool(0.5)) {
+                s.prune_tool_result(
+                    at as u64,
+                    "[tool output pruned: it was large and is no longer needed]",
+                    16_000,
+                )
+                .map_err(|e| err("prune", e))?;
+            }
+        }
+        if self.turn.is_multiple_of(COMPACT_EVERY) && self.turn_mark >= 2 {
+            let summary = format!("Summary of the conversation so far: {}", g.text(300, 600));
+            s.compact(
+                &format!("c{}-{}", self.prefix, self.turn),
+                0,
+                self.turn_mark,
+                &summary,
+            )
+            .map_err(|e| err("compaction", e))?;
+        }
+        if self.turn.is_multiple_of(PLUGIN_EVERY) {
+            let data = json!({"turns": self.turn, "tokens": g.rng.gen_range(10_000..500_000)});
+            s.append_plugin(PLUGIN_KIND, &data)
+                .map_err(|e| err("plugin event", e))?;
+        }
+        if self.turn.is_multiple_of(SWITCH_EVERY) {
+            self.model ^= 1;
+        }
+        Ok(())
     }
 }
 
