@@ -177,108 +177,9 @@ impl State {
             }
             CoreKind::StepEnd => self.open.step = None,
             CoreKind::UserMessage | CoreKind::AssistantMessage | CoreKind::ToolResult => {
-                let op = ev
-                    .surface
-                    .ok_or_else(|| bad(id, ev.seq, "surface event without op"))?;
-                let removed = match op {
-                    SurfaceOp::Replace { start, end } => self
-                        .surface
-                        .nodes
-                        .get(start as usize..end as usize)
-                        .map(<[u64]>::to_vec),
-                    SurfaceOp::Append => None,
-                };
-                self.surface
-                    .apply(ev.seq, op)
-                    .map_err(|e| bad(id, ev.seq, e.to_string()))?;
-                if let Some(removed) = removed {
-                    self.messages
-                        .replaced(&removed, self.surface.replace_generation);
-                }
-                let msg = match kind {
-                    CoreKind::UserMessage => {
-                        let d: UserMessage = if let Some(envelope::Parsed::User(d)) = pre {
-                            d
-                        } else {
-                            <UserMessage as serde::Deserialize>::deserialize(&ev.data)
-                                .map_err(typed_err)?
-                        };
-                        messages::user_message(ev.seq, d)
-                    }
-                    CoreKind::AssistantMessage => {
-                        let d: AssistantMessage = if let Some(envelope::Parsed::Assistant(d)) = pre
-                        {
-                            d
-                        } else {
-                            <AssistantMessage as serde::Deserialize>::deserialize(&ev.data)
-                                .map_err(typed_err)?
-                        };
-                        for (i, b) in d.content.iter().enumerate() {
-                            if let Some((id, name)) = b.client_tool_use() {
-                                // Asked for now: a call recorded before the
-                                // request is the model's from here on.
-                                self.open.unrequested.remove(id);
-                                if !self.open.calls.contains_key(id) {
-                                    self.open
-                                        .requested
-                                        .insert(id.to_string(), (ev.seq, name.to_string()));
-                                }
-                                self.open.origin.insert(id.to_string(), (ev.seq, i as u32));
-                            }
-                        }
-                        messages::assistant_message(ev.seq, d)
-                    }
-                    _ => {
-                        let d: ToolResult = if let Some(envelope::Parsed::ToolResult(d)) = pre {
-                            d
-                        } else {
-                            <ToolResult as serde::Deserialize>::deserialize(&ev.data)
-                                .map_err(typed_err)?
-                        };
-                        let id = &d.call_id;
-                        let answers_open = self.open.requested.contains_key(id)
-                            || (self.open.calls.contains_key(id)
-                                && !self.open.unrequested.contains(id));
-                        self.open.unrequested.remove(id);
-                        self.open.calls.remove(id);
-                        self.open.requested.remove(id);
-                        self.open.origin.remove(id);
-                        if !self.answered.contains_key(id) {
-                            self.answered.insert(id.clone(), ev.seq);
-                        }
-                        // Model-visible only when it answers a tool use the
-                        // model made and that is still open, or replaces
-                        // surface nodes (a pruned result): any other result
-                        // would answer nothing, and providers refuse that.
-                        let replaces = matches!(op, SurfaceOp::Replace { .. });
-                        if !(answers_open || replaces) {
-                            None
-                        } else {
-                            messages::tool_result_message(ev.seq, d)
-                        }
-                    }
-                };
-                self.messages.insert_kept(ev.seq, msg, keep);
+                self.apply_surface(id, ev, *kind, pre, keep)?
             }
-            CoreKind::ToolCall => {
-                let d: event::ToolCall = if let Some(envelope::Parsed::ToolCall(d)) = pre {
-                    d
-                } else {
-                    <event::ToolCall as serde::Deserialize>::deserialize(&ev.data)
-                        .map_err(typed_err)?
-                };
-                let model_asked = self.open.requested.remove(&d.call_id).is_some()
-                    || (self.open.calls.contains_key(&d.call_id)
-                        && !self.open.unrequested.contains(&d.call_id));
-                if !model_asked {
-                    self.open.unrequested.insert(d.call_id.clone());
-                }
-                self.open
-                    .origin
-                    .entry(d.call_id.clone())
-                    .or_insert((ev.seq, 0));
-                self.open.calls.insert(d.call_id, ev.seq);
-            }
+            CoreKind::ToolCall => self.apply_tool_call(id, ev, pre)?,
             CoreKind::RequestHeader => {
                 let d: RequestHeader = <RequestHeader as serde::Deserialize>::deserialize(&ev.data)
                     .map_err(typed_err)?;
@@ -304,6 +205,129 @@ impl State {
             | CoreKind::CompactionEnd
             | CoreKind::CompactionPrune => {}
         }
+        Ok(())
+    }
+
+    /// A surface event (user/message, assistant/message, tool/result): the
+    /// surface op, the message cache, and the open tool calls it asks for
+    /// or answers.
+    fn apply_surface(
+        &mut self,
+        id: &str,
+        ev: &SessionEvent,
+        kind: CoreKind,
+        pre: Option<envelope::Parsed>,
+        keep: Keep,
+    ) -> Result<()> {
+        let typed_err = |e: serde_json::Error| bad(id, ev.seq, format!("{}: {e}", kind.name()));
+        let op = ev
+            .surface
+            .ok_or_else(|| bad(id, ev.seq, "surface event without op"))?;
+        let removed = match op {
+            SurfaceOp::Replace { start, end } => self
+                .surface
+                .nodes
+                .get(start as usize..end as usize)
+                .map(<[u64]>::to_vec),
+            SurfaceOp::Append => None,
+        };
+        self.surface
+            .apply(ev.seq, op)
+            .map_err(|e| bad(id, ev.seq, e.to_string()))?;
+        if let Some(removed) = removed {
+            self.messages
+                .replaced(&removed, self.surface.replace_generation);
+        }
+        let msg = match kind {
+            CoreKind::UserMessage => {
+                let d: UserMessage = if let Some(envelope::Parsed::User(d)) = pre {
+                    d
+                } else {
+                    <UserMessage as serde::Deserialize>::deserialize(&ev.data).map_err(typed_err)?
+                };
+                messages::user_message(ev.seq, d)
+            }
+            CoreKind::AssistantMessage => {
+                let d: AssistantMessage = if let Some(envelope::Parsed::Assistant(d)) = pre {
+                    d
+                } else {
+                    <AssistantMessage as serde::Deserialize>::deserialize(&ev.data)
+                        .map_err(typed_err)?
+                };
+                for (i, b) in d.content.iter().enumerate() {
+                    if let Some((id, name)) = b.client_tool_use() {
+                        // Asked for now: a call recorded before the
+                        // request is the model's from here on.
+                        self.open.unrequested.remove(id);
+                        if !self.open.calls.contains_key(id) {
+                            self.open
+                                .requested
+                                .insert(id.to_string(), (ev.seq, name.to_string()));
+                        }
+                        self.open.origin.insert(id.to_string(), (ev.seq, i as u32));
+                    }
+                }
+                messages::assistant_message(ev.seq, d)
+            }
+            _ => {
+                let d: ToolResult = if let Some(envelope::Parsed::ToolResult(d)) = pre {
+                    d
+                } else {
+                    <ToolResult as serde::Deserialize>::deserialize(&ev.data).map_err(typed_err)?
+                };
+                let id = &d.call_id;
+                let answers_open = self.open.requested.contains_key(id)
+                    || (self.open.calls.contains_key(id) && !self.open.unrequested.contains(id));
+                self.open.unrequested.remove(id);
+                self.open.calls.remove(id);
+                self.open.requested.remove(id);
+                self.open.origin.remove(id);
+                if !self.answered.contains_key(id) {
+                    self.answered.insert(id.clone(), ev.seq);
+                }
+                // Model-visible only when it answers a tool use the
+                // model made and that is still open, or replaces
+                // surface nodes (a pruned result): any other result
+                // would answer nothing, and providers refuse that.
+                let replaces = matches!(op, SurfaceOp::Replace { .. });
+                if !(answers_open || replaces) {
+                    None
+                } else {
+                    messages::tool_result_message(ev.seq, d)
+                }
+            }
+        };
+        self.messages.insert_kept(ev.seq, msg, keep);
+        Ok(())
+    }
+
+    /// A tool/call: it runs a tool use the model asked for, or it is
+    /// recorded before any assistant message asks for it (`unrequested`,
+    /// the model's once one does).
+    fn apply_tool_call(
+        &mut self,
+        id: &str,
+        ev: &SessionEvent,
+        pre: Option<envelope::Parsed>,
+    ) -> Result<()> {
+        let typed_err =
+            |e: serde_json::Error| bad(id, ev.seq, format!("{}: {e}", CoreKind::ToolCall.name()));
+        let d: event::ToolCall = if let Some(envelope::Parsed::ToolCall(d)) = pre {
+            d
+        } else {
+            <event::ToolCall as serde::Deserialize>::deserialize(&ev.data).map_err(typed_err)?
+        };
+        let model_asked = self.open.requested.remove(&d.call_id).is_some()
+            || (self.open.calls.contains_key(&d.call_id)
+                && !self.open.unrequested.contains(&d.call_id));
+        if !model_asked {
+            self.open.unrequested.insert(d.call_id.clone());
+        }
+        self.open
+            .origin
+            .entry(d.call_id.clone())
+            .or_insert((ev.seq, 0));
+        self.open.calls.insert(d.call_id, ev.seq);
         Ok(())
     }
 
