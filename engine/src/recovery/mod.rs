@@ -8,8 +8,9 @@
 //! batches, frames; the one scanner, also used by [`crate::inspect`]);
 //! [`classify`] turns what a scan saw where it stopped into a row of §6.3
 //! (pure functions, also used by [`crate::inspect`]); `plan` runs the pass on
-//! open and returns what to zero, remove and index, which the store applies
-//! before its first append. `checkpoint_check` decides whether an index
+//! open and returns what to zero, remove and index (`layout` lists the
+//! segment files, compacted ones included), which `apply` applies before
+//! the store's first append. `checkpoint_check` decides whether an index
 //! checkpoint may stand in for the scan of what it covers; `salvage` is the
 //! read-only mode that keeps every frame whose own checksum holds.
 //!
@@ -20,8 +21,10 @@
 //! tail iff it is in the last segment and no valid batch with a later sequence
 //! number follows it (and no index checkpoint claims it was durable).
 
+mod apply;
 mod checkpoint_check;
 mod classify;
+mod layout;
 mod plan;
 mod salvage;
 mod scan;
@@ -30,8 +33,9 @@ use std::path::PathBuf;
 
 use serde::Serialize;
 
+pub(crate) use apply::apply;
 pub use classify::{classify_bad_header, classify_stop, HeaderFacts, Row, StopFacts};
-pub(crate) use plan::{apply, recover};
+pub(crate) use plan::recover;
 pub use scan::{
     check_batch, evidence_after, probe_after, scan_batches, ScanFailure, ScannedFrame, SegmentScan,
 };
