@@ -3,23 +3,24 @@
 //! the host (docs/MULTIPROCESS.md). When the host goes away, the client
 //! takes the store over or connects to whoever did.
 
-use std::collections::{HashMap, HashSet, VecDeque};
-use std::io::BufReader;
+use std::collections::{HashMap, HashSet};
 use std::ops::Range;
-use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, Weak};
 use std::task::{Context, Poll, Waker};
 use std::time::{Duration, Instant};
 
-use parking_lot::{Condvar, Mutex, RwLock};
+use parking_lot::{Mutex, RwLock};
 
 use crate::backend::{Claim, EventLog, Follow, Listing, LogEvent};
 use crate::error::{Error, Result};
-use crate::share::server::{socket_addr, Server};
-use crate::share::wire::{self, Op, Reply, Request, Response, WireEvent, VERSION};
+use crate::share::server::Server;
+use crate::share::wire::{Op, Reply, WireEvent};
 use crate::store::{Options, Store};
+
+use super::conn::{lost, reply, unexpected, Conn};
+use super::follow::ClientFollow;
 
 /// How long a client waits for some process to host the store after its
 /// host went away (the new host's recovery runs within it).
@@ -65,334 +66,13 @@ struct AsyncFlush {
 }
 
 #[derive(Clone)]
-enum Mode {
+pub(super) enum Mode {
     /// Not connected yet, or the connection ended.
     Down,
     Remote(Arc<Conn>),
     /// This process took the store over.
     Local(Arc<Store>),
     Closed,
-}
-
-/// One connection to a host.
-struct Conn {
-    writer: Mutex<Out>,
-    /// The ticker parked with nothing held back: the next held-back
-    /// append wakes it.
-    ticker_parked: AtomicBool,
-    ticker_cv: Condvar,
-    next_id: AtomicU64,
-    pending: Mutex<HashMap<u64, Arc<Slot>>>,
-    follows: Mutex<HashMap<u64, Arc<Queue>>>,
-    dead: AtomicBool,
-}
-
-/// A connection's sending side: what is written goes out with the frames
-/// held back before it (pipelined appends), in one write.
-struct Out {
-    stream: UnixStream,
-    held: Vec<u8>,
-}
-
-impl Out {
-    /// Write `req` (after whatever is held back).
-    fn send(&mut self, req: &Request) -> std::io::Result<()> {
-        wire::write_frame(&mut self.held, req)?;
-        self.flush()
-    }
-
-    /// Hold `req` back until the next send, or the ticker.
-    fn hold(&mut self, req: &Request) -> std::io::Result<()> {
-        wire::write_frame(&mut self.held, req)
-    }
-
-    fn flush(&mut self) -> std::io::Result<()> {
-        if self.held.is_empty() {
-            return Ok(());
-        }
-        let r = wire::send_all(&self.stream, &self.held);
-        self.held.clear();
-        r
-    }
-}
-
-/// How long a pipelined append may be held back waiting for the flush
-/// (or any other request) that would carry it in the same write.
-const HOLD: Duration = Duration::from_millis(1);
-
-/// What an answer does when it comes instead of waiting in its slot.
-type OnAnswer = Box<dyn FnOnce(Result<Reply>) + Send>;
-
-/// Where an answer lands.
-#[derive(Default)]
-struct Slot {
-    reply: Mutex<Option<Result<Reply>>>,
-    cv: Condvar,
-    waker: Mutex<Option<Waker>>,
-    on_answer: Mutex<Option<OnAnswer>>,
-}
-
-impl Slot {
-    fn fill(&self, r: Result<Reply>) {
-        if let Some(f) = self.on_answer.lock().take() {
-            f(r);
-            return;
-        }
-        *self.reply.lock() = Some(r);
-        self.cv.notify_all();
-        if let Some(w) = self.waker.lock().take() {
-            w.wake();
-        }
-    }
-
-    fn wait(&self) -> Result<Reply> {
-        let mut g = self.reply.lock();
-        loop {
-            if let Some(r) = g.take() {
-                return r;
-            }
-            self.cv.wait(&mut g);
-        }
-    }
-}
-
-/// A follow's pushed events.
-#[derive(Default)]
-struct Queue {
-    state: Mutex<(VecDeque<LogEvent>, Option<Error>)>,
-    cv: Condvar,
-    waker: Mutex<Option<Waker>>,
-}
-
-impl Queue {
-    fn push(&self, events: Vec<WireEvent>, end: Option<Error>) {
-        let mut st = self.state.lock();
-        st.0.extend(events.into_iter().map(|e| LogEvent {
-            seq: e.seq,
-            kind: e.kind,
-            flags: e.flags,
-            payload: e.payload,
-        }));
-        if end.is_some() && st.1.is_none() {
-            st.1 = end;
-        }
-        drop(st);
-        self.cv.notify_all();
-        if let Some(w) = self.waker.lock().take() {
-            w.wake();
-        }
-    }
-}
-
-fn lost(what: &str) -> Error {
-    Error::HostLost {
-        detail: format!("{what}; it may or may not have taken effect"),
-    }
-}
-
-impl Conn {
-    fn connect(dir: &Path) -> std::io::Result<(Arc<Conn>, [u8; 16])> {
-        let addr = socket_addr(dir)?;
-        let mut stream = UnixStream::connect(&addr.path)?;
-        drop(addr);
-        stream.set_read_timeout(Some(Duration::from_secs(10)))?;
-        wire::write_frame(
-            &mut stream,
-            &Request {
-                id: 0,
-                op: Op::Hello {
-                    version: VERSION,
-                    pid: std::process::id(),
-                },
-            },
-        )?;
-        let hello: Option<Response> = wire::read_frame(&mut stream)?;
-        let store_id = match hello {
-            Some(Response {
-                reply: Reply::Hello { version, store_id },
-                ..
-            }) if version == VERSION => store_id,
-            // Refused (another user's process): trying again will not help.
-            Some(Response {
-                reply: Reply::Err(w),
-                ..
-            }) => {
-                return Err(std::io::Error::new(
-                    std::io::ErrorKind::PermissionDenied,
-                    w.into_error().to_string(),
-                ))
-            }
-            _ => {
-                return Err(std::io::Error::new(
-                    std::io::ErrorKind::InvalidData,
-                    "the host did not answer the hello",
-                ))
-            }
-        };
-        stream.set_read_timeout(None)?;
-        let reader = stream.try_clone()?;
-        let conn = Arc::new(Conn {
-            writer: Mutex::new(Out {
-                stream,
-                held: Vec::new(),
-            }),
-            ticker_parked: AtomicBool::new(false),
-            ticker_cv: Condvar::new(),
-            next_id: AtomicU64::new(1),
-            pending: Mutex::new(HashMap::new()),
-            follows: Mutex::new(HashMap::new()),
-            dead: AtomicBool::new(false),
-        });
-        let c = conn.clone();
-        std::thread::Builder::new()
-            .name("turnstone-client".into())
-            .spawn(move || c.read_loop(reader))?;
-        let weak = Arc::downgrade(&conn);
-        std::thread::Builder::new()
-            .name("turnstone-client-tick".into())
-            .spawn(move || tick(weak))?;
-        Ok((conn, store_id))
-    }
-
-    fn read_loop(self: Arc<Conn>, stream: UnixStream) {
-        let mut r = BufReader::with_capacity(64 << 10, stream);
-        while let Ok(Some(Response { id, reply })) = wire::read_frame::<_, Response>(&mut r) {
-            let follow = self.follows.lock().get(&id).cloned();
-            if let Some(q) = follow {
-                match reply {
-                    Reply::Events(evs) => q.push(evs, None),
-                    Reply::FollowEnd(e) => {
-                        self.follows.lock().remove(&id);
-                        q.push(Vec::new(), Some(e.into_error()));
-                    }
-                    _ => {}
-                }
-                continue;
-            }
-            if let Some(slot) = self.pending.lock().remove(&id) {
-                slot.fill(Ok(reply));
-            }
-        }
-        self.kill();
-    }
-
-    /// The connection ended: every waiting request and follow learns it.
-    fn kill(&self) {
-        self.dead.store(true, Ordering::SeqCst);
-        let _ = self.writer.lock().stream.shutdown(std::net::Shutdown::Both);
-        self.ticker_cv.notify_all();
-        for (_, slot) in self.pending.lock().drain() {
-            slot.fill(Err(lost("the host went away before answering")));
-        }
-        for (_, q) in self.follows.lock().drain() {
-            q.push(Vec::new(), Some(lost("the host went away")));
-        }
-    }
-
-    /// Send `op`, to which no answer comes.
-    fn send_unanswered(&self, op: Op) -> std::result::Result<(), ()> {
-        if self.dead.load(Ordering::SeqCst) {
-            return Err(());
-        }
-        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
-        let held = {
-            let mut w = self.writer.lock();
-            // Under the lock the ticker checks this flag under.
-            if self.ticker_parked.swap(false, Ordering::SeqCst) {
-                self.ticker_cv.notify_one();
-            }
-            w.hold(&Request { id, op })
-        };
-        if held.is_err() {
-            self.kill();
-            return Err(());
-        }
-        Ok(())
-    }
-
-    /// Send `op`; `then` runs with its answer (on the connection's reader
-    /// thread, or on the thread that finds the connection ended).
-    fn send_then(&self, op: Op, then: OnAnswer) -> std::result::Result<(), ()> {
-        if self.dead.load(Ordering::SeqCst) {
-            return Err(());
-        }
-        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
-        let slot = Arc::new(Slot::default());
-        *slot.on_answer.lock() = Some(then);
-        self.pending.lock().insert(id, slot);
-        if self.writer.lock().send(&Request { id, op }).is_err() {
-            self.kill();
-        }
-        Ok(())
-    }
-
-    /// Send `op`; the slot its answer lands in. `Err` if the request was
-    /// not sent (the connection was already down).
-    fn send(&self, op: Op) -> std::result::Result<(u64, Arc<Slot>), ()> {
-        if self.dead.load(Ordering::SeqCst) {
-            return Err(());
-        }
-        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
-        let slot = Arc::new(Slot::default());
-        self.pending.lock().insert(id, slot.clone());
-        let sent = self.writer.lock().send(&Request { id, op });
-        if sent.is_err() {
-            self.kill();
-        } else if self.dead.load(Ordering::SeqCst) {
-            // Killed while sending: the slot was failed (or answered).
-        }
-        Ok((id, slot))
-    }
-}
-
-/// Send what pipelined appends held back at most [`HOLD`] after they were
-/// held (a flush usually carries them sooner); parked while nothing is held.
-fn tick(conn: Weak<Conn>) {
-    let mut idle = 0u32;
-    loop {
-        std::thread::sleep(HOLD);
-        let Some(c) = conn.upgrade() else { return };
-        if c.dead.load(Ordering::SeqCst) {
-            return;
-        }
-        let mut w = c.writer.lock();
-        if w.held.is_empty() {
-            idle += 1;
-            if idle >= 100 {
-                // Nothing held for a while: sleep until an append is.
-                c.ticker_parked.store(true, Ordering::SeqCst);
-                drop(w);
-                let mut w = c.writer.lock();
-                while c.ticker_parked.load(Ordering::SeqCst) && !c.dead.load(Ordering::SeqCst) {
-                    c.ticker_cv.wait(&mut w);
-                }
-                idle = 0;
-            }
-            continue;
-        }
-        idle = 0;
-        if w.flush().is_err() {
-            drop(w);
-            c.kill();
-            return;
-        }
-    }
-}
-
-/// What an answer is, as a result.
-fn reply(r: Reply) -> Result<Reply> {
-    match r {
-        Reply::Err(e) => Err(e.into_error()),
-        other => Ok(other),
-    }
-}
-
-fn unexpected(r: Reply) -> Error {
-    Error::Backend {
-        backend: "host",
-        op: "answer".into(),
-        detail: format!("an answer of the wrong kind: {r:?}"),
-    }
 }
 
 impl Client {
@@ -435,7 +115,7 @@ impl Client {
 
     /// The current host, connecting (or taking the store over) if the
     /// connection is down.
-    fn current(&self) -> Result<Mode> {
+    pub(super) fn current(&self) -> Result<Mode> {
         match &*self.mode.read() {
             Mode::Remote(c) if !c.dead.load(Ordering::SeqCst) => {
                 return Ok(Mode::Remote(c.clone()))
@@ -982,14 +662,7 @@ impl EventLog for Client {
 
     fn follow(&self, session: &str, from: u64) -> Result<Box<dyn Follow>> {
         let me = self.me.upgrade().ok_or(Error::Closed)?;
-        let mut f = ClientFollow {
-            client: me,
-            session: session.to_string(),
-            next: from,
-            current: None,
-        };
-        f.start()?;
-        Ok(Box::new(f))
+        Ok(Box::new(ClientFollow::start(me, session, from)?))
     }
 
     fn close(&self) -> Result<()> {
@@ -1035,159 +708,5 @@ impl EventLog for Client {
             |s| EventLog::mark_deleted(s, session),
             |_| Ok(()),
         )
-    }
-}
-
-/// A follower in a client: the host pushes its events; when the host
-/// changes, it follows again on the new one from where it was.
-struct ClientFollow {
-    client: Arc<Client>,
-    session: String,
-    next: u64,
-    current: Option<Following>,
-}
-
-enum Following {
-    Remote {
-        conn: Arc<Conn>,
-        id: u64,
-        queue: Arc<Queue>,
-    },
-    Local(crate::store::Subscription),
-}
-
-impl Drop for ClientFollow {
-    fn drop(&mut self) {
-        if let Some(Following::Remote { conn, id, .. }) = self.current.take() {
-            conn.follows.lock().remove(&id);
-            // No answer comes to an unfollow.
-            let _ = conn.writer.lock().send(&Request {
-                id: 0,
-                op: Op::Unfollow { follow: id },
-            });
-        }
-    }
-}
-
-impl ClientFollow {
-    fn start(&mut self) -> Result<()> {
-        for _ in 0..8 {
-            match self.client.current()? {
-                Mode::Local(s) => {
-                    self.current = Some(Following::Local(s.subscribe(&self.session, self.next)?));
-                    return Ok(());
-                }
-                Mode::Remote(conn) => {
-                    let queue = Arc::new(Queue::default());
-                    let id = conn.next_id.fetch_add(1, Ordering::Relaxed);
-                    conn.follows.lock().insert(id, queue.clone());
-                    let sent = conn.writer.lock().send(&Request {
-                        id,
-                        op: Op::Follow {
-                            session: self.session.clone(),
-                            from: self.next,
-                        },
-                    });
-                    if sent.is_err() {
-                        conn.kill();
-                        continue;
-                    }
-                    self.current = Some(Following::Remote { conn, id, queue });
-                    return Ok(());
-                }
-                _ => continue,
-            }
-        }
-        Err(lost("the host went away repeatedly"))
-    }
-
-    /// Take one event (or the end) if there is one; `Ok(None)`: wait.
-    fn take(&mut self) -> Result<Option<LogEvent>> {
-        loop {
-            match &mut self.current {
-                None => self.start()?,
-                Some(Following::Local(sub)) => {
-                    return Ok(sub.try_next()?.map(|e| LogEvent {
-                        seq: e.seq.0,
-                        kind: e.kind,
-                        flags: e.flags,
-                        payload: e.payload,
-                    }))
-                }
-                Some(Following::Remote { queue, .. }) => {
-                    let mut st = queue.state.lock();
-                    if let Some(e) = st.0.pop_front() {
-                        return Ok(Some(e));
-                    }
-                    match st.1.take() {
-                        None => return Ok(None),
-                        // The host changed: follow on the next one.
-                        Some(Error::HostLost { .. }) => {
-                            drop(st);
-                            self.current = None;
-                        }
-                        Some(e) => return Err(e),
-                    }
-                }
-            }
-        }
-    }
-}
-
-impl Follow for ClientFollow {
-    fn next_timeout(&mut self, timeout: Duration) -> Result<Option<LogEvent>> {
-        let deadline = Instant::now() + timeout;
-        loop {
-            if let Some(e) = self.take()? {
-                self.next = e.seq + 1;
-                return Ok(Some(e));
-            }
-            let now = Instant::now();
-            if now >= deadline {
-                return Ok(None);
-            }
-            match &self.current {
-                Some(Following::Remote { queue, .. }) => {
-                    let mut st = queue.state.lock();
-                    if st.0.is_empty() && st.1.is_none() {
-                        queue.cv.wait_for(&mut st, deadline - now);
-                    }
-                }
-                _ => std::thread::sleep(Duration::from_millis(1).min(deadline - now)),
-            }
-        }
-    }
-
-    fn poll_next(&mut self, cx: &mut Context<'_>) -> Poll<Result<LogEvent>> {
-        loop {
-            match self.take() {
-                Err(e) => return Poll::Ready(Err(e)),
-                Ok(Some(e)) => {
-                    self.next = e.seq + 1;
-                    return Poll::Ready(Ok(e));
-                }
-                Ok(None) => {}
-            }
-            match &self.current {
-                Some(Following::Remote { queue, .. }) => {
-                    *queue.waker.lock() = Some(cx.waker().clone());
-                    let st = queue.state.lock();
-                    if st.0.is_empty() && st.1.is_none() {
-                        return Poll::Pending;
-                    }
-                }
-                _ => {
-                    // This process hosts now: wait on its store.
-                    return match self.next_timeout(Duration::from_secs(1)) {
-                        Ok(Some(e)) => Poll::Ready(Ok(e)),
-                        Ok(None) => {
-                            cx.waker().wake_by_ref();
-                            Poll::Pending
-                        }
-                        Err(e) => Poll::Ready(Err(e)),
-                    };
-                }
-            }
-        }
     }
 }

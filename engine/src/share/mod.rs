@@ -24,6 +24,8 @@
 //! ```
 
 mod client;
+mod conn;
+mod follow;
 mod server;
 mod wire;
 

@@ -14,7 +14,7 @@ use std::time::Duration;
 
 use parking_lot::{Condvar, Mutex};
 
-use crate::backend::EventLog;
+use crate::backend::{EventLog, Hit};
 use crate::error::{Error, Result};
 use crate::share::wire::{
     self, Op, Reply, Request, Response, WireError, WireEvent, FRAME_MAX, VERSION,
@@ -486,47 +486,11 @@ fn handle(inner: &Arc<Inner>, conn: &Arc<Conn>, store: Arc<Store>, req: Request)
             session,
             events,
             expect_len: Some(len),
-        } => {
-            // Pipelined: answered only by the session's next flush.
-            if conn.failed.lock().contains_key(&session) {
-                return;
-            }
-            let group: Vec<(u16, u16, &[u8])> =
-                events.iter().map(|(k, f, p)| (*k, *f, &p[..])).collect();
-            let failure = match store.append_group_at_len(&session, None, len, &group, |_| {}) {
-                Ok(Ok(())) => return,
-                Ok(Err(actual)) => Error::Fenced {
-                    session: session.clone(),
-                    detail: format!(
-                        "this process appended as if it held {len} events, it holds {actual}: another writer appended"
-                    ),
-                },
-                Err(e) => e,
-            };
-            conn.failed
-                .lock()
-                .insert(session, WireError::from(&failure));
-            return;
-        }
-        Op::Sync { session } => {
-            if let Some(e) = conn.failed.lock().remove(&session) {
-                Reply::Err(e)
-            } else {
-                match store.session_end_pos(&session) {
-                    Err(e) => Reply::Err(WireError::from(&e)),
-                    Ok(target) => {
-                        inner.syncs.waiting.lock().push(SyncWait {
-                            target,
-                            conn: conn.clone(),
-                            id,
-                            session,
-                        });
-                        inner.syncs.cv.notify_one();
-                        return;
-                    }
-                }
-            }
-        }
+        } => return append_pipelined(conn, &store, session, &events, len),
+        Op::Sync { session } => match sync(inner, conn, &store, id, session) {
+            Some(r) => r,
+            None => return,
+        },
         Op::DurableLen { session } => result_reply(log.durable_len(&session), Reply::Len),
         Op::AppendedLen { session } => result_reply(log.appended_len(&session), Reply::Len),
         Op::Parent { session } => result_reply(log.parent(&session), Reply::Parent),
@@ -542,14 +506,7 @@ fn handle(inner: &Arc<Inner>, conn: &Arc<Conn>, store: Arc<Store>, req: Request)
             session,
             start,
             end,
-        } => {
-            let r = log.read_range(&session, start..end).and_then(|evs| {
-                evs.into_iter()
-                    .map(|e| resolved(&store, e.seq, e.kind, e.flags, e.payload))
-                    .collect::<Result<Vec<_>>>()
-            });
-            result_reply(r, Reply::Events)
-        }
+        } => result_reply(read_range(&store, &session, start..end), Reply::Events),
         Op::Claim { session } => {
             let r = log.claim(&session);
             if let Ok(c) = &r {
@@ -568,22 +525,7 @@ fn handle(inner: &Arc<Inner>, conn: &Arc<Conn>, store: Arc<Store>, req: Request)
             Reply::Unit
         }
         Op::Follow { session, from } => {
-            let sub = match store.subscribe(&session, from) {
-                Ok(s) => s,
-                Err(e) => {
-                    conn.send(id, Reply::FollowEnd(WireError::from(&e)));
-                    return;
-                }
-            };
-            let cancel = Arc::new(AtomicBool::new(false));
-            conn.follows.lock().insert(id, cancel.clone());
-            let conn = conn.clone();
-            let weak = Arc::downgrade(&store);
-            drop(store);
-            inner
-                .pool
-                .run(Box::new(move || follow(conn, id, sub, weak, cancel)));
-            return;
+            return start_follow(inner, conn, store, id, &session, from)
         }
         Op::Unfollow { follow } => {
             if let Some(c) = conn.follows.lock().remove(&follow) {
@@ -601,21 +543,114 @@ fn handle(inner: &Arc<Inner>, conn: &Arc<Conn>, store: Arc<Store>, req: Request)
             let conn = conn.clone();
             inner.pool.run(Box::new(move || {
                 let r = search(&store, &query, limit as usize, session.as_deref());
-                conn.send(
-                    id,
-                    result_reply(r, |hits| {
-                        Reply::Hits(
-                            hits.into_iter()
-                                .map(|h| (h.session, h.seq, h.snippet))
-                                .collect(),
-                        )
-                    }),
-                );
+                conn.send(id, result_reply(r, hits_reply));
             }));
             return;
         }
     };
     conn.send(id, reply);
+}
+
+/// A pipelined append: answered only by the session's next flush, which
+/// reports a failure kept in `conn.failed`.
+fn append_pipelined(
+    conn: &Arc<Conn>,
+    store: &Store,
+    session: String,
+    events: &[(u16, u16, Vec<u8>)],
+    len: u64,
+) {
+    if conn.failed.lock().contains_key(&session) {
+        return;
+    }
+    let group: Vec<(u16, u16, &[u8])> = events.iter().map(|(k, f, p)| (*k, *f, &p[..])).collect();
+    let failure = match store.append_group_at_len(&session, None, len, &group, |_| {}) {
+        Ok(Ok(())) => return,
+        Ok(Err(actual)) => Error::Fenced {
+            session: session.clone(),
+            detail: format!(
+                "this process appended as if it held {len} events, it holds {actual}: another writer appended"
+            ),
+        },
+        Err(e) => e,
+    };
+    conn.failed
+        .lock()
+        .insert(session, WireError::from(&failure));
+}
+
+/// A flush: the answer now (a pipelined append of the session failed, or
+/// the session is unknown), or `None` when the sync thread answers it once
+/// the session's end is durable.
+fn sync(
+    inner: &Arc<Inner>,
+    conn: &Arc<Conn>,
+    store: &Store,
+    id: u64,
+    session: String,
+) -> Option<Reply> {
+    if let Some(e) = conn.failed.lock().remove(&session) {
+        return Some(Reply::Err(e));
+    }
+    match store.session_end_pos(&session) {
+        Err(e) => Some(Reply::Err(WireError::from(&e))),
+        Ok(target) => {
+            inner.syncs.waiting.lock().push(SyncWait {
+                target,
+                conn: conn.clone(),
+                id,
+                session,
+            });
+            inner.syncs.cv.notify_one();
+            None
+        }
+    }
+}
+
+/// Events of a session, blob references resolved, for a client.
+fn read_range(store: &Store, session: &str, range: std::ops::Range<u64>) -> Result<Vec<WireEvent>> {
+    let log: &dyn EventLog = store;
+    log.read_range(session, range).and_then(|evs| {
+        evs.into_iter()
+            .map(|e| resolved(store, e.seq, e.kind, e.flags, e.payload))
+            .collect::<Result<Vec<_>>>()
+    })
+}
+
+/// Start pushing a session's events to the client on a pool worker; a
+/// subscription that fails ends the follow at once.
+fn start_follow(
+    inner: &Arc<Inner>,
+    conn: &Arc<Conn>,
+    store: Arc<Store>,
+    id: u64,
+    session: &str,
+    from: u64,
+) {
+    let sub = match store.subscribe(session, from) {
+        Ok(s) => s,
+        Err(e) => {
+            conn.send(id, Reply::FollowEnd(WireError::from(&e)));
+            return;
+        }
+    };
+    let cancel = Arc::new(AtomicBool::new(false));
+    conn.follows.lock().insert(id, cancel.clone());
+    let conn = conn.clone();
+    let weak = Arc::downgrade(&store);
+    drop(store);
+    inner
+        .pool
+        .run(Box::new(move || follow(conn, id, sub, weak, cancel)));
+}
+
+/// Search hits as a reply.
+fn hits_reply(hits: Vec<Hit>) -> Reply {
+    Reply::Hits(
+        hits.into_iter()
+            .map(|h| (h.session, h.seq, h.snippet))
+            .collect(),
+    )
 }
 
 /// The session layer's search of the store's index, for a client: core
@@ -625,7 +660,7 @@ pub(crate) fn search(
     query: &str,
     limit: usize,
     session: Option<&str>,
-) -> Result<Vec<crate::backend::Hit>> {
+) -> Result<Vec<Hit>> {
     let registry = crate::session::Registry::new();
     match session {
         Some(s) => crate::session::search_session(store, &registry, s, query, limit),
