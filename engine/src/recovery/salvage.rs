@@ -22,6 +22,7 @@
 //! later batch could be appended after them that a normal open would accept.
 //! To continue, export the sessions and import them into a new store.
 
+use std::collections::HashMap;
 use std::path::Path;
 use std::time::Instant;
 
@@ -71,202 +72,313 @@ impl Pass {
         }
         r
     }
+
+    /// FORMAT.md §14: reclaimed sessions stay gone (their garbage frames are
+    /// skipped), and files a compacted segment supersedes are not read
+    /// (dropped from `ids`). Returns the last segment each compacted segment
+    /// stands for. A manifest that does not load is reported, and the pass
+    /// reads on without it.
+    fn apply_manifest(
+        &mut self,
+        vfs: &dyn Vfs,
+        dir: &Path,
+        ids: &mut Vec<SegmentId>,
+    ) -> HashMap<SegmentId, u32> {
+        let mut range_ends: HashMap<SegmentId, u32> = Default::default();
+        match crate::index::reclaimed::load(vfs, dir) {
+            Ok(None) => {}
+            Ok(Some((_, r))) => {
+                self.index.set_reclaimed(r);
+                let mut end: Option<u32> = None;
+                ids.retain(|id| {
+                    if end.is_some_and(|e| id.0 <= e) {
+                        return false;
+                    }
+                    if let Some(c) = compaction_of(vfs, dir, *id) {
+                        end = Some(c.last_segment.0);
+                        range_ends.insert(*id, c.last_segment.0);
+                    }
+                    true
+                });
+            }
+            Err(e) => self.problems.push(Problem {
+                kind: ProblemKind::Corruption,
+                file: dir.join(crate::index::reclaimed::MANIFEST_FILE),
+                offset: 0,
+                bytes: 0,
+                detail: e.to_string(),
+                action:
+                    "read on without it: sessions a collection reclaimed may show their garbage"
+                        .into(),
+            }),
+        }
+        range_ends
+    }
+}
+
+/// The compaction facts of segment `id`'s header, if it is a compacted
+/// segment. Only the header is read; a file that does not open or read is
+/// taken for an ordinary segment here.
+fn compaction_of(vfs: &dyn Vfs, dir: &Path, id: SegmentId) -> Option<frame::Compaction> {
+    let mut b = [0u8; SEGMENT_HEADER_BYTES];
+    let n = vfs
+        .open(&segment_path(dir, id), false)
+        .and_then(|f| f.read_at(&mut b, 0))
+        .unwrap_or(0);
+    frame::Compaction::of_header(&b[..n])
 }
 
 /// The salvage pass over every segment of `dir` (no checkpoint, no writes).
 pub(crate) fn salvage(vfs: &dyn Vfs, dir: &Path) -> Result<Recovered> {
     let started = Instant::now();
-    let mut ids = list_segments(vfs, dir)?;
-    let mut pass = Pass {
-        index: Index::default(),
-        problems: Vec::new(),
-        frames_kept: 0,
-        frames_dropped: 0,
-    };
-    // FORMAT.md §14: reclaimed sessions stay gone (their garbage frames are
-    // skipped), and files a compacted segment supersedes are not read.
-    let mut range_ends: std::collections::HashMap<SegmentId, u32> = Default::default();
-    match crate::index::reclaimed::load(vfs, dir) {
-        Ok(None) => {}
-        Ok(Some((_, r))) => {
-            pass.index.set_reclaimed(r);
-            let mut end: Option<u32> = None;
-            ids.retain(|id| {
-                if end.is_some_and(|e| id.0 <= e) {
-                    return false;
-                }
-                let mut b = [0u8; SEGMENT_HEADER_BYTES];
-                let n = vfs
-                    .open(&segment_path(dir, *id), false)
-                    .and_then(|f| f.read_at(&mut b, 0))
-                    .unwrap_or(0);
-                if let Some(c) = frame::Compaction::of_header(&b[..n]) {
-                    end = Some(c.last_segment.0);
-                    range_ends.insert(*id, c.last_segment.0);
-                }
-                true
+    let ids = list_segments(vfs, dir)?;
+    let mut walk = Walk::new(vfs, dir, ids);
+    walk.report_missing();
+    for i in 0..walk.ids.len() {
+        walk.segment(i)?;
+    }
+    Ok(walk.finish(started))
+}
+
+/// The state of the salvage walk over the segments, in order.
+struct Walk<'a> {
+    vfs: &'a dyn Vfs,
+    dir: &'a Path,
+    /// The segments read, in order (without those a compacted one supersedes).
+    ids: Vec<SegmentId>,
+    /// For each compacted segment, the last segment of the range it stands
+    /// for (§14.3).
+    range_ends: HashMap<SegmentId, u32>,
+    pass: Pass,
+    report: RecoveryReport,
+    /// The store id of the first segment whose header decodes: the salt of
+    /// every later segment's frames.
+    store_id: Option<[u8; 16]>,
+    /// The previous segment, if it read without a problem of its own: its id,
+    /// the batch that comes next and where its data ends (what the next
+    /// segment's header must say, or batches at its end are gone).
+    chain: Option<(SegmentId, u64, u32)>,
+}
+
+impl<'a> Walk<'a> {
+    /// A walk over `ids` after the collection manifest has had its say
+    /// (reclaimed sessions, superseded files).
+    fn new(vfs: &'a dyn Vfs, dir: &'a Path, mut ids: Vec<SegmentId>) -> Walk<'a> {
+        let mut pass = Pass {
+            index: Index::default(),
+            problems: Vec::new(),
+            frames_kept: 0,
+            frames_dropped: 0,
+        };
+        let range_ends = pass.apply_manifest(vfs, dir, &mut ids);
+        let report = RecoveryReport {
+            mode: RecoveryMode::Salvage,
+            segments: ids.len() as u32,
+            ..Default::default()
+        };
+        Walk {
+            vfs,
+            dir,
+            ids,
+            range_ends,
+            pass,
+            report,
+            store_id: None,
+            chain: None,
+        }
+    }
+
+    /// Gaps in the ids are reported, not refused: salvage reads on with the
+    /// segments that are there. A compacted segment stands for the ids up to
+    /// the end of its range.
+    fn report_missing(&mut self) {
+        let end_of = |id: SegmentId| self.range_ends.get(&id).copied().unwrap_or(id.0);
+        for w in self.ids.windows(2).filter(|w| w[1].0 != end_of(w[0]) + 1) {
+            self.pass.problems.push(Problem {
+                kind: ProblemKind::Corruption,
+                file: segment_path(self.dir, SegmentId(end_of(w[0]) + 1)),
+                offset: 0,
+                bytes: 0,
+                detail: format!(
+                    "segment files between {} and {} are missing",
+                    w[0].0, w[1].0
+                ),
+                action: "read on with the segments that are there".into(),
             });
         }
-        Err(e) => pass.problems.push(Problem {
-            kind: ProblemKind::Corruption,
-            file: dir.join(crate::index::reclaimed::MANIFEST_FILE),
-            offset: 0,
-            bytes: 0,
-            detail: e.to_string(),
-            action: "read on without it: sessions a collection reclaimed may show their garbage"
-                .into(),
-        }),
     }
-    let mut report = RecoveryReport {
-        mode: RecoveryMode::Salvage,
-        segments: ids.len() as u32,
-        ..Default::default()
-    };
-    let mut store_id: Option<[u8; 16]> = None;
-    let end_of = |id: SegmentId| range_ends.get(&id).copied().unwrap_or(id.0);
-    for w in ids.windows(2).filter(|w| w[1].0 != end_of(w[0]) + 1) {
-        pass.problems.push(Problem {
-            kind: ProblemKind::Corruption,
-            file: segment_path(dir, SegmentId(end_of(w[0]) + 1)),
-            offset: 0,
-            bytes: 0,
-            detail: format!(
-                "segment files between {} and {} are missing",
-                w[0].0, w[1].0
-            ),
-            action: "read on with the segments that are there".into(),
-        });
+
+    /// Read segment `i` (index into `ids`): its header says which store id
+    /// salts its frames, then its batches are salvaged. It extends the chain
+    /// only if it read without a problem of its own.
+    fn segment(&mut self, i: usize) -> Result<()> {
+        let id = self.ids[i];
+        let path = segment_path(self.dir, id);
+        let prev = self.chain.take();
+        let bytes = read_segment(self.vfs, &path, false)?;
+        self.report.segments_scanned += 1;
+        self.report.bytes_scanned += bytes.len() as u64;
+        let Some((salt_id, first_seq)) = self.header(i, &path, &bytes, prev)? else {
+            return Ok(());
+        };
+        self.store_id = Some(salt_id);
+        let salt = Salt {
+            store_id: salt_id,
+            segment: id,
+        };
+        let is_last = i + 1 == self.ids.len();
+        let problems_before = self.pass.problems.len();
+        let (next_seq, end) = salvage_segment(
+            &mut self.pass,
+            &mut self.report,
+            &path,
+            &bytes,
+            &salt,
+            is_last,
+        );
+        if let (Some(next), true) = (
+            next_seq.or(first_seq),
+            self.pass.problems.len() == problems_before,
+        ) {
+            self.chain = Some((id, next, end));
+        }
+        Ok(())
     }
-    // The previous segment, if it read without a problem of its own: its id,
-    // the batch that comes next and where its data ends (what the next
-    // segment's header must say, or batches at its end are gone).
-    let mut chain: Option<(SegmentId, u64, u32)> = None;
-    for (i, id) in ids.iter().copied().enumerate() {
-        let path = segment_path(dir, id);
-        let prev = chain.take();
-        let mut first_seq = None;
-        let bytes = read_segment(vfs, &path, false)?;
-        report.segments_scanned += 1;
-        report.bytes_scanned += bytes.len() as u64;
-        let salt_id = match SegmentHeader::decode(&bytes) {
-            Ok(h) if store_id.is_some_and(|s| s != h.store_id) => {
-                pass.problems.push(Problem {
+
+    /// Segment `i`'s header: the store id its frames check under and its
+    /// first batch sequence (`None` if the header does not decode), or
+    /// `Ok(None)` to skip the segment. Only another format version, or a
+    /// first segment that is no segment, is refused outright.
+    fn header(
+        &mut self,
+        i: usize,
+        path: &Path,
+        bytes: &[u8],
+        prev: Option<(SegmentId, u64, u32)>,
+    ) -> Result<Option<([u8; 16], Option<u64>)>> {
+        match SegmentHeader::decode(bytes) {
+            Ok(h) if self.store_id.is_some_and(|s| s != h.store_id) => {
+                self.pass.problems.push(Problem {
                     kind: ProblemKind::Corruption,
-                    file: path,
+                    file: path.to_path_buf(),
                     offset: 0,
                     bytes: bytes.len() as u64,
                     detail: "segment belongs to another store (store id differs)".into(),
                     action: "skipped the whole segment".into(),
                 });
-                continue;
+                Ok(None)
             }
             Ok(h) => {
-                // What a normal open refuses here, salvage reports and
-                // reads on: the frames check under the file's own name
-                // (a copy of another segment's file keeps none).
-                let mismatch = if h.segment != id {
-                    Some(format!(
-                        "header names segment {}, file name {}",
-                        h.segment.0, id.0
-                    ))
-                } else if i == 0
-                    && (id.0 != frame::FIRST_SEGMENT_ID
-                        || h.first_batch_seq != 0
-                        || h.prev_segment_end != 0)
-                {
-                    Some(format!(
-                        "the log starts at segment {} (batch {}), not at segment {} with batch 0: earlier segment files are missing",
-                        id.0,
-                        h.first_batch_seq,
-                        frame::FIRST_SEGMENT_ID
-                    ))
-                } else {
-                    prev.filter(|(p, next, end)| {
-                        p.0 + 1 == id.0
-                            && range_ends.is_empty()
-                            && (h.first_batch_seq != *next || h.prev_segment_end != *end)
-                    })
-                    .map(|(p, next, end)| {
-                        format!(
-                            "segment {} ends at offset {end} before batch {next}, but this header says offset {} and batch {}: batches at the end of segment {} are missing",
-                            p.0, h.prev_segment_end, h.first_batch_seq, p.0
-                        )
-                    })
-                };
-                first_seq = Some(h.first_batch_seq);
-                if let Some(detail) = mismatch {
-                    pass.problems.push(Problem {
+                if let Some(detail) = self.header_mismatch(i, &h, prev) {
+                    self.pass.problems.push(Problem {
                         kind: ProblemKind::Corruption,
-                        file: path.clone(),
+                        file: path.to_path_buf(),
                         offset: 0,
                         bytes: SEGMENT_HEADER_BYTES as u64,
                         detail,
                         action: "read the segment's batches as the file name says".into(),
                     });
                 }
-                h.store_id
+                Ok(Some((h.store_id, Some(h.first_batch_seq))))
             }
-            Err(frame::HeaderError::Version(v)) => {
-                return Err(Error::UnsupportedVersion {
-                    file: path,
-                    found: v,
-                    supported: frame::FORMAT_VERSION,
-                })
-            }
-            Err(e) => match store_id {
+            Err(frame::HeaderError::Version(v)) => Err(Error::UnsupportedVersion {
+                file: path.to_path_buf(),
+                found: v,
+                supported: frame::FORMAT_VERSION,
+            }),
+            Err(e) => match self.store_id {
                 Some(s) => {
-                    pass.problems.push(Problem {
+                    self.pass.problems.push(Problem {
                         kind: ProblemKind::Corruption,
-                        file: path.clone(),
+                        file: path.to_path_buf(),
                         offset: 0,
                         bytes: SEGMENT_HEADER_BYTES as u64,
                         detail: format!("segment header: {e}"),
                         action: "read the segment's batches with the store id of the others".into(),
                     });
-                    s
+                    Ok(Some((s, None)))
                 }
-                None if i == 0 => {
-                    return Err(Error::NotTurnstone {
-                        file: path,
-                        what: "segment",
-                        detail: e.to_string(),
-                    })
-                }
-                None => continue,
+                None if i == 0 => Err(Error::NotTurnstone {
+                    file: path.to_path_buf(),
+                    what: "segment",
+                    detail: e.to_string(),
+                }),
+                None => Ok(None),
             },
-        };
-        store_id = Some(salt_id);
-        let salt = Salt {
-            store_id: salt_id,
-            segment: id,
-        };
-        let is_last = i + 1 == ids.len();
-        let problems_before = pass.problems.len();
-        let (next_seq, end) =
-            salvage_segment(&mut pass, &mut report, &path, &bytes, &salt, is_last);
-        if let (Some(next), true) = (
-            next_seq.or(first_seq),
-            pass.problems.len() == problems_before,
-        ) {
-            chain = Some((id, next, end));
         }
     }
-    report.sessions = pass.index.sessions.len() as u64;
-    report.events = pass.index.event_count();
-    report.frames_scanned = pass.frames_kept + pass.frames_dropped;
-    report.problems = pass.problems;
-    report.duration_us = started.elapsed().as_micros() as u64;
-    let last = ids.last().copied();
-    Ok(Recovered {
-        store_id,
-        index: pass.index,
-        segments: ids,
-        tail: last.map(|s| (s, SEGMENT_HEADER_BYTES as u32, 0)),
-        report,
-        zero_ranges: Vec::new(),
-        remove_segments: Vec::new(),
-        remove_checkpoint: false,
-    })
+
+    /// What a normal open refuses in a header that decodes, salvage reports
+    /// and reads on: the frames check under the file's own name (a copy of
+    /// another segment's file keeps none). `prev` is the chain the previous
+    /// segment left: checked only between adjacent ids, and not at all once
+    /// a collection compacted segments (their headers chain to the original
+    /// range, §14.3).
+    fn header_mismatch(
+        &self,
+        i: usize,
+        h: &SegmentHeader,
+        prev: Option<(SegmentId, u64, u32)>,
+    ) -> Option<String> {
+        let id = self.ids[i];
+        if h.segment != id {
+            Some(format!(
+                "header names segment {}, file name {}",
+                h.segment.0, id.0
+            ))
+        } else if i == 0
+            && (id.0 != frame::FIRST_SEGMENT_ID
+                || h.first_batch_seq != 0
+                || h.prev_segment_end != 0)
+        {
+            Some(format!(
+                "the log starts at segment {} (batch {}), not at segment {} with batch 0: earlier segment files are missing",
+                id.0,
+                h.first_batch_seq,
+                frame::FIRST_SEGMENT_ID
+            ))
+        } else {
+            prev.filter(|(p, next, end)| {
+                p.0 + 1 == id.0
+                    && self.range_ends.is_empty()
+                    && (h.first_batch_seq != *next || h.prev_segment_end != *end)
+            })
+            .map(|(p, next, end)| {
+                format!(
+                    "segment {} ends at offset {end} before batch {next}, but this header says offset {} and batch {}: batches at the end of segment {} are missing",
+                    p.0, h.prev_segment_end, h.first_batch_seq, p.0
+                )
+            })
+        }
+    }
+
+    /// The plan of a salvage open: the index of every frame kept, the report
+    /// of what was dropped, and nothing to zero or remove (read-only).
+    fn finish(self, started: Instant) -> Recovered {
+        let Walk {
+            ids,
+            pass,
+            mut report,
+            store_id,
+            ..
+        } = self;
+        report.sessions = pass.index.sessions.len() as u64;
+        report.events = pass.index.event_count();
+        report.frames_scanned = pass.frames_kept + pass.frames_dropped;
+        report.problems = pass.problems;
+        report.duration_us = started.elapsed().as_micros() as u64;
+        let last = ids.last().copied();
+        Recovered {
+            store_id,
+            index: pass.index,
+            segments: ids,
+            tail: last.map(|s| (s, SEGMENT_HEADER_BYTES as u32, 0)),
+            report,
+            zero_ranges: Vec::new(),
+            remove_segments: Vec::new(),
+            remove_checkpoint: false,
+        }
+    }
 }
 
 /// Walk one segment's batches, reading failing batches frame by frame and

@@ -261,73 +261,112 @@ fn check_zero(b: &[u8], from: usize, to: usize) -> std::result::Result<(), usize
 /// were handed out.
 pub fn visit(path: &Path, mut visit: impl FnMut(u64, &Record)) -> Result<ArchiveHeader> {
     let bytes = std::fs::read(path).map_err(|e| Error::io("read", path, e))?;
-    let corrupt = |offset: usize, detail: String| Error::corrupt(path, offset as u64, detail);
-    if bytes.len() < 8 || bytes[..8] != ARCHIVE_MAGIC {
-        return Err(Error::NotTurnstone {
-            file: path.to_path_buf(),
-            what: "archive",
-            detail: "no archive magic at offset 0".into(),
-        });
-    }
-    if bytes.len() < ARCHIVE_HEADER_BYTES {
-        return Err(corrupt(
-            0,
-            format!("file of {} bytes is cut inside its header", bytes.len()),
-        ));
-    }
-    let h = &bytes[..ARCHIVE_HEADER_BYTES];
-    let name_len = (u16_at(h, 24) as usize).min(SESSION_NAME_BYTES_MAX);
-    let name_end = ARCHIVE_HEADER_BYTES + name_len;
-    if bytes.len() < align_up(name_end) {
-        return Err(corrupt(
-            24,
-            format!(
-                "session name of {} bytes runs past the end of the file (damaged header or cut file)",
-                u16_at(h, 24)
-            ),
-        ));
-    }
-    let (stored, computed) = (
-        u32_at(h, 28),
-        header_crc(h, &bytes[ARCHIVE_HEADER_BYTES..name_end]),
-    );
-    if stored != computed {
-        return Err(corrupt(
-            0,
-            format!("header checksum: stored {stored:08x}, computed {computed:08x}"),
-        ));
-    }
-    let version = u32_at(h, 8);
-    if version != ARCHIVE_VERSION {
-        return Err(Error::UnsupportedVersion {
-            file: path.to_path_buf(),
-            found: version,
-            supported: ARCHIVE_VERSION,
-        });
-    }
-    if name_len == 0 || u16_at(h, 24) as usize > SESSION_NAME_BYTES_MAX {
-        return Err(corrupt(
-            24,
-            format!("session name length {}", u16_at(h, 24)),
-        ));
-    }
-    check_zero(&bytes, name_end, align_up(name_end))
-        .map_err(|o| corrupt(o, "padding after the session name is not zero".into()))?;
-    let session = std::str::from_utf8(&bytes[ARCHIVE_HEADER_BYTES..name_end])
-        .map_err(|_| corrupt(ARCHIVE_HEADER_BYTES, "session name is not UTF-8".into()))?
-        .to_string();
-    let header = ArchiveHeader {
-        session,
-        created_ms: u64_at(h, 16),
+    let mut r = Reader {
+        path,
+        bytes: &bytes,
+        at: 0,
+        events: 0,
+        blobs: 0,
     };
-    let mut at = align_up(name_end);
-    let (mut events, mut blobs) = (0u64, 0u64);
-    loop {
+    let header = r.header()?;
+    while let Some((offset, rec)) = r.record()? {
+        visit(offset, &rec);
+    }
+    r.trailer()?;
+    Ok(header)
+}
+
+/// One pass of [`visit`] over a file's bytes: where it is, and the records
+/// counted so far (the trailer's counts must match them).
+struct Reader<'a> {
+    path: &'a Path,
+    bytes: &'a [u8],
+    /// Offset of the next record (or of the trailer).
+    at: usize,
+    events: u64,
+    blobs: u64,
+}
+
+impl Reader<'_> {
+    /// Every check names the file and the offset it failed at.
+    fn corrupt(&self, offset: usize, detail: String) -> Error {
+        Error::corrupt(self.path, offset as u64, detail)
+    }
+
+    /// The file header and the session name after it. The magic comes first
+    /// (another kind of file is not corruption), the checksum before the
+    /// version (a flipped bit must not pass for a newer format). Leaves `at`
+    /// at the first record.
+    fn header(&mut self) -> Result<ArchiveHeader> {
+        let bytes = self.bytes;
+        if bytes.len() < 8 || bytes[..8] != ARCHIVE_MAGIC {
+            return Err(Error::NotTurnstone {
+                file: self.path.to_path_buf(),
+                what: "archive",
+                detail: "no archive magic at offset 0".into(),
+            });
+        }
+        if bytes.len() < ARCHIVE_HEADER_BYTES {
+            return Err(self.corrupt(
+                0,
+                format!("file of {} bytes is cut inside its header", bytes.len()),
+            ));
+        }
+        let h = &bytes[..ARCHIVE_HEADER_BYTES];
+        let name_len = (u16_at(h, 24) as usize).min(SESSION_NAME_BYTES_MAX);
+        let name_end = ARCHIVE_HEADER_BYTES + name_len;
+        if bytes.len() < align_up(name_end) {
+            return Err(self.corrupt(
+                24,
+                format!(
+                    "session name of {} bytes runs past the end of the file (damaged header or cut file)",
+                    u16_at(h, 24)
+                ),
+            ));
+        }
+        let (stored, computed) = (
+            u32_at(h, 28),
+            header_crc(h, &bytes[ARCHIVE_HEADER_BYTES..name_end]),
+        );
+        if stored != computed {
+            return Err(self.corrupt(
+                0,
+                format!("header checksum: stored {stored:08x}, computed {computed:08x}"),
+            ));
+        }
+        let version = u32_at(h, 8);
+        if version != ARCHIVE_VERSION {
+            return Err(Error::UnsupportedVersion {
+                file: self.path.to_path_buf(),
+                found: version,
+                supported: ARCHIVE_VERSION,
+            });
+        }
+        if name_len == 0 || u16_at(h, 24) as usize > SESSION_NAME_BYTES_MAX {
+            return Err(self.corrupt(24, format!("session name length {}", u16_at(h, 24))));
+        }
+        check_zero(bytes, name_end, align_up(name_end))
+            .map_err(|o| self.corrupt(o, "padding after the session name is not zero".into()))?;
+        let session = std::str::from_utf8(&bytes[ARCHIVE_HEADER_BYTES..name_end])
+            .map_err(|_| self.corrupt(ARCHIVE_HEADER_BYTES, "session name is not UTF-8".into()))?
+            .to_string();
+        self.at = align_up(name_end);
+        Ok(ArchiveHeader {
+            session,
+            created_ms: u64_at(h, 16),
+        })
+    }
+
+    /// The record at `at` and its offset, once its checksum, its type's
+    /// rules and its padding hold; `None` at the trailer's magic. A record
+    /// is handed out only whole, so a reader never acts on a cut one.
+    fn record(&mut self) -> Result<Option<(u64, Record)>> {
+        let (bytes, at) = (self.bytes, self.at);
         if bytes.len() - at >= 8 && bytes[at..at + 8] == ARCHIVE_END_MAGIC {
-            break;
+            return Ok(None);
         }
         if bytes.len() - at < RECORD_HEADER_BYTES {
-            return Err(corrupt(
+            return Err(self.corrupt(
                 at,
                 format!(
                     "file ends without its trailer ({} bytes after the last record; cut short?)",
@@ -339,7 +378,7 @@ pub fn visit(path: &Path, mut visit: impl FnMut(u64, &Record)) -> Result<Archive
         let len = u32_at(rh, 16) as usize;
         let body_at = at + RECORD_HEADER_BYTES;
         if bytes.len() - body_at < len {
-            return Err(corrupt(
+            return Err(self.corrupt(
                 at,
                 format!("record of {len} bytes runs past the end of the file (cut short?)"),
             ));
@@ -350,102 +389,119 @@ pub fn visit(path: &Path, mut visit: impl FnMut(u64, &Record)) -> Result<Archive
         c.update(body);
         let (stored, computed) = (u32_at(rh, 20), c.finalize());
         if stored != computed {
-            return Err(corrupt(
+            return Err(self.corrupt(
                 at,
                 format!("record checksum: stored {stored:08x}, computed {computed:08x}"),
             ));
         }
         let rec = match rh[0] {
-            RECORD_BLOB => {
-                if events > 0 {
-                    return Err(corrupt(at, "blob record after an event record".into()));
-                }
-                if len < 32 {
-                    return Err(corrupt(at, format!("blob record of {len} bytes")));
-                }
-                let sha: [u8; 32] = body[..32].try_into().expect("32 bytes");
-                let got = crate::store::blobs::sha256(&body[32..]);
-                if got != sha {
-                    return Err(corrupt(
-                        at,
-                        format!(
-                            "blob {} holds bytes whose sha256 is {}",
-                            crate::store::blobs::hex(&sha),
-                            crate::store::blobs::hex(&got)
-                        ),
-                    ));
-                }
-                blobs += 1;
-                Record::Blob {
-                    sha256: sha,
-                    bytes: body[32..].to_vec(),
-                }
-            }
-            RECORD_EVENT => {
-                let seq = u64_at(rh, 8);
-                if seq != events {
-                    return Err(corrupt(
-                        at,
-                        format!("event seq {seq} where {events} was expected"),
-                    ));
-                }
-                if len > PAYLOAD_BYTES_MAX {
-                    return Err(corrupt(at, format!("event payload of {len} bytes")));
-                }
-                events += 1;
-                Record::Event(ArchivedEvent {
-                    seq,
-                    kind: u16_at(rh, 2),
-                    flags: u16_at(rh, 4),
-                    payload: body.to_vec(),
-                })
-            }
-            t => return Err(corrupt(at, format!("unknown record type {t}"))),
+            RECORD_BLOB => self.blob(body)?,
+            RECORD_EVENT => self.event(rh, body)?,
+            t => return Err(self.corrupt(at, format!("unknown record type {t}"))),
         };
         let end = body_at + len;
-        at = align_up(end);
-        if at > bytes.len() {
-            return Err(corrupt(end, "file is cut inside a record's padding".into()));
+        self.at = align_up(end);
+        if self.at > bytes.len() {
+            return Err(self.corrupt(end, "file is cut inside a record's padding".into()));
         }
-        check_zero(&bytes, end, at)
-            .map_err(|o| corrupt(o, "padding after a record is not zero".into()))?;
-        visit((end - len - RECORD_HEADER_BYTES) as u64, &rec);
+        check_zero(bytes, end, self.at)
+            .map_err(|o| self.corrupt(o, "padding after a record is not zero".into()))?;
+        Ok(Some(((end - len - RECORD_HEADER_BYTES) as u64, rec)))
     }
-    if bytes.len() - at != TRAILER_BYTES {
-        return Err(corrupt(
-            at,
-            format!(
-                "trailer of {} bytes where {TRAILER_BYTES} were expected",
-                bytes.len() - at
-            ),
-        ));
+
+    /// A blob record at `at` with a checked `body`: blobs come before every
+    /// event (a one-pass restore has each blob when an event needs it), and
+    /// the bytes must hash to the sha256 the record names.
+    fn blob(&mut self, body: &[u8]) -> Result<Record> {
+        let (at, len) = (self.at, body.len());
+        if self.events > 0 {
+            return Err(self.corrupt(at, "blob record after an event record".into()));
+        }
+        if len < 32 {
+            return Err(self.corrupt(at, format!("blob record of {len} bytes")));
+        }
+        let sha: [u8; 32] = body[..32].try_into().expect("32 bytes");
+        let got = crate::store::blobs::sha256(&body[32..]);
+        if got != sha {
+            return Err(self.corrupt(
+                at,
+                format!(
+                    "blob {} holds bytes whose sha256 is {}",
+                    crate::store::blobs::hex(&sha),
+                    crate::store::blobs::hex(&got)
+                ),
+            ));
+        }
+        self.blobs += 1;
+        Ok(Record::Blob {
+            sha256: sha,
+            bytes: body[32..].to_vec(),
+        })
     }
-    let t = &bytes[at..];
-    let (stored, computed) = (u32_at(t, 28), crc32fast::hash(&t[..28]));
-    if stored != computed {
-        return Err(corrupt(
-            at,
-            format!("trailer checksum: stored {stored:08x}, computed {computed:08x}"),
-        ));
+
+    /// An event record at `at` with record header `rh` and a checked
+    /// `body`: seqs are dense from 0 (nothing skipped, nothing repeated) and
+    /// a payload fits in a store's frame.
+    fn event(&mut self, rh: &[u8], body: &[u8]) -> Result<Record> {
+        let (at, len, events) = (self.at, body.len(), self.events);
+        let seq = u64_at(rh, 8);
+        if seq != events {
+            return Err(self.corrupt(at, format!("event seq {seq} where {events} was expected")));
+        }
+        if len > PAYLOAD_BYTES_MAX {
+            return Err(self.corrupt(at, format!("event payload of {len} bytes")));
+        }
+        self.events += 1;
+        Ok(Record::Event(ArchivedEvent {
+            seq,
+            kind: u16_at(rh, 2),
+            flags: u16_at(rh, 4),
+            payload: body.to_vec(),
+        }))
     }
-    let (stored, computed) = (u32_at(t, 24), crc32fast::hash(&bytes[..at]));
-    if stored != computed {
-        return Err(corrupt(
-            at,
-            format!("file checksum: stored {stored:08x}, computed {computed:08x}"),
-        ));
+
+    /// The trailer at `at`: exactly its size, its own checksum, the checksum
+    /// of every byte before it, and counts that match the records read (a
+    /// file is complete only with it).
+    fn trailer(&self) -> Result<()> {
+        let (bytes, at) = (self.bytes, self.at);
+        let (events, blobs) = (self.events, self.blobs);
+        if bytes.len() - at != TRAILER_BYTES {
+            return Err(self.corrupt(
+                at,
+                format!(
+                    "trailer of {} bytes where {TRAILER_BYTES} were expected",
+                    bytes.len() - at
+                ),
+            ));
+        }
+        let t = &bytes[at..];
+        let (stored, computed) = (u32_at(t, 28), crc32fast::hash(&t[..28]));
+        if stored != computed {
+            return Err(self.corrupt(
+                at,
+                format!("trailer checksum: stored {stored:08x}, computed {computed:08x}"),
+            ));
+        }
+        let (stored, computed) = (u32_at(t, 24), crc32fast::hash(&bytes[..at]));
+        if stored != computed {
+            return Err(self.corrupt(
+                at,
+                format!("file checksum: stored {stored:08x}, computed {computed:08x}"),
+            ));
+        }
+        if u64_at(t, 8) != events || u64_at(t, 16) != blobs {
+            return Err(self.corrupt(
+                at,
+                format!(
+                    "trailer counts {} events and {} blobs, the file holds {events} and {blobs}",
+                    u64_at(t, 8),
+                    u64_at(t, 16)
+                ),
+            ));
+        }
+        Ok(())
     }
-    if u64_at(t, 8) != events || u64_at(t, 16) != blobs {
-        return Err(corrupt(
-            at,
-            format!(
-                "trailer counts {} events and {} blobs, the file holds {events} and {blobs}",
-                u64_at(t, 8),
-                u64_at(t, 16)
-            ),
-        ));
-    }
-    Ok(header)
 }
 
 /// Read and check a whole archive (see [`visit`]).
