@@ -36,19 +36,23 @@
 //! `collect_live` sweeps them after the segments, under a
 //! [`crate::blobs::BlobSweep`] (a writer's pinned blobs are kept).
 
+use std::path::Path;
 use std::sync::atomic::Ordering;
 use std::time::Instant;
 
 use crate::error::Result;
 use crate::log::list_segments;
 use crate::types::SegmentId;
+use crate::vfs::Vfs;
 
+use super::plan::Plan;
+use super::rewrite::Moved;
 use super::{
     check_threshold, make_plan, reclaimed, remove_checkpoints, rewrite_ranges, Census,
     CollectCandidate, CollectOptions, CollectReport, Throttle,
 };
 use crate::error::Error;
-use crate::store::{write_checkpoint, CheckpointWhy, Store};
+use crate::store::{write_checkpoint, CheckpointWhy, Shared, Store};
 
 /// Clears `gc_active` however the collection ends.
 struct Active<'a>(&'a std::sync::atomic::AtomicBool);
@@ -134,28 +138,8 @@ impl Store {
 
         // Install the reclaimed set in the index, unless a session decided
         // dead changed since the census.
-        {
-            let mut ix = sh.index.write();
-            let n = census.sessions.len();
-            let grew = plan.manifest.keys().any(|id| {
-                !census.reclaimed.contains_key(id)
-                    && ix.sessions[id.0 as usize].len() != census.sessions[id.0 as usize].len
-            });
-            let forked = ix.sessions[n..].iter().any(|e| {
-                e.parent
-                    .is_some_and(|(p, _)| plan.manifest.contains_key(&p))
-            });
-            if grew || forked {
-                return Ok(CollectReport {
-                    dry_run: false,
-                    retry: true,
-                    segments_examined: report.segments_examined,
-                    duration_us: started.elapsed().as_micros() as u64,
-                    ..Default::default()
-                });
-            }
-            ix.set_reclaimed(plan.manifest.clone());
-            sh.gc_generation.fetch_add(1, Ordering::SeqCst);
+        if let Some(retry) = install_reclaimed(sh, &census, &plan, &report, started) {
+            return Ok(retry);
         }
         // Step 2.
         if plan.manifest != census.reclaimed || !vfs.exists(&dir.join(reclaimed::MANIFEST_FILE)) {
@@ -180,33 +164,7 @@ impl Store {
             opts,
             &mut report,
             &mut throttle,
-            &mut |tmp, dst, (first, last), moved| {
-                let _gate = sh.gc_gate.write();
-                vfs.rename(tmp, dst)
-                    .map_err(|e| Error::io("rename compacted segment", dst, e))?;
-                let mut ix = sh.index.write();
-                for (sid, seq, pos) in moved {
-                    let Some(e) = ix.sessions.get_mut(sid.0 as usize) else {
-                        continue;
-                    };
-                    match seq {
-                        None => e.define_pos = pos,
-                        Some(q) => {
-                            let own = q.checked_sub(e.inherited()).map(|o| o as usize);
-                            if let Some(slot) = own.and_then(|o| e.positions.get_mut(o)) {
-                                *slot = pos.0;
-                            }
-                        }
-                    }
-                }
-                sh.gc_generation.fetch_add(1, Ordering::SeqCst);
-                drop(ix);
-                sh.reader.forget(first, last);
-                sh.gc_summaries
-                    .lock()
-                    .retain(|id, _| *id < first || *id > last);
-                Ok(())
-            },
+            &mut |tmp, dst, range, moved| swap_in(sh, vfs, tmp, dst, range, moved),
             Some(&sh.pool),
         )?;
         drop(active);
@@ -219,4 +177,79 @@ impl Store {
         report.duration_us = started.elapsed().as_micros() as u64;
         Ok(report)
     }
+}
+
+/// Install the reclaimed set of `plan` in the index, under its write lock,
+/// unless a session decided dead gained an event or a fork since the
+/// census: then nothing changes and the report to return is `Some` (a
+/// `retry`). From a `None` on, appends and forks under the reclaimed names
+/// are refused, so the manifest may be written.
+fn install_reclaimed(
+    sh: &Shared,
+    census: &Census,
+    plan: &Plan,
+    report: &CollectReport,
+    started: Instant,
+) -> Option<CollectReport> {
+    let mut ix = sh.index.write();
+    let n = census.sessions.len();
+    let grew = plan.manifest.keys().any(|id| {
+        !census.reclaimed.contains_key(id)
+            && ix.sessions[id.0 as usize].len() != census.sessions[id.0 as usize].len
+    });
+    let forked = ix.sessions[n..].iter().any(|e| {
+        e.parent
+            .is_some_and(|(p, _)| plan.manifest.contains_key(&p))
+    });
+    if grew || forked {
+        return Some(CollectReport {
+            dry_run: false,
+            retry: true,
+            segments_examined: report.segments_examined,
+            duration_us: started.elapsed().as_micros() as u64,
+            ..Default::default()
+        });
+    }
+    ix.set_reclaimed(plan.manifest.clone());
+    sh.gc_generation.fetch_add(1, Ordering::SeqCst);
+    None
+}
+
+/// An online collection's `install` for one range (step 4): under the
+/// collection gate's write side, rename the durable compacted file `tmp`
+/// over `dst`, point the index at the `moved` frames, and drop what the
+/// reader and the kept summaries knew of the range's files `first ..= last`.
+fn swap_in(
+    sh: &Shared,
+    vfs: &dyn Vfs,
+    tmp: &Path,
+    dst: &Path,
+    (first, last): (SegmentId, SegmentId),
+    moved: Vec<Moved>,
+) -> Result<()> {
+    let _gate = sh.gc_gate.write();
+    vfs.rename(tmp, dst)
+        .map_err(|e| Error::io("rename compacted segment", dst, e))?;
+    let mut ix = sh.index.write();
+    for (sid, seq, pos) in moved {
+        let Some(e) = ix.sessions.get_mut(sid.0 as usize) else {
+            continue;
+        };
+        match seq {
+            None => e.define_pos = pos,
+            Some(q) => {
+                let own = q.checked_sub(e.inherited()).map(|o| o as usize);
+                if let Some(slot) = own.and_then(|o| e.positions.get_mut(o)) {
+                    *slot = pos.0;
+                }
+            }
+        }
+    }
+    sh.gc_generation.fetch_add(1, Ordering::SeqCst);
+    drop(ix);
+    sh.reader.forget(first, last);
+    sh.gc_summaries
+        .lock()
+        .retain(|id, _| *id < first || *id > last);
+    Ok(())
 }
