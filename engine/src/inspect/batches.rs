@@ -46,6 +46,20 @@ impl Walker<'_, '_> {
                         for f in &frames {
                             self.frame(path, salt.segment, h.batch_seq, f, bytes);
                         }
+                        if self.compacted.is_some() && h.flags != 0 {
+                            // FORMAT.md §14.3: every batch of a compacted
+                            // segment has flags 0 (the rule recovery applies).
+                            let detail =
+                                format!("compacted segment: batch flags {:#x}, must be 0", h.flags);
+                            self.problem(
+                                ProblemKind::Corruption,
+                                path,
+                                off as u64,
+                                (len - off) as u64,
+                                detail,
+                            );
+                            damaged = true;
+                        }
                         // In a compacted segment every batch has the
                         // header's first_batch_seq (FORMAT.md §14.3).
                         self.expected_batch = Some(if self.compacted.is_some() {
@@ -93,6 +107,24 @@ impl Walker<'_, '_> {
                 damaged = true;
                 off = l as usize;
                 continue;
+            }
+            if self.compacted.is_some() && failure.is_none() && off < len {
+                // FORMAT.md §14.3: batches lie back to back to exactly the
+                // end of the file; zero fill inside one is corruption, as
+                // recovery finds it.
+                let detail = format!(
+                    "compacted segment: {} bytes after the last batch (batches must reach the end of the file)",
+                    len - off
+                );
+                self.problem(
+                    ProblemKind::Corruption,
+                    path,
+                    off as u64,
+                    (len - off) as u64,
+                    detail,
+                );
+                damaged = true;
+                break;
             }
             let torn = nonzero_end.map_or(0, |nz| (nz as u64).saturating_sub(off as u64));
             let proven = if last {

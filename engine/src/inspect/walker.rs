@@ -64,6 +64,10 @@ pub(super) struct Walker<'v, 'f> {
     pub(super) compacted: Option<crate::frame::Compaction>,
     /// The last segment id the latest compacted segment stands for.
     pub(super) range_end: Option<u32>,
+    /// A `gc.manifest` exists: only then does a compacted header stand for
+    /// a range of ids (FORMAT.md §14.3 "Listing", the rule recovery
+    /// applies; without one, a compacted range fails contiguity, H5).
+    pub(super) manifest_present: bool,
 }
 
 impl<'v, 'f> Walker<'v, 'f> {
@@ -92,6 +96,7 @@ impl<'v, 'f> Walker<'v, 'f> {
             reclaimed: Default::default(),
             compacted: None,
             range_end: None,
+            manifest_present: false,
         }
     }
 
@@ -102,8 +107,12 @@ impl<'v, 'f> Walker<'v, 'f> {
             Ok(None) => {}
             Ok(Some((_, r))) => {
                 self.reclaimed = r.into_iter().map(|(id, keep)| (id.0, keep)).collect();
+                self.manifest_present = true;
             }
             Err(e) => {
+                // Reported; the walk reads on without its sessions, and with
+                // the compacted ranges as recovery would list them.
+                self.manifest_present = true;
                 let file = dir.join(crate::index::reclaimed::MANIFEST_FILE);
                 self.problem(ProblemKind::Corruption, &file, 0, 0, e.to_string());
             }
@@ -305,7 +314,7 @@ impl<'v, 'f> Walker<'v, 'f> {
         let bytes: &[u8] = &bytes;
         let header = SegmentHeader::decode(bytes);
         self.compacted = crate::frame::Compaction::of_header(bytes);
-        if let Some(c) = self.compacted {
+        if let Some(c) = self.compacted.filter(|_| self.manifest_present) {
             self.range_end = Some(c.last_segment.0);
         }
         let span = header.as_ref().ok().map(|h| {
@@ -336,6 +345,13 @@ impl<'v, 'f> Walker<'v, 'f> {
                 None => return,
             },
         };
+        if last && self.full_scan && self.compacted.is_some() {
+            // FORMAT.md §14.3: collection never compacts the segment appends
+            // go to, and the segment after a range exists before it is
+            // rewritten.
+            let detail = "compacted segment: a compacted segment is the last segment (collection never compacts the segment appends go to)".to_string();
+            self.problem(ProblemKind::Corruption, path, 0, bytes.len() as u64, detail);
+        }
         self.walk_batches(path, bytes, &salt, last);
         if let Some(c) = self.compacted.take() {
             // The next segment follows the range (FORMAT.md §14.3): its
@@ -492,12 +508,15 @@ impl<'v, 'f> Walker<'v, 'f> {
             checkpoint_covers: self.checkpoint.is_some_and(|(cid, c)| {
                 self.store_id.is_none_or(|s| s == cid) && c.segment() >= seg
             }),
-            store_id_known: self.known_store_id().is_some(),
+            // Known from an earlier segment, as recovery knows it: the
+            // checkpoint is derived and does not change a verdict.
+            store_id_known: self.store_id.is_some(),
             all_zero: bytes.iter().all(|b| *b == 0),
         };
         match (classify_bad_header(&facts), &e) {
-            // Nothing to walk: the store itself is of another version.
-            (Row::H1, HeaderError::Version(v)) if first && self.store_id.is_none() => {
+            // FORMAT.md §6.3 H1, in any segment: the store (or the rest of
+            // it) is of another version; nothing of it is read as this one's.
+            (Row::H1, HeaderError::Version(v)) => {
                 self.error = Some(Error::UnsupportedVersion {
                     file: path.to_path_buf(),
                     found: *v,
@@ -519,7 +538,7 @@ impl<'v, 'f> Walker<'v, 'f> {
                 });
                 return None;
             }
-            // H1 in a later segment (reported, and the walk goes on), H4.
+            // H4.
             _ => {}
         }
         let checksum = match e {

@@ -297,10 +297,26 @@ impl<'a> Pass<'a> {
         let is_last = i + 1 == self.ids.len();
         // Is this a torn new segment (only the last one, and only if
         // nothing in it validates as a batch of this store)?
-        let salt = self.out.store_id.map(|s| Salt {
-            store_id: s,
-            segment: id,
+        let known = self.out.store_id;
+        // A batch of this store (the known id), or of the store id the
+        // damaged header still holds (bytes 16..32): then the file is a
+        // turnstone segment whose header is damaged, never "not a store"
+        // (§6.3 H3), as the inspection walk finds it.
+        let in_header = bytes.get(16..32).map(|b| {
+            let mut s = [0u8; 16];
+            s.copy_from_slice(b);
+            s
         });
+        let has_batch = known
+            .into_iter()
+            .chain(in_header.filter(|h| known.is_none_or(|k| k != *h)))
+            .any(|store_id| {
+                let salt = Salt {
+                    store_id,
+                    segment: id,
+                };
+                probe_after(bytes, &salt, 0, 0).0.is_some()
+            });
         let facts = HeaderFacts {
             other_version: matches!(e, HeaderError::Version(_)),
             crc_valid: matches!(e, HeaderError::Invalid(_)),
@@ -309,9 +325,9 @@ impl<'a> Pass<'a> {
             zeros_after_header: bytes
                 .get(SEGMENT_HEADER_BYTES..)
                 .is_none_or(|rest| rest.iter().all(|b| *b == 0)),
-            has_batch: salt.is_some_and(|s| probe_after(bytes, &s, 0, 0).0.is_some()),
+            has_batch,
             checkpoint_covers: self.durable_floor.is_some_and(|f| f.segment() >= id),
-            store_id_known: self.out.store_id.is_some(),
+            store_id_known: known.is_some(),
             all_zero: bytes.iter().all(|b| *b == 0),
         };
         match (classify_bad_header(&facts), e) {
