@@ -651,3 +651,42 @@ fn read_only_opens_racing_online_collections_succeed() {
         rounds.load(Ordering::Relaxed)
     );
 }
+
+/// What an interrupted collection left (`N.tseg.tmp`, `gc.manifest.tmp`,
+/// FORMAT.md §14) is removed by the next collection, the online one too: a
+/// store collected only online never kept them for good.
+#[test]
+fn an_online_collection_removes_what_an_interrupted_one_left() {
+    use turnstone::vfs::Vfs;
+    let sim = SimVfs::new();
+    let store = Store::open_with(dir(), sim_opts(&sim, SEGMENT)).unwrap();
+    fleet(&store);
+    let leftovers = ["0000000099.tseg.tmp", "gc.manifest.tmp"];
+    for name in leftovers {
+        let f = sim.create_new(&dir().join(name)).unwrap();
+        f.write_all_at(b"half a collection", 0).unwrap();
+    }
+    // A dry run changes nothing, leftovers included.
+    let dry = store
+        .collect(
+            &CollectOptions {
+                dry_run: true,
+                ..Default::default()
+            },
+            &|_| false,
+        )
+        .unwrap();
+    assert!(dry.dry_run);
+    for name in leftovers {
+        assert!(sim.exists(&dir().join(name)), "{name} removed by a dry run");
+    }
+    // A collection with nothing to collect removes them.
+    let r = store
+        .collect(&CollectOptions::default(), &|_| false)
+        .unwrap();
+    assert_eq!(r.ranges_rewritten, 0, "{r:?}");
+    for name in leftovers {
+        assert!(!sim.exists(&dir().join(name)), "{name} left behind");
+    }
+    store.close().unwrap();
+}
