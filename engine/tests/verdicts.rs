@@ -294,3 +294,52 @@ fn a_sealed_recycled_segment_is_ok_for_both() {
     assert!(sealed_recycled >= 1, "no sealed recycled segment was made");
     assert_verdicts(&sim, Verdict::Ok);
 }
+
+/// Salvage checks the chain between two ordinary segments of a collected
+/// store too (it used to skip it whenever any compacted segment existed):
+/// batches lost from the end of a sealed segment are reported.
+#[test]
+fn salvage_of_a_collected_store_reports_batches_lost_between_ordinary_segments() {
+    let sim = regrouped();
+    let store = Store::open_with(dir(), sim_opts(&sim, SEGMENT)).unwrap();
+    let first_new = segment_files(&sim).last().unwrap().0 + 1;
+    for i in 40..120u64 {
+        for s in ["a", "b", "c"] {
+            append_synced(&store, s, i, 250);
+        }
+    }
+    store.close().unwrap();
+    assert!(segment_files(&sim).last().unwrap().0 > first_new + 1);
+    // The last batch of an ordinary sealed segment, zeroed.
+    let victim = seg(&dir(), first_new);
+    let mut last_batch = None;
+    turnstone::inspect::walk_with(&sim, &victim, |item| {
+        if let turnstone::inspect::Item::Batch(b) = item {
+            last_batch = Some((b.offset, b.len()));
+        }
+        ControlFlow::Continue(())
+    })
+    .unwrap();
+    let (at, len) = last_batch.unwrap();
+    sim.poke(&victim, at, &vec![0u8; len as usize]).unwrap();
+    // (An open from a checkpoint past it does not read the segment: what a
+    // checkpoint covers is trusted, FORMAT.md §7.)
+    remove_checkpoint(&sim);
+    assert_verdicts(&sim, Verdict::Corrupt);
+    let salvaged = Store::open_with(
+        dir(),
+        Options {
+            recovery_mode: turnstone::RecoveryMode::Salvage,
+            read_only: true,
+            ..sim_opts(&sim, SEGMENT)
+        },
+    )
+    .unwrap();
+    let problems = &salvaged.recovery_report().problems;
+    assert!(
+        problems.iter().any(|p| p.detail.contains(&format!(
+            "batches at the end of segment {first_new} are missing"
+        ))),
+        "{problems:#?}"
+    );
+}

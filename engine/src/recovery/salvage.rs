@@ -339,8 +339,10 @@ impl<'a> Walk<'a> {
             ))
         } else {
             prev.filter(|(p, next, end)| {
+                // After a compacted segment, prev_segment_end names its
+                // range's original end: not checked (§14.3).
                 p.0 + 1 == id.0
-                    && self.range_ends.is_empty()
+                    && !self.range_ends.contains_key(p)
                     && (h.first_batch_seq != *next || h.prev_segment_end != *end)
             })
             .map(|(p, next, end)| {
