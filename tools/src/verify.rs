@@ -1,12 +1,14 @@
 //! `turnstone verify`: a full, read-only check of every segment and frame,
 //! reported per segment.
 
+use std::collections::BTreeSet;
 use std::ops::ControlFlow;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use clap::Args;
-use turnstone::inspect::{self, ChecksumOf, InspectProblem, Item};
+use indicatif::ProgressBar;
+use turnstone::inspect::{self, ChecksumOf, InspectProblem, Item, Summary};
 use turnstone::ProblemKind;
 
 use crate::Failure;
@@ -270,6 +272,83 @@ pub fn run(args: &VerifyArgs) -> Result<ExitCode, Failure> {
         true,
         total >= crate::progress::LARGE_STORE_BYTES,
     );
+    let (s, walked) = walk_segments(dir, &bar);
+    let Walked {
+        mut segs,
+        problems,
+        refs,
+    } = walked;
+    bar.finish_and_clear();
+    let s = s.map_err(Failure::from)?;
+    for r in &mut segs {
+        r.status = status_of(r.torn_tails, r.corruptions);
+    }
+    let (blob_count, blob_problems) = if dir.is_dir() {
+        check_blobs(dir, refs)
+    } else {
+        (0, Vec::new())
+    };
+    let corruptions = s.corruptions + blob_problems.len() as u64;
+    let status = match status_of(s.torn_tails, corruptions) {
+        "ok" => "clean",
+        other => other,
+    };
+    if args.json {
+        let out = VerifyJson {
+            path: dir.display().to_string(),
+            ok: corruptions == 0,
+            status,
+            segments: s.segments,
+            batches: s.batches,
+            frames: s.frames,
+            events: s.events,
+            sessions: s.sessions,
+            payload_bytes: s.payload_bytes,
+            clean_close: s.clean_close,
+            per_segment: segs,
+            problems: problems.iter().map(problem_json).collect(),
+            blobs: blob_count,
+            blob_problems,
+        };
+        let line = serde_json::to_string(&out)
+            .map_err(|e| Failure::io(format!("cannot encode the report: {e}")))?;
+        println!("{line}");
+    } else {
+        for r in &segs {
+            print_segment(r);
+        }
+        for p in &problems {
+            println!("{}", problem_text(p));
+        }
+        for b in &blob_problems {
+            println!("blob {}: CORRUPT: {}", b.blob, b.detail);
+        }
+        print_verdict(dir, &s, blob_count, status, corruptions);
+    }
+    Ok(if corruptions > 0 {
+        ExitCode::from(1)
+    } else {
+        ExitCode::SUCCESS
+    })
+}
+
+/// What the walk over a store's segments gathered for the report.
+struct Walked {
+    /// One report per segment file, in log order.
+    segs: Vec<SegmentReport>,
+    /// Every problem, in the order the walk found them.
+    problems: Vec<InspectProblem>,
+    /// The blobs the trusted frames reference, checked against the blob
+    /// files afterwards.
+    refs: BTreeSet<[u8; 32]>,
+}
+
+/// Walk every segment, batch and frame at `dir`, moving `bar` along, and
+/// gather the per-segment counts, the problems and the blob references.
+/// Apart from [`run`] so that the walk's bookkeeping reads on its own; the
+/// walk's own result (its totals, or why it could not run) is returned as
+/// it is, for `run` to act on after the bar is cleared.
+fn walk_segments(dir: &Path, bar: &ProgressBar) -> (turnstone::Result<Summary>, Walked) {
     let mut problems = Vec::new();
     let mut segs: Vec<SegmentReport> = Vec::new();
     let mut done = 0u64;
@@ -320,102 +399,70 @@ pub fn run(args: &VerifyArgs) -> Result<ExitCode, Failure> {
         }
         ControlFlow::Continue(())
     });
-    bar.finish_and_clear();
-    let s = s.map_err(Failure::from)?;
-    for r in &mut segs {
-        r.status = status_of(r.torn_tails, r.corruptions);
-    }
-    let (blob_count, blob_problems) = if dir.is_dir() {
-        check_blobs(dir, refs)
-    } else {
-        (0, Vec::new())
-    };
-    let corruptions = s.corruptions + blob_problems.len() as u64;
-    let status = match status_of(s.torn_tails, corruptions) {
-        "ok" => "clean",
-        other => other,
-    };
-    if args.json {
-        let out = VerifyJson {
-            path: dir.display().to_string(),
-            ok: corruptions == 0,
-            status,
-            segments: s.segments,
-            batches: s.batches,
-            frames: s.frames,
-            events: s.events,
-            sessions: s.sessions,
-            payload_bytes: s.payload_bytes,
-            clean_close: s.clean_close,
-            per_segment: segs,
-            problems: problems.iter().map(problem_json).collect(),
-            blobs: blob_count,
-            blob_problems,
-        };
-        let line = serde_json::to_string(&out)
-            .map_err(|e| Failure::io(format!("cannot encode the report: {e}")))?;
-        println!("{line}");
-    } else {
-        for r in &segs {
-            let name = Path::new(&r.file)
-                .file_name()
-                .map_or_else(|| r.file.clone(), |n| n.to_string_lossy().into_owned());
-            let version = r
-                .format_version
-                .map_or_else(|| "header damaged".to_string(), |v| format!("format {v}"));
-            println!(
-                "{name}  {version}  {} bytes  {} batches  {} events  {}",
-                r.size,
-                r.batches,
-                r.events,
-                match r.status {
-                    "ok" => "ok".to_string(),
-                    "torn-tail" => "torn tail".to_string(),
-                    _ => format!(
-                        "CORRUPT ({} problem{})",
-                        r.corruptions,
-                        if r.corruptions == 1 { "" } else { "s" }
-                    ),
-                }
-            );
-        }
-        for p in &problems {
-            println!("{}", problem_text(p));
-        }
-        for b in &blob_problems {
-            println!("blob {}: CORRUPT: {}", b.blob, b.detail);
-        }
-        let verdict = match status {
-            "corrupt" => format!(
-                "CORRUPT ({} corruption problem{})",
-                corruptions,
-                if corruptions == 1 { "" } else { "s" }
+    (
+        s,
+        Walked {
+            segs,
+            problems,
+            refs,
+        },
+    )
+}
+
+/// The text line of one segment: file name, format version, size, counts
+/// and status. Apart from [`run`] to keep the report's layout in one place.
+fn print_segment(r: &SegmentReport) {
+    let name = Path::new(&r.file)
+        .file_name()
+        .map_or_else(|| r.file.clone(), |n| n.to_string_lossy().into_owned());
+    let version = r
+        .format_version
+        .map_or_else(|| "header damaged".to_string(), |v| format!("format {v}"));
+    println!(
+        "{name}  {version}  {} bytes  {} batches  {} events  {}",
+        r.size,
+        r.batches,
+        r.events,
+        match r.status {
+            "ok" => "ok".to_string(),
+            "torn-tail" => "torn tail".to_string(),
+            _ => format!(
+                "CORRUPT ({} problem{})",
+                r.corruptions,
+                if r.corruptions == 1 { "" } else { "s" }
             ),
-            "torn-tail" => "ok except for a torn tail (no acknowledged event is lost)".to_string(),
-            _ => "ok".to_string(),
-        };
-        println!(
-            "{}: {} segments, {} batches, {} events in {} sessions{}{}: {verdict}",
-            dir.display(),
-            s.segments,
-            s.batches,
-            s.events,
-            s.sessions,
-            if blob_count > 0 {
-                format!(", {blob_count} blobs")
-            } else {
-                String::new()
-            },
-            if s.clean_close {
-                ", closed cleanly"
-            } else {
-                ""
-            },
-        );
-    }
-    Ok(if corruptions > 0 {
-        ExitCode::from(1)
-    } else {
-        ExitCode::SUCCESS
-    })
+        }
+    );
+}
+
+/// The text report's last line: the store's totals and the verdict. Apart
+/// from [`run`] for the same reason as [`print_segment`].
+fn print_verdict(dir: &Path, s: &Summary, blob_count: u64, status: &str, corruptions: u64) {
+    let verdict = match status {
+        "corrupt" => format!(
+            "CORRUPT ({} corruption problem{})",
+            corruptions,
+            if corruptions == 1 { "" } else { "s" }
+        ),
+        "torn-tail" => "ok except for a torn tail (no acknowledged event is lost)".to_string(),
+        _ => "ok".to_string(),
+    };
+    println!(
+        "{}: {} segments, {} batches, {} events in {} sessions{}{}: {verdict}",
+        dir.display(),
+        s.segments,
+        s.batches,
+        s.events,
+        s.sessions,
+        if blob_count > 0 {
+            format!(", {blob_count} blobs")
+        } else {
+            String::new()
+        },
+        if s.clean_close {
+            ", closed cleanly"
+        } else {
+            ""
+        },
+    );
 }
