@@ -1,5 +1,6 @@
-//! Live followers ([`PgLog::subscribe`]): one listening connection and two
-//! threads per log, however many sessions are followed.
+//! Live followers ([`PgLog::subscribe`], and [`PgLog::watch`] for a caller
+//! that reads by itself): one listening connection and two threads per
+//! log, however many sessions are followed.
 //!
 //! - The **listener** holds the log's one `LISTEN turnstone_events`
 //!   connection. A commit notifies `"<session> <len>"`; the listener raises
@@ -28,7 +29,9 @@ use postgres::fallible_iterator::FallibleIterator;
 use postgres::{Client, NoTls};
 
 use crate::error::{db, PgError, Result};
-use crate::{read_chain, session_row, Event, Inner, PgLog};
+use crate::pool::Inner;
+use crate::read::{read_chain, session_row};
+use crate::{Event, PgLog};
 
 /// Events a follower's buffer holds at most (the reader waits for the
 /// follower to take some before reading more).
@@ -39,6 +42,51 @@ pub(crate) const CHUNK: u64 = 256;
 
 /// How often the listener and the reader look at whether the log closed.
 const STEP: Duration = Duration::from_millis(200);
+
+impl PgLog {
+    /// Follow a session from `from_seq`: committed events in order, woken
+    /// by the commits' notifications (no polling). All of a log's
+    /// followers share one listening connection and two threads
+    /// (`follow.rs`).
+    pub fn subscribe(&self, session: &str, from_seq: u64) -> Result<Subscription> {
+        let hub = self.hub()?;
+        // Registered first, then the row read: a commit notified after the
+        // registration raises the follower's length, and one before the
+        // read is in the row's length (the hub listened before either).
+        let sub = hub.follow(session, from_seq);
+        let row = self.with_client(|c| session_row(c, session, true))?;
+        sub.raise_known(row.len);
+        Ok(sub)
+    }
+
+    /// Watch a session's committed length grow past `from` without
+    /// reading its events ([`Subscription::poll_grown`],
+    /// [`Subscription::seen`]): a wake-up for a caller that reads by
+    /// itself (`turnstone serve`'s long polls and SSE). Registered, then
+    /// the session's row read, as for [`PgLog::subscribe`].
+    pub fn watch(&self, session: &str, from: u64) -> Result<Subscription> {
+        let hub = self.hub()?;
+        let sub = hub.watch(session, from);
+        let len = self.with_client(|c| session_row(c, session, false))?.len;
+        sub.raise_known(len);
+        Ok(sub)
+    }
+
+    fn hub(&self) -> Result<Arc<Hub>> {
+        let mut h = self.inner.hub.lock();
+        match &*h {
+            Some(hub) if !hub.is_over() => Ok(hub.clone()),
+            _ => {
+                if *self.inner.stopped.lock() {
+                    return Err(PgError::Closed);
+                }
+                let hub = Hub::start(self)?;
+                *h = Some(hub.clone());
+                Ok(hub)
+            }
+        }
+    }
+}
 
 /// The log's followers and the threads that serve them.
 pub(crate) struct Hub {

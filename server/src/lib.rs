@@ -32,6 +32,7 @@ pub mod cli;
 pub mod collect;
 mod delete;
 pub mod durable;
+mod get;
 pub mod headers;
 mod http;
 pub mod log;
