@@ -46,20 +46,7 @@ impl Walker<'_, '_> {
                         for f in &frames {
                             self.frame(path, salt.segment, h.batch_seq, f, bytes);
                         }
-                        if self.compacted.is_some() && h.flags != 0 {
-                            // FORMAT.md §14.3: every batch of a compacted
-                            // segment has flags 0 (the rule recovery applies).
-                            let detail =
-                                format!("compacted segment: batch flags {:#x}, must be 0", h.flags);
-                            self.problem(
-                                ProblemKind::Corruption,
-                                path,
-                                off as u64,
-                                (len - off) as u64,
-                                detail,
-                            );
-                            damaged = true;
-                        }
+                        damaged |= self.compacted_batch_flags(path, off, len, h.flags);
                         // In a compacted segment every batch has the
                         // header's first_batch_seq (FORMAT.md §14.3).
                         self.expected_batch = Some(if self.compacted.is_some() {
@@ -108,21 +95,7 @@ impl Walker<'_, '_> {
                 off = l as usize;
                 continue;
             }
-            if self.compacted.is_some() && failure.is_none() && off < len {
-                // FORMAT.md §14.3: batches lie back to back to exactly the
-                // end of the file; zero fill inside one is corruption, as
-                // recovery finds it.
-                let detail = format!(
-                    "compacted segment: {} bytes after the last batch (batches must reach the end of the file)",
-                    len - off
-                );
-                self.problem(
-                    ProblemKind::Corruption,
-                    path,
-                    off as u64,
-                    (len - off) as u64,
-                    detail,
-                );
+            if failure.is_none() && self.compacted_fill(path, off, len) {
                 damaged = true;
                 break;
             }
@@ -183,6 +156,46 @@ impl Walker<'_, '_> {
             }),
             _ => None,
         };
+    }
+
+    /// FORMAT.md §14.3: every batch of a compacted segment has flags 0 (the
+    /// rule recovery applies); whether the batch at `off` breaks it
+    /// (reported).
+    fn compacted_batch_flags(&mut self, path: &Path, off: usize, len: usize, flags: u32) -> bool {
+        if self.compacted.is_none() || flags == 0 {
+            return false;
+        }
+        let detail = format!("compacted segment: batch flags {flags:#x}, must be 0");
+        self.problem(
+            ProblemKind::Corruption,
+            path,
+            off as u64,
+            (len - off) as u64,
+            detail,
+        );
+        true
+    }
+
+    /// FORMAT.md §14.3: a compacted segment's batches lie back to back to
+    /// exactly the end of the file; zero fill inside one (the walk stopped
+    /// at `off` before `len`) is corruption, as recovery finds it
+    /// (reported).
+    fn compacted_fill(&mut self, path: &Path, off: usize, len: usize) -> bool {
+        if self.compacted.is_none() || off >= len {
+            return false;
+        }
+        let detail = format!(
+            "compacted segment: {} bytes after the last batch (batches must reach the end of the file)",
+            len - off
+        );
+        self.problem(
+            ProblemKind::Corruption,
+            path,
+            off as u64,
+            (len - off) as u64,
+            detail,
+        );
+        true
     }
 
     /// Report the failing batch at `off` as one problem that names the frames
