@@ -6,7 +6,7 @@
 //! the last one to be durable, for SECS seconds. Prints on/off of durable
 //! events/s per pair and the median. Pairs on one machine, back to back,
 //! cancel much of the noise that separate benchmark runs suffer on a shared
-//! machine (docs/PERFORMANCE-writepath.md).
+//! machine (docs/DESIGN.md).
 //!
 //! ```sh
 //! cargo run --release -p turnstone --example zero_extension_probe -- THREADS PAIRS SECS [zero|leader]
