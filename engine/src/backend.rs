@@ -18,9 +18,13 @@ use crate::store::Store;
 /// One durable event, as every backend returns it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LogEvent {
+    /// The event's seq in its session.
     pub seq: u64,
+    /// The event kind.
     pub kind: u16,
+    /// Event flags (bit 0: ignorable).
     pub flags: u16,
+    /// The event's payload bytes.
     pub payload: Vec<u8>,
 }
 
@@ -240,6 +244,7 @@ pub trait Follow: Send {
 /// One session of [`EventLog::listing`].
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Listing {
+    /// The session's string id.
     pub name: String,
     /// Durable events, inherited ones included.
     pub durable_len: u64,

@@ -14,8 +14,11 @@ pub enum Error {
     /// An operating-system call failed.
     #[error("I/O error during {op} on {path}: {source}")]
     Io {
+        /// What the engine was doing, e.g. `"create segment"`.
         op: &'static str,
+        /// The file or directory the call was made on.
         path: PathBuf,
+        /// The operating system's error.
         #[source]
         source: io::Error,
     },
@@ -23,44 +26,74 @@ pub enum Error {
     /// expected to be valid) fail validation: no power cut explains this.
     #[error("corruption in {file} at offset {offset}: {detail}")]
     Corrupt {
+        /// The file holding the bad bytes.
         file: PathBuf,
+        /// Where in `file` the bad bytes start, in bytes.
         offset: u64,
+        /// Which check failed.
         detail: String,
     },
     /// The recovery mode forbids truncating a torn tail.
     #[error("torn tail in {file} at offset {offset} ({detail}); refused by recovery mode absolute-consistency")]
     TornTailRefused {
+        /// The segment with the torn tail.
         file: PathBuf,
+        /// Where the torn tail starts in `file`, in bytes.
         offset: u64,
+        /// Why the tail is judged torn.
         detail: String,
     },
     /// A file that is not a turnstone file (bad magic, impossible header).
     #[error("{file} is not a turnstone {what}: {detail}")]
     NotTurnstone {
+        /// The file that was read.
         file: PathBuf,
+        /// The kind of file expected, e.g. `"segment"` or `"archive"`.
         what: &'static str,
+        /// What about the file is wrong.
         detail: String,
     },
     /// A file written by a newer (or unknown) format version.
     #[error("{file} has format version {found}; this build reads version {supported}")]
     UnsupportedVersion {
+        /// The file that was read.
         file: PathBuf,
+        /// The format version the file declares.
         found: u32,
+        /// The format version this build reads.
         supported: u32,
     },
     /// Another writer holds the store lock.
     #[error("store {dir} is locked by another writer (in this or another process): {detail}")]
-    Locked { dir: PathBuf, detail: String },
+    Locked {
+        /// The store directory.
+        dir: PathBuf,
+        /// Why the lock could not be taken.
+        detail: String,
+    },
     /// The store directory does not exist (read-only open) or is not a directory.
     #[error("{dir} is not a turnstone store: {detail}")]
-    NoStore { dir: PathBuf, detail: String },
+    NoStore {
+        /// The path given as the store directory.
+        dir: PathBuf,
+        /// What is missing or wrong there.
+        detail: String,
+    },
     /// A write or fsync failed earlier; nothing after it is acknowledged.
     #[error("store is poisoned after a failed {op}: {detail}; reopen the store to recover from the durable log")]
-    Poisoned { op: &'static str, detail: String },
+    Poisoned {
+        /// The operation that failed first, e.g. a write or an fsync.
+        op: &'static str,
+        /// The failure, as reported when it happened.
+        detail: String,
+    },
     /// A background write failed; the batch is kept in order and retried on the
     /// next explicit sync or close, which returns this error if it fails again.
     #[error("write of the pending batch failed and was kept for retry: {detail}")]
-    WriteFailed { detail: String },
+    WriteFailed {
+        /// The failure of the last attempt.
+        detail: String,
+    },
     /// The store was closed.
     #[error("store is closed")]
     Closed,
@@ -73,22 +106,40 @@ pub enum Error {
     /// The session was deleted (a durable `session/delete` tombstone): it is
     /// not found, as an unknown session is not.
     #[error("session {session:?} not found: it was deleted (tombstone at seq {seq})")]
-    SessionDeleted { session: String, seq: u64 },
+    SessionDeleted {
+        /// The session id.
+        session: String,
+        /// The seq of the delete tombstone within the session.
+        seq: u64,
+    },
     /// The store's retention policy expired the session (`retention.json`,
     /// FORMAT.md §18): it is not found, like a deleted one.
     #[error("session {session:?} not found: it expired under the store's retention policy")]
-    SessionExpired { session: String },
+    SessionExpired {
+        /// The session id.
+        session: String,
+    },
     /// A session with that id already exists.
     #[error("session {0:?} already exists")]
     SessionExists(String),
     /// A seq outside `0..len`.
     #[error("seq {seq} out of range for session {session:?} (it has {len} events)")]
-    SeqOutOfRange { session: String, seq: u64, len: u64 },
+    SeqOutOfRange {
+        /// The session id.
+        session: String,
+        /// The seq asked for.
+        seq: u64,
+        /// How many events the session has.
+        len: u64,
+    },
     /// A payload (or a group of events) larger than the format allows.
     #[error("{what} of {len} bytes exceeds the maximum of {max} bytes")]
     TooLarge {
+        /// What was too large, e.g. `"event payload"` or `"event group"`.
         what: &'static str,
+        /// Its size, in bytes.
         len: u64,
+        /// The largest size allowed, in bytes.
         max: u64,
     },
     /// A caller passed something invalid.
@@ -97,23 +148,33 @@ pub enum Error {
     /// Restore met an event kind that is neither known nor marked ignorable.
     #[error("session {session:?}: event at seq {seq} has unknown kind {kind:?} and is not marked ignorable; refusing to restore")]
     UnknownKind {
+        /// The session id.
         session: String,
+        /// The seq of the event within the session.
         seq: u64,
+        /// The event's kind string.
         kind: String,
     },
     /// A stored session event does not decode or breaks a session rule.
     #[error("session {session:?}: event at seq {seq}: {detail}")]
     BadEvent {
+        /// The session id.
         session: String,
+        /// The seq of the event within the session.
         seq: u64,
+        /// What does not decode or which rule it breaks.
         detail: String,
     },
     /// A session format version this build does not read.
     #[error("session {session:?}: event at seq {seq} has session format version {found}; this build reads version {supported}")]
     SessionFormat {
+        /// The session id.
         session: String,
+        /// The seq of the event within the session.
         seq: u64,
+        /// The session format version the event declares.
         found: u32,
+        /// The session format version this build reads.
         supported: u32,
     },
     /// A surface replace range outside the current surface.
@@ -123,11 +184,23 @@ pub enum Error {
     #[error("refused: {0}")]
     Refused(String),
 
+    /// A writable handle already holds the session (it is live): a second
+    /// writable load is refused; read-only views are allowed.
     #[error("session {session:?} is live (a writable handle holds it since {since_ms} ms after the epoch); a second writable load is refused, read-only views (messages, replay) are allowed")]
-    SessionLive { session: String, since_ms: u64 },
+    SessionLive {
+        /// The session id.
+        session: String,
+        /// When the holding handle took the session, ms since the epoch.
+        since_ms: u64,
+    },
     /// The full-text search index failed.
     #[error("search index {path}: {detail}")]
-    Search { path: PathBuf, detail: String },
+    Search {
+        /// The index file (SQLite database).
+        path: PathBuf,
+        /// The SQLite error.
+        detail: String,
+    },
     /// A request differs from the one rebuildable from the log.
     #[error(transparent)]
     RequestMismatch(#[from] Difference),
@@ -135,21 +208,32 @@ pub enum Error {
     /// Another writer took the session over (a backend with leases, such
     /// as PostgreSQL): this writer's pending events were not written.
     #[error("session {session:?}: fenced: {detail}")]
-    Fenced { session: String, detail: String },
+    Fenced {
+        /// The session id.
+        session: String,
+        /// The backend's account of the takeover.
+        detail: String,
+    },
 
     /// The process that hosts the store for this one (docs/MULTIPROCESS.md)
     /// went away before it answered: the request may or may not have taken
     /// effect (an append may be in the log, unacknowledged). Retry after
     /// loading the session again; another process hosts the store by then.
     #[error("the store's host process went away: {detail}")]
-    HostLost { detail: String },
+    HostLost {
+        /// How the connection to the host was lost.
+        detail: String,
+    },
 
     /// A backend other than the embedded store failed (its database is
     /// down, refused a statement, ...): the operation is not acknowledged.
     #[error("{backend} backend, {op}: {detail}")]
     Backend {
+        /// The backend's name, e.g. `"host"`.
         backend: &'static str,
+        /// The operation that failed.
         op: String,
+        /// The backend's error.
         detail: String,
     },
 }

@@ -18,10 +18,12 @@ pub const COMPACTED_SEGMENT_VERSION: u32 = 2;
 
 /// §2 segment header.
 pub const SEGMENT_MAGIC: [u8; 8] = *b"TSTNSEG\0";
+/// §2: size of the segment header, in bytes.
 pub const SEGMENT_HEADER_BYTES: usize = 64;
 
 /// §3 commit batch header.
 pub const BATCH_MAGIC: u32 = u32::from_le_bytes(*b"TSB1");
+/// §3: size of the batch header, in bytes.
 pub const BATCH_HEADER_BYTES: usize = 32;
 /// Largest batch body (all frames of one commit), §3.
 pub const BATCH_BODY_BYTES_MAX: usize = 32 << 20;
@@ -62,17 +64,22 @@ pub const fn align_up(n: usize) -> usize {
 /// a zeroed/preallocated region can never validate.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Salt {
+    /// §2: the store identity, fed to the hasher first.
     pub store_id: [u8; 16],
+    /// §3: the segment the checksummed bytes are in, fed second.
     pub segment: SegmentId,
 }
 
 impl Salt {
+    /// A CRC-32 hasher already fed the salt (§3 `salted_crc`); feed it the
+    /// checksummed bytes next.
     pub fn hasher(&self) -> crc32fast::Hasher {
         let mut h = crc32fast::Hasher::new();
         h.update(&self.store_id);
         h.update(&self.segment.0.to_le_bytes());
         h
     }
+    /// §3 `salted_crc(bytes)`.
     pub fn crc(&self, bytes: &[u8]) -> u32 {
         let mut h = self.hasher();
         h.update(bytes);
@@ -94,8 +101,11 @@ pub(crate) fn u64_at(b: &[u8], at: usize) -> u64 {
 /// §2: the 64-byte header at offset 0 of every segment file.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct SegmentHeader {
+    /// §2: format version (1; 2 in a compacted segment, §14.3).
     pub version: u32,
+    /// §2: the store identity, the same in every segment.
     pub store_id: [u8; 16],
+    /// §2: the segment id, as in the file name.
     pub segment: SegmentId,
     /// Sequence number of the first batch this segment holds.
     pub first_batch_seq: u64,
@@ -111,7 +121,12 @@ pub enum HeaderError {
     /// Wrong magic: not a turnstone segment (or a torn header).
     BadMagic([u8; 8]),
     /// Checksum mismatch.
-    BadChecksum { expected: u32, found: u32 },
+    BadChecksum {
+        /// Checksum computed over bytes 0..60.
+        expected: u32,
+        /// Checksum stored in the header.
+        found: u32,
+    },
     /// Valid checksum, unknown version.
     Version(u32),
     /// Valid checksum, impossible field.
@@ -141,6 +156,8 @@ impl std::fmt::Display for HeaderError {
 }
 
 impl SegmentHeader {
+    /// §2: the 64 header bytes of an ordinary segment (flags zero), with
+    /// its checksum.
     pub fn encode(&self) -> [u8; SEGMENT_HEADER_BYTES] {
         let mut b = [0u8; SEGMENT_HEADER_BYTES];
         b[0..8].copy_from_slice(&SEGMENT_MAGIC);
@@ -157,6 +174,9 @@ impl SegmentHeader {
         b
     }
 
+    /// §2: decode and check the first 64 bytes of `b`, in the reader's
+    /// order (length, magic, checksum, version, size, reserved bytes).
+    /// Accepts compacted headers (§14.3) too; see [`Compaction::of_header`].
     pub fn decode(b: &[u8]) -> Result<Self, HeaderError> {
         if b.len() < SEGMENT_HEADER_BYTES {
             return Err(HeaderError::Short(b.len()));
@@ -232,7 +252,9 @@ impl SegmentHeader {
 /// range has sequence `next_batch_seq`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Compaction {
+    /// §14.3: the last segment id the file stands for (header bytes 36..40).
     pub last_segment: SegmentId,
+    /// §14.3: `batch_seq` of the batch after the range (header bytes 52..60).
     pub next_batch_seq: u64,
 }
 
@@ -266,9 +288,13 @@ impl Compaction {
 pub struct BatchHeader {
     /// Bytes of frames that follow (a multiple of 8).
     pub body_len: u32,
+    /// §3: sequence of this batch in the log: the previous batch's + 1.
     pub batch_seq: u64,
+    /// §3: number of frames in the body.
     pub frame_count: u32,
+    /// §3: salted checksum of the whole body, padding included.
     pub body_crc: u32,
+    /// §3: bit 0 [`BATCH_FLAG_CLEAN_CLOSE`]; other bits zero.
     pub flags: u32,
 }
 
@@ -279,9 +305,13 @@ pub enum BatchError {
     Short(usize),
     /// All 32 bytes are zero: the end of written data.
     Zero,
+    /// The first 4 bytes are not `"TSB1"` (holds what was found).
     BadMagic(u32),
+    /// The header checksum does not match.
     BadHeaderChecksum {
+        /// Salted checksum computed over bytes 0..28.
         expected: u32,
+        /// Checksum stored in the header.
         found: u32,
     },
     /// Body length not a multiple of 8 or over the maximum.
@@ -309,6 +339,7 @@ impl std::fmt::Display for BatchError {
 }
 
 impl BatchHeader {
+    /// §3: the 32 header bytes, with the salted header checksum.
     pub fn encode(&self, salt: &Salt) -> [u8; BATCH_HEADER_BYTES] {
         let mut b = [0u8; BATCH_HEADER_BYTES];
         b[0..4].copy_from_slice(&BATCH_MAGIC.to_le_bytes());
@@ -359,14 +390,20 @@ impl BatchHeader {
 pub struct FrameHeader {
     /// Header plus payload, without padding.
     pub frame_len: u32,
+    /// §4: salted checksum of frame bytes 8..frame_len.
     pub crc: u32,
+    /// §4: compact id of the session the frame belongs to.
     pub session: SessionId,
+    /// §4: 0 for session-define (§5), else the event kind.
     pub kind: u16,
+    /// §4: bit 0 [`FLAG_IGNORABLE`]; other bits zero.
     pub flags: u16,
+    /// §4: the event's seq in its session; 0 for a define frame.
     pub seq: u64,
 }
 
 impl FrameHeader {
+    /// Payload length, in bytes.
     pub fn payload_len(&self) -> usize {
         self.frame_len as usize - FRAME_HEADER_BYTES
     }
@@ -379,9 +416,23 @@ impl FrameHeader {
 /// Why a frame does not decode.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum FrameError {
-    Short { have: usize, need: usize },
+    /// Fewer bytes remain than the header or its `frame_len` needs.
+    Short {
+        /// Bytes remaining.
+        have: usize,
+        /// Bytes needed.
+        need: usize,
+    },
+    /// `frame_len` below the header size or above the payload maximum
+    /// (holds the value read).
     BadLength(u32),
-    BadChecksum { expected: u32, found: u32 },
+    /// The frame checksum does not match.
+    BadChecksum {
+        /// Salted checksum computed over frame bytes 8..frame_len.
+        expected: u32,
+        /// Checksum stored in the frame.
+        found: u32,
+    },
 }
 
 impl std::fmt::Display for FrameError {
@@ -477,6 +528,7 @@ pub fn decode_frame(b: &[u8], salt: &Salt) -> Result<FrameHeader, FrameError> {
 /// §5: payload of a `session-define` frame.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SessionDefine {
+    /// §5: the session id, 1..=[`SESSION_NAME_BYTES_MAX`] bytes of UTF-8.
     pub name: String,
     /// For a fork: the parent session and how many of its events (seqs
     /// `0..upto`) the child inherits by reference.
@@ -484,6 +536,7 @@ pub struct SessionDefine {
 }
 
 impl SessionDefine {
+    /// §5: the payload bytes.
     pub fn encode(&self) -> Vec<u8> {
         let mut out = Vec::with_capacity(3 + self.name.len() + 12);
         out.push(1); // payload version
@@ -500,6 +553,7 @@ impl SessionDefine {
         out
     }
 
+    /// §5: parse a payload; the error says which rule it breaks.
     pub fn decode(b: &[u8]) -> Result<Self, &'static str> {
         if b.len() < 4 {
             return Err("session-define payload shorter than 4 bytes");

@@ -103,6 +103,7 @@ impl State {
 }
 
 impl SimVfs {
+    /// An empty, powered-on file system with no faults planned.
     pub fn new() -> Self {
         Self::default()
     }

@@ -22,12 +22,15 @@ pub struct SessionId(pub u32);
 pub struct LogPos(pub u64);
 
 impl LogPos {
+    /// The position `offset` bytes into segment `segment`.
     pub const fn new(segment: SegmentId, offset: u32) -> Self {
         LogPos(((segment.0 as u64) << 32) | offset as u64)
     }
+    /// The segment the position lies in.
     pub const fn segment(self) -> SegmentId {
         SegmentId((self.0 >> 32) as u32)
     }
+    /// Byte offset in the segment file.
     pub const fn offset(self) -> u32 {
         self.0 as u32
     }
@@ -47,7 +50,9 @@ impl fmt::Display for LogPos {
 /// What [`crate::Store::append`] returns at once (before durability).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Appended {
+    /// Compact id of the session appended to.
     pub session: SessionId,
+    /// The seq the event got in its session.
     pub seq: Seq,
     /// Where the frame starts.
     pub pos: LogPos,
@@ -58,10 +63,16 @@ pub struct Appended {
 /// One event read back from the log.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Event {
+    /// The event's seq in the session.
     pub seq: Seq,
+    /// The event kind (1..=65535, opaque to the engine).
     pub kind: u16,
+    /// Frame flags (bit 0: ignorable).
     pub flags: u16,
+    /// The event's payload bytes.
     pub payload: Vec<u8>,
+    /// Where the event's frame starts in the log (for an inherited event,
+    /// the ancestor's frame).
     pub pos: LogPos,
 }
 
@@ -76,10 +87,16 @@ impl Event {
 /// log's bytes for the duration of the visit.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct EventRef<'a> {
+    /// The event's seq in the session.
     pub seq: Seq,
+    /// The event kind (1..=65535, opaque to the engine).
     pub kind: u16,
+    /// Frame flags (bit 0: ignorable).
     pub flags: u16,
+    /// The event's payload bytes.
     pub payload: &'a [u8],
+    /// Where the event's frame starts in the log (for an inherited event,
+    /// the ancestor's frame).
     pub pos: LogPos,
 }
 

@@ -139,13 +139,18 @@ pub trait Vfs: Send + Sync + fmt::Debug {
     fn create_new(&self, path: &Path) -> io::Result<Arc<dyn VfsFile>>;
     /// Create the file or truncate it to zero length.
     fn create_truncate(&self, path: &Path) -> io::Result<Arc<dyn VfsFile>>;
+    /// Whether a file or directory exists at `path`.
     fn exists(&self, path: &Path) -> bool;
+    /// Rename `from` to `to`, replacing `to` if it exists; durable only
+    /// after [`Vfs::sync_dir`].
     fn rename(&self, from: &Path, to: &Path) -> io::Result<()>;
+    /// Remove the file at `path`; durable only after [`Vfs::sync_dir`].
     fn remove(&self, path: &Path) -> io::Result<()>;
     /// fsync the directory, making creates, renames and removes in it durable.
     fn sync_dir(&self, dir: &Path) -> io::Result<()>;
     /// Names of the entries of a directory (file names only).
     fn list(&self, dir: &Path) -> io::Result<Vec<String>>;
+    /// Create `dir` and any missing parents.
     fn create_dir_all(&self, dir: &Path) -> io::Result<()>;
     /// Take the exclusive store lock; the returned guard releases it on drop.
     fn lock_exclusive(&self, path: &Path) -> io::Result<Box<dyn LockGuard>>;

@@ -54,7 +54,7 @@ pub(crate) struct WriterFile {
     /// (so a store that stays small never writes one), and only while
     /// batches are small ([`prepare_helps`]). Asking only at a quarter left
     /// the preparer behind the writer at 256 × 64: a third of the rolls
-    /// found no file (docs/PERFORMANCE-writepath.md).
+    /// found no file (docs/DESIGN.md, "Segments prepared ahead").
     pub prepare_asked: bool,
     /// Batches written into this segment by this process, and their bytes:
     /// their mean size says whether zeros written ahead pay
@@ -460,7 +460,7 @@ fn mean_batch(w: &WriterFile) -> u64 {
 /// an unwritten extent themselves, and near the device's bandwidth the
 /// zeros cost more than they save: at 256 × 64 (batches of ~200 KB)
 /// preparing every segment gave the same events/s, 1.4x the device bytes
-/// and twice the 99.9th percentile wait (docs/PERFORMANCE-writepath.md).
+/// and twice the 99.9th percentile wait (docs/DESIGN.md).
 fn prepare_helps(mean_batch: u64) -> bool {
     mean_batch < PREPARE_BATCH_MAX
 }
@@ -473,7 +473,7 @@ fn prepare_helps(mean_batch: u64) -> bool {
 /// has none); the batches after it overwrite written blocks and their
 /// fdatasyncs flush data only. Large batches are left alone: they amortise
 /// the conversion themselves, and near the device's bandwidth
-/// the extra zeros cost more than they save (docs/PERFORMANCE-writepath.md).
+/// the extra zeros cost more than they save (docs/DESIGN.md).
 ///
 /// The zeros go after the batch in flight, inside the preallocated file,
 /// where the bytes are zero already (FORMAT.md §6.2 rule 3): a power cut

@@ -363,7 +363,7 @@ impl CommitQueue {
     /// woken again (it loops while there is work). Waking a waiting thread
     /// to lead the next batch instead was measured slower at 64 threads
     /// (0.89x of the flusher-only path; 0.71x with gathering on top,
-    /// docs/PERFORMANCE-writepath.md): each batch paid a wake-up, and the
+    /// docs/DESIGN.md): each batch paid a wake-up, and the
     /// woken thread competed for a CPU with the waiters of the batch just
     /// published.
     pub(super) fn hand_off(&self, st: &State) {

@@ -24,7 +24,9 @@ pub struct Stats {
     /// Index checkpoints written (deltas included) / failed, and the bytes
     /// written.
     pub checkpoints_written: u64,
+    /// Index checkpoint writes (deltas included) that failed.
     pub checkpoint_errors: u64,
+    /// Size of the index checkpoints and deltas written, in bytes.
     pub checkpoint_bytes: u64,
     /// Of `checkpoints_written`, the deltas: the positions added since the
     /// last checkpoint only (FORMAT.md §7.1).
@@ -46,7 +48,9 @@ pub struct Stats {
     /// `bytes_written` nor `zero_fill_bytes`), and the preparations that
     /// failed (the writer then creates a fresh segment).
     pub prepared_files: u64,
+    /// Size of the files counted in `prepared_files`, in bytes.
     pub prepared_bytes: u64,
+    /// Segment-file preparations that failed.
     pub prepare_errors: u64,
     /// Batches written around the page cache
     /// ([`crate::Options::direct_writes`]); also counted in `batches`.
@@ -58,5 +62,6 @@ pub struct Stats {
     /// store written with [`crate::Options::direct_writes`]; the active
     /// segment up to the durable bytes it reads). Counted since open.
     pub segments_read_whole: u64,
+    /// Data read by those whole-segment reads, in bytes.
     pub segment_bytes_read_whole: u64,
 }

@@ -14,13 +14,16 @@ use crate::index::{Index, SessionEntry};
 use crate::types::{LogPos, SessionId};
 use crate::vfs::Vfs;
 
+/// §7: name of the checkpoint file in the store directory.
 pub const CHECKPOINT_FILE: &str = "index.ckpt";
+/// §7: the temporary file a checkpoint is written to before the rename.
 pub const CHECKPOINT_TMP_FILE: &str = "index.ckpt.tmp";
 pub const CHECKPOINT_MAGIC: [u8; 8] = *b"TSTNIDX\0";
 pub const CHECKPOINT_HEADER_BYTES: usize = 64;
 /// Index checkpoint deltas (FORMAT.md §7.1): `index.delta.NNNNNNNNNN`,
 /// written through `index.delta.tmp`.
 pub const DELTA_PREFIX: &str = "index.delta.";
+/// §7.1: the temporary file a delta is written to before the rename.
 pub const DELTA_TMP_FILE: &str = "index.delta.tmp";
 pub const DELTA_MAGIC: [u8; 8] = *b"TSTNIDD\0";
 pub const DELTA_HEADER_BYTES: usize = 72;
@@ -28,6 +31,7 @@ pub const DELTA_HEADER_BYTES: usize = 72;
 /// A decoded checkpoint.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Checkpoint {
+    /// §7: the store identity of the segments it covers.
     pub store_id: [u8; 16],
     /// Scanning resumes here: the end of the last covered batch.
     pub covered: LogPos,
@@ -35,7 +39,10 @@ pub struct Checkpoint {
     pub next_batch_seq: u64,
     /// Where the header of the last covered batch is.
     pub last_batch: LogPos,
+    /// §7: flags of the last covered batch (stand in for the last batch's
+    /// flags when no batch follows).
     pub last_batch_flags: u32,
+    /// The session index up to `covered`.
     pub index: Index,
 }
 
@@ -43,11 +50,17 @@ pub struct Checkpoint {
 /// `from` (the `covered` of the checkpoint it extends) up to `covered`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Delta {
+    /// §7.1: the store identity of the segments it covers.
     pub store_id: [u8; 16],
+    /// §7.1: the `covered` of the checkpoint or delta it extends.
     pub from: LogPos,
+    /// §7.1: as in §7, the end of the last covered batch.
     pub covered: LogPos,
+    /// §7.1: sequence number of the next batch after `covered`.
     pub next_batch_seq: u64,
+    /// §7.1: where the header of the last covered batch is.
     pub last_batch: LogPos,
+    /// §7.1: flags of the last covered batch.
     pub last_batch_flags: u32,
     /// In increasing session id: sessions that gained positions, and
     /// sessions defined in the range (`define`).
@@ -61,6 +74,7 @@ pub type DeltaDefine = (Arc<str>, Option<(SessionId, u64)>, LogPos);
 /// One session's part of a [`Delta`].
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct DeltaRecord {
+    /// §7.1: the session's compact id.
     pub session: SessionId,
     /// The session was defined in the delta's range: its name, parent and
     /// define position.
@@ -102,6 +116,7 @@ fn define_len(name: &str, parent: Option<(SessionId, u64)>) -> usize {
 }
 
 impl Checkpoint {
+    /// §7: the file's bytes, header through trailing CRC.
     pub fn encode(&self) -> Vec<u8> {
         let mut out = Vec::with_capacity(
             CHECKPOINT_HEADER_BYTES
@@ -238,6 +253,7 @@ impl Delta {
                 .sum::<usize>()
     }
 
+    /// §7.1: the file's bytes, header through trailing CRC.
     pub fn encode(&self) -> Vec<u8> {
         let mut out = Vec::with_capacity(self.encoded_len());
         out.extend_from_slice(&DELTA_MAGIC);

@@ -24,6 +24,7 @@ use crate::types::{LogPos, SessionId};
 /// One session's index entry.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SessionEntry {
+    /// The session's string id.
     pub name: Arc<str>,
     /// Fork parent and the number of events inherited from it.
     pub parent: Option<(SessionId, u64)>,
@@ -40,6 +41,7 @@ impl SessionEntry {
     pub fn len(&self) -> u64 {
         self.inherited() + self.positions.len() as u64
     }
+    /// Whether the session has no events, inherited ones included.
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }
@@ -52,7 +54,9 @@ impl SessionEntry {
 /// The whole index.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Index {
+    /// Every defined session, indexed by compact id.
     pub sessions: Vec<SessionEntry>,
+    /// Compact id of each session by string id (reclaimed ones included).
     pub by_name: HashMap<Arc<str>, SessionId>,
     /// Sessions reclaimed by segment collection (`gc.manifest`, FORMAT.md
     /// §14.2) and how many of their first events they keep: they are not
@@ -84,6 +88,8 @@ impl Index {
         self.reclaimed = reclaimed;
     }
 
+    /// The entry of session `id`, reclaimed or not; `None` if no such
+    /// session is defined.
     pub fn entry(&self, id: SessionId) -> Option<&SessionEntry> {
         self.sessions.get(id.0 as usize)
     }

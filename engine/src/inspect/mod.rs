@@ -43,6 +43,7 @@ use walker::Walker;
 /// A segment file as found, before its batches.
 #[derive(Debug, Clone)]
 pub struct SegmentInfo<'a> {
+    /// Path of the segment file.
     pub file: &'a Path,
     /// Segment number from the file name (`None` if the name is not one).
     pub id: Option<SegmentId>,
@@ -64,8 +65,11 @@ pub struct SegmentInfo<'a> {
 /// batch headers chain to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
 pub struct FrameSpan {
+    /// Offset of the first frame in the file (`None` when there is none).
     pub first: Option<u64>,
+    /// Offset of the last frame in the file (`None` when there is none).
     pub last: Option<u64>,
+    /// Number of frames the hop found.
     pub frames: u64,
     /// End of the last batch the hop reached.
     pub data_end: u64,
@@ -74,9 +78,11 @@ pub struct FrameSpan {
 /// A valid commit batch, reported before its frames.
 #[derive(Debug, Clone)]
 pub struct BatchInfo<'a> {
+    /// Path of the segment file holding the batch.
     pub segment: &'a Path,
     /// Offset of the batch header in the segment file.
     pub offset: u64,
+    /// The decoded batch header (§3).
     pub header: BatchHeader,
     /// The 32 header bytes as stored.
     pub raw_header: &'a [u8],
@@ -91,6 +97,7 @@ impl BatchInfo<'_> {
     pub fn len(&self) -> u64 {
         (BATCH_HEADER_BYTES + self.header.body_len as usize) as u64
     }
+    /// Whether the batch holds no frames (as a clean-close marker does).
     pub fn is_empty(&self) -> bool {
         self.header.frame_count == 0
     }
@@ -99,7 +106,9 @@ impl BatchInfo<'_> {
 /// One frame of a valid batch.
 #[derive(Debug, Clone)]
 pub struct FrameInfo<'a> {
+    /// Path of the segment file holding the frame.
     pub segment: &'a Path,
+    /// Id of that segment.
     pub segment_id: SegmentId,
     /// Offset of the frame in the segment file.
     pub offset: u64,
@@ -112,9 +121,13 @@ pub struct FrameInfo<'a> {
     /// The session's string id, from its `session-define` frame (`None` when
     /// that frame was not seen: damage before it, or a lone segment file).
     pub session_name: Option<&'a str>,
+    /// The frame's seq: the event's seq in its session; 0 for a define.
     pub seq: u64,
+    /// The frame's kind: 0 for `session-define`, else the event kind.
     pub kind: u16,
+    /// The frame's flags (bit 0: ignorable).
     pub flags: u16,
+    /// The payload bytes, without header or padding.
     pub payload: &'a [u8],
     /// For a `session-define` frame: what it defines (if it decodes).
     pub define: Option<&'a SessionDefine>,
@@ -127,6 +140,8 @@ pub struct FrameInfo<'a> {
 }
 
 impl FrameInfo<'_> {
+    /// Whether the frame is flagged ignorable: a reader that does not know
+    /// its kind may skip it.
     pub fn ignorable(&self) -> bool {
         self.flags & FLAG_IGNORABLE != 0
     }
@@ -139,12 +154,15 @@ impl FrameInfo<'_> {
 /// Damage found in place.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
 pub struct InspectProblem {
+    /// Torn tail or corruption (FORMAT.md §6.3).
     pub kind: ProblemKind,
     /// The segment file (for a missing segment: the path it should have).
     pub segment: PathBuf,
+    /// Where the damage starts in the segment file, in bytes.
     pub offset: u64,
     /// Bytes affected (skipped, or torn).
     pub bytes: u64,
+    /// What is wrong, for a human.
     pub detail: String,
     /// For a checksum failure: which checksum, the one stored in the file and
     /// the one computed over the bytes as found.
@@ -169,6 +187,7 @@ pub struct DamagedFrame {
     pub len: u64,
     /// The frame_crc that fails, when frame_len was possible.
     pub checksum: Option<ChecksumMismatch>,
+    /// What is wrong with the frame, for a human.
     pub detail: String,
 }
 
@@ -201,40 +220,52 @@ pub struct ChecksumMismatch {
 /// will go. Used to follow a store as it grows ([`Follower`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Tail {
+    /// Path of the segment the log ends in.
     pub segment: PathBuf,
+    /// Id of that segment.
     pub segment_id: SegmentId,
     /// Offset just after the last valid batch.
     pub offset: u64,
     /// Sequence number the next batch must have.
     pub next_batch_seq: u64,
+    /// The store identity (§2), which salts the next batch's checksums.
     pub store_id: [u8; 16],
 }
 
 /// One thing the walk reports, in log order.
 #[derive(Debug, Clone)]
 pub enum Item<'a> {
+    /// A segment file, before its batches.
     Segment(SegmentInfo<'a>),
+    /// A valid batch, before its frames.
     Batch(BatchInfo<'a>),
+    /// A frame (of a valid batch, or an untrusted one of a failing batch).
     Frame(FrameInfo<'a>),
+    /// Damage found in place.
     Problem(InspectProblem),
 }
 
 /// Totals of a walk.
 #[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
 pub struct Summary {
+    /// Segment files walked.
     pub segments: u64,
+    /// Valid batches, clean-close markers included.
     pub batches: u64,
     /// All frames, `session-define` frames included.
     pub frames: u64,
     /// Event frames (not `session-define`).
     pub events: u64,
+    /// Total payload size of the event frames, in bytes.
     pub payload_bytes: u64,
     /// `session-define` frames seen.
     pub sessions: u64,
     /// Frames reported as not trusted (they check on their own, inside a
     /// failing batch); not counted in `frames`.
     pub untrusted_frames: u64,
+    /// Problems classified as a torn tail.
     pub torn_tails: u64,
+    /// Problems classified as corruption.
     pub corruptions: u64,
     /// The last valid batch of the walk marks a clean close.
     pub clean_close: bool,
@@ -247,6 +278,7 @@ pub struct Summary {
 }
 
 impl Summary {
+    /// Whether the walk found any corruption (a torn tail alone is not).
     pub fn is_corrupt(&self) -> bool {
         self.corruptions > 0
     }

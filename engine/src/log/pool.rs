@@ -70,7 +70,7 @@ const PREPARE_CHUNK: usize = 1 << 20;
 /// 9–15 ms with one fdatasync per file, at the same events/s. (Before the
 /// writer asked only while batches are small, one per file had been chosen:
 /// at 256 × 64 the 4 MiB syncs left the preparer behind the writer;
-/// docs/PERFORMANCE-writepath.md.)
+/// docs/DESIGN.md, "Segments prepared ahead".)
 const PREPARE_SYNC_BYTES: u64 = 4 << 20;
 
 /// Free files ready to become segments, and the bound on how many are kept.

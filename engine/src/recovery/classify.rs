@@ -99,7 +99,9 @@ pub struct HeaderFacts {
     pub other_version: bool,
     /// The header's CRC is valid over an impossible field (not torn).
     pub crc_valid: bool,
+    /// No later segment exists.
     pub last_segment: bool,
+    /// No earlier segment exists.
     pub first_segment: bool,
     /// Every byte from offset 64 on is zero.
     pub zeros_after_header: bool,

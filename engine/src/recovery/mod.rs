@@ -63,18 +63,25 @@ pub enum RecoveryMode {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum ProblemKind {
+    /// An incomplete write at the end of the log, explained by a power cut
+    /// (FORMAT.md §6.3).
     TornTail,
+    /// Damage no power cut explains.
     Corruption,
 }
 
 /// One piece of damage found by the recovery pass.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Problem {
+    /// Torn tail or corruption.
     pub kind: ProblemKind,
+    /// The segment file with the damage.
     pub file: PathBuf,
+    /// Where the damage starts in `file`, in bytes.
     pub offset: u64,
     /// Bytes affected (torn bytes zeroed, or bytes discarded/skipped).
     pub bytes: u64,
+    /// What is wrong, for a human.
     pub detail: String,
     /// What recovery did about it.
     pub action: String,
@@ -83,20 +90,33 @@ pub struct Problem {
 /// What the recovery pass did; returned by [`crate::Store::open`].
 #[derive(Debug, Clone, Default, Serialize)]
 pub struct RecoveryReport {
+    /// The recovery mode the pass ran in.
     pub mode: RecoveryMode,
+    /// Segment files in the store.
     pub segments: u32,
+    /// Segment files read (those before a usable checkpoint are skipped).
     pub segments_scanned: u32,
+    /// Batches validated.
     pub batches_scanned: u64,
+    /// Frames in the batches validated.
     pub frames_scanned: u64,
+    /// Segment data read and checked, in bytes.
     pub bytes_scanned: u64,
+    /// The pass started from the index checkpoint instead of the first
+    /// segment.
     pub checkpoint_used: bool,
     /// Why an index checkpoint was present but not used.
     pub checkpoint_discarded: Option<String>,
     /// The last run ended with a clean close.
     pub clean_shutdown: bool,
+    /// Torn-tail bytes cut off the log (zeroed in place), in bytes.
     pub torn_bytes_truncated: u64,
+    /// Sessions in the recovered index.
     pub sessions: u64,
+    /// Events over all sessions (inherited ones counted per fork).
     pub events: u64,
+    /// Every piece of damage found, in log order.
     pub problems: Vec<Problem>,
+    /// Wall-clock time of the pass, in microseconds.
     pub duration_us: u64,
 }

@@ -13,11 +13,14 @@ use crate::frame::{
 };
 use crate::types::LogPos;
 
-/// One valid batch, as seen by a scan.
+/// One frame of a valid batch, as seen by a scan.
 #[derive(Debug)]
 pub struct ScannedFrame<'a> {
+    /// Where the frame header lies in the log.
     pub pos: LogPos,
+    /// The decoded frame header (FORMAT.md §4).
     pub header: FrameHeader,
+    /// The payload bytes, without padding.
     pub payload: &'a [u8],
 }
 
@@ -26,6 +29,7 @@ pub struct ScannedFrame<'a> {
 pub struct SegmentScan {
     /// Offset just after the last valid batch.
     pub end: u32,
+    /// Sequence number the next batch must have.
     pub next_batch_seq: u64,
     /// Offset and flags of the last valid batch.
     pub last_batch: Option<(u32, u32)>,
@@ -33,14 +37,21 @@ pub struct SegmentScan {
     /// end of file). `certain` is true when a checksum-valid batch is
     /// malformed: no torn write explains that.
     pub failure: Option<ScanFailure>,
+    /// Valid batches scanned.
     pub batches: u64,
+    /// Frames in those batches.
     pub frames: u64,
 }
 
+/// Why the batch at `offset` is not valid.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ScanFailure {
+    /// Offset of the failing batch header in the segment file.
     pub offset: u32,
+    /// Which check failed, for a human.
     pub detail: String,
+    /// A checksum-valid batch is malformed (§3 (9), (10)): no torn write
+    /// explains it.
     pub certain: bool,
 }
 

@@ -43,9 +43,13 @@ pub const BLOB_BYTES_MAX: usize = u32::MAX as usize - 32;
 /// One event as stored: its seq, kind code, flags and payload bytes.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ArchivedEvent {
+    /// The event's seq in the session.
     pub seq: u64,
+    /// The event kind.
     pub kind: u16,
+    /// Event flags (bit 0: ignorable).
     pub flags: u16,
+    /// The event's payload bytes.
     pub payload: Vec<u8>,
 }
 
@@ -53,7 +57,12 @@ pub struct ArchivedEvent {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Record {
     /// A content-addressed blob: its sha256 and its bytes.
-    Blob { sha256: [u8; 32], bytes: Vec<u8> },
+    Blob {
+        /// SHA-256 of `bytes`.
+        sha256: [u8; 32],
+        /// The blob's content.
+        bytes: Vec<u8>,
+    },
     /// An event of the session.
     Event(ArchivedEvent),
 }
@@ -70,6 +79,7 @@ pub struct ArchiveHeader {
 /// What a whole archive holds.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Archive {
+    /// What the file header says.
     pub header: ArchiveHeader,
     /// The blobs, in file order.
     pub blobs: Vec<([u8; 32], Vec<u8>)>,

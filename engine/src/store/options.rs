@@ -56,7 +56,7 @@ pub struct Options {
     /// writer (about 1.1x its durable appends/s here). With several waiters
     /// the flusher writes, chaining batches. Still one batch in flight at a
     /// time. Off by default: with 8 and 64 writer threads it measured about
-    /// 0.93x of the flusher-only path (docs/PERFORMANCE-writepath.md).
+    /// 0.93x of the flusher-only path (docs/DESIGN.md).
     pub flush_in_caller: bool,
     /// Keep up to this many segment files that an online collection
     /// ([`Store::collect`](crate::Store::collect), the session layer's
@@ -65,7 +65,7 @@ pub struct Options {
     /// of new files (FORMAT.md §6.2 rule 7). A recycled segment is
     /// overwritten rather than filled: no zeros are written ahead of the
     /// batches and no unwritten extent is converted at an fdatasync, so each
-    /// segment byte reaches the device once (docs/PERFORMANCE-writepath.md,
+    /// segment byte reaches the device once (docs/DESIGN.md,
     /// "Recycled segments"). The cost is disk: up to this many segment files
     /// beyond the live data. It pays when it covers the segments written
     /// between two collections. 0 (the default): off, collected files are
@@ -97,7 +97,7 @@ pub struct Options {
     /// Through the page cache a batch's write instead starts and ends on
     /// page boundaries (4096 bytes): the page that two batches share is
     /// written to the device twice. So direct writes cut device bytes (1.34
-    /// to 1.21 times the payload at 256 × 8, docs/PERFORMANCE-writepath.md)
+    /// to 1.21 times the payload at 256 × 8, docs/DESIGN.md)
     /// and the copy into the page cache. The cost: what was just written is
     /// not cached, so reads of it (a session opened or replayed soon after,
     /// a follower of the log) read the device: exact reads of each
@@ -106,7 +106,7 @@ pub struct Options {
     /// ([`crate::Stats::segments_read_whole`]). Reading back every session
     /// of a 3-second 256 × 8 fleet took about 3.5 µs per event against
     /// about 2 µs with the batches in the page cache (58 µs with exact reads
-    /// only; docs/PERFORMANCE-writepath.md, sessions 23 and 24). A segment's first batch, and
+    /// only; docs/DESIGN.md, "A segment read whole"). A segment's first batch, and
     /// every batch on a file layer without direct I/O, go through the page
     /// cache as before. Off by default.
     pub direct_writes: bool,
@@ -136,21 +136,27 @@ impl Default for Options {
 /// Where a session stands in the log.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SessionMeta {
+    /// The session's compact id in the log.
     pub id: SessionId,
+    /// Events appended, inherited ones included (durable or not).
     pub len: u64,
     /// Events `0..durable_len` are durable.
     pub durable_len: u64,
     /// Position of the `session-define` frame: identifies this incarnation
     /// of the session id in this store.
     pub define_pos: LogPos,
+    /// Fork parent name and the number of events inherited from it.
     pub parent: Option<(String, u64)>,
 }
 
 /// Facts about one session.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SessionInfo {
+    /// The session's string id.
     pub name: String,
+    /// The session's compact id in the log.
     pub id: SessionId,
+    /// Events appended, inherited ones included.
     pub len: u64,
     /// Fork parent name and the number of events inherited from it.
     pub parent: Option<(String, u64)>,

@@ -62,6 +62,7 @@ impl Default for CollectOptions {
 /// One session, as the liveness rule sees it.
 #[derive(Debug)]
 pub struct CollectCandidate<'a> {
+    /// The session's string id.
     pub name: &'a str,
     /// Events, inherited ones included.
     pub len: u64,
@@ -83,6 +84,7 @@ pub struct CollectCandidate<'a> {
 /// What a collection did (or, dry, would do).
 #[derive(Debug, Clone, Default, PartialEq, Serialize)]
 pub struct CollectReport {
+    /// Nothing was changed: the report says what would have been done.
     pub dry_run: bool,
     /// Sealed segment files looked at (the last segment is never touched).
     pub segments_examined: u32,
@@ -111,6 +113,7 @@ pub struct CollectReport {
     pub blobs_removed: u64,
     /// Their bytes.
     pub blob_bytes_reclaimed: u64,
+    /// Wall-clock time of the collection, in microseconds.
     pub duration_us: u64,
     /// Bytes of segment files read and written by this collection (an
     /// online collection reads only segments sealed since its last run,
