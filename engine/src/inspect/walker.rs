@@ -12,7 +12,7 @@ use crate::error::{Error, Result};
 use crate::frame::{self, HeaderError, Salt, SegmentHeader, SessionDefine, SEGMENT_HEADER_BYTES};
 use crate::index::checkpoint;
 use crate::log::read_segment;
-use crate::recovery::{classify_bad_header, probe_after, HeaderFacts, ProblemKind, Row};
+use crate::recovery::{classify_bad_header, HeaderFacts, ProblemKind, Row};
 use crate::types::{LogPos, SegmentId};
 use crate::vfs::Vfs;
 
@@ -465,32 +465,14 @@ impl<'v, 'f> Walker<'v, 'f> {
         last: bool,
         first: bool,
     ) -> Option<Salt> {
-        // Candidate salts: the store id we know, or the one the damaged header
-        // holds (a checksum mismatch may leave it intact).
+        // The store id we know, or the one the damaged header holds.
         let seg = id.unwrap_or_else(|| {
             SegmentId(match bytes.get(32..36) {
                 Some(b) => u32::from_le_bytes([b[0], b[1], b[2], b[3]]),
                 None => 0,
             })
         });
-        let mut candidates = Vec::new();
-        if let Some(s) = self.known_store_id() {
-            candidates.push(s);
-        }
-        if let Some(raw) = bytes.get(16..32) {
-            let mut s = [0u8; 16];
-            s.copy_from_slice(raw);
-            if !candidates.contains(&s) {
-                candidates.push(s);
-            }
-        }
-        let salt = candidates
-            .into_iter()
-            .map(|store_id| Salt {
-                store_id,
-                segment: seg,
-            })
-            .find(|salt| probe_after(bytes, salt, 0, 0).0.is_some());
+        let salt = crate::recovery::batch_salt(bytes, self.known_store_id(), seg);
         // FORMAT.md §6.3 H1-H4, the rule recovery applies: creation writes
         // only the header over zeros, so a torn creation leaves zeros after
         // byte 64; a header whose checksum is valid (with an impossible

@@ -37,7 +37,8 @@ pub(crate) use apply::apply;
 pub use classify::{classify_bad_header, classify_stop, HeaderFacts, Row, StopFacts};
 pub(crate) use plan::recover;
 pub use scan::{
-    check_batch, evidence_after, probe_after, scan_batches, ScanFailure, ScannedFrame, SegmentScan,
+    batch_salt, check_batch, evidence_after, probe_after, scan_batches, ScanFailure, ScannedFrame,
+    SegmentScan,
 };
 
 /// What to do with damage found on open, modelled on RocksDB's WAL recovery

@@ -32,7 +32,7 @@ use crate::vfs::Vfs;
 use super::checkpoint_check::validate_checkpoint;
 use super::classify::{classify_bad_header, classify_stop, HeaderFacts, Row, StopFacts};
 use super::layout::{scan_compacted, Layout};
-use super::scan::{evidence_after, probe_after, scan_batches, SegmentScan as Scan};
+use super::scan::{batch_salt, evidence_after, probe_after, scan_batches, SegmentScan as Scan};
 use super::{Problem, ProblemKind, RecoveryMode, RecoveryReport};
 
 /// The result of the pass, for [`crate::Store::open`] to act on.
@@ -298,25 +298,10 @@ impl<'a> Pass<'a> {
         // Is this a torn new segment (only the last one, and only if
         // nothing in it validates as a batch of this store)?
         let known = self.out.store_id;
-        // A batch of this store (the known id), or of the store id the
-        // damaged header still holds (bytes 16..32): then the file is a
-        // turnstone segment whose header is damaged, never "not a store"
-        // (§6.3 H3), as the inspection walk finds it.
-        let in_header = bytes.get(16..32).map(|b| {
-            let mut s = [0u8; 16];
-            s.copy_from_slice(b);
-            s
-        });
-        let has_batch = known
-            .into_iter()
-            .chain(in_header.filter(|h| known.is_none_or(|k| k != *h)))
-            .any(|store_id| {
-                let salt = Salt {
-                    store_id,
-                    segment: id,
-                };
-                probe_after(bytes, &salt, 0, 0).0.is_some()
-            });
+        // A batch of this store, or of the store id the damaged header still
+        // holds: then the file is a damaged turnstone segment, never "not a
+        // store" (§6.3 H3), as the inspection walk finds it.
+        let has_batch = batch_salt(bytes, known, id).is_some();
         let facts = HeaderFacts {
             other_version: matches!(e, HeaderError::Version(_)),
             crc_valid: matches!(e, HeaderError::Invalid(_)),

@@ -11,7 +11,7 @@ use crate::frame::{
     self, decode_frame, BatchHeader, FrameHeader, Salt, BATCH_HEADER_BYTES, FRAME_HEADER_BYTES,
     KIND_SESSION_DEFINE,
 };
-use crate::types::LogPos;
+use crate::types::{LogPos, SegmentId};
 
 /// One frame of a valid batch, as seen by a scan.
 #[derive(Debug)]
@@ -210,6 +210,24 @@ pub fn scan_batches(
     scan
 }
 
+/// The salt a segment file's batches validate with when its header does
+/// not decode: the store id already known (`known`), else the one the
+/// damaged header still holds (bytes 16..32; a checksum mismatch may leave
+/// it intact). `None` when no batch in the file validates with either: the
+/// fact §6.3 H2 and H3 turn on, for the open and the inspection walk alike.
+pub fn batch_salt(bytes: &[u8], known: Option<[u8; 16]>, segment: SegmentId) -> Option<Salt> {
+    let in_header = bytes.get(16..32).map(|raw| {
+        let mut s = [0u8; 16];
+        s.copy_from_slice(raw);
+        s
+    });
+    known
+        .into_iter()
+        .chain(in_header.filter(|h| known != Some(*h)))
+        .map(|store_id| Salt { store_id, segment })
+        .find(|salt| probe_after(bytes, salt, 0, 0).0.is_some())
+}
+
 /// Look past a stopping point: the offset of any later valid batch (sequence
 /// `>= min_seq`), and the end of the last non-zero byte (the torn extent).
 pub fn probe_after(
@@ -276,7 +294,6 @@ fn last_nonzero(bytes: &[u8]) -> Option<usize> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::types::SegmentId;
 
     #[test]
     fn probe_finds_nonzero_extent() {
