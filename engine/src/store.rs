@@ -299,6 +299,10 @@ impl Store {
             need += frame_padded_len(d.len());
         }
         sh.commit.reserve(&mut st, need)?;
+        // The group goes into this one batch, whole (all or nothing after a
+        // crash): `reserve` made room for every frame of it.
+        let batch = st.open.as_ref().map(|b| b.batch_seq);
+        debug_assert!(batch.is_some(), "reserve leaves a batch open");
         let sid = match (existing, &define, &define_bytes) {
             (Some(id), _, _) => id,
             (None, Some(def), Some(bytes)) => {
@@ -308,11 +312,16 @@ impl Store {
             }
             _ => unreachable!("a define is encoded for a new session"),
         };
+        let mut last_end = st.append_end;
         for (kind, flags, payload) in events {
             let seq = ix.sessions[sid.0 as usize].len();
             let (pos, end) = st.push_frame(sh.store_id, sid, *kind, *flags, seq, payload);
+            // Positions are assigned in log order, under the commit lock.
+            debug_assert!(pos >= last_end && end > pos, "frame positions move forward");
+            last_end = end;
             ix.apply_frame(sid, seq, pos)
                 .map_err(Error::InvalidArgument)?;
+            debug_assert_eq!(ix.sessions[sid.0 as usize].len(), seq + 1, "seqs are dense");
             st.stats.appends += 1;
             st.stats.payload_bytes += payload.len() as u64;
             each(Appended {
@@ -322,6 +331,11 @@ impl Store {
                 end,
             });
         }
+        debug_assert_eq!(
+            st.open.as_ref().map(|b| b.batch_seq),
+            batch,
+            "an event group is never split across batches"
+        );
         sh.commit.nudge(&st);
         Ok(Ok(()))
     }

@@ -200,7 +200,7 @@ pub(crate) fn run(queue: &CommitQueue, env: &FlusherEnv<'_>) {
 /// mark it in flight. The caller checked that nothing is in flight and that
 /// there is work.
 pub(crate) fn take(st: &mut State) -> PendingBatch {
-    debug_assert!(st.inflight.is_none(), "one batch in flight");
+    assert!(st.inflight.is_none(), "one batch in flight");
     st.retry_requested = false;
     let b = match st.queued.pop_front() {
         Some(b) => b,
@@ -249,6 +249,19 @@ pub(crate) fn flush<'q>(
         }) => {
             st.stats.zero_fill_bytes += zeros;
             st.stats.direct_batches += direct as u64;
+            // Batches become durable one at a time, in log order: the
+            // durable position only moves forward, to a batch's end.
+            assert!(
+                batch.end() > st.durable,
+                "durable position moves forward: batch {} ends at {:?}, durable is {:?}",
+                batch.batch_seq,
+                batch.end(),
+                st.durable
+            );
+            assert_eq!(
+                batch.batch_seq, st.durable_next_batch_seq,
+                "batches become durable in order"
+            );
             st.durable = batch.end();
             st.durable_next_batch_seq = batch.batch_seq + 1;
             st.durable_last_batch = Some((batch.start(), batch.flags));

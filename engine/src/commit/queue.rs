@@ -123,6 +123,10 @@ impl State {
         payload: &[u8],
     ) -> (LogPos, LogPos) {
         let open = self.open.as_mut().expect("reserved");
+        debug_assert!(
+            payload.len() <= crate::frame::PAYLOAD_BYTES_MAX,
+            "the payload limit was checked before the commit lock"
+        );
         let salt = Salt {
             store_id,
             segment: open.segment,
@@ -135,7 +139,10 @@ impl State {
             open.sessions.push(sid);
         }
         open.frames += 1;
+        // `reserve` made room: a batch never outgrows its limit.
+        debug_assert!(open.body_len() <= BATCH_BODY_BYTES_MAX, "the batch fits");
         let end = LogPos::new(open.segment, open.offset + open.buf.len() as u32);
+        debug_assert!(end > pos && end > self.append_end, "positions move forward");
         self.append_end = end;
         (pos, end)
     }
@@ -280,6 +287,12 @@ impl CommitQueue {
             st.append_end = LogPos::new(at.segment(), at.offset() + BATCH_HEADER_BYTES as u32);
             st.open = Some(b);
         }
+        // Postcondition: the open batch takes `need` more bytes, in its
+        // segment (one batch never spans two segments).
+        debug_assert!(st.open.as_ref().is_some_and(|b| {
+            b.body_len() + need <= BATCH_BODY_BYTES_MAX
+                && b.end().segment() == st.append_end.segment()
+        }));
         Ok(())
     }
 

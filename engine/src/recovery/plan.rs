@@ -82,10 +82,57 @@ pub(crate) fn recover(
     }
     pass.finish()?;
     let mut out = pass.out;
+    check_postconditions(&out);
     out.report.sessions = out.index.sessions.len() as u64;
     out.report.events = out.index.event_count();
     out.report.duration_us = started.elapsed().as_micros() as u64;
     Ok(out)
+}
+
+/// What the plan promises the open that applies it (assertions: a
+/// violation is a bug in the pass, never a property of the files).
+fn check_postconditions(out: &Recovered) {
+    // Segments stay in log order, and none is both kept and removed.
+    assert!(
+        out.segments.windows(2).all(|w| w[0] < w[1]),
+        "kept segments in order"
+    );
+    assert!(
+        out.remove_segments
+            .iter()
+            .all(|r| !out.segments.contains(r)),
+        "a segment is kept or removed, not both"
+    );
+    let Some((seg, off, _)) = out.tail else {
+        assert!(out.zero_ranges.is_empty(), "no tail, nothing to zero");
+        return;
+    };
+    // The next batch goes into the last kept segment, after its header.
+    assert_eq!(
+        out.segments.last(),
+        Some(&seg),
+        "the tail is the last segment"
+    );
+    assert!(
+        off as usize >= SEGMENT_HEADER_BYTES,
+        "the tail follows the header"
+    );
+    // Only bytes past the end of data are zeroed (never a durable batch).
+    for &(z, from, to) in &out.zero_ranges {
+        assert!(
+            z == seg && from >= off && from < to,
+            "zeroed range {z:?}:{from}..{to} lies past the tail {seg:?}:{off}"
+        );
+    }
+    // Every recovered frame lies before where the next batch goes.
+    let tail = LogPos::new(seg, off).0;
+    debug_assert!(
+        out.index
+            .sessions
+            .iter()
+            .all(|e| e.define_pos.0 < tail && e.positions.last().is_none_or(|p| *p < tail)),
+        "every recovered frame lies before the tail"
+    );
 }
 
 /// Whether the pass goes on to the next segment.

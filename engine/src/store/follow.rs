@@ -473,6 +473,7 @@ impl Shared {
         st.append_end = at;
         st.flush_target = at;
         st.next_batch_seq = new_tail.next_batch_seq;
+        st.durable_next_batch_seq = new_tail.next_batch_seq;
         self.commit.notify_durable(&mut st);
         Ok(frames.len() as u64)
     }

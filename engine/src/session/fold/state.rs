@@ -205,6 +205,7 @@ impl State {
             | CoreKind::CompactionEnd
             | CoreKind::CompactionPrune => {}
         }
+        debug_assert_eq!(self.len, ev.seq + 1, "one event folded, in seq order");
         Ok(())
     }
 
@@ -285,6 +286,15 @@ impl State {
                 if !self.answered.contains_key(id) {
                     self.answered.insert(id.clone(), ev.seq);
                 }
+                // Postcondition: a result closes its tool use, whatever
+                // state it was in.
+                debug_assert!(
+                    !self.open.calls.contains_key(id)
+                        && !self.open.requested.contains_key(id)
+                        && !self.open.origin.contains_key(id)
+                        && self.answered.contains_key(id),
+                    "a tool/result closes call {id:?}"
+                );
                 // Model-visible only when it answers a tool use the
                 // model made and that is still open, or replaces
                 // surface nodes (a pruned result): any other result
@@ -327,6 +337,12 @@ impl State {
             .origin
             .entry(d.call_id.clone())
             .or_insert((ev.seq, 0));
+        // Postcondition: the call is open, and no longer merely requested
+        // (a tool use is requested or called, never both).
+        debug_assert!(
+            !self.open.requested.contains_key(&d.call_id),
+            "a called tool use is not left requested"
+        );
         self.open.calls.insert(d.call_id, ev.seq);
         Ok(())
     }

@@ -48,13 +48,21 @@ impl Surface {
     /// Apply `op` for the event `seq`.
     pub fn apply(&mut self, seq: u64, op: SurfaceOp) -> Result<(), RangeError> {
         self.check(op)?;
+        let before = self.nodes.len();
         match op {
             SurfaceOp::Append => self.nodes.push(seq),
             SurfaceOp::Replace { start, end } => {
                 self.nodes.splice(start as usize..end as usize, [seq]);
                 self.replace_generation += 1;
+                // Postcondition: the range became the one new node.
+                debug_assert_eq!(self.nodes.len(), before + 1 - (end - start) as usize);
+                debug_assert_eq!(self.nodes[start as usize], seq);
             }
         }
+        debug_assert!(
+            self.nodes.len() <= before + 1,
+            "an op adds at most one node"
+        );
         Ok(())
     }
 
