@@ -24,9 +24,7 @@ use crate::session::codec::envelope::decode_error;
 use crate::session::codec::event::{CoreKind, EventKind, Registry, SessionEvent, ToolCall};
 use crate::session::handle::Session;
 use crate::session::log::LogRef;
-use crate::session::tools::durability::{
-    record_result, tool_dispatch, tool_prologue, CancelToken, ToolBody, ToolOutcome, ToolScope,
-};
+use crate::session::tools::durability::{CancelToken, ToolBody, ToolOutcome, ToolRun, ToolScope};
 use crate::store::{DurableWait, Subscription};
 
 impl Session {
@@ -111,27 +109,20 @@ pub async fn run_tool_async<T>(
     guard: impl FnOnce(&ToolCall) -> std::result::Result<(), String>,
     body: impl AsyncFnOnce(&mut Session, ToolScope) -> ToolBody<T>,
 ) -> Result<ToolOutcome<T>> {
-    let call = ToolCall {
-        call_id: call_id.to_string(),
-        name: name.to_string(),
-        input,
+    let run = match ToolRun::begin(session, scope, call_id, name, input, guard)? {
+        Ok(run) => run,
+        Err(refused) => return Ok(refused),
     };
-    if let Some(refused) = tool_prologue(session, &call, guard)? {
-        return Ok(refused);
-    }
-    if scope.depth == 0 {
-        // The checkpoint before a model-initiated tool body.
+    if run.needs_checkpoint() {
+        // The checkpoint before a model-initiated tool body, awaited
+        // without a thread.
         session.flush_async().await?;
     }
-    if let Some(aborted) = tool_dispatch(session, call_id, cancel)? {
+    if let Some(aborted) = run.dispatch(session, cancel)? {
         return Ok(aborted);
     }
-    let nested = ToolScope {
-        depth: scope.depth + 1,
-    };
-    let out = body(session, nested).await;
-    let recorded = record_result(session, call_id, out.content, out.is_error)?;
-    Ok(ToolOutcome::recorded(out.value, recorded))
+    let out = body(session, run.body_scope()).await;
+    run.finish(session, out)
 }
 
 /// Follow session `id` live from seq `from`: its events as they become

@@ -167,68 +167,116 @@ pub fn run_tool<T>(
     guard: impl FnOnce(&ToolCall) -> std::result::Result<(), String>,
     body: impl FnOnce(&mut Session, ToolScope) -> ToolBody<T>,
 ) -> Result<ToolOutcome<T>> {
-    let call = ToolCall {
-        call_id: call_id.to_string(),
-        name: name.to_string(),
-        input,
+    let run = match ToolRun::begin(session, scope, call_id, name, input, guard)? {
+        Ok(run) => run,
+        Err(refused) => return Ok(refused),
     };
-    if let Some(refused) = tool_prologue(session, &call, guard)? {
-        return Ok(refused);
+    if run.needs_checkpoint() {
+        session.flush()?;
     }
-    if scope.depth == 0 {
-        session.flush()?; // the checkpoint before a model-initiated tool body
-    }
-    if let Some(aborted) = tool_dispatch(session, call_id, cancel)? {
+    if let Some(aborted) = run.dispatch(session, cancel)? {
         return Ok(aborted);
     }
-    let out = body(session, scope.nested());
-    let recorded = record_result(session, call_id, out.content, out.is_error)?;
-    Ok(ToolOutcome::recorded(out.value, recorded))
+    let out = body(session, run.body_scope());
+    run.finish(session, out)
 }
 
-/// The first steps of the tool wrapper: record the call, then run the guard
-/// (a refusal is recorded as the call's result).
-pub(crate) fn tool_prologue<T>(
-    session: &mut Session,
-    call: &ToolCall,
-    guard: impl FnOnce(&ToolCall) -> std::result::Result<(), String>,
-) -> Result<Option<ToolOutcome<T>>> {
-    session.append(call.clone(), ())?;
-    if let Err(reason) = guard(call) {
-        session.append(
-            ToolResult {
-                call_id: call.call_id.clone(),
-                content: vec![ContentBlock::text(format!("refused by policy: {reason}"))],
-                is_error: true,
-                status: None,
-            },
-            SurfaceOp::Append,
-        )?;
-        return Ok(Some(ToolOutcome::Refused { reason }));
-    }
-    Ok(None)
+/// The steps of one tool run, in the order the log requires, shared by
+/// [`run_tool`] and [`crate::session::run_tool_async`]: they differ only
+/// in how they wait for the checkpoint and run the body.
+pub(crate) struct ToolRun {
+    call_id: String,
+    scope: ToolScope,
 }
 
-/// After the checkpoint, before the body: a cancelled call is closed with
-/// `ABORTED_BEFORE_DISPATCH` and its body never runs.
-pub(crate) fn tool_dispatch<T>(
-    session: &mut Session,
-    call_id: &str,
-    cancel: &CancelToken,
-) -> Result<Option<ToolOutcome<T>>> {
-    if cancel.is_cancelled() {
-        session.append(
-            ToolResult {
-                call_id: call_id.to_string(),
-                content: vec![],
-                is_error: true,
-                status: Some(ToolStatus::AbortedBeforeDispatch),
-            },
-            SurfaceOp::Append,
-        )?;
-        return Ok(Some(ToolOutcome::AbortedBeforeDispatch));
+impl ToolRun {
+    /// Record the `tool/call`, then run the guard: a refusal is recorded
+    /// as the call's result and returned as the outcome (`Err`).
+    pub(crate) fn begin<T>(
+        session: &mut Session,
+        scope: ToolScope,
+        call_id: &str,
+        name: &str,
+        input: Value,
+        guard: impl FnOnce(&ToolCall) -> std::result::Result<(), String>,
+    ) -> Result<std::result::Result<ToolRun, ToolOutcome<T>>> {
+        let call = ToolCall {
+            call_id: call_id.to_string(),
+            name: name.to_string(),
+            input,
+        };
+        session.append(call.clone(), ())?;
+        if let Err(reason) = guard(&call) {
+            append_refusal(session, call_id, &reason)?;
+            return Ok(Err(ToolOutcome::Refused { reason }));
+        }
+        Ok(Ok(ToolRun {
+            call_id: call.call_id,
+            scope,
+        }))
     }
-    Ok(None)
+
+    /// Whether the body must wait for the checkpoint first: a
+    /// model-initiated (top-level) tool does; a nested one is covered by
+    /// its outer call's.
+    pub(crate) fn needs_checkpoint(&self) -> bool {
+        self.scope.depth == 0
+    }
+
+    /// After the checkpoint, before the body: a cancelled call is closed
+    /// with `ABORTED_BEFORE_DISPATCH` and its body never runs.
+    pub(crate) fn dispatch<T>(
+        &self,
+        session: &mut Session,
+        cancel: &CancelToken,
+    ) -> Result<Option<ToolOutcome<T>>> {
+        if !cancel.is_cancelled() {
+            return Ok(None);
+        }
+        append_aborted(session, &self.call_id)?;
+        Ok(Some(ToolOutcome::AbortedBeforeDispatch))
+    }
+
+    /// The scope the body runs in (one level deeper, for nested tools).
+    pub(crate) fn body_scope(&self) -> ToolScope {
+        self.scope.nested()
+    }
+
+    /// Record what the body returned as the call's result.
+    pub(crate) fn finish<T>(
+        self,
+        session: &mut Session,
+        out: ToolBody<T>,
+    ) -> Result<ToolOutcome<T>> {
+        let recorded = record_result(session, &self.call_id, out.content, out.is_error)?;
+        Ok(ToolOutcome::recorded(out.value, recorded))
+    }
+}
+
+/// Close a call its guard refused: an error result saying why.
+pub(crate) fn append_refusal(session: &mut Session, call_id: &str, reason: &str) -> Result<u64> {
+    session.append(
+        ToolResult {
+            call_id: call_id.to_string(),
+            content: vec![ContentBlock::text(format!("refused by policy: {reason}"))],
+            is_error: true,
+            status: None,
+        },
+        SurfaceOp::Append,
+    )
+}
+
+/// Close a call cancelled before its body ran (`ABORTED_BEFORE_DISPATCH`).
+pub(crate) fn append_aborted(session: &mut Session, call_id: &str) -> Result<u64> {
+    session.append(
+        ToolResult {
+            call_id: call_id.to_string(),
+            content: vec![],
+            is_error: true,
+            status: Some(ToolStatus::AbortedBeforeDispatch),
+        },
+        SurfaceOp::Append,
+    )
 }
 
 impl<T> ToolOutcome<T> {

@@ -12,11 +12,12 @@
 use crate::error::Result;
 use crate::session::codec::envelope;
 use crate::session::codec::envelope::EncodedEvent;
-use crate::session::codec::event::{CoreKind, ToolCall, ToolResult, ToolStatus};
-use crate::session::fold::surface::SurfaceOp;
+use crate::session::codec::event::{CoreKind, ToolCall};
 use crate::session::handle::host::SharedSession;
 use crate::session::handle::Session;
-use crate::session::tools::durability::{record_result, CancelToken, ToolBody, ToolOutcome};
+use crate::session::tools::durability::{
+    append_aborted, append_refusal, record_result, CancelToken, ToolBody, ToolOutcome,
+};
 use crate::types::LogPos;
 
 impl Session {
@@ -115,17 +116,7 @@ pub fn run_tools_parallel<T: Send>(
         let mut runnable = Vec::new();
         for (i, call) in calls.iter().enumerate() {
             if let Err(reason) = guard(call) {
-                s.append(
-                    ToolResult {
-                        call_id: call.call_id.clone(),
-                        content: vec![crate::session::codec::content::ContentBlock::text(format!(
-                            "refused by policy: {reason}"
-                        ))],
-                        is_error: true,
-                        status: None,
-                    },
-                    SurfaceOp::Append,
-                )?;
+                append_refusal(&mut s, &call.call_id, &reason)?;
                 outcomes[i] = Some(ToolOutcome::Refused { reason });
             } else {
                 runnable.push(i);
@@ -138,15 +129,7 @@ pub fn run_tools_parallel<T: Send>(
     if cancel.is_cancelled() {
         let mut s = session.lock();
         for &i in &runnable {
-            s.append(
-                ToolResult {
-                    call_id: calls[i].call_id.clone(),
-                    content: vec![],
-                    is_error: true,
-                    status: Some(ToolStatus::AbortedBeforeDispatch),
-                },
-                SurfaceOp::Append,
-            )?;
+            append_aborted(&mut s, &calls[i].call_id)?;
             outcomes[i] = Some(ToolOutcome::AbortedBeforeDispatch);
         }
     } else {
