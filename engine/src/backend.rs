@@ -10,10 +10,45 @@
 //! its own fast paths: zero-copy reads, blobs out of line, state
 //! snapshots). docs/BACKENDS.md says where each guarantee comes from.
 
-use std::ops::Range;
+use std::ops::{ControlFlow, Range};
 
 use crate::error::{Error, Result};
-use crate::store::Store;
+use crate::store::blobs::BlobDir;
+use crate::store::{DurableWait, Store};
+use crate::types::{LogPos, SessionId};
+
+/// Events read per call by the default [`EventLog::visit`].
+const VISIT_CHUNK: u64 = 4096;
+
+/// Where an append ended, for the durability wait that covers it
+/// ([`EventLog::append_group_at_len`], [`EventLog::wait_appended`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum AppendEnd {
+    /// Nothing appended yet.
+    #[default]
+    Nothing,
+    /// The embedded store's log position: durable once the log is durable
+    /// up to it.
+    At(LogPos),
+    /// The session's events before this seq: durable after
+    /// [`EventLog::sync_session`] (or [`EventLog::poll_durable`] for it).
+    Queued(u64),
+}
+
+/// One event as [`EventLog::visit`] hands it over: the payload borrowed
+/// where the log can (the embedded store's mapped segments), blob
+/// references unresolved.
+#[derive(Debug, Clone, Copy)]
+pub struct Visited<'p> {
+    /// The event's seq in its session.
+    pub seq: u64,
+    /// The event kind.
+    pub kind: u16,
+    /// Event flags (bit 0: ignorable).
+    pub flags: u16,
+    /// The payload bytes as the log stores them.
+    pub payload: &'p [u8],
+}
 
 /// One durable event, as every backend returns it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -86,6 +121,132 @@ pub trait EventLog: Send + Sync {
     /// process queued included); `None`: no such session.
     fn appended_len(&self, session: &str) -> Result<Option<u64>> {
         self.durable_len(session)
+    }
+
+    /// Walk events `range` of `session` in seq order, this handle's own
+    /// appends included, until `f` breaks; returns the number visited. The
+    /// default makes the range durable first where it reaches past the
+    /// durable end ([`EventLog::sync_session`]), then reads it in chunks
+    /// with [`EventLog::read_range`]; the embedded store reads its mapped
+    /// segments in place.
+    fn visit(
+        &self,
+        session: &str,
+        range: Range<u64>,
+        f: &mut dyn FnMut(Visited<'_>) -> ControlFlow<()>,
+    ) -> Result<u64> {
+        if range.start >= range.end {
+            return Ok(0);
+        }
+        let durable = self
+            .durable_len(session)?
+            .ok_or_else(|| Error::UnknownSession(session.to_string()))?;
+        if range.end > durable {
+            self.sync_session(session)?;
+        }
+        let mut n = 0;
+        let mut at = range.start;
+        while at < range.end {
+            let to = (at + VISIT_CHUNK).min(range.end);
+            for e in self.read_range(session, at..to)? {
+                n += 1;
+                let step = f(Visited {
+                    seq: e.seq,
+                    kind: e.kind,
+                    flags: e.flags,
+                    payload: &e.payload,
+                });
+                if step.is_break() {
+                    return Ok(n);
+                }
+            }
+            at = to;
+        }
+        Ok(n)
+    }
+
+    /// Event `seq` of `session`, as stored ([`Error::SeqOutOfRange`] past
+    /// the end). The default reads a range of one.
+    fn read_event(&self, session: &str, seq: u64) -> Result<LogEvent> {
+        self.read_range(session, seq..seq + 1)?
+            .pop()
+            .ok_or_else(|| Error::SeqOutOfRange {
+                session: session.to_string(),
+                seq,
+                len: seq,
+            })
+    }
+
+    /// The largest event group (padded frames, a define included) one
+    /// append can take. The default is one commit batch's body limit.
+    fn group_bytes_max(&self) -> usize {
+        crate::frame::BATCH_BODY_BYTES_MAX
+    }
+
+    /// Whether the log indexes the searchable text given with
+    /// [`EventLog::append_group_indexed`] (the session layer computes it
+    /// only then). The default does not.
+    fn indexes_text(&self) -> bool {
+        false
+    }
+
+    /// Append `events` (kind, flags, payload, searchable text) to
+    /// `session` as one group, if it holds exactly `len` events now:
+    /// `Ok(Err(actual))` otherwise, and nothing is appended. Returns the
+    /// first event's seq and where the group ended. `hint` caches the
+    /// session's compact id between calls on a log that has one (the
+    /// embedded store checks it under the lock its append takes; the
+    /// default checks the length just before appending).
+    #[allow(clippy::type_complexity)]
+    fn append_group_at_len(
+        &self,
+        session: &str,
+        hint: &mut Option<SessionId>,
+        len: u64,
+        events: &[(u16, u16, &[u8], Option<&str>)],
+    ) -> Result<std::result::Result<(Option<u64>, AppendEnd), u64>> {
+        let _ = hint;
+        let actual = self.appended_len(session)?.unwrap_or(0);
+        if actual != len {
+            return Ok(Err(actual));
+        }
+        let first = self.append_group_indexed(session, events)?;
+        let end = first + events.len() as u64;
+        Ok(Ok((
+            (!events.is_empty()).then_some(first),
+            AppendEnd::Queued(end),
+        )))
+    }
+
+    /// Return once what ended at `end` in `session` is durable. The
+    /// default waits for the whole session ([`EventLog::sync_session`]).
+    fn wait_appended(&self, session: &str, end: AppendEnd) -> Result<()> {
+        match end {
+            AppendEnd::Nothing => Ok(()),
+            _ => self.sync_session(session),
+        }
+    }
+
+    /// A wait for `end` that holds no thread, where the log has one of
+    /// its own (the embedded store's flusher wakes it); `None`: wait with
+    /// [`EventLog::poll_durable`].
+    fn durable_wait(&self, end: AppendEnd) -> Option<DurableWait> {
+        let _ = end;
+        None
+    }
+
+    /// A log position known to be durable, read without a lock (at most a
+    /// flush behind), on a log that has positions; `None` otherwise.
+    fn durable_hint(&self) -> Option<LogPos> {
+        None
+    }
+
+    /// The blob files large blocks are kept in out of line (FORMAT.md
+    /// §15), for a log whose payloads may refer to them: the session layer
+    /// then writes large blocks there before their events and resolves the
+    /// references it reads. The default has none (blocks stay inline).
+    fn blobs(&self) -> Option<&BlobDir> {
+        None
     }
 
     /// Take `session` for writing: until [`EventLog::release`], this
@@ -315,6 +476,107 @@ impl EventLog for Store {
 
     fn appended_len(&self, session: &str) -> Result<Option<u64>> {
         Ok(self.session_len(session))
+    }
+
+    fn visit(
+        &self,
+        session: &str,
+        range: Range<u64>,
+        f: &mut dyn FnMut(Visited<'_>) -> ControlFlow<()>,
+    ) -> Result<u64> {
+        self.visit_range(session, range, |e| {
+            f(Visited {
+                seq: e.seq.0,
+                kind: e.kind,
+                flags: e.flags,
+                payload: e.payload,
+            })
+        })
+    }
+
+    fn read_event(&self, session: &str, seq: u64) -> Result<LogEvent> {
+        let e = Store::read(self, session, seq)?;
+        Ok(LogEvent {
+            seq: e.seq.0,
+            kind: e.kind,
+            flags: e.flags,
+            payload: e.payload,
+        })
+    }
+
+    fn blobs(&self) -> Option<&BlobDir> {
+        Some(Store::blobs(self))
+    }
+
+    fn group_bytes_max(&self) -> usize {
+        Store::group_bytes_max(self)
+    }
+
+    fn append_group_at_len(
+        &self,
+        session: &str,
+        hint: &mut Option<SessionId>,
+        len: u64,
+        events: &[(u16, u16, &[u8], Option<&str>)],
+    ) -> Result<std::result::Result<(Option<u64>, AppendEnd), u64>> {
+        let mut first = None;
+        let mut end = AppendEnd::Nothing;
+        let known = *hint;
+        let mut each = |a: crate::types::Appended| {
+            first.get_or_insert(a.seq.0);
+            end = AppendEnd::At(a.end);
+            *hint = Some(a.session);
+        };
+        let appended = if let [(kind, flags, payload, _)] = events {
+            // One event (nearly every append): nothing to collect.
+            self.append_group_at(
+                session,
+                known,
+                Some(len),
+                &[(*kind, *flags, *payload)],
+                &mut each,
+            )?
+        } else {
+            let group: Vec<(u16, u16, &[u8])> =
+                events.iter().map(|&(k, f, p, _)| (k, f, p)).collect();
+            self.append_group_at(session, known, Some(len), &group, &mut each)?
+        };
+        Ok(appended.map(|()| (first, end)))
+    }
+
+    fn wait_appended(&self, session: &str, end: AppendEnd) -> Result<()> {
+        match end {
+            AppendEnd::Nothing => Ok(()),
+            AppendEnd::At(pos) => self.wait_durable(pos),
+            AppendEnd::Queued(_) => Store::sync_session(self, session),
+        }
+    }
+
+    fn durable_wait(&self, end: AppendEnd) -> Option<DurableWait> {
+        match end {
+            AppendEnd::At(pos) => Some(self.wait_durable_async(pos)),
+            _ => None,
+        }
+    }
+
+    fn durable_hint(&self) -> Option<LogPos> {
+        Some(Store::durable_hint(self))
+    }
+
+    /// From the index: the names and parents in one pass, the durable
+    /// lengths counted per session (no log read).
+    fn listing(&self) -> Result<Vec<Listing>> {
+        Ok(Store::sessions(self)
+            .into_iter()
+            .filter_map(|s| {
+                let durable_len = self.session_meta(&s.name)?.durable_len;
+                Some(Listing {
+                    name: s.name,
+                    durable_len,
+                    parent: s.parent,
+                })
+            })
+            .collect())
     }
 
     fn claim(&self, session: &str) -> Result<Claim> {

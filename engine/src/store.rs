@@ -228,7 +228,7 @@ impl Store {
         self.append_group_at(session, hint, Some(len), events, each)
     }
 
-    fn append_group_at(
+    pub(crate) fn append_group_at(
         &self,
         session: &str,
         hint: Option<SessionId>,

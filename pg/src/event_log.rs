@@ -279,6 +279,12 @@ impl EventLog for PgEventLog {
         self.log.delete(session).map_err(engine_error)
     }
 
+    /// Searchable text goes into `turnstone_events.text` (PostgreSQL's
+    /// text search).
+    fn indexes_text(&self) -> bool {
+        true
+    }
+
     fn append_group_indexed(
         &self,
         session: &str,

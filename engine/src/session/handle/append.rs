@@ -10,7 +10,7 @@ use crate::session::codec::event::{self, CoreKind, EventData, EventKind, Intent,
 use crate::session::fold::messages::Keep;
 use crate::session::fold::surface::SurfaceOp;
 use crate::session::handle::{HistoryEvent, Session};
-use crate::session::log::{AppendEnd, LogHandle};
+use crate::session::log::AppendEnd;
 
 impl Session {
     /// Append one typed event. Surface kinds take a [`SurfaceOp`], every other
@@ -272,39 +272,24 @@ impl Session {
             debug_assert_eq!(&again, ev, "the live event differs from its logged bytes");
         }
         self.check_replaces(decoded)?;
-        // Large content blocks go out of line on the embedded store
+        // Large content blocks go out of line where the log keeps blobs
         // (FORMAT.md §15); a log that indexes text gets each event's.
         let expected_first = self.state.len;
         let (first, last_end) =
             self.log
-                .append_group(
-                    &self.id,
-                    &mut self.store_sid,
-                    self.state.len,
-                    items,
-                    |i| match &self.log {
-                        LogHandle::Embedded(_) => None,
-                        LogHandle::Other(_) => {
-                            let ev = &decoded[i];
-                            if ev.data.is_null() {
-                                // A fast-path append carries no data value (release
-                                // builds): the text comes from the logged bytes.
-                                let e = &items[i];
-                                envelope::decode(
-                                    ev.seq,
-                                    e.kind,
-                                    e.flags,
-                                    &e.payload,
-                                    &self.registry,
-                                )
-                                .ok()
-                                .and_then(|ev| crate::session::views::query::searchable_text(&ev))
-                            } else {
-                                crate::session::views::query::searchable_text(ev)
-                            }
-                        }
-                    },
-                )?;
+                .append_group(&self.id, &mut self.store_sid, self.state.len, items, |i| {
+                    let ev = &decoded[i];
+                    if ev.data.is_null() {
+                        // A fast-path append carries no data value (release
+                        // builds): the text comes from the logged bytes.
+                        let e = &items[i];
+                        envelope::decode(ev.seq, e.kind, e.flags, &e.payload, &self.registry)
+                            .ok()
+                            .and_then(|ev| crate::session::views::query::searchable_text(&ev))
+                    } else {
+                        crate::session::views::query::searchable_text(ev)
+                    }
+                })?;
         if first != Some(expected_first) {
             // Another handle appended to this session: its state is unknown here.
             return Err(Error::Refused(format!(
@@ -323,8 +308,8 @@ impl Session {
             self.state.apply(&self.id, ev, pre.take(), keep)?;
         }
         if self.state.messages.has_unsettled() {
-            if let Some(store) = self.log.store() {
-                self.state.messages.settle(store.durable_hint().0);
+            if let Some(durable) = self.log.as_log().durable_hint() {
+                self.state.messages.settle(durable.0);
             }
         }
         Ok(expected_first)
