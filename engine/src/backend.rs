@@ -241,6 +241,14 @@ pub trait EventLog: Send + Sync {
         None
     }
 
+    /// The directory this log keeps its own files in, and the file layer
+    /// it reads and writes them through, for a log that has one (the
+    /// embedded store): the session layer keeps its derived files there
+    /// (the retention policy, FORMAT.md §18). The default has none.
+    fn files(&self) -> Option<(&std::path::Path, &std::sync::Arc<dyn crate::vfs::Vfs>)> {
+        None
+    }
+
     /// The blob files large blocks are kept in out of line (FORMAT.md
     /// §15), for a log whose payloads may refer to them: the session layer
     /// then writes large blocks there before their events and resolves the
@@ -260,6 +268,15 @@ pub trait EventLog: Send + Sync {
 
     /// Give up a claim (a claim already lost is ignored).
     fn release(&self, session: &str, claim: u64);
+
+    /// Whether a writer holds `session` now ([`EventLog::claim`]), where
+    /// the log can tell without taking it (the embedded store's claims are
+    /// in memory); the default says no, and [`EventLog::claim`] is then
+    /// what finds out.
+    fn is_claimed(&self, session: &str) -> bool {
+        let _ = session;
+        false
+    }
 
     /// [`EventLog::append_group`] with each event's searchable text, for a
     /// log that indexes it (PostgreSQL's text search). The default drops
@@ -508,6 +525,10 @@ impl EventLog for Store {
         Some(Store::blobs(self))
     }
 
+    fn files(&self) -> Option<(&std::path::Path, &std::sync::Arc<dyn crate::vfs::Vfs>)> {
+        Some((self.dir(), self.vfs()))
+    }
+
     fn group_bytes_max(&self) -> usize {
         Store::group_bytes_max(self)
     }
@@ -596,6 +617,10 @@ impl EventLog for Store {
 
     fn release(&self, session: &str, claim: u64) {
         self.live_sessions().release(session, claim);
+    }
+
+    fn is_claimed(&self, session: &str) -> bool {
+        self.live_sessions().live_since(session).is_some()
     }
 
     fn embedded(self: std::sync::Arc<Self>) -> Option<std::sync::Arc<Store>> {

@@ -58,10 +58,7 @@ impl Host {
 
     /// The names of the log's sessions.
     fn names(&self) -> Result<Vec<String>> {
-        match &self.log {
-            LogHandle::Embedded(s) => Ok(s.sessions().into_iter().map(|i| i.name).collect()),
-            LogHandle::Other(l) => l.sessions(),
-        }
+        self.log.as_log().sessions()
     }
 
     fn register(&self, s: Session) -> SharedSession {
@@ -86,11 +83,7 @@ impl Host {
     /// holds `id` for writing: such a session is not inactive, and is
     /// neither loaded nor repaired here.
     fn live_elsewhere(&self, id: &str) -> bool {
-        !self.is_active(id)
-            && self
-                .log
-                .store()
-                .is_some_and(|s| s.live_sessions().live_since(id).is_some())
+        !self.is_active(id) && self.log.as_log().is_claimed(id)
     }
 
     /// Create a new session and make it live.

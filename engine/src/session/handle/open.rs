@@ -37,33 +37,22 @@ impl Session {
     /// the old one). Messages of a snapshot's surface are read from the log
     /// when first derived.
     ///
-    /// On a log shared by several processes (PostgreSQL) the claim is a
-    /// lease, taken before the fold so that the fold sees every event of
-    /// the previous writer: [`Session::took_over`] then says whether that
+    /// The claim is taken before the fold, so that the fold sees every
+    /// event of the previous writer; on a log shared by several processes
+    /// (PostgreSQL) it is a lease: [`Session::took_over`] then says whether that
     /// writer left without releasing it (repair, as [`crate::session::Host::load`] does).
     pub fn open(log: impl Into<LogHandle>, id: &str, registry: Arc<Registry>) -> Result<Session> {
         let log = log.into();
-        let claim = match &log {
-            LogHandle::Embedded(_) => None,
-            LogHandle::Other(l) => Some(l.claim(id)?),
-        };
-        let restored = Self::restore(log.clone(), id, registry, false);
-        let mut s = match restored {
+        let claim = log.claim(id)?;
+        let mut s = match Self::restore(log.clone(), id, registry, false) {
             Ok(s) => s,
             Err(e) => {
-                if let Some(c) = claim {
-                    log.release(id, c.id);
-                }
+                log.release(id, claim.id);
                 return Err(e);
             }
         };
-        match claim {
-            Some(c) => {
-                s.live_handle = Some(c.id);
-                s.took_over = c.took_over;
-            }
-            None => s.claim()?,
-        }
+        s.live_handle = Some(claim.id);
+        s.took_over = claim.took_over;
         if s.state.len - s.state_covered >= state_snapshot::STATE_SNAPSHOT_TAIL {
             // A cache: the open does not depend on it.
             let _ = s.write_state_snapshot_if_durable();
@@ -163,10 +152,8 @@ impl Session {
                 seq,
             });
         }
-        // Expired under the store's retention policy: not found either.
-        if let Some(store) = log.store() {
-            crate::session::lifecycle::retention::check_not_expired(store, id)?;
-        }
+        // Expired under the log's retention policy: not found either.
+        crate::session::lifecycle::retention::check_not_expired(log.as_ref(), id)?;
         Ok(s)
     }
 

@@ -41,13 +41,8 @@ pub fn check_not_deleted<'a>(log: impl Into<LogRef<'a>>, id: &str) -> Result<()>
             session: id.to_string(),
             seq,
         }),
-        None => match log {
-            LogRef::Embedded(store) => {
-                crate::session::lifecycle::retention::check_not_expired(store, id)
-            }
-            // Retention policies are the embedded store's (retention.json).
-            LogRef::Other(_) => Ok(()),
-        },
+        // A log without a retention policy (retention.json) expires nothing.
+        None => crate::session::lifecycle::retention::check_not_expired(log, id),
     }
 }
 

@@ -27,6 +27,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::derived::{write_atomic, DerivedKind};
 use crate::error::{Error, Result};
+use crate::session::log::LogRef;
 use crate::store::Store;
 use crate::vfs::Vfs;
 
@@ -140,6 +141,15 @@ impl Policy {
         Policy::load(store.vfs().as_ref(), store.dir())
     }
 
+    /// The policy of the log's directory ([`crate::backend::EventLog::files`]);
+    /// a log without one has none (nothing expires).
+    pub fn of_log(log: LogRef<'_>) -> Result<Policy> {
+        match log.as_log().files() {
+            Some((dir, vfs)) => Policy::load(vfs.as_ref(), dir),
+            None => Ok(Policy::default()),
+        }
+    }
+
     /// Replace the policy of the store in `dir` atomically (temp file,
     /// fdatasync, rename, directory fsync). Takes effect for every reader
     /// and collection that loads it afterwards.
@@ -211,13 +221,17 @@ pub(crate) fn ts_of_payload(payload: &[u8]) -> Option<u64> {
 
 /// The times of session `id`'s first own durable event and last durable
 /// event (two reads).
-pub fn session_times(store: &Store, id: &str) -> Result<(Option<u64>, Option<u64>)> {
-    let meta = store
-        .session_meta(id)
-        .ok_or_else(|| Error::UnknownSession(id.to_string()))?;
-    let end = meta.durable_len;
-    let first_own = meta.parent.as_ref().map_or(0, |(_, n)| *n);
-    let at = |seq: u64| -> Result<Option<u64>> { Ok(ts_of_payload(&store.read(id, seq)?.payload)) };
+pub fn session_times<'a>(
+    log: impl Into<LogRef<'a>>,
+    id: &str,
+) -> Result<(Option<u64>, Option<u64>)> {
+    let log = log.into();
+    let missing = || Error::UnknownSession(id.to_string());
+    let end = log.durable_len(id)?.ok_or_else(missing)?;
+    let first_own = log.as_log().parent(id)?.map_or(0, |(_, n)| n);
+    let at = |seq: u64| -> Result<Option<u64>> {
+        Ok(ts_of_payload(&log.stored_event(id, seq)?.payload))
+    };
     let created = if end > first_own {
         at(first_own)?
     } else {
@@ -234,22 +248,23 @@ pub fn session_times(store: &Store, id: &str) -> Result<(Option<u64>, Option<u64
 /// ([`Error::SessionExpired`]). (A writable handle already open keeps
 /// working, and a collection does not reclaim a session one holds; loads
 /// and lists hide it all the same.)
-pub fn check_not_expired(store: &Store, id: &str) -> Result<()> {
-    let policy = Policy::of(store)?;
-    check_with(
-        store,
-        &policy,
-        id,
-        crate::session::codec::envelope::now_ms(),
-    )
+pub fn check_not_expired<'a>(log: impl Into<LogRef<'a>>, id: &str) -> Result<()> {
+    let log = log.into();
+    let policy = Policy::of_log(log)?;
+    check_with(log, &policy, id, crate::session::codec::envelope::now_ms())
 }
 
 /// [`check_not_expired`] under `policy` at `now`.
-pub fn check_with(store: &Store, policy: &Policy, id: &str, now: u64) -> Result<()> {
+pub fn check_with<'a>(
+    log: impl Into<LogRef<'a>>,
+    policy: &Policy,
+    id: &str,
+    now: u64,
+) -> Result<()> {
     if policy.is_empty() || policy.keeps(id) {
         return Ok(());
     }
-    let (created, updated) = session_times(store, id)?;
+    let (created, updated) = session_times(log, id)?;
     if policy.expired(id, created, updated, now) {
         return Err(Error::SessionExpired {
             session: id.to_string(),

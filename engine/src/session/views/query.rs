@@ -78,10 +78,7 @@ pub fn list_sessions<'a>(
     registry: &Registry,
 ) -> Result<Vec<SessionSummary>> {
     let log = log.into();
-    let policy = match log.store() {
-        Some(store) => Some(crate::session::lifecycle::retention::Policy::of(store)?),
-        None => None,
-    };
+    let policy = crate::session::lifecycle::retention::Policy::of_log(log)?;
     let now = crate::session::codec::envelope::now_ms();
     let mut out = Vec::new();
     for (name, parent) in log.sessions()? {
@@ -112,10 +109,7 @@ pub fn list_sessions<'a>(
         } else {
             None
         };
-        if policy
-            .as_ref()
-            .is_some_and(|p| p.expired(&name, created_ms, updated_ms, now))
-        {
+        if !policy.is_empty() && policy.expired(&name, created_ms, updated_ms, now) {
             continue; // expired (retention.json): not listed
         }
         out.push(SessionSummary {

@@ -292,10 +292,16 @@ pub fn fork<'a>(
             format!("{source}.fork-{hex}")
         }
     };
-    match log {
-        LogRef::Embedded(store) => store.fork(source, upto, &child).map(|_| ())?,
-        LogRef::Other(l) => l.fork(source, upto, &child)?,
+    // A fork inherits durable events only: a prefix still being written is
+    // made durable first (one flush of the source, shared with its other
+    // appenders).
+    let durable = log
+        .durable_len(source)?
+        .ok_or_else(|| Error::UnknownSession(source.to_string()))?;
+    if upto > durable {
+        log.as_log().sync_session(source)?;
     }
+    log.as_log().fork(source, upto, &child)?;
     Ok(Forked { child, upto })
 }
 
