@@ -241,10 +241,27 @@ pub trait EventLog: Send + Sync {
         None
     }
 
+    /// Whether this handle of the log was opened read-only: it takes no
+    /// appends, and the session layer writes none of its derived files
+    /// through it. The default is writable.
+    fn is_read_only(&self) -> bool {
+        false
+    }
+
+    /// The identity a snapshot of `session` carries in its header
+    /// (FORMAT.md §12): the log's id and the position of the session's
+    /// define, which together tell this incarnation of the name from any
+    /// earlier one; `None`: no such session. The default is all zeros (a
+    /// log that never reuses a session name).
+    fn incarnation(&self, session: &str) -> Result<Option<([u8; 16], LogPos)>> {
+        Ok(self.appended_len(session)?.map(|_| ([0; 16], LogPos(0))))
+    }
+
     /// The directory this log keeps its own files in, and the file layer
     /// it reads and writes them through, for a log that has one (the
     /// embedded store): the session layer keeps its derived files there
-    /// (the retention policy, FORMAT.md §18). The default has none.
+    /// (snapshots, FORMAT.md §12 and §17; the retention policy, §18)
+    /// instead of in [`EventLog::put_snapshot`]. The default has none.
     fn files(&self) -> Option<(&std::path::Path, &std::sync::Arc<dyn crate::vfs::Vfs>)> {
         None
     }
@@ -527,6 +544,16 @@ impl EventLog for Store {
 
     fn files(&self) -> Option<(&std::path::Path, &std::sync::Arc<dyn crate::vfs::Vfs>)> {
         Some((self.dir(), self.vfs()))
+    }
+
+    fn is_read_only(&self) -> bool {
+        Store::is_read_only(self)
+    }
+
+    fn incarnation(&self, session: &str) -> Result<Option<([u8; 16], LogPos)>> {
+        Ok(self
+            .session_meta(session)
+            .map(|m| (self.store_id(), m.define_pos)))
     }
 
     fn group_bytes_max(&self) -> usize {

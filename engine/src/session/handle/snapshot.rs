@@ -139,8 +139,10 @@ impl Session {
     /// whether one was written.
     pub(in crate::session) fn write_state_snapshot_if_durable(&mut self) -> Result<bool> {
         let log = self.log.as_ref();
-        let store_read_only = log.store().is_some_and(|s| s.is_read_only());
-        if self.is_read_only() || store_read_only || self.state.len == self.state_covered {
+        if self.is_read_only()
+            || log.as_log().is_read_only()
+            || self.state.len == self.state_covered
+        {
             return Ok(false);
         }
         let missing = || Error::UnknownSession(self.id.to_string());

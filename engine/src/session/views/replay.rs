@@ -224,8 +224,10 @@ pub struct Forked {
 
 /// Fork `source` into a new session holding its events `0..boundary`. The
 /// default boundary is the end of the last closed turn (the whole history
-/// if no turn is open). A boundary inside an unfinished turn is refused. The
-/// child id defaults to `<source>.fork-<random hex>`.
+/// if no turn is open). A boundary inside an unfinished turn is refused. A
+/// child inherits durable events only: a boundary past the source's durable
+/// end makes its events durable first. The child id defaults to
+/// `<source>.fork-<random hex>`.
 ///
 /// ```
 /// # use std::sync::Arc;

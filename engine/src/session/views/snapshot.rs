@@ -250,17 +250,12 @@ impl Slot {
     /// The slot of a snapshot in `log`; `path` names the file from the
     /// store's directory.
     pub(crate) fn of(log: LogRef<'_>, path: impl FnOnce(&Path) -> PathBuf) -> Slot {
-        match log.store() {
-            Some(store) => Slot::File(path(store.dir())),
+        match log.as_log().files() {
+            Some((dir, _)) => Slot::File(path(dir)),
             None => Slot::Log,
         }
     }
 }
-
-/// The identity a snapshot kept by a log other than the embedded store
-/// carries in §12's header: no store id, no define position (such a log
-/// never reuses a session name, so a name is one incarnation).
-const OTHER_LOG_ID: [u8; 16] = [0; 16];
 
 /// Read the snapshot in `slot` and check it against the log of `session`
 /// by every rule of FORMAT.md §12: checksum and layout; store id, session
@@ -275,40 +270,29 @@ pub(crate) fn read_checked(
     name: &str,
     version: u32,
 ) -> Result<Checked> {
-    let bytes = match (log, slot) {
-        (LogRef::Embedded(store), Slot::File(path)) => {
-            let vfs = store.vfs();
+    let bytes = match (log.as_log().files(), slot) {
+        (Some((_, vfs)), Slot::File(path)) => {
             if !vfs.exists(path) {
                 return Ok(Err(None));
             }
             crate::vfs::read_whole(vfs.as_ref(), path)
                 .map_err(|e| Error::io("read snapshot", path, e))?
         }
-        (LogRef::Other(l), _) => match l.snapshot(session, name)? {
+        (None, Slot::Log) => match log.as_log().snapshot(session, name)? {
             Some(b) => b,
             None => return Ok(Err(None)),
         },
-        (LogRef::Embedded(_), Slot::Log) => return Ok(Err(None)),
+        // A slot of another log's kind: nothing kept there.
+        _ => return Ok(Err(None)),
     };
     let (h, state) = match decode(&bytes) {
         Ok(x) => x,
         Err(why) => return Ok(Err(Some(why))),
     };
     // The identity the snapshot must carry, and the session's length.
-    let (store_id, define_pos, len) = match log {
-        LogRef::Embedded(store) => {
-            let meta = store
-                .session_meta(session)
-                .ok_or_else(|| Error::UnknownSession(session.to_string()))?;
-            (store.store_id(), meta.define_pos, meta.len)
-        }
-        LogRef::Other(l) => {
-            let len = l
-                .appended_len(session)?
-                .ok_or_else(|| Error::UnknownSession(session.to_string()))?;
-            (OTHER_LOG_ID, LogPos(0), len)
-        }
-    };
+    let missing = || Error::UnknownSession(session.to_string());
+    let (store_id, define_pos) = log.as_log().incarnation(session)?.ok_or_else(missing)?;
+    let len = log.appended_len(session)?.ok_or_else(missing)?;
     let why = if h.store_id != store_id {
         Some("snapshot belongs to another store".to_string())
     } else if h.session != session || h.projection != name {
@@ -443,20 +427,9 @@ pub(crate) fn write_file(
     covered: u64,
     state_bytes: &[u8],
 ) -> Result<bool> {
-    let (store_id, define_pos, durable) = match log {
-        LogRef::Embedded(store) => {
-            let meta = store
-                .session_meta(session)
-                .ok_or_else(|| Error::UnknownSession(session.to_string()))?;
-            (store.store_id(), meta.define_pos, meta.durable_len)
-        }
-        LogRef::Other(l) => {
-            let durable = l
-                .durable_len(session)?
-                .ok_or_else(|| Error::UnknownSession(session.to_string()))?;
-            (OTHER_LOG_ID, LogPos(0), durable)
-        }
-    };
+    let missing = || Error::UnknownSession(session.to_string());
+    let (store_id, define_pos) = log.as_log().incarnation(session)?.ok_or_else(missing)?;
+    let durable = log.durable_len(session)?.ok_or_else(missing)?;
     if covered > durable {
         return Err(Error::Refused(format!(
             "snapshot would cover {covered} events of {session:?} but only {durable} are durable"
@@ -482,10 +455,9 @@ pub(crate) fn write_file(
         session: session.to_string(),
     };
     let bytes = encode(&header, state_bytes);
-    match (log, slot) {
-        (LogRef::Embedded(store), Slot::File(path)) => {
-            let vfs = store.vfs();
-            let dir = store.dir().join(SNAPSHOT_DIR);
+    match (log.as_log().files(), slot) {
+        (Some((dir, vfs)), Slot::File(path)) => {
+            let dir = dir.join(SNAPSHOT_DIR);
             vfs.create_dir_all(&dir)
                 .map_err(|e| Error::io("create snapshot directory", &dir, e))?;
             let mut tmp = path.as_os_str().to_owned();
@@ -494,8 +466,9 @@ pub(crate) fn write_file(
             write_atomic(vfs.as_ref(), DerivedKind::Snapshot, &tmp, path, &bytes)?;
             Ok(true)
         }
-        (LogRef::Other(l), _) => l.put_snapshot(session, name, covered, &bytes),
-        (LogRef::Embedded(_), Slot::Log) => Ok(false),
+        (None, Slot::Log) => log.as_log().put_snapshot(session, name, covered, &bytes),
+        // A slot of another log's kind: not kept.
+        _ => Ok(false),
     }
 }
 
