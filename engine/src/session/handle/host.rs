@@ -176,8 +176,9 @@ impl Host {
             }
             match self.repair_one(&name) {
                 Ok(r) => out.push(r),
-                // Another worker holds the session's lease: it is live there.
-                Err(Error::Fenced { .. }) if self.log.store().is_none() => {}
+                // Another worker holds the session's lease: it is live there
+                // (only a log shared by several writers fences).
+                Err(Error::Fenced { .. }) => {}
                 Err(e) => return Err(e),
             }
         }
@@ -205,9 +206,7 @@ impl Host {
                 let r = self.repair_one(&name);
                 (name, r)
             })
-            .filter(|(_, r)| {
-                !(matches!(r, Err(Error::Fenced { .. })) && self.log.store().is_none())
-            })
+            .filter(|(_, r)| !matches!(r, Err(Error::Fenced { .. })))
             .collect()
     }
 
