@@ -577,17 +577,18 @@ impl EventLog for Store {
         };
         let appended = if let [(kind, flags, payload, _)] = events {
             // One event (nearly every append): nothing to collect.
-            self.append_group_at(
+            Store::append_group_at_len(
+                self,
                 session,
                 known,
-                Some(len),
+                len,
                 &[(*kind, *flags, *payload)],
                 &mut each,
             )?
         } else {
             let group: Vec<(u16, u16, &[u8])> =
                 events.iter().map(|&(k, f, p, _)| (k, f, p)).collect();
-            self.append_group_at(session, known, Some(len), &group, &mut each)?
+            Store::append_group_at_len(self, session, known, len, &group, &mut each)?
         };
         Ok(appended.map(|()| (first, end)))
     }
@@ -611,20 +612,9 @@ impl EventLog for Store {
         Some(Store::durable_hint(self))
     }
 
-    /// From the index: the names and parents in one pass, the durable
-    /// lengths counted per session (no log read).
+    /// From the index, under one read lock.
     fn listing(&self) -> Result<Vec<Listing>> {
-        Ok(Store::sessions(self)
-            .into_iter()
-            .filter_map(|s| {
-                let durable_len = self.session_meta(&s.name)?.durable_len;
-                Some(Listing {
-                    name: s.name,
-                    durable_len,
-                    parent: s.parent,
-                })
-            })
-            .collect())
+        Ok(Store::listing(self))
     }
 
     fn claim(&self, session: &str) -> Result<Claim> {

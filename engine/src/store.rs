@@ -228,7 +228,7 @@ impl Store {
         self.append_group_at(session, hint, Some(len), events, each)
     }
 
-    pub(crate) fn append_group_at(
+    fn append_group_at(
         &self,
         session: &str,
         hint: Option<SessionId>,
@@ -497,6 +497,27 @@ impl Store {
     /// Number of events in `session`, if it exists.
     pub fn session_len(&self, session: &str) -> Option<u64> {
         self.shared.index.read().get(session).map(|(_, e)| e.len())
+    }
+
+    /// Every listed session with its durable length (inherited events
+    /// included) and fork parent, in creation order, under one read of the
+    /// index ([`crate::backend::EventLog::listing`]).
+    pub(crate) fn listing(&self) -> Vec<crate::backend::Listing> {
+        // Durable first: it only grows, so the counts never overstate.
+        let durable = self.shared.commit.durable();
+        let ix = self.shared.index.read();
+        ix.sessions
+            .iter()
+            .enumerate()
+            .filter(|(i, _)| !ix.reclaimed.contains_key(&SessionId(*i as u32)))
+            .map(|(i, s)| crate::backend::Listing {
+                name: s.name.to_string(),
+                durable_len: ix.len_before(SessionId(i as u32), durable),
+                parent: s
+                    .parent
+                    .map(|(p, n)| (ix.sessions[p.0 as usize].name.to_string(), n)),
+            })
+            .collect()
     }
 
     /// All sessions, in creation order.

@@ -201,20 +201,12 @@ impl<'a> LogRef<'a> {
         })
     }
 
-    /// The names of the sessions with their `(parent, fork seq)`, in
-    /// creation order.
-    pub(crate) fn sessions(self) -> Result<Vec<Listed>> {
-        Ok(self
-            .as_log()
-            .listing()?
-            .into_iter()
-            .map(|l| (l.name, l.parent))
-            .collect())
+    /// Every session with its durable length and `(parent, fork seq)`,
+    /// in creation order ([`EventLog::listing`]).
+    pub(crate) fn listing(self) -> Result<Vec<crate::backend::Listing>> {
+        self.as_log().listing()
     }
 }
-
-/// A session's name and its `(parent, fork seq)`.
-pub(crate) type Listed = (String, Option<(String, u64)>);
 
 pub(crate) use crate::backend::AppendEnd;
 
@@ -261,11 +253,13 @@ impl LogHandle {
         // The blobs stay pinned until the group is appended (an online
         // collection keeps pinned blobs).
         let mut pins = Vec::new();
-        let mut outline = |payload: &[u8]| match log.blobs() {
+        let blobs = log.blobs();
+        let mut outline = |payload: &[u8]| match blobs {
             Some(blobs) => crate::session::codec::blob_refs::outline(blobs, payload, &mut pins),
             None => Ok(None),
         };
-        let text = |i: usize| if log.indexes_text() { texts(i) } else { None };
+        let indexes_text = log.indexes_text();
+        let text = |i: usize| if indexes_text { texts(i) } else { None };
         let appended = if let [e] = items {
             // One event (nearly every append): nothing to collect.
             let o = outline(&e.payload)?;

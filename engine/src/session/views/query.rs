@@ -81,14 +81,14 @@ pub fn list_sessions<'a>(
     let policy = crate::session::lifecycle::retention::Policy::of_log(log)?;
     let now = crate::session::codec::envelope::now_ms();
     let mut out = Vec::new();
-    for (name, parent) in log.sessions()? {
-        let end = match log.durable_len(&name) {
-            Ok(Some(n)) => n,
-            // Gone since the list was read.
-            Ok(None) => continue,
-            Err(e) if e.is_not_found() => continue,
-            Err(e) => return Err(e),
-        };
+    // Each session's durable length comes with the listing (one query on
+    // PostgreSQL, one index read on the embedded store).
+    for crate::backend::Listing {
+        name,
+        durable_len: end,
+        parent,
+    } in log.listing()?
+    {
         // One read of the last event: the tombstone check and its time.
         let updated_ms = if end == 0 {
             None
