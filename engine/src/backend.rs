@@ -286,6 +286,15 @@ pub trait EventLog: Send + Sync {
     /// Give up a claim (a claim already lost is ignored).
     fn release(&self, session: &str, claim: u64);
 
+    /// Whether [`EventLog::claim`] takes a name no session has yet (the
+    /// embedded store's claims are names): a session created from a
+    /// history is then claimed before it is written, so no other writer
+    /// can create it meanwhile. The default says no: the claim is taken
+    /// once the session exists.
+    fn claims_names(&self) -> bool {
+        false
+    }
+
     /// Whether a writer holds `session` now ([`EventLog::claim`]), where
     /// the log can tell without taking it (the embedded store's claims are
     /// in memory); the default says no, and [`EventLog::claim`] is then
@@ -326,9 +335,9 @@ pub trait EventLog: Send + Sync {
 
     /// Follow `session` live from seq `from`: its durable events, each
     /// once and in order, as they become durable. The default cannot
-    /// ([`Error::Refused`]); PostgreSQL follows by LISTEN/NOTIFY. (The
-    /// embedded store's followers are [`Store::subscribe`], which the
-    /// session layer uses directly.)
+    /// ([`Error::Refused`]); PostgreSQL follows by LISTEN/NOTIFY, the
+    /// embedded store with [`Store::subscribe`] (woken by its flusher, or
+    /// by the host's socket in a client process).
     fn follow(&self, session: &str, from: u64) -> Result<Box<dyn Follow>> {
         let _ = (session, from);
         Err(Error::Refused(format!(
@@ -636,8 +645,16 @@ impl EventLog for Store {
         self.live_sessions().release(session, claim);
     }
 
+    fn claims_names(&self) -> bool {
+        true
+    }
+
     fn is_claimed(&self, session: &str) -> bool {
         self.live_sessions().live_since(session).is_some()
+    }
+
+    fn follow(&self, session: &str, from: u64) -> Result<Box<dyn Follow>> {
+        Ok(Box::new(self.subscribe(session, from)?))
     }
 
     fn embedded(self: std::sync::Arc<Self>) -> Option<std::sync::Arc<Store>> {

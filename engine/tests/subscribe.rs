@@ -419,3 +419,44 @@ fn a_session_follower_is_woken_only_by_its_own_sessions_batches() {
         ));
     }
 }
+
+/// The store's follower through the trait every log shares
+/// (`EventLog::follow`): a timed wait with nothing durable returns
+/// `Ok(None)` when the time is up, a durable event comes at once, an
+/// appended but not durable one never, and a closed store ends it with
+/// `Error::Closed`.
+#[test]
+fn the_stores_follower_through_the_log_trait_waits_with_a_timeout() {
+    use turnstone::backend::EventLog;
+    let dir = tempfile::tempdir().unwrap();
+    let store = open(dir.path());
+    store.append("s", 1, 0, &payload(0)).unwrap();
+    store.sync().unwrap();
+    let mut f = store.follow("s", 0).unwrap();
+    let e = f.next_timeout(Duration::from_secs(5)).unwrap().unwrap();
+    assert_eq!((e.seq, e.payload), (0, payload(0)));
+    let t = std::time::Instant::now();
+    assert!(f
+        .next_timeout(Duration::from_millis(100))
+        .unwrap()
+        .is_none());
+    assert!(t.elapsed() >= Duration::from_millis(100));
+    let writer = {
+        let store = store.clone();
+        std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(50));
+            store.append("s", 1, 0, &payload(1)).unwrap();
+            store.sync().unwrap();
+        })
+    };
+    let e = f.next_timeout(Duration::from_secs(10)).unwrap().unwrap();
+    assert_eq!((e.seq, e.payload), (1, payload(1)));
+    writer.join().unwrap();
+    assert!(f.next_timeout(Duration::ZERO).unwrap().is_none());
+    store.shutdown().unwrap();
+    assert!(matches!(
+        f.next_timeout(Duration::from_secs(5)),
+        Err(turnstone::Error::Closed)
+    ));
+    assert!(store.follow("nope", 0).err().unwrap().is_not_found());
+}

@@ -25,5 +25,5 @@ mod queue;
 mod stats;
 
 pub(crate) use flusher::{run as run_flusher, FlusherEnv, WriterFile};
-pub(crate) use queue::{CommitQueue, RetryState, State};
+pub(crate) use queue::{Change, CommitQueue, RetryState, State};
 pub use stats::Stats;

@@ -180,6 +180,18 @@ pub(crate) struct CommitQueue {
     leaders: bool,
 }
 
+/// How a follower's wait for the durable position to move ended
+/// ([`CommitQueue::wait_change_until`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Change {
+    /// It moved; the durable position now.
+    Moved(LogPos),
+    /// The store is closed or poisoned.
+    Stopped,
+    /// The deadline passed first.
+    TimedOut,
+}
+
 impl CommitQueue {
     /// A queue whose log ends (durably) at `end`, with `next_batch_seq` next.
     pub fn new(
@@ -458,36 +470,67 @@ impl CommitQueue {
     /// then, or `None` if the store is closed or poisoned. Followers use it:
     /// they see what others make durable and never cause an fdatasync.
     pub fn wait_durable_change(&self, seen: LogPos) -> Option<LogPos> {
-        self.wait_change(None, seen)
+        match self.wait_change(None, seen, None) {
+            Change::Moved(p) => Some(p),
+            Change::Stopped | Change::TimedOut => None,
+        }
     }
 
     /// [`CommitQueue::wait_durable_change`] for a thread following one
     /// session: after the first change, only a batch holding a frame of
     /// `session` (or the store stopping) wakes it.
     pub fn wait_session_change(&self, session: SessionId, seen: LogPos) -> Option<LogPos> {
-        self.wait_change(Some(session), seen)
+        match self.wait_change(Some(session), seen, None) {
+            Change::Moved(p) => Some(p),
+            Change::Stopped | Change::TimedOut => None,
+        }
     }
 
-    fn wait_change(&self, session: Option<SessionId>, seen: LogPos) -> Option<LogPos> {
+    /// [`CommitQueue::wait_durable_change`] (`session: None`) or
+    /// [`CommitQueue::wait_session_change`], giving up at `deadline`.
+    pub fn wait_change_until(
+        &self,
+        session: Option<SessionId>,
+        seen: LogPos,
+        deadline: std::time::Instant,
+    ) -> Change {
+        self.wait_change(session, seen, Some(deadline))
+    }
+
+    fn wait_change(
+        &self,
+        session: Option<SessionId>,
+        seen: LogPos,
+        deadline: Option<std::time::Instant>,
+    ) -> Change {
         let mut st = self.state.lock();
         loop {
             // A store that stopped still delivers what became durable
             // before it stopped (shutdown's last sync); poison does not.
             if st.poisoned.is_some() {
-                return None;
+                return Change::Stopped;
             }
             if st.durable != seen {
-                return Some(st.durable);
+                return Change::Moved(st.durable);
             }
             if st.flusher_done {
-                return None;
+                return Change::Stopped;
             }
-            match session {
+            let session_cv;
+            let cv: &Condvar = match session {
                 Some(sid) => {
-                    let cv = st.session_cvs.entry(sid).or_default().clone();
-                    cv.wait(&mut st);
+                    session_cv = st.session_cvs.entry(sid).or_default().clone();
+                    &session_cv
                 }
-                None => self.change_cv.wait(&mut st),
+                None => &self.change_cv,
+            };
+            match deadline {
+                None => cv.wait(&mut st),
+                Some(d) => {
+                    if cv.wait_until(&mut st, d).timed_out() && st.durable == seen {
+                        return Change::TimedOut;
+                    }
+                }
             }
         }
     }

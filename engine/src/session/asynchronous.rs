@@ -25,7 +25,7 @@ use crate::session::codec::event::{CoreKind, EventKind, Registry, SessionEvent, 
 use crate::session::handle::Session;
 use crate::session::log::LogRef;
 use crate::session::tools::durability::{CancelToken, ToolBody, ToolOutcome, ToolRun, ToolScope};
-use crate::store::{DurableWait, Subscription};
+use crate::store::DurableWait;
 
 impl Session {
     /// [`Session::flush`] as a future: every event this handle appended is
@@ -129,13 +129,13 @@ pub async fn run_tool_async<T>(
 /// durable, decoded (events of kinds this process does not know come as
 /// opaque plugin events, as in [`crate::session::replay()`]), each once and in
 /// seq order. Blocking as an [`Iterator`], or
-/// [`SessionSubscription::next_async`]. On the embedded store it is built
-/// on [`crate::Store::subscribe`]: it never causes an fdatasync, resumes from any
-/// seq (a fork's inherited prefix included), and ends when the store closes.
-/// On another log it is [`crate::backend::EventLog::follow`] (PostgreSQL:
-/// LISTEN/NOTIFY, ended when the log closes). Either way it ends after it yields the session's
-/// `session/delete` tombstone; subscribing to a deleted session is an
-/// error, as loading it is.
+/// [`SessionSubscription::next_async`]. It is the log's
+/// [`crate::backend::EventLog::follow`]: on the embedded store
+/// [`crate::Store::subscribe`] (it never causes an fdatasync, resumes from
+/// any seq, a fork's inherited prefix included, and ends when the store
+/// closes), on PostgreSQL LISTEN/NOTIFY (ended when the log closes). Either
+/// way it ends after it yields the session's `session/delete` tombstone;
+/// subscribing to a deleted session is an error, as loading it is.
 pub fn subscribe<'a>(
     log: impl Into<LogRef<'a>>,
     id: &str,
@@ -144,47 +144,30 @@ pub fn subscribe<'a>(
 ) -> Result<SessionSubscription> {
     let log = log.into();
     crate::session::lifecycle::delete::check_not_deleted(log, id)?;
-    let inner = match log {
-        LogRef::Embedded(store) => Inner::Embedded {
-            sub: Box::new(store.subscribe(id, from)?),
-            blobs: crate::blobs::BlobDir::with_vfs(store.dir(), store.vfs().clone()),
-        },
-        LogRef::Other(l) => Inner::Other {
-            follow: l.follow(id, from)?,
-            next: from,
-        },
-    };
+    let log = log.as_log();
     Ok(SessionSubscription {
-        inner,
+        follow: log.follow(id, from)?,
+        next: from,
+        blobs: log.blobs().map(crate::blobs::BlobDir::reader),
         session: id.to_string(),
         registry,
         failed: false,
     })
 }
 
-/// Where a subscription's events come from.
-enum Inner {
-    /// The embedded store's follower, and its blobs (events holding
-    /// references are resolved).
-    Embedded {
-        sub: Box<Subscription>,
-        blobs: crate::blobs::BlobDir,
-    },
-    /// Another log's follower, and the seq it yields next.
-    Other {
-        follow: Box<dyn crate::backend::Follow>,
-        next: u64,
-    },
-}
-
-/// How long a blocking wait on another log's follower sleeps between
-/// looks at whether the log closed (the follower itself returns sooner
-/// when an event comes).
+/// How long a blocking wait on the follower sleeps between looks (the
+/// follower itself returns sooner when an event comes).
 const FOLLOW_STEP: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// A live, decoded follower of one session ([`subscribe`]).
 pub struct SessionSubscription {
-    inner: Inner,
+    /// The log's follower.
+    follow: Box<dyn crate::backend::Follow>,
+    /// The seq it yields next.
+    next: u64,
+    /// The log's blobs, where it keeps them (events holding references
+    /// are resolved).
+    blobs: Option<crate::blobs::BlobDir>,
     session: String,
     registry: Arc<Registry>,
     /// A decode error or the session's deletion was yielded: the
@@ -204,10 +187,7 @@ impl std::fmt::Debug for SessionSubscription {
 impl SessionSubscription {
     /// The seq of the next event it yields.
     pub fn next_seq(&self) -> u64 {
-        match &self.inner {
-            Inner::Embedded { sub, .. } => sub.next_seq(),
-            Inner::Other { next, .. } => *next,
-        }
+        self.next
     }
 
     /// The next durable event without waiting (`Ok(None)`: none yet).
@@ -215,74 +195,43 @@ impl SessionSubscription {
         if self.failed {
             return Ok(None);
         }
-        let raw = match &mut self.inner {
-            Inner::Embedded { sub, .. } => sub.try_next()?.map(Raw::from),
-            Inner::Other { follow, .. } => match follow.next_timeout(std::time::Duration::ZERO) {
-                Ok(e) => e.map(Raw::from),
-                Err(crate::Error::Closed) => None,
-                Err(e) => return Err(e),
-            },
-        };
-        match raw {
-            Some(e) => self.decode(e).map(Some),
-            None => Ok(None),
+        match self.follow.next_timeout(std::time::Duration::ZERO) {
+            Ok(Some(e)) => self.decode(e).map(Some),
+            Ok(None) | Err(crate::Error::Closed) => Ok(None),
+            Err(e) => Err(e),
         }
     }
 
     /// The next durable event as a future; `None` when the log closes. No
-    /// thread waits (on another log than the embedded store, as its
-    /// [`crate::backend::Follow::poll_next`] provides; PostgreSQL's does).
+    /// thread waits (the embedded store's flusher, or PostgreSQL's
+    /// notifications, wake the task: [`crate::backend::Follow::poll_next`]).
     /// Cancel-safe: an event is not lost when the future is dropped.
     pub async fn next_async(&mut self) -> Option<Result<SessionEvent>> {
         if self.failed {
             return None;
         }
-        let raw = match &mut self.inner {
-            Inner::Embedded { sub, .. } => sub.next_async().await?.map(Raw::from),
-            Inner::Other { follow, .. } => {
-                match std::future::poll_fn(|cx| follow.poll_next(cx)).await {
-                    Ok(e) => Ok(Raw::from(e)),
-                    Err(crate::Error::Closed) => return None,
-                    Err(e) => Err(e),
-                }
-            }
+        let follow = &mut self.follow;
+        let raw = match std::future::poll_fn(|cx| follow.poll_next(cx)).await {
+            Ok(e) => Ok(e),
+            Err(crate::Error::Closed) => return None,
+            Err(e) => Err(e),
         };
         Some(raw.and_then(|e| self.decode(e)))
     }
 
-    /// Wait on another log's follower until an event comes (`None`: the
-    /// log closed).
-    fn next_blocking(&mut self) -> Option<Result<Raw>> {
-        let Inner::Other { follow, .. } = &mut self.inner else {
-            return None;
-        };
-        loop {
-            match follow.next_timeout(FOLLOW_STEP) {
-                Ok(Some(e)) => return Some(Ok(Raw::from(e))),
-                Ok(None) => continue,
-                Err(crate::Error::Closed) => return None,
-                Err(e) => return Some(Err(e)),
-            }
-        }
-    }
-
-    fn decode(&mut self, e: Raw) -> Result<SessionEvent> {
-        let payload = match &self.inner {
-            Inner::Embedded { blobs, .. } => {
-                match crate::session::codec::blob_refs::resolve(blobs, &e.payload) {
-                    Ok(std::borrow::Cow::Borrowed(_)) => e.payload,
-                    Ok(std::borrow::Cow::Owned(p)) => p,
-                    Err(err) => {
-                        self.failed = true;
-                        return Err(err);
-                    }
+    fn decode(&mut self, e: crate::backend::LogEvent) -> Result<SessionEvent> {
+        let payload = match &self.blobs {
+            Some(blobs) => match crate::session::codec::blob_refs::resolve(blobs, &e.payload) {
+                Ok(std::borrow::Cow::Borrowed(_)) => e.payload,
+                Ok(std::borrow::Cow::Owned(p)) => p,
+                Err(err) => {
+                    self.failed = true;
+                    return Err(err);
                 }
-            }
-            Inner::Other { .. } => e.payload,
+            },
+            None => e.payload,
         };
-        if let Inner::Other { next, .. } = &mut self.inner {
-            *next = e.seq + 1;
-        }
+        self.next = e.seq + 1;
         let ev = envelope::decode_view(e.seq, e.kind, e.flags, &payload, &self.registry).map_err(
             |err| {
                 self.failed = true;
@@ -297,36 +246,6 @@ impl SessionSubscription {
     }
 }
 
-/// One event as a follower yields it, before decoding.
-struct Raw {
-    seq: u64,
-    kind: u16,
-    flags: u16,
-    payload: Vec<u8>,
-}
-
-impl From<crate::Event> for Raw {
-    fn from(e: crate::Event) -> Raw {
-        Raw {
-            seq: e.seq.0,
-            kind: e.kind,
-            flags: e.flags,
-            payload: e.payload,
-        }
-    }
-}
-
-impl From<crate::backend::LogEvent> for Raw {
-    fn from(e: crate::backend::LogEvent) -> Raw {
-        Raw {
-            seq: e.seq,
-            kind: e.kind,
-            flags: e.flags,
-            payload: e.payload,
-        }
-    }
-}
-
 impl Iterator for SessionSubscription {
     type Item = Result<SessionEvent>;
 
@@ -334,11 +253,14 @@ impl Iterator for SessionSubscription {
         if self.failed {
             return None;
         }
-        let raw = match &mut self.inner {
-            Inner::Embedded { sub, .. } => sub.next()?.map(Raw::from),
-            Inner::Other { .. } => self.next_blocking()?,
-        };
-        Some(raw.and_then(|e| self.decode(e)))
+        loop {
+            match self.follow.next_timeout(FOLLOW_STEP) {
+                Ok(Some(e)) => return Some(self.decode(e)),
+                Ok(None) => continue,
+                Err(crate::Error::Closed) => return None,
+                Err(e) => return Some(Err(e)),
+            }
+        }
     }
 }
 

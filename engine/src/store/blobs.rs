@@ -176,6 +176,18 @@ impl BlobDir {
         }
     }
 
+    /// Another handle on the same directory, for reads (a follower that
+    /// outlives the borrow of its log): it shares no pins.
+    pub fn reader(&self) -> BlobDir {
+        BlobDir {
+            dir: self.dir.clone(),
+            vfs: self.vfs.clone(),
+            durable: Mutex::new(HashSet::new()),
+            threshold: AtomicUsize::new(self.threshold()),
+            guard: Mutex::new(Guard::default()),
+        }
+    }
+
     /// Size in bytes above which the session layer stores a content block
     /// as a blob (default [`BLOB_THRESHOLD_DEFAULT`]).
     pub fn threshold(&self) -> usize {

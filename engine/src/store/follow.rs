@@ -15,6 +15,7 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 
 use super::Shared;
+use crate::commit::Change;
 use crate::commit::RetryState;
 use crate::error::{Error, Result};
 use crate::frame::{SessionDefine, KIND_SESSION_DEFINE};
@@ -287,6 +288,58 @@ impl Iterator for Subscription {
                 Step::Wait(_) => unreachable!("handled above"),
             };
         }
+    }
+}
+
+/// The store's followers are the [`crate::backend::Follow`] of its
+/// [`crate::backend::EventLog::follow`]: the session layer follows every
+/// log through that one trait.
+impl crate::backend::Follow for Subscription {
+    fn next_timeout(
+        &mut self,
+        timeout: std::time::Duration,
+    ) -> Result<Option<crate::backend::LogEvent>> {
+        let deadline = std::time::Instant::now() + timeout;
+        loop {
+            let step = match self.step() {
+                Step::Wait(seen) => {
+                    match self
+                        .shared
+                        .commit
+                        .wait_change_until(self.sid, seen, deadline)
+                    {
+                        Change::Moved(_) => continue,
+                        Change::TimedOut => return Ok(None),
+                        Change::Stopped => self.stopped(),
+                    }
+                }
+                other => other,
+            };
+            return match step {
+                Step::Ready => Ok(self.buf.pop_front().map(log_event)),
+                Step::End(Some(e)) => Err(e),
+                Step::End(None) => Err(Error::Closed),
+                Step::Wait(_) => unreachable!("handled above"),
+            };
+        }
+    }
+
+    fn poll_next(&mut self, cx: &mut Context<'_>) -> Poll<Result<crate::backend::LogEvent>> {
+        match Pin::new(&mut self.next_async()).poll(cx) {
+            Poll::Pending => Poll::Pending,
+            Poll::Ready(Some(Ok(e))) => Poll::Ready(Ok(log_event(e))),
+            Poll::Ready(Some(Err(e))) => Poll::Ready(Err(e)),
+            Poll::Ready(None) => Poll::Ready(Err(Error::Closed)),
+        }
+    }
+}
+
+fn log_event(e: Event) -> crate::backend::LogEvent {
+    crate::backend::LogEvent {
+        seq: e.seq.0,
+        kind: e.kind,
+        flags: e.flags,
+        payload: e.payload,
     }
 }
 

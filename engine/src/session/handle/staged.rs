@@ -29,9 +29,9 @@ pub const STAGING_PREFIX: &str = ".staging/";
 impl Session {
     /// Write `items` as the first events of `s`'s session (empty, not yet
     /// defined, not claimed) through a staging session; return the session
-    /// restored from the log, claimed (on the embedded store the claim is
-    /// taken first; another log claims a session that exists, so after the
-    /// fork that defines it).
+    /// restored from the log, claimed (first where the log claims names,
+    /// [`crate::backend::EventLog::claims_names`]; otherwise after the fork
+    /// that defines it).
     pub(in crate::session) fn create_staged(
         mut s: Session,
         items: Vec<EncodedEvent>,
@@ -43,7 +43,7 @@ impl Session {
         // Every check an append makes, against the session's own name,
         // before anything is written.
         s.fold_unwritten(&items)?;
-        if let LogHandle::Embedded(_) = &log {
+        if log.as_log().claims_names() {
             s.claim()?;
         }
         let reg = registry.clone();
@@ -100,7 +100,7 @@ pub fn create_from_raw(store: &Arc<Store>, id: &str, events: &[(u16, u16, &[u8])
         store.append_group(id, events, |_| {})?;
         return store.sync_session(id);
     }
-    let log = LogHandle::Embedded(store.clone());
+    let log = LogHandle::from(store.clone());
     make_through_staging(&log, id, &lens, limit, |staging, range| {
         store.append_group(staging, &events[range], |_| {})?;
         Ok(())
