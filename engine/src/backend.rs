@@ -248,13 +248,23 @@ pub trait EventLog: Send + Sync {
         false
     }
 
+    /// The log's identity, where it has one (the embedded store's id,
+    /// FORMAT.md §2): the session layer's derived files carry it, so that
+    /// one built for another log is not taken for this one's. The default
+    /// is all zeros.
+    fn log_id(&self) -> [u8; 16] {
+        [0; 16]
+    }
+
     /// The identity a snapshot of `session` carries in its header
     /// (FORMAT.md §12): the log's id and the position of the session's
     /// define, which together tell this incarnation of the name from any
     /// earlier one; `None`: no such session. The default is all zeros (a
     /// log that never reuses a session name).
     fn incarnation(&self, session: &str) -> Result<Option<([u8; 16], LogPos)>> {
-        Ok(self.appended_len(session)?.map(|_| ([0; 16], LogPos(0))))
+        Ok(self
+            .appended_len(session)?
+            .map(|_| (self.log_id(), LogPos(0))))
     }
 
     /// The directory this log keeps its own files in, and the file layer
@@ -557,6 +567,10 @@ impl EventLog for Store {
 
     fn is_read_only(&self) -> bool {
         Store::is_read_only(self)
+    }
+
+    fn log_id(&self) -> [u8; 16] {
+        self.store_id()
     }
 
     fn incarnation(&self, session: &str) -> Result<Option<([u8; 16], LogPos)>> {

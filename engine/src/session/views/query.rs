@@ -22,7 +22,6 @@ use crate::session::log::LogRef;
 #[cfg(feature = "search")]
 use crate::session::views::replay::replay_range_of_any;
 use crate::session::views::replay::{replay_range, turn_open_before};
-use crate::store::Store;
 
 /// One row of [`list_sessions`].
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -217,7 +216,10 @@ pub fn search_session<'a>(
     search_in(log.into(), registry, Some(session), query, limit)
 }
 
-/// [`search`] (`session: None`) or [`search_session`] on either log.
+/// [`search`] (`session: None`) or [`search_session`] on any log: the
+/// log's own search where it indexes text or keeps no files (PostgreSQL; a
+/// client process asks its host), the session layer's index in the log's
+/// files otherwise (the embedded store).
 fn search_in(
     log: LogRef<'_>,
     registry: &Registry,
@@ -225,37 +227,38 @@ fn search_in(
     query: &str,
     limit: usize,
 ) -> Result<Vec<Hit>> {
-    match log {
-        LogRef::Embedded(store) => embedded_search(store, registry, query, limit, session),
-        LogRef::Other(l) => l.search(query, limit, session),
+    let l = log.as_log();
+    if l.indexes_text() || l.files().is_none() {
+        return l.search(query, limit, session);
     }
+    indexed_search(log, registry, query, limit, session)
 }
 
 #[cfg(feature = "search")]
-fn embedded_search(
-    store: &Store,
+fn indexed_search(
+    log: LogRef<'_>,
     registry: &Registry,
     query: &str,
     limit: usize,
     session: Option<&str>,
 ) -> Result<Vec<Hit>> {
-    let mut ix = SearchIndex::open(store)?;
-    ix.update(store, registry)?;
+    let mut ix = SearchIndex::open(log)?;
+    ix.update(log, registry)?;
     match session {
         None => ix.search(query, limit),
-        Some(s) => ix.search_session(store, s, query, limit),
+        Some(s) => ix.search_session(log, s, query, limit),
     }
 }
 
 #[cfg(not(feature = "search"))]
-fn embedded_search(
-    store: &Store,
+fn indexed_search(
+    log: LogRef<'_>,
     registry: &Registry,
     query: &str,
     limit: usize,
     session: Option<&str>,
 ) -> Result<Vec<Hit>> {
-    let _ = (store, registry, query, limit, session);
+    let _ = (log, registry, query, limit, session);
     Err(Error::Refused(
         "turnstone was built without the `search` feature: the embedded store has no search index"
             .into(),
@@ -281,10 +284,18 @@ impl SearchIndex {
         }
     }
 
-    /// Open (or create) the index of `store`. An index built for another
-    /// store is dropped.
-    pub fn open(store: &Store) -> Result<SearchIndex> {
-        let path = store.dir().join(SEARCH_FILE);
+    /// Open (or create) the index of a log that keeps files (the embedded
+    /// store: [`crate::backend::EventLog::files`]). An index built for
+    /// another log is dropped.
+    pub fn open<'a>(log: impl Into<LogRef<'a>>) -> Result<SearchIndex> {
+        let log = log.into().as_log();
+        let Some((dir, _)) = log.files() else {
+            return Err(Error::Refused(format!(
+                "the {} log keeps no files for a search index; it searches itself",
+                log.backend()
+            )));
+        };
+        let path = dir.join(SEARCH_FILE);
         let conn = rusqlite::Connection::open(&path).map_err(|e| Error::Search {
             path: path.clone(),
             detail: e.to_string(),
@@ -300,11 +311,7 @@ impl SearchIndex {
                  CREATE VIRTUAL TABLE IF NOT EXISTS docs USING fts5(session UNINDEXED, seq UNINDEXED, body);",
             )
             .map_err(|e| ix.err(e))?;
-        let id: String = store
-            .store_id()
-            .iter()
-            .map(|b| format!("{b:02x}"))
-            .collect();
+        let id: String = log.log_id().iter().map(|b| format!("{b:02x}")).collect();
         let stored: Option<String> = ix
             .conn
             .query_row("SELECT value FROM meta WHERE key='store_id'", [], |r| {
@@ -326,7 +333,11 @@ impl SearchIndex {
 
     /// Index every durable event not indexed yet. Returns the number of
     /// events read. A session whose incarnation changed is re-indexed.
-    pub fn update(&mut self, store: &Store, registry: &Registry) -> Result<u64> {
+    pub fn update<'a>(&mut self, log: impl Into<LogRef<'a>>, registry: &Registry) -> Result<u64> {
+        let log = log.into();
+        let listing = log.listing()?;
+        let listed: std::collections::HashSet<&str> =
+            listing.iter().map(|l| l.name.as_str()).collect();
         let mut read = 0u64;
         let tx = self.conn.transaction().map_err(|e| Error::Search {
             path: self.path.clone(),
@@ -345,7 +356,7 @@ impl SearchIndex {
                 .query_map([], |r| r.get::<_, String>(0))
                 .map_err(serr)?
                 .filter_map(|n| n.ok())
-                .filter(|n| store.session_meta(n).is_none())
+                .filter(|n| !listed.contains(n.as_str()))
                 .collect();
             names
         };
@@ -353,8 +364,8 @@ impl SearchIndex {
             tx.execute("INSERT OR IGNORE INTO deleted(session) VALUES(?1)", [name])
                 .map_err(serr)?;
         }
-        for info in store.sessions() {
-            let Some(meta) = store.session_meta(&info.name) else {
+        for info in &listing {
+            let Some((_, define_pos)) = log.as_log().incarnation(&info.name)? else {
                 continue;
             };
             let row: Option<(i64, i64)> = tx
@@ -364,9 +375,9 @@ impl SearchIndex {
                     |r| Ok((r.get(0)?, r.get(1)?)),
                 )
                 .ok();
-            let inherited = meta.parent.as_ref().map_or(0, |(_, n)| *n);
+            let inherited = info.parent.as_ref().map_or(0, |(_, n)| *n);
             let mut next = match row {
-                Some((pos, next)) if pos as u64 == meta.define_pos.0 => next as u64,
+                Some((pos, next)) if pos as u64 == define_pos.0 => next as u64,
                 Some(_) => {
                     tx.execute("DELETE FROM docs WHERE session=?1", [&info.name])
                         .map_err(serr)?;
@@ -377,12 +388,12 @@ impl SearchIndex {
                 None => inherited,
             };
             // Only what is durable: the index never leads the log.
-            let end = meta.durable_len;
+            let end = info.durable_len;
             if next >= end {
                 continue;
             }
             let registry = std::sync::Arc::new(registry.clone());
-            for ev in replay_range_of_any(store, &info.name, registry, next..u64::MAX)? {
+            for ev in replay_range_of_any(log, &info.name, registry, next..u64::MAX)? {
                 let ev = ev?;
                 if ev.seq >= end {
                     break;
@@ -409,7 +420,7 @@ impl SearchIndex {
             tx.execute(
                 "INSERT INTO indexed(session, define_pos, next_seq) VALUES(?1, ?2, ?3)
                  ON CONFLICT(session) DO UPDATE SET define_pos=excluded.define_pos, next_seq=excluded.next_seq",
-                rusqlite::params![info.name, meta.define_pos.0 as i64, next as i64],
+                rusqlite::params![info.name, define_pos.0 as i64, next as i64],
             )
             .map_err(serr)?;
         }
@@ -417,15 +428,15 @@ impl SearchIndex {
         // §18): left out of searches across sessions, like deleted ones
         // (two reads per session when the store has a policy).
         tx.execute("DELETE FROM expired", []).map_err(serr)?;
-        let policy = crate::session::lifecycle::retention::Policy::of(store)?;
+        let policy = crate::session::lifecycle::retention::Policy::of_log(log)?;
         if !policy.is_empty() {
             let now = crate::session::codec::envelope::now_ms();
-            for info in store.sessions() {
+            for info in &listing {
                 if policy.keeps(&info.name) {
                     continue;
                 }
                 let (created, updated) =
-                    crate::session::lifecycle::retention::session_times(store, &info.name)?;
+                    crate::session::lifecycle::retention::session_times(log, &info.name)?;
                 if policy.expired(&info.name, created, updated, now) {
                     tx.execute(
                         "INSERT OR IGNORE INTO expired(session) VALUES(?1)",
@@ -469,25 +480,31 @@ impl SearchIndex {
     /// fork ancestors included (each hit is reported under `session`, at the
     /// seq the event has there, which is the seq it has in the ancestor).
     /// Unknown sessions are an [`Error::UnknownSession`].
-    pub fn search_session(
+    pub fn search_session<'a>(
         &self,
-        store: &Store,
+        log: impl Into<LogRef<'a>>,
         session: &str,
         query: &str,
         limit: usize,
     ) -> Result<Vec<Hit>> {
-        crate::session::lifecycle::delete::check_not_deleted(store, session)?;
-        let meta = store
-            .session_meta(session)
-            .ok_or_else(|| Error::UnknownSession(session.to_string()))?;
+        let log = log.into();
+        crate::session::lifecycle::delete::check_not_deleted(log, session)?;
+        if log.appended_len(session)?.is_none() {
+            return Err(Error::UnknownSession(session.to_string()));
+        }
+        let log = log.as_log();
         // (session, seq bound): the session's own events, then each
         // ancestor's events below the prefix the chain inherits.
         let mut chain: Vec<(String, u64)> = vec![(session.to_string(), u64::MAX)];
-        let mut parent = meta.parent;
+        let mut parent = log.parent(session)?;
         let mut bound = u64::MAX;
         while let Some((p, n)) = parent {
             bound = bound.min(n);
-            parent = store.session_meta(&p).and_then(|m| m.parent);
+            parent = match log.parent(&p) {
+                Ok(pp) => pp,
+                Err(e) if e.is_not_found() => None,
+                Err(e) => return Err(e),
+            };
             chain.push((p, bound));
         }
         self.run_search(query, limit, &chain, Some(session))
