@@ -120,6 +120,7 @@ fn run(ops: &[Op]) -> (Vec<u8>, Vec<u8>, Vec<u8>, Vec<u8>) {
     // Arbitrary blocks may hold tool uses nobody answers: message validity
     // is only checked for histories without them.
     let mut wild = false;
+    let mut unique_ids = 0u64;
     let dir = tempfile::tempdir().unwrap();
     let opts = || Options {
         segment_bytes: 256 * 1024,
@@ -270,6 +271,17 @@ fn run(ops: &[Op]) -> (Vec<u8>, Vec<u8>, Vec<u8>, Vec<u8>) {
             }
             Op::Flush => s.flush().unwrap(),
             Op::Blocks(assistant, blocks) => {
+                // A tool-use id is used once per session (the session
+                // refuses a second): make every generated id unique.
+                let mut blocks = blocks.clone();
+                for b in &mut blocks {
+                    for key in ["id", "call_id"] {
+                        if let Some(serde_json::Value::String(id)) = b.get_mut(key) {
+                            unique_ids += 1;
+                            id.push_str(&format!("#{unique_ids}"));
+                        }
+                    }
+                }
                 let content: Vec<ContentBlock> = blocks
                     .iter()
                     .cloned()
