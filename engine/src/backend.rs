@@ -416,6 +416,18 @@ pub trait EventLog: Send + Sync {
         Ok(out)
     }
 
+    /// The sessions whose durable events may have changed since an earlier
+    /// answer, for a view that folds the log incrementally (the catalog):
+    /// `since` is that answer's [`Changes::mark`], `None` the first time
+    /// (every session is returned then). A log that cannot say returns
+    /// `None` (the default), and the view asks for the whole
+    /// [`EventLog::listing`] instead; the embedded store answers from its
+    /// index's log positions, one pass over integers.
+    fn changes_since(&self, since: Option<ChangeMark>) -> Result<Option<Changes>> {
+        let _ = since;
+        Ok(None)
+    }
+
     /// Close the log for every handle that shares it: what was appended is
     /// made durable first where the log can (a store this process hosts),
     /// then later calls fail. The default does nothing (a database
@@ -460,6 +472,47 @@ pub trait Follow: Send {
 pub struct Listing {
     /// The session's string id.
     pub name: String,
+    /// Durable events, inherited ones included.
+    pub durable_len: u64,
+    /// `(parent, fork seq)` of a fork.
+    pub parent: Option<(String, u64)>,
+}
+
+/// Where an answer of [`EventLog::changes_since`] left off: pass it back
+/// to get what changed after it. Opaque to the caller.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ChangeMark {
+    /// Every frame before this durable position was reported.
+    pub position: LogPos,
+    /// The log handle and its collection generation when it was taken: a
+    /// mark from another handle, or from before an online collection moved
+    /// frames, asks for every session again.
+    pub epoch: (u64, u64),
+}
+
+/// What changed in a log ([`EventLog::changes_since`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Changes {
+    /// Pass to the next call.
+    pub mark: ChangeMark,
+    /// Positions moved since `since` (or `since` was `None`): `sessions`
+    /// is every session, and a session of a rank not in it is gone.
+    pub all: bool,
+    /// The sessions with a frame at or after `since`, in creation order.
+    pub sessions: Vec<Changed>,
+}
+
+/// One session of [`Changes`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Changed {
+    /// Its creation rank in the log (dense from 0, never reused).
+    pub rank: u32,
+    /// The session's string id.
+    pub name: String,
+    /// Which incarnation of the name this is ([`EventLog::incarnation`]).
+    pub define_pos: LogPos,
+    /// The define itself is durable.
+    pub durable: bool,
     /// Durable events, inherited ones included.
     pub durable_len: u64,
     /// `(parent, fork seq)` of a fork.
@@ -638,6 +691,34 @@ impl EventLog for Store {
     /// From the index, under one read lock.
     fn listing(&self) -> Result<Vec<Listing>> {
         Ok(Store::listing(self))
+    }
+
+    fn changes_since(&self, since: Option<ChangeMark>) -> Result<Option<Changes>> {
+        let epoch = self.collection_epoch();
+        let all = since.is_none_or(|m| m.epoch != epoch);
+        let from = match since {
+            Some(m) if !all => m.position,
+            _ => LogPos(0),
+        };
+        let (durable, touched) = self.sessions_touched_since(from);
+        Ok(Some(Changes {
+            mark: ChangeMark {
+                position: durable,
+                epoch,
+            },
+            all,
+            sessions: touched
+                .into_iter()
+                .map(|(name, m)| Changed {
+                    rank: m.id.0,
+                    name,
+                    define_pos: m.define_pos,
+                    durable: m.define_pos < durable,
+                    durable_len: m.durable_len,
+                    parent: m.parent,
+                })
+                .collect(),
+        }))
     }
 
     fn claim(&self, session: &str) -> Result<Claim> {

@@ -23,10 +23,10 @@ use std::ops::ControlFlow;
 
 use serde::{Deserialize, Serialize};
 
+use crate::backend::{ChangeMark, Changed, Changes, EventLog};
 use crate::error::{Error, Result};
 use crate::session::codec::event::{CoreKind, MetaUpdate, SessionMetadata};
 use crate::session::log::LogRef;
-use crate::store::Store;
 use crate::types::LogPos;
 
 /// One listed session.
@@ -145,23 +145,25 @@ struct Slot {
 /// The catalog of one store. See the module documentation.
 #[derive(Debug, Default)]
 pub struct Catalog {
-    store_id: Option<[u8; 16]>,
-    /// Every frame before this durable position is folded.
-    covered: LogPos,
+    /// The log it was built on ([`crate::backend::EventLog::log_id`]).
+    log_id: Option<[u8; 16]>,
+    /// Where the log's last answer of changes left off; `None` for a
+    /// catalog refreshed by listing (a log that cannot say what changed).
+    mark: Option<ChangeMark>,
+    /// Refreshed by listing: ranks are given in the order the log first
+    /// listed each session.
+    by_listing: bool,
     /// By creation rank (the store's dense session id).
     slots: Vec<Option<Slot>>,
+    /// Each listed session's rank, by name.
+    ranks: HashMap<String, u32>,
     by_tag: HashMap<String, BTreeSet<u32>>,
     by_field: HashMap<(String, String), BTreeSet<u32>>,
     by_parent: HashMap<String, BTreeSet<u32>>,
     listed: usize,
-    /// [`Store::collection_epoch`] at the last refresh.
-    epoch: Option<(u64, u64)>,
     /// The store's retention policy at the last refresh: expired sessions
     /// are left out of listings and lookups.
     policy: crate::session::lifecycle::retention::Policy,
-    /// Built on another log ([`LogRef::Other`]): each session's rank by
-    /// name (given in the order the log first listed it).
-    ranks: Option<HashMap<String, u32>>,
 }
 
 #[derive(Deserialize)]
@@ -213,106 +215,130 @@ impl Catalog {
     /// (on the embedded store it tells a session from a later one of the
     /// same name; another log's catalog answers from its own names).
     pub fn get<'a>(&self, log: impl Into<LogRef<'a>>, id: &str) -> Option<&CatalogEntry> {
-        let store = match log.into() {
-            LogRef::Embedded(store) => store,
-            LogRef::Other(_) => {
-                let rank = *self.ranks.as_ref()?.get(id)?;
-                let slot = self.slots.get(rank as usize)?.as_ref()?;
-                return (!slot.deleted).then_some(&slot.entry);
+        let rank = *self.ranks.get(id)?;
+        let slot = self.slots.get(rank as usize)?.as_ref()?;
+        if slot.deleted || self.expired(&slot.entry) {
+            return None;
+        }
+        if !self.by_listing {
+            // A later session of the same name is not this one.
+            let (_, define_pos) = log.into().as_log().incarnation(id).ok()??;
+            if define_pos != slot.define_pos {
+                return None;
             }
-        };
-        let meta = store.session_meta(id)?;
-        let slot = self.slots.get(meta.id.0 as usize)?.as_ref()?;
-        (!slot.deleted && slot.define_pos == meta.define_pos && !self.expired(&slot.entry))
-            .then_some(&slot.entry)
+        }
+        Some(&slot.entry)
     }
 
     /// Fold every durable event not folded yet. Returns the number of
     /// events read.
     ///
-    /// On the embedded store this is incremental by log position (see the
-    /// module documentation). On another log ([`LogRef::Other`], e.g.
-    /// PostgreSQL) it asks for the listing ([`crate::backend::EventLog::listing`])
-    /// and folds the new durable events of each session whose length grew;
-    /// a session the log no longer lists (deleted) is dropped, and a new
-    /// one ranks after every session seen before, so cursors stay valid.
-    /// Refresh a catalog with the log it was built on: one built on a store
-    /// starts again when refreshed with another log, and the other way
-    /// round.
+    /// Where the log says what changed since the last refresh
+    /// ([`crate::backend::EventLog::changes_since`]: the embedded store)
+    /// this is incremental by log position (see the module documentation).
+    /// Otherwise (e.g. PostgreSQL) it asks for the listing
+    /// ([`crate::backend::EventLog::listing`]) and folds the new durable
+    /// events of each session whose length grew; a session the log no
+    /// longer lists (deleted) is dropped, and a new one ranks after every
+    /// session seen before, so cursors stay valid. Refresh a catalog with
+    /// the log it was built on: one built on another log starts again.
     pub fn refresh<'a>(&mut self, log: impl Into<LogRef<'a>>) -> Result<u64> {
-        match log.into() {
-            LogRef::Embedded(store) => self.refresh_store(store),
-            LogRef::Other(l) => self.refresh_log(l),
-        }
-    }
-
-    fn refresh_store(&mut self, store: &Store) -> Result<u64> {
-        if self.store_id != Some(store.store_id()) || self.ranks.is_some() {
+        let log = log.into();
+        let l = log.as_log();
+        if self.log_id != Some(l.log_id()) {
             *self = Catalog {
-                store_id: Some(store.store_id()),
+                log_id: Some(l.log_id()),
                 ..Catalog::default()
             };
         }
-        let epoch = store.collection_epoch();
-        if self
-            .epoch
-            .is_some_and(|(h, g)| h == epoch.0 && g != epoch.1)
-        {
-            // An online collection in this store handle moved frames (to
-            // positions that may lie before `covered`) and may have
-            // reclaimed sessions: drop those, take each define's new
-            // position, and look at every session again (a session whose
+        self.policy = crate::session::lifecycle::retention::Policy::of_log(log)?;
+        if self.by_listing {
+            return self.refresh_listed(l);
+        }
+        match l.changes_since(self.mark)? {
+            Some(changes) => self.refresh_changed(l, changes),
+            None if self.mark.is_none() => {
+                self.by_listing = true;
+                self.refresh_listed(l)
+            }
+            None => {
+                // The log stopped saying what changed: list it from now on.
+                let log_id = self.log_id;
+                *self = Catalog {
+                    log_id,
+                    by_listing: true,
+                    ..Catalog::default()
+                };
+                self.refresh_listed(l)
+            }
+        }
+    }
+
+    /// [`Catalog::refresh`] with what changed since the last one.
+    fn refresh_changed(&mut self, log: &dyn EventLog, changes: Changes) -> Result<u64> {
+        if changes.all && self.mark.is_some() {
+            // An online collection moved frames (to positions that may lie
+            // before the last mark) and may have reclaimed sessions: drop
+            // those, and take each define's new position (a session whose
             // durable length did not change is not folded again).
+            let now: HashMap<u32, &Changed> =
+                changes.sessions.iter().map(|c| (c.rank, c)).collect();
             for rank in 0..self.slots.len() {
-                let Some(slot) = self.slots[rank].take() else {
+                let Some(mut slot) = self.slots[rank].take() else {
                     continue;
                 };
                 self.unindex(rank as u32, &slot);
-                match store.session_meta(&slot.entry.id) {
-                    Some(m) if m.id.0 as usize == rank => {
-                        let mut slot = slot;
-                        slot.define_pos = m.define_pos;
+                match now.get(&(rank as u32)) {
+                    Some(c) if c.name == slot.entry.id => {
+                        slot.define_pos = c.define_pos;
                         self.index(rank as u32, &slot);
                         self.slots[rank] = Some(slot);
                     }
-                    _ => {}
+                    _ => {
+                        self.forget(rank as u32, &slot.entry.id);
+                    }
                 }
             }
-            self.covered = LogPos(0);
         }
-        self.epoch = Some(epoch);
-        self.policy = crate::session::lifecycle::retention::Policy::of(store)?;
-        let (durable, touched) = store.sessions_touched_since(self.covered);
         let mut read = 0;
-        for (name, meta) in touched {
-            if meta.define_pos >= durable {
+        for c in &changes.sessions {
+            if !c.durable {
                 continue; // the session itself is not durable yet
             }
-            let rank = meta.id.0;
+            let rank = c.rank;
             let i = rank as usize;
             if self.slots.len() <= i {
                 self.slots.resize(i + 1, None);
             }
             let mut slot = match self.slots[i].take() {
-                Some(s) if s.define_pos == meta.define_pos => {
+                Some(s) if s.define_pos == c.define_pos && s.entry.id == c.name => {
                     self.unindex(rank, &s);
                     s
                 }
                 Some(s) => {
                     // Another incarnation of the rank: start again.
                     self.unindex(rank, &s);
-                    fresh(&name, &meta)
+                    self.forget(rank, &s.entry.id);
+                    fresh(&c.name, c.define_pos, c.parent.clone())
                 }
-                None => fresh(&name, &meta),
+                None => fresh(&c.name, c.define_pos, c.parent.clone()),
             };
-            if !slot.deleted && meta.durable_len > slot.folded {
-                read += fold(store, &name, &meta, &mut slot)?;
+            self.ranks.insert(c.name.clone(), rank);
+            if !slot.deleted && c.durable_len > slot.folded {
+                read += fold(log, &c.name, c.durable_len, &mut slot)?;
             }
             self.index(rank, &slot);
             self.slots[i] = Some(slot);
         }
-        self.covered = durable;
+        self.mark = Some(changes.mark);
         Ok(read)
+    }
+
+    /// Drop `name`'s rank if it is `rank`'s.
+    fn forget(&mut self, rank: u32, name: &str) {
+        if self.ranks.get(name) == Some(&rank) {
+            self.ranks.remove(name);
+        }
     }
 
     /// Whether the retention policy expires `e` now.
@@ -444,9 +470,9 @@ fn matches(e: &CatalogEntry, q: &ListQuery) -> bool {
         && q.open_turn.is_none_or(|o| e.open_turn == o)
 }
 
-fn fresh(name: &str, meta: &crate::store::SessionMeta) -> Slot {
+fn fresh(name: &str, define_pos: LogPos, parent: Option<(String, u64)>) -> Slot {
     Slot {
-        define_pos: meta.define_pos,
+        define_pos,
         folded: 0,
         deleted: false,
         entry: CatalogEntry {
@@ -455,7 +481,7 @@ fn fresh(name: &str, meta: &crate::store::SessionMeta) -> Slot {
             created_ms: None,
             updated_ms: None,
             open_turn: false,
-            parent: meta.parent.clone(),
+            parent,
             metadata: SessionMetadata::default(),
         },
     }
@@ -466,26 +492,12 @@ fn fresh(name: &str, meta: &crate::store::SessionMeta) -> Slot {
 /// the envelope's time of the first own and the last event. An event the
 /// catalog cannot read (a malformed `session/meta`) is skipped: the
 /// catalog is a view, and a writable open reports such an event.
-fn fold(
-    store: &Store,
-    name: &str,
-    meta: &crate::store::SessionMeta,
-    slot: &mut Slot,
-) -> Result<u64> {
-    let end = meta.durable_len;
-    let first_own = meta.parent.as_ref().map_or(0, |(_, n)| *n);
+fn fold(log: &dyn EventLog, name: &str, end: u64, slot: &mut Slot) -> Result<u64> {
+    let first_own = slot.entry.parent.as_ref().map_or(0, |(_, n)| *n);
     let e = &mut slot.entry;
     let mut deleted = false;
-    let n = store.visit_range(name, slot.folded..end, |ev| {
-        fold_event(
-            e,
-            &mut deleted,
-            first_own,
-            end,
-            ev.seq.0,
-            ev.kind,
-            ev.payload,
-        );
+    let n = log.visit(name, slot.folded..end, &mut |ev| {
+        fold_event(e, &mut deleted, first_own, end, ev.seq, ev.kind, ev.payload);
         ControlFlow::Continue(())
     })?;
     e.events = end;
@@ -595,31 +607,23 @@ impl Catalog {
                 entry,
             };
             c.index(rank as u32, &slot);
+            c.ranks.insert(slot.entry.id.clone(), rank as u32);
             c.slots.push(Some(slot));
         }
+        c.by_listing = true;
         c
     }
 }
 
-/// Events read per call from another log.
-const LOG_CHUNK: u64 = 4096;
-
 impl Catalog {
-    /// [`Catalog::refresh`] on another log: its listing, then the new
+    /// [`Catalog::refresh`] by listing: the log's listing, then the new
     /// durable events of each session that grew.
-    fn refresh_log(&mut self, log: &dyn crate::backend::EventLog) -> Result<u64> {
-        if self.ranks.is_none() {
-            *self = Catalog {
-                ranks: Some(HashMap::new()),
-                ..Catalog::default()
-            };
-        }
+    fn refresh_listed(&mut self, log: &dyn EventLog) -> Result<u64> {
         let mut listed = vec![false; self.slots.len()];
         let mut read = 0;
         for item in log.listing()? {
-            let ranks = self.ranks.get_or_insert_with(HashMap::new);
             let next = self.slots.len() as u32;
-            let rank = *ranks.entry(item.name.clone()).or_insert(next);
+            let rank = *self.ranks.entry(item.name.clone()).or_insert(next);
             let i = rank as usize;
             if self.slots.len() <= i {
                 self.slots.resize(i + 1, None);
@@ -633,23 +637,21 @@ impl Catalog {
                     if s.entry.parent == item.parent && s.folded <= item.durable_len {
                         s
                     } else {
-                        fresh_listed(&item)
+                        fresh(&item.name, LogPos::default(), item.parent.clone())
                     }
                 }
-                None => fresh_listed(&item),
+                None => fresh(&item.name, LogPos::default(), item.parent.clone()),
             };
             let slot = if !slot.deleted && item.durable_len > slot.folded {
                 let mut grown = slot.clone();
-                match fold_log(log, &item.name, item.durable_len, &mut grown) {
+                match fold(log, &item.name, item.durable_len, &mut grown) {
                     Ok(n) => {
                         read += n;
                         grown
                     }
                     // Gone since the listing was read: left out.
                     Err(e) if e.is_not_found() => {
-                        if let Some(r) = self.ranks.as_mut() {
-                            r.remove(&item.name);
-                        }
+                        self.ranks.remove(&item.name);
                         continue;
                     }
                     Err(e) => {
@@ -672,62 +674,9 @@ impl Catalog {
             }
             if let Some(s) = self.slots[i].take() {
                 self.unindex(i as u32, &s);
-                if let Some(r) = self.ranks.as_mut() {
-                    r.remove(&s.entry.id);
-                }
+                self.ranks.remove(&s.entry.id);
             }
         }
         Ok(read)
     }
-}
-
-fn fresh_listed(item: &crate::backend::Listing) -> Slot {
-    Slot {
-        define_pos: LogPos::default(),
-        folded: 0,
-        deleted: false,
-        entry: CatalogEntry {
-            id: item.name.clone(),
-            events: 0,
-            created_ms: None,
-            updated_ms: None,
-            open_turn: false,
-            parent: item.parent.clone(),
-            metadata: SessionMetadata::default(),
-        },
-    }
-}
-
-/// [`fold`] on another log: the durable events `slot.folded..end`, read in
-/// chunks.
-fn fold_log(
-    log: &dyn crate::backend::EventLog,
-    name: &str,
-    end: u64,
-    slot: &mut Slot,
-) -> Result<u64> {
-    let first_own = slot.entry.parent.as_ref().map_or(0, |(_, n)| *n);
-    let mut deleted = false;
-    let mut n = 0;
-    let mut at = slot.folded;
-    while at < end {
-        let to = (at + LOG_CHUNK).min(end);
-        for ev in log.read_range(name, at..to)? {
-            n += 1;
-            fold_event(
-                &mut slot.entry,
-                &mut deleted,
-                first_own,
-                end,
-                ev.seq,
-                ev.kind,
-                &ev.payload,
-            );
-        }
-        at = to;
-    }
-    slot.entry.events = end;
-    slot.folded = end;
-    slot.deleted |= deleted;
-    Ok(n)
 }
