@@ -69,8 +69,8 @@ pub fn shared(dir: &Path) -> Result<LogHandle, Failure> {
 /// (its clients, if any came meanwhile, take it over), else the
 /// connection.
 pub fn close_shared(log: LogHandle, dir: &Path) -> Result<(), Failure> {
-    match log {
-        LogHandle::Embedded(store) => close(store, dir),
-        LogHandle::Other(_) => Ok(()),
+    match log.store() {
+        Some(store) => close(store.clone(), dir),
+        None => Ok(()),
     }
 }

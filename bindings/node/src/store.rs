@@ -12,7 +12,7 @@ use serde_json::{json, Value};
 use turnstone::gc::CollectOptions;
 use turnstone::session::gc::{collect_live, Retention};
 use turnstone::session::{self as ts, Host, LogHandle, Registry};
-use turnstone::session::{list_sessions, SearchIndex};
+use turnstone::session::list_sessions;
 use turnstone::{Error as TsError, Options, Store as TsStore};
 use turnstone_pg::{is_url, PgEventLog, PgLog};
 
@@ -40,16 +40,20 @@ impl NativeStore {
     /// The embedded store, for what only it has (its search index, live
     /// follow).
     fn store(&self, what: &str) -> napi::Result<Arc<TsStore>> {
-        match self.log()? {
-            LogHandle::Embedded(s) => Ok(s),
-            LogHandle::Other(l) if self.pg.is_none() => Err(err(TsError::Refused(format!(
+        let log = self.log()?;
+        if let Some(s) = log.store() {
+            return Ok(s.clone());
+        }
+        let l = log.as_log();
+        if self.pg.is_none() {
+            return Err(err(TsError::Refused(format!(
                 "{what} runs in the process that hosts the store; this process is its client ({}, docs/MULTIPROCESS.md)",
                 l.backend()
-            )))),
-            LogHandle::Other(_) => Err(err(TsError::Refused(format!(
-                "{what} is not available on a database yet"
-            )))),
+            ))));
         }
+        Err(err(TsError::Refused(format!(
+                "{what} is not available on a database yet"
+            ))))
     }
     fn host(&self) -> napi::Result<Arc<Host>> {
         self.host.lock().clone().ok_or_else(|| err(TsError::Closed))
@@ -326,35 +330,13 @@ impl NativeStore {
         session: Option<String>,
     ) -> napi::Result<AsyncTask<Job<String>>> {
         let limit = limit.unwrap_or(20) as usize;
-        if let Some(pg) = self.pg.clone() {
-            // PostgreSQL's own text search: the same hit shape.
-            return Ok(Job::new(move || {
-                let hits = match &session {
-                    Some(s) => pg.search_session(s, &query, limit),
-                    None => pg.search(&query, limit),
-                }
-                .map_err(|e| err(turnstone_pg::engine_error(e)))?;
-                let hits: Vec<Value> = hits
-                    .into_iter()
-                    .map(|h| json!({"session": h.session, "seq": h.seq, "snippet": h.snippet}))
-                    .collect();
-                Ok(Value::Array(hits).to_string())
-            }));
-        }
-        if let LogHandle::Other(l) = self.log()? {
-            // A client: the store's host searches its index.
-            return Ok(Job::new(move || {
-                let hits = l.search(&query, limit, session.as_deref()).map_err(err)?;
-                Ok(serde_json::to_string(&hits).unwrap_or_else(|_| "[]".into()))
-            }));
-        }
-        let (store, registry) = (self.store("search")?, self.registry.clone());
+        // The log's own search (PostgreSQL; a client asks its host), or the
+        // session layer's index in the store's files.
+        let (log, registry) = (self.log()?, self.registry.clone());
         Ok(Job::new(move || {
-            let mut ix = SearchIndex::open(&store).map_err(err)?;
-            ix.update(&store, &registry).map_err(err)?;
             let hits = match &session {
-                Some(s) => ix.search_session(&store, s, &query, limit),
-                None => ix.search(&query, limit),
+                Some(s) => ts::search_session(&log, &registry, s, &query, limit),
+                None => ts::search(&log, &registry, &query, limit),
             }
             .map_err(err)?;
             Ok(serde_json::to_string(&hits).unwrap_or_else(|_| "[]".into()))
@@ -433,10 +415,10 @@ impl NativeStore {
                 return Ok(());
             }
             match log {
-                Some(LogHandle::Embedded(s)) => s.shutdown().map_err(err),
+                Some(log) if log.store().is_some() => log.store().unwrap().shutdown().map_err(err),
                 // A client of another process's store (or the store it
                 // took over).
-                Some(LogHandle::Other(l)) => l.close().map_err(err),
+                Some(log) => log.as_log().close().map_err(err),
                 None => Ok(()),
             }
         })

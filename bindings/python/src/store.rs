@@ -9,7 +9,7 @@ use parking_lot::Mutex;
 use pyo3::prelude::*;
 use serde_json::{json, Value};
 use turnstone::session::{self as ts, Host, LogHandle, Registry};
-use turnstone::session::{list_sessions, SearchIndex};
+use turnstone::session::list_sessions;
 use turnstone::{Error, Options, Store};
 use turnstone_pg::{is_url, PgEventLog, PgLog};
 
@@ -36,16 +36,20 @@ impl NativeStore {
     /// The embedded store, for what only it has (its search index, live
     /// follow).
     fn store(&self, what: &str) -> PyResult<Arc<Store>> {
-        match self.log()? {
-            LogHandle::Embedded(s) => Ok(s),
-            LogHandle::Other(l) if self.pg.is_none() => Err(err(Error::Refused(format!(
+        let log = self.log()?;
+        if let Some(s) = log.store() {
+            return Ok(s.clone());
+        }
+        let l = log.as_log();
+        if self.pg.is_none() {
+            return Err(err(Error::Refused(format!(
                 "{what} runs in the process that hosts the store; this process is its client ({}, docs/MULTIPROCESS.md)",
                 l.backend()
-            )))),
-            LogHandle::Other(_) => Err(err(Error::Refused(format!(
-                "{what} is not available on a database yet"
-            )))),
+            ))));
         }
+        Err(err(Error::Refused(format!(
+                "{what} is not available on a database yet"
+            ))))
     }
     fn host(&self) -> PyResult<Arc<Host>> {
         self.host.lock().clone().ok_or_else(|| err(Error::Closed))
@@ -283,36 +287,13 @@ impl NativeStore {
         limit: usize,
         session: Option<String>,
     ) -> PyResult<String> {
-        if let Some(pg) = &self.pg {
-            // PostgreSQL's own text search: the same hit shape.
-            let hits = py
-                .detach(|| match &session {
-                    Some(s) => pg.search_session(s, &query, limit),
-                    None => pg.search(&query, limit),
-                })
-                .map_err(|e| err(turnstone_pg::engine_error(e)))?;
-            let hits: Vec<Value> = hits
-                .into_iter()
-                .map(|h| json!({"session": h.session, "seq": h.seq, "snippet": h.snippet}))
-                .collect();
-            return Ok(Value::Array(hits).to_string());
-        }
-        if let LogHandle::Other(l) = self.log()? {
-            // A client: the store's host searches its index.
-            let hits = py
-                .detach(|| l.search(&query, limit, session.as_deref()))
-                .map_err(err)?;
-            return Ok(serde_json::to_string(&hits).unwrap_or_else(|_| "[]".into()));
-        }
-        let (store, registry) = (self.store("search")?, self.registry.clone());
+        // The log's own search (PostgreSQL; a client asks its host), or the
+        // session layer's index in the store's files.
+        let (log, registry) = (self.log()?, self.registry.clone());
         let hits = py
-            .detach(|| {
-                let mut ix = SearchIndex::open(&store)?;
-                ix.update(&store, &registry)?;
-                match &session {
-                    Some(s) => ix.search_session(&store, s, &query, limit),
-                    None => ix.search(&query, limit),
-                }
+            .detach(|| match &session {
+                Some(s) => ts::search_session(&log, &registry, s, &query, limit),
+                None => ts::search(&log, &registry, &query, limit),
             })
             .map_err(err)?;
         Ok(serde_json::to_string(&hits).unwrap_or_else(|_| "[]".into()))
@@ -377,10 +358,10 @@ impl NativeStore {
             }
             match log {
                 // Sessions may still hold it: close it for them too.
-                Some(LogHandle::Embedded(s)) => s.shutdown(),
+                Some(log) if log.store().is_some() => log.store().unwrap().shutdown(),
                 // A client of another process's store (or the store it
                 // took over).
-                Some(LogHandle::Other(l)) => l.close(),
+                Some(log) => log.as_log().close(),
                 None => Ok(()),
             }
         })

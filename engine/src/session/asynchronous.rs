@@ -271,7 +271,7 @@ pub mod tokio {
     use super::*;
     use crate::error::Error;
     use crate::session::handle::repair::RepairReport;
-    use crate::store::Store;
+    use crate::session::log::LogHandle;
 
     async fn blocking<T: Send + 'static>(
         f: impl FnOnce() -> Result<T> + Send + 'static,
@@ -282,29 +282,33 @@ pub mod tokio {
     }
 
     /// [`Session::open`] (restore and claim) off the runtime's threads.
-    pub async fn open(store: Arc<Store>, id: &str, registry: Arc<Registry>) -> Result<Session> {
-        let id = id.to_string();
-        blocking(move || Session::open(store, &id, registry)).await
+    pub async fn open(
+        log: impl Into<LogHandle>,
+        id: &str,
+        registry: Arc<Registry>,
+    ) -> Result<Session> {
+        let (log, id) = (log.into(), id.to_string());
+        blocking(move || Session::open(log, &id, registry)).await
     }
 
     /// [`Session::open_or_create`] off the runtime's threads.
     pub async fn open_or_create(
-        store: Arc<Store>,
+        log: impl Into<LogHandle>,
         id: &str,
         registry: Arc<Registry>,
     ) -> Result<Session> {
-        let id = id.to_string();
-        blocking(move || Session::open_or_create(store, &id, registry)).await
+        let (log, id) = (log.into(), id.to_string());
+        blocking(move || Session::open_or_create(log, &id, registry)).await
     }
 
     /// [`Session::open_read_only`] off the runtime's threads.
     pub async fn open_read_only(
-        store: Arc<Store>,
+        log: impl Into<LogHandle>,
         id: &str,
         registry: Arc<Registry>,
     ) -> Result<Session> {
-        let id = id.to_string();
-        blocking(move || Session::open_read_only(store, &id, registry)).await
+        let (log, id) = (log.into(), id.to_string());
+        blocking(move || Session::open_read_only(log, &id, registry)).await
     }
 
     /// Open session `id` (restore and claim) and repair it
@@ -312,13 +316,13 @@ pub mod tokio {
     /// threads, and wait until the repair is durable: what a harness does
     /// when it resumes a session after a crash.
     pub async fn open_repaired(
-        store: Arc<Store>,
+        log: impl Into<LogHandle>,
         id: &str,
         registry: Arc<Registry>,
     ) -> Result<(Session, RepairReport)> {
-        let id = id.to_string();
+        let (log, id) = (log.into(), id.to_string());
         blocking(move || {
-            let mut s = Session::open(store, &id, registry)?;
+            let mut s = Session::open(log, &id, registry)?;
             let report = crate::session::repair(&mut s, &[])?;
             s.flush()?;
             Ok((s, report))
@@ -329,13 +333,13 @@ pub mod tokio {
     /// The durable events `from..` of session `id` ([`crate::session::views::replay`]),
     /// collected off the runtime's threads; the first error ends it.
     pub async fn replay(
-        store: Arc<Store>,
+        log: impl Into<LogHandle>,
         id: &str,
         registry: Arc<Registry>,
         from: u64,
     ) -> Result<Vec<SessionEvent>> {
-        let id = id.to_string();
-        blocking(move || crate::session::replay(&store, &id, registry, from)?.collect()).await
+        let (log, id) = (log.into(), id.to_string());
+        blocking(move || crate::session::replay(&log, &id, registry, from)?.collect()).await
     }
 
     /// Search across sessions ([`crate::session::views::query::search`]) off the
@@ -343,7 +347,7 @@ pub mod tokio {
     /// index brought up to date first, on another log (an
     /// `Arc<PgEventLog>`) that log's own search.
     pub async fn search(
-        log: impl Into<crate::session::log::LogHandle>,
+        log: impl Into<LogHandle>,
         registry: Arc<Registry>,
         query: &str,
         limit: usize,

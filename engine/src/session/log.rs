@@ -17,20 +17,22 @@ use crate::session::codec::envelope::EncodedEvent;
 use crate::store::Store;
 use crate::types::LogPos;
 
-/// A log the session layer runs on: the embedded store, or another
+/// A log the session layer runs on: the embedded store, or any other
 /// [`EventLog`]. Every `Session` constructor takes `impl Into<LogHandle>`,
-/// so an `Arc<Store>` and an `Arc<PgEventLog>` are both accepted.
+/// so an `Arc<Store>` and an `Arc<PgEventLog>` are both accepted. The
+/// session layer reaches the log only through the trait; which log it is
+/// matters only to [`LogHandle::store`], for callers that want the
+/// embedded store's own API.
 #[derive(Clone)]
-pub enum LogHandle {
-    /// The embedded store.
-    Embedded(Arc<Store>),
-    /// Any other log, through the trait.
-    Other(Arc<dyn EventLog>),
+pub struct LogHandle {
+    log: Arc<dyn EventLog>,
+    /// The same log, when it is the embedded store.
+    store: Option<Arc<Store>>,
 }
 
 impl std::fmt::Debug for LogHandle {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "LogHandle({})", self.as_log().backend())
+        write!(f, "LogHandle({})", self.log.backend())
     }
 }
 
@@ -43,9 +45,9 @@ impl<T: EventLog + 'static> From<Arc<T>> for LogHandle {
 
 impl From<Arc<dyn EventLog>> for LogHandle {
     fn from(log: Arc<dyn EventLog>) -> LogHandle {
-        match log.clone().embedded() {
-            Some(store) => LogHandle::Embedded(store),
-            None => LogHandle::Other(log),
+        LogHandle {
+            store: log.clone().embedded(),
+            log,
         }
     }
 }
@@ -59,68 +61,51 @@ impl From<&LogHandle> for LogHandle {
 impl LogHandle {
     /// The embedded store, if this is one.
     pub fn store(&self) -> Option<&Arc<Store>> {
-        match self {
-            LogHandle::Embedded(s) => Some(s),
-            LogHandle::Other(_) => None,
-        }
+        self.store.as_ref()
     }
 
     /// The log behind the trait.
     pub fn as_log(&self) -> &dyn EventLog {
-        match self {
-            LogHandle::Embedded(s) => &**s,
-            LogHandle::Other(l) => &**l,
-        }
+        &*self.log
     }
 
     /// The log behind the trait, as a shared handle.
     pub fn as_log_arc(&self) -> Arc<dyn EventLog> {
-        match self {
-            LogHandle::Embedded(s) => s.clone(),
-            LogHandle::Other(l) => l.clone(),
-        }
+        self.log.clone()
     }
 
     /// A borrowed view, for the functions that take `impl Into<LogRef>`.
     pub fn as_ref(&self) -> LogRef<'_> {
-        match self {
-            LogHandle::Embedded(s) => LogRef::Embedded(s),
-            LogHandle::Other(l) => LogRef::Other(&**l),
-        }
+        LogRef(&*self.log)
     }
 }
 
 /// A borrowed [`LogHandle`]: what the session layer's free functions
 /// (replay, fork, delete) read through.
 #[derive(Clone, Copy)]
-pub enum LogRef<'a> {
-    /// The embedded store.
-    Embedded(&'a Store),
-    /// Any other log.
-    Other(&'a dyn EventLog),
-}
+pub struct LogRef<'a>(&'a dyn EventLog);
 
 impl<'a> From<&'a Store> for LogRef<'a> {
     fn from(s: &'a Store) -> Self {
-        LogRef::Embedded(s)
+        LogRef(s)
     }
 }
 
 impl<'a> From<&'a Arc<Store>> for LogRef<'a> {
     fn from(s: &'a Arc<Store>) -> Self {
-        LogRef::Embedded(s)
+        LogRef(&**s)
     }
 }
 
 impl<'a> From<&'a dyn EventLog> for LogRef<'a> {
     fn from(l: &'a dyn EventLog) -> Self {
-        LogRef::Other(l)
+        LogRef(l)
     }
 }
 
 impl<'a> From<&'a Arc<dyn EventLog>> for LogRef<'a> {
     fn from(l: &'a Arc<dyn EventLog>) -> Self {
-        LogRef::Other(&**l)
+        LogRef(&**l)
     }
 }
 
@@ -140,19 +125,9 @@ pub(crate) struct Raw<'p> {
 }
 
 impl<'a> LogRef<'a> {
-    /// The embedded store, if this is one.
-    pub fn store(self) -> Option<&'a Store> {
-        match self {
-            LogRef::Embedded(s) => Some(s),
-            LogRef::Other(_) => None,
-        }
-    }
-
-    pub(crate) fn as_log(self) -> &'a dyn EventLog {
-        match self {
-            LogRef::Embedded(s) => s,
-            LogRef::Other(l) => l,
-        }
+    /// The log behind the trait.
+    pub fn as_log(self) -> &'a dyn EventLog {
+        self.0
     }
 
     /// Events appended so far, durable or not; `None`: no such session.

@@ -84,12 +84,12 @@ fn open_inner(dir: &Path, opts: Options, wait: bool) -> Result<LogHandle> {
         Ok(store) => {
             let store = Arc::new(store);
             host(&store)?;
-            Ok(LogHandle::Embedded(store))
+            Ok(LogHandle::from(store))
         }
         Err(e @ Error::Locked { .. }) if !wait && !is_hosted(dir) => Err(e),
         Err(Error::Locked { .. }) => {
             let client = Client::connect(dir, opts)?;
-            Ok(LogHandle::Other(client))
+            Ok(LogHandle::from(client))
         }
         Err(e) => Err(e),
     }

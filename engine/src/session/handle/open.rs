@@ -212,9 +212,9 @@ impl Session {
         if staged::group_bytes(id, items.iter().map(|e| e.payload.len())) > limit {
             return Self::create_staged(s, items, limit);
         }
-        if let LogHandle::Other(l) = &s.log {
+        if !s.log.as_log().claims_names() {
             // The claim below needs the session to exist there.
-            l.create_session(id)?;
+            s.log.as_log().create_session(id)?;
         }
         s.claim()?;
         s.append_encoded(items)?;

@@ -130,9 +130,9 @@ fn make_through_staging(
     delete_leftovers(log);
     let staging = staging_name();
     let n = lens.len() as u64;
-    if let LogHandle::Other(l) = log {
-        // Another log claims a session that exists.
-        l.create_session(&staging)?;
+    if !log.as_log().claims_names() {
+        // This log claims a session that exists.
+        log.as_log().create_session(&staging)?;
     }
     // Held while it is written: another creation's `delete_leftovers`
     // skips it (a tombstone inside it would be inherited by `id`).
