@@ -260,7 +260,7 @@ fn reads_cause_no_sync_and_see_only_durable_events() {
                 .count(),
             10
         );
-        let listed = list_sessions(&store, &reg).unwrap();
+        let listed = list_sessions(&store).unwrap();
         assert_eq!(listed[0].events, 10);
     }
     assert_eq!(store.stats().syncs, syncs, "reads made nothing durable");
@@ -287,9 +287,8 @@ fn fork_child_has_its_own_creation_time_and_logs_a_change() {
     s.flush().unwrap();
     std::thread::sleep(std::time::Duration::from_millis(20));
     let f = fork(&store, "p", None, Some("c")).unwrap();
-    let reg2 = Registry::new();
     let child = || {
-        list_sessions(&store, &reg2)
+        list_sessions(&store)
             .unwrap()
             .into_iter()
             .find(|x| x.id == "c")
@@ -304,7 +303,7 @@ fn fork_child_has_its_own_creation_time_and_logs_a_change() {
         Some(HeaderReason::Change)
     );
     c.flush().unwrap();
-    let parent = list_sessions(&store, &reg2).unwrap()[0].clone();
+    let parent = list_sessions(&store).unwrap()[0].clone();
     assert!(child().created_ms.unwrap() >= parent.created_ms.unwrap() + 20);
     // Unchanged config in a new loop is a `resume`.
     drop(c);

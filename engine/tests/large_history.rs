@@ -87,7 +87,7 @@ fn history_over_one_batch_arrives_whole_and_the_staging_session_is_deleted() {
     assert_eq!(want.len(), 401);
     drop(shared);
     // The staging session is deleted; only "big" is listed.
-    let names: Vec<String> = list_sessions(&store, &Registry::new())
+    let names: Vec<String> = list_sessions(&store)
         .unwrap()
         .into_iter()
         .map(|s| s.id)
@@ -186,7 +186,7 @@ fn staged_creations_at_once_leave_each_other_alone() {
         t.join().unwrap();
     }
     // None of them took another's staging session for a leftover.
-    let mut listed: Vec<String> = list_sessions(&store, &Registry::new())
+    let mut listed: Vec<String> = list_sessions(&store)
         .unwrap()
         .into_iter()
         .map(|s| s.id)

@@ -75,7 +75,7 @@ fn an_expired_session_vanishes_at_once_and_a_collection_reclaims_it() {
     assert!(matches!(e, Error::SessionExpired { .. }), "{e}");
     assert!(e.is_not_found());
     assert!(open(&store, "fresh").is_ok() && open(&store, "kept").is_ok());
-    let listed: Vec<String> = list_sessions(&store, &Registry::new())
+    let listed: Vec<String> = list_sessions(&store)
         .unwrap()
         .into_iter()
         .map(|s| s.id)

@@ -178,7 +178,7 @@ fn deleted_session_is_not_found_by_loads_lists_and_search() {
         Session::create(store.clone(), "gone", reg()),
         Err(Error::SessionExists(_))
     ));
-    let ids: Vec<String> = list_sessions(&store, &Registry::new())
+    let ids: Vec<String> = list_sessions(&store)
         .unwrap()
         .into_iter()
         .map(|s| s.id)
@@ -251,7 +251,7 @@ fn fork_of_a_deleted_parent_still_loads_and_replays() {
         let hits = ix.search_session(store, "c", "inherited", 10).unwrap();
         assert_eq!(hits.len(), 1);
         assert_eq!(hits[0].session, "c");
-        let listed: Vec<String> = list_sessions(store, &Registry::new())
+        let listed: Vec<String> = list_sessions(store)
             .unwrap()
             .into_iter()
             .map(|s| s.id)

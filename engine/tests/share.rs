@@ -701,7 +701,7 @@ fn a_client_creates_a_session_from_history_over_one_batch() {
     w.wait().unwrap();
     assert_eq!(line, "IMPORTED 17001");
     assert_eq!(store.session_meta("big").unwrap().durable_len, 17_001);
-    let listed: Vec<String> = list_sessions(&store, &Registry::new())
+    let listed: Vec<String> = list_sessions(&store)
         .unwrap()
         .into_iter()
         .map(|s| s.id)

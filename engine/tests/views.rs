@@ -444,7 +444,7 @@ fn query_lists_filters_and_searches() {
     .unwrap();
     b.compact("k", 0, 1, "summary mentions okapis").unwrap();
     store.sync().unwrap();
-    let list = list_sessions(&store, &reg()).unwrap();
+    let list = list_sessions(&store).unwrap();
     assert_eq!(list.len(), 2);
     assert_eq!(
         (list[0].id.as_str(), list[0].events, list[0].open_turn),

@@ -54,7 +54,7 @@ fn import_meta_and_delete_run_through_the_host() {
     assert_eq!(code(&out), 0, "delete beside a host: {}", stderr(&out));
 
     // The host's process sees all three.
-    let listed = list_sessions(&host, &registry).unwrap();
+    let listed = list_sessions(&host).unwrap();
     let names: Vec<&str> = listed.iter().map(|i| i.id.as_str()).collect();
     assert_eq!(
         names,

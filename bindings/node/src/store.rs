@@ -12,7 +12,6 @@ use serde_json::{json, Value};
 use turnstone::gc::CollectOptions;
 use turnstone::session::gc::{collect_live, Retention};
 use turnstone::session::{self as ts, Host, LogHandle, Registry};
-use turnstone::session::list_sessions;
 use turnstone::{Error as TsError, Options, Store as TsStore};
 use turnstone_pg::{is_url, PgEventLog, PgLog};
 
@@ -52,8 +51,8 @@ impl NativeStore {
             ))));
         }
         Err(err(TsError::Refused(format!(
-                "{what} is not available on a database yet"
-            ))))
+            "{what} is not available on a database yet"
+        ))))
     }
     fn host(&self) -> napi::Result<Arc<Host>> {
         self.host.lock().clone().ok_or_else(|| err(TsError::Closed))
@@ -199,9 +198,19 @@ impl NativeStore {
     /// Every session, as JSON.
     #[napi(catch_unwind, ts_return_type = "Promise<string>")]
     pub fn sessions(&self) -> napi::Result<AsyncTask<Job<String>>> {
-        let (log, registry) = (self.log()?, self.registry.clone());
+        let (log, catalog) = (self.log()?, self.catalog.clone());
         Ok(Job::new(move || {
-            let list = list_sessions(&log, &registry).map_err(err)?;
+            // The store's catalog, brought up to date (one listing for both
+            // calls; only what changed since the last is read).
+            let list = {
+                let mut catalog = catalog.lock();
+                catalog.refresh(&log).map_err(err)?;
+                let all = ts::ListQuery {
+                    limit: usize::MAX,
+                    ..Default::default()
+                };
+                catalog.list(&all).sessions
+            };
             let out: Vec<Value> = list
                 .into_iter()
                 .map(|s| {

@@ -9,7 +9,6 @@ use parking_lot::Mutex;
 use pyo3::prelude::*;
 use serde_json::{json, Value};
 use turnstone::session::{self as ts, Host, LogHandle, Registry};
-use turnstone::session::list_sessions;
 use turnstone::{Error, Options, Store};
 use turnstone_pg::{is_url, PgEventLog, PgLog};
 
@@ -48,8 +47,8 @@ impl NativeStore {
             ))));
         }
         Err(err(Error::Refused(format!(
-                "{what} is not available on a database yet"
-            ))))
+            "{what} is not available on a database yet"
+        ))))
     }
     fn host(&self) -> PyResult<Arc<Host>> {
         self.host.lock().clone().ok_or_else(|| err(Error::Closed))
@@ -172,8 +171,20 @@ impl NativeStore {
 
     /// Every session as JSON: id, events, created/updated ms, open turn, parent.
     fn sessions(&self, py: Python<'_>) -> PyResult<String> {
-        let (log, registry) = (self.log()?, self.registry.clone());
-        let list = py.detach(|| list_sessions(&log, &registry)).map_err(err)?;
+        let log = self.log()?;
+        // The store's catalog, brought up to date (one listing for both
+        // calls; only what changed since the last is read).
+        let list = py
+            .detach(|| {
+                let mut catalog = self.catalog.lock();
+                catalog.refresh(&log)?;
+                let all = ts::ListQuery {
+                    limit: usize::MAX,
+                    ..Default::default()
+                };
+                Ok::<_, Error>(catalog.list(&all).sessions)
+            })
+            .map_err(err)?;
         let out: Vec<Value> = list
             .into_iter()
             .map(|s| {

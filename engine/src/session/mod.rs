@@ -71,8 +71,10 @@ pub use views::projection::{
 };
 #[cfg(feature = "search")]
 pub use views::query::SearchIndex;
+#[allow(deprecated)]
+pub use views::query::SessionSummary;
 pub use views::query::{
-    events, list_sessions, search, search_session, searchable_text, SessionSummary, SEARCH_FILE,
+    events, list_sessions, search, search_session, searchable_text, SEARCH_FILE,
 };
 pub use views::replay::{fork, replay, replay_range, turn_open, Forked, Replay};
 

@@ -878,7 +878,7 @@ pub fn session_layer_on_both_backends(cx: &Ctx) {
     // their parent and length, the same on both.
     type Row = (String, u64, bool, Option<(String, u64)>);
     let listed = |kit: &Kit| -> Vec<Row> {
-        list_sessions(kit.log.as_ref(), &registry())
+        list_sessions(kit.log.as_ref())
             .unwrap()
             .into_iter()
             // One database holds every body's sessions.
@@ -1198,7 +1198,7 @@ pub fn history_over_one_batch(kit: &Kit) -> Outcome {
     let s = Session::create_with_history(kit.log.clone(), "big", registry(), &history).unwrap();
     assert_eq!(s.len(), 17_001, "{}", kit.name);
     drop(s);
-    let names: Vec<String> = list_sessions(kit.log.as_ref(), &registry())
+    let names: Vec<String> = list_sessions(kit.log.as_ref())
         .unwrap()
         .into_iter()
         .map(|s| s.id)

@@ -64,7 +64,7 @@ pub fn check_not_deleted<'a>(log: impl Into<LogRef<'a>>, id: &str) -> Result<()>
 /// assert!(Session::open_read_only(store.clone(), "s1", Arc::new(Registry::new()))
 ///     .unwrap_err()
 ///     .is_not_found());
-/// assert!(list_sessions(&store, &Registry::new()).unwrap().is_empty());
+/// assert!(list_sessions(&store).unwrap().is_empty());
 /// ```
 pub fn delete<'a>(log: impl Into<LogRef<'a>>, id: &str) -> Result<u64> {
     let log = log.into();

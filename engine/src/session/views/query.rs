@@ -10,8 +10,6 @@
 
 use std::ops::Range;
 
-use serde::Serialize;
-
 use crate::backend::Hit;
 use crate::error::{Error, Result};
 use crate::session::codec::event::{
@@ -19,108 +17,32 @@ use crate::session::codec::event::{
     ToolResult, UserMessage,
 };
 use crate::session::log::LogRef;
+use crate::session::views::catalog::CatalogEntry;
+use crate::session::views::replay::replay_range;
 #[cfg(feature = "search")]
 use crate::session::views::replay::replay_range_of_any;
-use crate::session::views::replay::{replay_range, turn_open_before};
 
-/// One row of [`list_sessions`].
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct SessionSummary {
-    /// The session id.
-    pub id: String,
-    /// Durable events, inherited ones included.
-    pub events: u64,
-    /// Append time of the first and last event (ms since the epoch), when
-    /// recorded.
-    pub created_ms: Option<u64>,
-    /// See `created_ms`.
-    pub updated_ms: Option<u64>,
-    /// A turn is open (started, not ended).
-    pub open_turn: bool,
-    /// Fork parent and the number of events inherited.
-    pub parent: Option<(String, u64)>,
-}
+/// The old name of a listed session: it is the catalog's entry now (one
+/// listing, one type).
+#[deprecated(since = "0.1.0", note = "one listing: use CatalogEntry")]
+pub type SessionSummary = crate::session::views::catalog::CatalogEntry;
 
-/// An event's `ts`; one that holds blob references gives its envelope's
-/// without reading the blobs.
-fn event_ts(registry: &Registry, seq: u64, kind: u16, flags: u16, payload: &[u8]) -> Option<u64> {
-    if crate::session::codec::blob_refs::has_refs(payload) {
-        return serde_json::from_slice::<crate::session::codec::envelope::Envelope>(payload)
-            .ok()
-            .and_then(|env| env.ts);
-    }
-    crate::session::codec::envelope::decode(seq, kind, flags, payload, registry)
-        .ok()
-        .and_then(|ev| ev.ts)
-}
-
-fn ts_of(log: LogRef<'_>, registry: &Registry, id: &str, seq: u64) -> Result<Option<u64>> {
-    let crate::session::codec::envelope::EncodedEvent {
-        kind,
-        flags,
-        payload,
-    } = log.stored_event(id, seq)?;
-    Ok(event_ts(registry, seq, kind, flags, &payload))
-}
-
-/// Every session of the store, in creation order, as its durable events
-/// show it (a listing reads no further and makes nothing durable). The
-/// open-turn flag is [`crate::session::turn_open`]'s rule: a walk back from the end to the
-/// last turn marker, so a listing costs the sessions' last turns, not their
-/// whole logs. A fork child's creation time is that of its first own
-/// event (inherited events keep their parent's times).
+/// Every session of the log, in creation order, as its durable events show
+/// it (a listing makes nothing durable): [`Catalog::build`] listed whole,
+/// for a caller that wants every entry once. A caller that lists again, or
+/// wants filters and pages, keeps the [`Catalog`] and refreshes it. Deleted
+/// sessions and those the store's retention policy expires are left out.
 ///
-/// On any [`crate::backend::EventLog`] (PostgreSQL) the same summaries come
-/// from the log's own list; the retention policy is the embedded store's.
-pub fn list_sessions<'a>(
-    log: impl Into<LogRef<'a>>,
-    registry: &Registry,
-) -> Result<Vec<SessionSummary>> {
-    let log = log.into();
-    let policy = crate::session::lifecycle::retention::Policy::of_log(log)?;
-    let now = crate::session::codec::envelope::now_ms();
-    let mut out = Vec::new();
-    // Each session's durable length comes with the listing (one query on
-    // PostgreSQL, one index read on the embedded store).
-    for crate::backend::Listing {
-        name,
-        durable_len: end,
-        parent,
-    } in log.listing()?
-    {
-        // One read of the last event: the tombstone check and its time.
-        let updated_ms = if end == 0 {
-            None
-        } else {
-            let crate::session::codec::envelope::EncodedEvent {
-                kind,
-                flags,
-                payload,
-            } = log.stored_event(&name, end - 1)?;
-            if kind == CoreKind::SessionDelete.code() {
-                continue; // deleted: not listed
-            }
-            event_ts(registry, end - 1, kind, flags, &payload)
-        };
-        let first_own = parent.as_ref().map_or(0, |(_, n)| *n);
-        let created_ms = if end > first_own {
-            ts_of(log, registry, &name, first_own)?
-        } else {
-            None
-        };
-        if !policy.is_empty() && policy.expired(&name, created_ms, updated_ms, now) {
-            continue; // expired (retention.json): not listed
-        }
-        out.push(SessionSummary {
-            open_turn: turn_open_before(log, &name, end)?,
-            id: name,
-            events: end,
-            created_ms,
-            updated_ms,
-            parent,
-        });
-    }
-    Ok(out)
+/// [`Catalog`]: crate::session::Catalog
+/// [`Catalog::build`]: crate::session::Catalog::build
+pub fn list_sessions<'a>(log: impl Into<LogRef<'a>>) -> Result<Vec<CatalogEntry>> {
+    let catalog = crate::session::views::catalog::Catalog::build(log)?;
+    Ok(catalog
+        .list(&crate::session::views::catalog::ListQuery {
+            limit: usize::MAX,
+            ..Default::default()
+        })
+        .sessions)
 }
 
 /// Durable events of `session` with seq in `range`, optionally only of the

@@ -203,16 +203,6 @@ pub fn turn_open<'a>(log: impl Into<LogRef<'a>>, id: &str) -> Result<bool> {
     Ok(!closed_boundaries(log, id, len)?.1)
 }
 
-/// Whether a turn is open at the end of the durable events `0..limit`
-/// (no read past `limit`).
-pub(crate) fn turn_open_before<'a>(
-    log: impl Into<LogRef<'a>>,
-    id: &str,
-    limit: u64,
-) -> Result<bool> {
-    Ok(!closed_boundaries(log.into(), id, limit)?.1)
-}
-
 /// What [`fork`] created.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Forked {
@@ -226,8 +216,9 @@ pub struct Forked {
 /// default boundary is the end of the last closed turn (the whole history
 /// if no turn is open). A boundary inside an unfinished turn is refused. A
 /// child inherits durable events only: a boundary past the source's durable
-/// end makes its events durable first. The child id defaults to
-/// `<source>.fork-<random hex>`.
+/// end makes its events durable first, and the child itself is durable
+/// when `fork` returns (listed at once; a crash keeps it). The child id
+/// defaults to `<source>.fork-<random hex>`.
 ///
 /// ```
 /// # use std::sync::Arc;
@@ -304,6 +295,9 @@ pub fn fork<'a>(
         log.as_log().sync_session(source)?;
     }
     log.as_log().fork(source, upto, &child)?;
+    // The child is durable when the fork returns, on every log (PostgreSQL
+    // commits it): listed at once, and kept by a crash.
+    log.as_log().sync_session(&child)?;
     Ok(Forked { child, upto })
 }
 
