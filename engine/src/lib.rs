@@ -4,8 +4,8 @@
 //!
 //! | module | owns |
 //! |---|---|
-//! | [`vfs`], [`sim`] | file access (real, or simulated with crashes and faults); `derived` writes derived files atomically |
-//! | [`frame`] | byte layouts: segment header, batch header, frame (`format-spec/FORMAT.md`) |
+//! | [`vfs`], `sim` | file access (real, or simulated with crashes and faults: `sim`, hidden, for the crash tests, the fuzz targets and `torture`); `derived` writes derived files atomically |
+//! | `frame` | byte layouts: segment header, batch header, frame (`format-spec/FORMAT.md`; hidden: the CLI's `dump` and the fuzz targets use it, users read [`inspect`]) |
 //! | `log/` | segment files (create, name, list, zero a torn tail) and the one segment reader |
 //! | `commit/` | group commit: batches, the commit queue, the flusher (poisons on panic), durable position |
 //! | `index/` | seq-dense per-session index (its own lock) and its checkpoint file |
@@ -16,6 +16,9 @@
 //! | [`share`] | several processes on one store: the lock holder hosts it on a Unix socket, the others are its clients |
 //!
 //! Lower-layer modules are private; their public types are re-exported here.
+//! `frame`, `sim` and `internals` are `#[doc(hidden)]`: the
+//! CLI, the fuzz targets and the tests drive them, and they are not a
+//! stable API.
 //!
 //! ```
 //! let dir = tempfile::tempdir().unwrap();
@@ -33,6 +36,7 @@ pub mod backend;
 mod commit;
 mod derived;
 mod error;
+#[doc(hidden)]
 pub mod frame;
 mod index;
 pub mod inspect;
@@ -41,6 +45,7 @@ mod log;
 mod recovery;
 pub mod session;
 pub mod share;
+#[doc(hidden)]
 pub mod sim;
 mod store;
 mod types;

@@ -111,7 +111,7 @@ impl Session {
     /// Whether opening this handle took the session over from a writer
     /// that held it without releasing it (on PostgreSQL: an expired lease
     /// of a worker that died or stalled). Such a session may have a turn
-    /// left open: run [`crate::session::handle::repair()`] before going on.
+    /// left open: run [`crate::session::repair()`] before going on.
     pub fn took_over(&self) -> bool {
         self.took_over
     }

@@ -82,7 +82,7 @@ impl Session {
     /// The request body for `provider` that the log rebuilds: the latest
     /// header's model, parameters, system prompt and tools, and the derived
     /// messages arranged by the provider's rules (see
-    /// [`crate::session::providers`]).
+    /// [`crate::session::Provider`]).
     pub fn request_body(&mut self, provider: Provider) -> Value {
         let header = self.state.header.clone();
         providers::request_body(provider, header.as_ref(), self.derive_messages())

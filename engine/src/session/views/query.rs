@@ -47,7 +47,7 @@ pub fn list_sessions<'a>(log: impl Into<LogRef<'a>>) -> Result<Vec<CatalogEntry>
 
 /// Durable events of `session` with seq in `range`, optionally only of the
 /// given kinds (by name, e.g. `"tool/call"`). Reads only that range and
-/// never causes a sync (see [`crate::session::views::replay()`]).
+/// never causes a sync (see [`crate::session::replay()`]).
 pub fn events<'a>(
     log: impl Into<LogRef<'a>>,
     registry: &Registry,

@@ -107,7 +107,7 @@ pub struct CollectReport {
     /// garbage).
     pub bytes_reclaimed: u64,
     /// Blob files looked at (FORMAT.md §15; filled by the session layer's
-    /// collection, [`crate::session::lifecycle::gc`], after the segments).
+    /// collection, [`crate::session::gc`], after the segments).
     pub blobs_examined: u64,
     /// Blob files no live event references, removed (or, dry, that would be).
     pub blobs_removed: u64,
@@ -122,7 +122,7 @@ pub struct CollectReport {
     /// Define frames a rewrite moved (session, old position, new
     /// position): derived files keyed by a session's define position (its
     /// snapshots, FORMAT.md §12 and §17) can follow them
-    /// ([`crate::session::views::snapshot::rebase_defines`]).
+    /// (the session layer's `rebase_defines`).
     #[serde(skip)]
     pub moved_defines: Vec<(String, LogPos, LogPos)>,
     /// An online collection found a session it had decided was dead
