@@ -14,7 +14,7 @@ use std::ops::{ControlFlow, Range};
 
 use crate::error::{Error, Result};
 use crate::store::blobs::BlobDir;
-use crate::store::{DurableWait, Store};
+use crate::store::{DurableWait, Store, Subscription};
 use crate::types::{LogPos, SessionId};
 
 /// Events read per call by the default [`EventLog::visit`].
@@ -464,6 +464,33 @@ pub trait Follow: Send {
                 Err(e) => return std::task::Poll::Ready(Err(e)),
             }
         }
+    }
+}
+
+/// The embedded store's followers are the [`Follow`] of its
+/// [`EventLog::follow`]: the session layer follows every log through that
+/// one trait.
+impl Follow for Subscription {
+    fn next_timeout(&mut self, timeout: std::time::Duration) -> Result<Option<LogEvent>> {
+        Ok(self.next_within(timeout)?.map(log_event))
+    }
+
+    fn poll_next(&mut self, cx: &mut std::task::Context<'_>) -> std::task::Poll<Result<LogEvent>> {
+        use std::future::Future;
+        match std::pin::Pin::new(&mut self.next_async()).poll(cx) {
+            std::task::Poll::Pending => std::task::Poll::Pending,
+            std::task::Poll::Ready(Some(e)) => std::task::Poll::Ready(e.map(log_event)),
+            std::task::Poll::Ready(None) => std::task::Poll::Ready(Err(Error::Closed)),
+        }
+    }
+}
+
+fn log_event(e: crate::types::Event) -> LogEvent {
+    LogEvent {
+        seq: e.seq.0,
+        kind: e.kind,
+        flags: e.flags,
+        payload: e.payload,
     }
 }
 

@@ -37,8 +37,7 @@ pub const PAYLOAD_BYTES_MAX: usize = 16 << 20;
 /// Frames and batches start at multiples of this.
 pub const ALIGN: usize = 8;
 
-/// Frame flag: readers that do not know the kind may skip it (§4).
-pub const FLAG_IGNORABLE: u16 = 1;
+pub use crate::types::FLAG_IGNORABLE;
 /// Number of the first segment of every store (§1).
 pub const FIRST_SEGMENT_ID: u32 = 1;
 /// Largest segment file: offsets are 32-bit (§1).

@@ -2,6 +2,10 @@
 
 use std::fmt;
 
+/// Frame flag: readers that do not know the kind may skip it (FORMAT.md
+/// §4).
+pub const FLAG_IGNORABLE: u16 = 1;
+
 /// A session's dense event number: 0, 1, 2, … with no gap, never reused.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
 pub struct Seq(pub u64);
@@ -79,7 +83,7 @@ pub struct Event {
 impl Event {
     /// Whether the frame carries the `ignorable` flag.
     pub fn ignorable(&self) -> bool {
-        self.flags & crate::frame::FLAG_IGNORABLE != 0
+        self.flags & FLAG_IGNORABLE != 0
     }
 }
 
@@ -103,7 +107,7 @@ pub struct EventRef<'a> {
 impl EventRef<'_> {
     /// Whether the frame carries the `ignorable` flag.
     pub fn ignorable(&self) -> bool {
-        self.flags & crate::frame::FLAG_IGNORABLE != 0
+        self.flags & FLAG_IGNORABLE != 0
     }
     /// An owned copy.
     pub fn to_event(&self) -> Event {

@@ -291,14 +291,11 @@ impl Iterator for Subscription {
     }
 }
 
-/// The store's followers are the [`crate::backend::Follow`] of its
-/// [`crate::backend::EventLog::follow`]: the session layer follows every
-/// log through that one trait.
-impl crate::backend::Follow for Subscription {
-    fn next_timeout(
-        &mut self,
-        timeout: std::time::Duration,
-    ) -> Result<Option<crate::backend::LogEvent>> {
+impl Subscription {
+    /// The next durable event, waiting up to `timeout` for one: `Ok(None)`
+    /// if none came, [`Error::Closed`] once the store is closed (the
+    /// store's [`crate::backend::Follow::next_timeout`]).
+    pub fn next_within(&mut self, timeout: std::time::Duration) -> Result<Option<Event>> {
         let deadline = std::time::Instant::now() + timeout;
         loop {
             let step = match self.step() {
@@ -316,30 +313,12 @@ impl crate::backend::Follow for Subscription {
                 other => other,
             };
             return match step {
-                Step::Ready => Ok(self.buf.pop_front().map(log_event)),
+                Step::Ready => Ok(self.buf.pop_front()),
                 Step::End(Some(e)) => Err(e),
                 Step::End(None) => Err(Error::Closed),
                 Step::Wait(_) => unreachable!("handled above"),
             };
         }
-    }
-
-    fn poll_next(&mut self, cx: &mut Context<'_>) -> Poll<Result<crate::backend::LogEvent>> {
-        match Pin::new(&mut self.next_async()).poll(cx) {
-            Poll::Pending => Poll::Pending,
-            Poll::Ready(Some(Ok(e))) => Poll::Ready(Ok(log_event(e))),
-            Poll::Ready(Some(Err(e))) => Poll::Ready(Err(e)),
-            Poll::Ready(None) => Poll::Ready(Err(Error::Closed)),
-        }
-    }
-}
-
-fn log_event(e: Event) -> crate::backend::LogEvent {
-    crate::backend::LogEvent {
-        seq: e.seq.0,
-        kind: e.kind,
-        flags: e.flags,
-        payload: e.payload,
     }
 }
 
