@@ -24,7 +24,7 @@ use crate::session::views::replay::replay_range_of_any;
 
 /// The old name of a listed session: it is the catalog's entry now (one
 /// listing, one type).
-#[deprecated(since = "0.1.0", note = "one listing: use CatalogEntry")]
+#[deprecated(since = "0.2.0", note = "one listing: use CatalogEntry")]
 pub type SessionSummary = crate::session::views::catalog::CatalogEntry;
 
 /// Every session of the log, in creation order, as its durable events show
