@@ -311,58 +311,6 @@ fn forks_read_their_parents_events_even_after_the_parent_is_deleted(cx: &Ctx) {
     ));
 }
 
-fn a_subscriber_is_woken_by_commits(cx: &Ctx) {
-    let log = cx.log();
-    log.create_session("s").unwrap();
-    let mut sub = log.subscribe("s", 0).unwrap();
-    assert_eq!(sub.next_timeout(Duration::from_millis(50)).unwrap(), None);
-    let writer_log = log.clone();
-    let t = std::thread::spawn(move || {
-        let w = writer_log.acquire("s", "w", false).unwrap().writer;
-        for i in 0..20 {
-            w.append(1, 0, &payload(i)).unwrap();
-            w.sync().unwrap();
-            std::thread::sleep(Duration::from_millis(5));
-        }
-    });
-    for i in 0..20u64 {
-        let e = sub
-            .next_timeout(Duration::from_secs(10))
-            .unwrap()
-            .unwrap_or_else(|| panic!("event {i} never came"));
-        assert_eq!((e.seq, e.payload), (i, payload(i)));
-    }
-    t.join().unwrap();
-    assert_eq!(sub.next_timeout(Duration::from_millis(50)).unwrap(), None);
-}
-
-/// Poll `f` until it is ready, parking this thread between polls (woken
-/// by the waker it was given), for at most `limit`.
-fn block_on_poll<T>(
-    limit: Duration,
-    mut f: impl FnMut(&mut std::task::Context<'_>) -> std::task::Poll<T>,
-) -> Option<T> {
-    struct Unpark(std::thread::Thread);
-    impl std::task::Wake for Unpark {
-        fn wake(self: Arc<Self>) {
-            self.0.unpark();
-        }
-    }
-    let waker = std::task::Waker::from(Arc::new(Unpark(std::thread::current())));
-    let mut cx = std::task::Context::from_waker(&waker);
-    let deadline = std::time::Instant::now() + limit;
-    loop {
-        if let std::task::Poll::Ready(v) = f(&mut cx) {
-            return Some(v);
-        }
-        let now = std::time::Instant::now();
-        if now >= deadline {
-            return None;
-        }
-        std::thread::park_timeout(deadline - now);
-    }
-}
-
 /// `lock_stream_session` excludes other holders of the same session's lock
 /// (another log handle, as another process would be) until it is dropped,
 /// and not holders of another session's; a dropped lock's connection goes
@@ -493,198 +441,6 @@ fn collecting_deleted_sessions_keeps_what_forks_read(cx: &Ctx) {
     assert_eq!(log.collect_deleted().unwrap().deleted_sessions, 0);
 }
 
-fn a_watcher_wakes_when_the_session_grows(cx: &Ctx) {
-    let log = cx.log();
-    log.create_session("w").unwrap();
-    let mut watch = log.watch("w", 0).unwrap();
-    assert!(
-        block_on_poll(Duration::from_millis(100), |c| watch.poll_grown(c)).is_none(),
-        "nothing committed yet"
-    );
-    // Another process's commits wake it (LISTEN/NOTIFY), with the length.
-    let other = cx.log();
-    let w = other.acquire("w", "other", false).unwrap().writer;
-    for i in 0..3 {
-        w.append(1, 0, &payload(i)).unwrap();
-    }
-    w.sync().unwrap();
-    // The three may commit in one transaction or several: each commit's
-    // notification wakes it with the length then; told what it saw, it
-    // waits for the next, until the end.
-    let mut wakes = 0;
-    loop {
-        let grown = block_on_poll(Duration::from_secs(10), |c| watch.poll_grown(c))
-            .expect("woken by a commit")
-            .unwrap();
-        wakes += 1;
-        assert!((1..=3).contains(&grown), "grown to {grown}");
-        if grown == 3 {
-            break;
-        }
-        watch.seen(grown);
-    }
-    assert!(wakes <= 3, "{wakes} wake-ups for 3 commits at most");
-    // Told what was read, it waits for more than that.
-    watch.seen(3);
-    assert!(block_on_poll(Duration::from_millis(100), |c| watch.poll_grown(c)).is_none());
-    w.append(1, 0, &payload(3)).unwrap();
-    w.sync().unwrap();
-    let grown = block_on_poll(Duration::from_secs(10), |c| watch.poll_grown(c))
-        .expect("woken by the second commit")
-        .unwrap();
-    assert_eq!(grown, 4);
-    // A watch started at the end of what is committed waits; one started
-    // before it is ready at once.
-    let mut late = log.watch("w", 4).unwrap();
-    assert!(block_on_poll(Duration::from_millis(100), |c| late.poll_grown(c)).is_none());
-    let mut early = log.watch("w", 1).unwrap();
-    assert_eq!(
-        block_on_poll(Duration::from_secs(1), |c| early.poll_grown(c))
-            .unwrap()
-            .unwrap(),
-        4
-    );
-    // Closing the log ends it.
-    log.close();
-    let end = block_on_poll(Duration::from_secs(10), |c| late.poll_grown(c)).expect("ended");
-    assert!(matches!(end, Err(PgError::Closed)), "{end:?}");
-}
-
-/// Connections this test's database has open.
-fn connections(cx: &Ctx) -> i64 {
-    let mut sql = cx.sql();
-    let n: i64 = sql
-        .query_one(
-            "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()",
-            &[],
-        )
-        .unwrap()
-        .get(0);
-    n - 1 // this one
-}
-
-/// 250 followers (more than the server's 200 connections) share one
-/// listening connection: every follower gets its session's events, in
-/// order, each once; dropped followers are let go; closing the log ends
-/// the rest with `Closed`.
-fn many_followers_share_one_listening_connection(cx: &Ctx) {
-    let log = cx.log();
-    let sessions = 25u64;
-    for s in 0..sessions {
-        log.create_session(&format!("s{s}")).unwrap();
-    }
-    let before = connections(cx);
-    let mut subs: Vec<(u64, turnstone_pg::Subscription)> = (0..250)
-        .map(|i| {
-            (
-                i % sessions,
-                log.subscribe(&format!("s{}", i % sessions), 0).unwrap(),
-            )
-        })
-        .collect();
-    let grown = connections(cx) - before;
-    assert!(grown <= 3, "250 followers opened {grown} connections");
-    let writers: Vec<_> = (0..sessions)
-        .map(|s| log.acquire(&format!("s{s}"), "w", false).unwrap().writer)
-        .collect();
-    for round in 0..2u64 {
-        for (s, w) in writers.iter().enumerate() {
-            for i in 0..3 {
-                w.append(1, 0, format!("s{s} e{}", round * 3 + i).as_bytes())
-                    .unwrap();
-            }
-        }
-        for w in &writers {
-            w.sync().unwrap();
-        }
-        for (s, sub) in subs.iter_mut() {
-            for i in round * 3..round * 3 + 3 {
-                let e = sub
-                    .next_timeout(Duration::from_secs(20))
-                    .unwrap()
-                    .unwrap_or_else(|| panic!("s{s}: event {i} never came"));
-                assert_eq!((e.seq, e.payload), (i, format!("s{s} e{i}").into_bytes()));
-            }
-            assert_eq!(sub.next_timeout(Duration::ZERO).unwrap(), None);
-            assert_eq!(sub.next_seq(), round * 3 + 3);
-        }
-        // Half the followers go away before the second round.
-        subs.truncate(125);
-    }
-    assert!(connections(cx) - before <= 3);
-    log.close();
-    for (s, sub) in subs.iter_mut() {
-        match sub.next_timeout(Duration::from_secs(20)) {
-            Err(PgError::Closed) => {}
-            other => panic!("s{s}: after close: {other:?}"),
-        }
-    }
-}
-
-/// Dropping every handle of a log (its writers and followers included)
-/// closes it as `close` does: what was queued is committed, and its
-/// threads and connections go.
-fn dropping_the_last_handle_closes_the_log(cx: &Ctx) {
-    let before = connections(cx);
-    let log = cx.log();
-    let w = log.acquire("s", "w", true).unwrap().writer;
-    w.append(1, 0, b"queued").unwrap();
-    let mut sub = log.subscribe("s", 0).unwrap();
-    assert!(connections(cx) > before);
-    drop(log);
-    drop(w); // the last handle: its queued event is committed first
-             // The follower ends with the log.
-    loop {
-        match sub.next_timeout(Duration::from_secs(20)) {
-            Ok(Some(_)) => continue,
-            Err(PgError::Closed) => break,
-            other => panic!("after the last handle went: {other:?}"),
-        }
-    }
-    drop(sub);
-    let deadline = std::time::Instant::now() + Duration::from_secs(20);
-    while connections(cx) > before {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "{} connections left open by a dropped log",
-            connections(cx) - before
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    let evs = cx.log().read_range("s", 0..1).unwrap();
-    assert_eq!(evs[0].payload, b"queued");
-}
-
-/// A follower far behind (3000 events, past the read-ahead bound) gets
-/// them all in order, as it takes them: the reader stops at the bound and
-/// resumes when the follower takes events.
-fn a_follower_far_behind_catches_up_in_order(cx: &Ctx) {
-    let log = cx.log();
-    let w = log.acquire("s", "w", true).unwrap().writer;
-    for i in 0..3000u64 {
-        w.append(1, 0, &payload(i)).unwrap();
-    }
-    w.sync().unwrap();
-    let mut sub = log.subscribe("s", 0).unwrap();
-    for i in 0..3000u64 {
-        let e = sub
-            .next_timeout(Duration::from_secs(20))
-            .unwrap()
-            .unwrap_or_else(|| panic!("event {i} never came"));
-        assert_eq!((e.seq, e.payload), (i, payload(i)));
-    }
-    assert_eq!(sub.next_timeout(Duration::from_millis(50)).unwrap(), None);
-    // From the middle, too.
-    let mut sub = log.subscribe("s", 2500).unwrap();
-    assert_eq!(
-        sub.next_timeout(Duration::from_secs(20))
-            .unwrap()
-            .unwrap()
-            .seq,
-        2500
-    );
-}
-
 fn snapshots_round_trip(cx: &Ctx) {
     let log = cx.log();
     log.create_session("s").unwrap();
@@ -697,393 +453,7 @@ fn snapshots_round_trip(cx: &Ctx) {
     );
 }
 
-/// `pg_ctl stop -m immediate` under load, then a restart: every acknowledged
-/// event is there, nothing unacknowledged is half there, a writer that saw
-/// a failure must acquire again and then continues at the database's end.
-fn a_database_crash_under_load_loses_nothing_acknowledged(cx: &Ctx) {
-    let log = cx.log();
-    let sessions = 8;
-    let acked: Vec<Arc<parking_lot::Mutex<u64>>> = (0..sessions)
-        .map(|_| Arc::new(parking_lot::Mutex::new(0)))
-        .collect();
-    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let handles: Vec<_> = (0..sessions)
-        .map(|t| {
-            let (log, acked, stop) = (log.clone(), acked[t].clone(), stop.clone());
-            std::thread::spawn(move || {
-                let w = log.acquire(&format!("s{t}"), "w", true).unwrap().writer;
-                let mut i = 0u64;
-                let mut failures = 0;
-                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
-                    if w.append_group(&[(1, 0, &payload(i)), (1, 0, &payload(i + 1))])
-                        .is_err()
-                    {
-                        failures += 1;
-                        break;
-                    }
-                    match w.sync() {
-                        Ok(()) => {
-                            i += 2;
-                            *acked.lock() = i;
-                        }
-                        Err(PgError::WriterBroken { .. }) | Err(PgError::Database { .. }) => {
-                            failures += 1;
-                            break;
-                        }
-                        Err(e) => panic!("unexpected error: {e}"),
-                    }
-                }
-                failures
-            })
-        })
-        .collect();
-    std::thread::sleep(Duration::from_millis(700));
-    cx.server.control("crash");
-    let failures: u32 = handles.into_iter().map(|h| h.join().unwrap()).sum();
-    stop.store(true, std::sync::atomic::Ordering::Relaxed);
-    assert!(failures > 0, "the crash went unnoticed by every writer");
-    // While the database is down: typed errors at once, no hang.
-    match log.sessions() {
-        Err(PgError::Database { .. }) => {}
-        other => panic!("a read with the database down: {other:?}"),
-    }
-    match PgLog::connect(&cx.url, PgOptions::default()) {
-        Err(PgError::Database { op: "connect", .. }) => {}
-        Err(e) => panic!("wrong error: {e}"),
-        Ok(_) => panic!("connected to a stopped server"),
-    }
-    cx.server.control("restart");
-    // The same log object works again once it is back (new connections).
-    assert_eq!(log.sessions().unwrap().len(), sessions);
-    let log2 = cx.log();
-    for (t, acked) in acked.iter().enumerate() {
-        let acked = *acked.lock();
-        let name = format!("s{t}");
-        let len = log2.session_len(&name).unwrap();
-        assert!(len >= acked, "{name}: acknowledged {acked}, found {len}");
-        assert_eq!(len % 2, 0, "{name}: half a group survived ({len} events)");
-        let evs = log2.read_range(&name, 0..len).unwrap();
-        assert!(evs
-            .iter()
-            .enumerate()
-            .all(|(i, e)| e.payload == payload(i as u64)));
-        // The old writer is broken; a new acquisition continues at the end.
-        let w = log2.acquire(&name, "w", false).unwrap().writer;
-        assert_eq!(w.len(), len);
-        w.append(1, 0, b"after").unwrap();
-        w.sync().unwrap();
-    }
-    log.close();
-}
-
 // ---- two worker processes contending for the same sessions
-
-const WORKER_ENV: &str = "TURNSTONE_PG_TEST_WORKER";
-
-/// A worker process (this test binary run again): loops over 4 sessions,
-/// taking each lease (100 ms), appending a few events tagged with its name
-/// and epoch, syncing some; after each acknowledged sync it appends
-/// `session seq payload` to its ledger (fsynced) before going on.
-fn worker(spec: &str) {
-    use std::io::Write;
-    let mut parts = spec.splitn(3, ' ');
-    let (url, name, ledger) = (
-        parts.next().unwrap(),
-        parts.next().unwrap(),
-        parts.next().unwrap(),
-    );
-    let log = PgLog::connect(
-        url,
-        PgOptions {
-            lease_ttl: Duration::from_millis(100),
-            ..PgOptions::default()
-        },
-    )
-    .unwrap();
-    let mut ledger = std::fs::OpenOptions::new()
-        .create(true)
-        .append(true)
-        .open(ledger)
-        .unwrap();
-    let mut n = 0u64;
-    loop {
-        n += 1;
-        let session = format!("s{}", n % 4);
-        let acq = match log.acquire(&session, name, true) {
-            Ok(a) => a,
-            Err(PgError::LeaseHeld { .. }) => {
-                std::thread::sleep(Duration::from_millis(3));
-                continue;
-            }
-            Err(e) => panic!("{name}: acquire: {e}"),
-        };
-        if acq.previous_owner.as_deref().is_some_and(|o| o != name) {
-            // One write per line: a SIGKILL cuts a line only between
-            // writes, so a line is whole or absent (or, had the kill come
-            // inside the write, has no newline, which the reader skips).
-            ledger
-                .write_all(format!("takeover {session}\n").as_bytes())
-                .unwrap();
-        }
-        let w = acq.writer;
-        for k in 0..(n % 7 + 1) {
-            let p = format!("{name} e{} k{k}", w.epoch());
-            let seq = match w.append(1, 0, p.as_bytes()) {
-                Ok(s) => s,
-                Err(PgError::Fenced { .. }) => break,
-                Err(e) => panic!("{name}: append: {e}"),
-            };
-            if k % 2 == 0 {
-                match w.sync() {
-                    Ok(()) => {
-                        ledger
-                            .write_all(format!("acked {session} {seq} {p}\n").as_bytes())
-                            .unwrap();
-                        ledger.sync_data().unwrap();
-                    }
-                    Err(PgError::Fenced { .. }) => break,
-                    Err(e) => panic!("{name}: sync: {e}"),
-                }
-            }
-        }
-        if n.is_multiple_of(3) {
-            let _ = w.release();
-        }
-    }
-}
-
-/// Two workers in separate processes contend for the same sessions with
-/// short leases while being paused at random (SIGSTOP/SIGCONT) and finally
-/// killed (SIGKILL): no session has two writers' events interleaved (the
-/// epoch never goes back along a session, and one epoch is one writer),
-/// every acknowledged event is there, and takeovers happened.
-fn two_worker_processes_never_interleave_and_lose_nothing_acknowledged(cx: &Ctx) {
-    use rand::Rng;
-    cx.log().close(); // the schema, before the workers race to create it
-    let dir = std::env::temp_dir().join(format!("turnstone-pg-ledgers-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let exe = std::env::current_exe().unwrap();
-    let mut kids: Vec<_> = ["a", "b"]
-        .iter()
-        .map(|name| {
-            let ledger = dir.join(name);
-            std::process::Command::new(&exe)
-                .env(
-                    WORKER_ENV,
-                    format!("{} {name} {}", cx.url, ledger.display()),
-                )
-                .spawn()
-                .unwrap()
-        })
-        .collect();
-    let mut rng = rand::thread_rng();
-    let t0 = std::time::Instant::now();
-    // At least 3 s, and on until the ledgers show contention (a takeover
-    // and acknowledged syncs): on a loaded machine the workers may take
-    // most of 3 s to start. At most 60 s.
-    let contended = || {
-        let (mut takeovers, mut acked) = (0, 0);
-        for name in ["a", "b"] {
-            let text = std::fs::read_to_string(dir.join(name)).unwrap_or_default();
-            takeovers += text.lines().filter(|l| l.starts_with("takeover")).count();
-            acked += text.lines().filter(|l| l.starts_with("acked")).count();
-        }
-        takeovers > 0 && acked > 0
-    };
-    while t0.elapsed() < Duration::from_secs(3)
-        || (!contended() && t0.elapsed() < Duration::from_secs(60))
-    {
-        let k = &kids[rng.gen_range(0..2)];
-        let pid = k.id().to_string();
-        Command::new("kill").args(["-STOP", &pid]).status().unwrap();
-        std::thread::sleep(Duration::from_millis(rng.gen_range(20..300)));
-        Command::new("kill").args(["-CONT", &pid]).status().unwrap();
-        std::thread::sleep(Duration::from_millis(rng.gen_range(10..100)));
-    }
-    for k in &mut kids {
-        assert!(k.try_wait().unwrap().is_none(), "a worker died early");
-        k.kill().unwrap();
-        k.wait().unwrap();
-    }
-    let log = cx.log();
-    let mut sql = cx.sql();
-    for s in 0..4 {
-        let session = format!("s{s}");
-        let rows = sql
-            .query(
-                "SELECT seq, epoch, payload FROM turnstone_events WHERE session = $1 ORDER BY seq",
-                &[&session],
-            )
-            .unwrap();
-        let mut last_epoch = 0i64;
-        let mut owner_of_epoch = std::collections::HashMap::new();
-        for (i, r) in rows.iter().enumerate() {
-            let (seq, epoch, payload): (i64, i64, Vec<u8>) = (r.get(0), r.get(1), r.get(2));
-            assert_eq!(seq, i as i64, "{session}: seqs are not dense");
-            assert!(
-                epoch >= last_epoch,
-                "{session}: epoch went back at seq {seq}"
-            );
-            last_epoch = epoch;
-            let text = String::from_utf8(payload).unwrap();
-            let (writer, rest) = text.split_once(' ').unwrap();
-            assert!(
-                rest.starts_with(&format!("e{epoch} ")),
-                "{session} seq {seq}: {text}"
-            );
-            let first = owner_of_epoch
-                .entry(epoch)
-                .or_insert_with(|| writer.to_string());
-            assert_eq!(first, writer, "{session}: epoch {epoch} has two writers");
-        }
-    }
-    let mut takeovers = 0;
-    let mut acked = 0;
-    for name in ["a", "b"] {
-        let text = std::fs::read_to_string(dir.join(name)).unwrap();
-        // Only whole lines: a worker killed while writing its last line
-        // had not acknowledged it to anyone.
-        for line in text.split_inclusive('\n').filter(|l| l.ends_with('\n')) {
-            let line = line.trim_end_matches('\n');
-            let mut f = line.splitn(4, ' ');
-            match f.next().unwrap() {
-                "takeover" => takeovers += 1,
-                "acked" => {
-                    acked += 1;
-                    let (session, seq, payload) =
-                        (f.next().unwrap(), f.next().unwrap(), f.next().unwrap());
-                    let seq: u64 = seq.parse().unwrap();
-                    let ev = log.read_range(session, seq..seq + 1).unwrap();
-                    assert_eq!(
-                        ev[0].payload,
-                        payload.as_bytes(),
-                        "{session} {seq}: acknowledged, then lost"
-                    );
-                }
-                _ => {}
-            }
-        }
-    }
-    std::fs::remove_dir_all(&dir).unwrap();
-    eprintln!("    {acked} acknowledged syncs checked, {takeovers} takeovers");
-    assert!(
-        acked > 0 && takeovers > 0,
-        "no contention happened: {acked} acked, {takeovers} takeovers"
-    );
-}
-
-fn search_finds_text_across_sessions_and_along_a_fork_chain(cx: &Ctx) {
-    let log = cx.log();
-    let a = log.acquire("a", "w", true).unwrap().writer;
-    a.append_group_with_text(&[
-        (1, 0, b"{}", Some("the disk is full on host seven")),
-        (1, 0, b"{}", None),
-        (1, 0, b"{}", Some("retrying the upload")),
-    ])
-    .unwrap();
-    a.sync().unwrap();
-    log.fork("a", 2, "b").unwrap();
-    let b = log.acquire("b", "w", false).unwrap().writer;
-    b.append_group_with_text(&[(1, 0, b"{}", Some("disk cleaned, upload done"))])
-        .unwrap();
-    b.sync().unwrap();
-    let hits = log.search("disk", 10).unwrap();
-    let mut at: Vec<(String, u64)> = hits.iter().map(|h| (h.session.clone(), h.seq)).collect();
-    at.sort();
-    assert_eq!(at, vec![("a".into(), 0), ("b".into(), 2)]);
-    let h = hits.iter().find(|h| h.session == "a").unwrap();
-    assert!(h.snippet.contains("[disk]"), "{}", h.snippet);
-    // A phrase, and negation.
-    let hits = log.search("\"upload done\"", 10).unwrap();
-    assert_eq!(hits.iter().map(|h| h.seq).collect::<Vec<_>>(), vec![2]);
-    assert!(log
-        .search("upload -retrying", 10)
-        .unwrap()
-        .iter()
-        .all(|h| h.session == "b"));
-    // Session b sees its own events and what it inherits below the fork
-    // point (a's seq 0), not a's seq 2 (past the fork).
-    let mut in_b: Vec<u64> = log
-        .search_session("b", "disk or upload", 10)
-        .unwrap()
-        .iter()
-        .map(|h| h.seq)
-        .collect();
-    in_b.sort();
-    assert_eq!(in_b, vec![0, 2]);
-    assert!(log
-        .search_session("b", "disk", 10)
-        .unwrap()
-        .iter()
-        .all(|h| h.session == "b"));
-    // A deleted session's events are not found (its fork still finds
-    // what it inherits).
-    log.delete("a").unwrap();
-    assert!(log.search("retrying", 10).unwrap().is_empty());
-    assert_eq!(log.search_session("b", "seven", 10).unwrap().len(), 1);
-    assert_eq!(log.search("disk", 1).unwrap().len(), 1);
-}
-
-/// A database written by schema version 1 (the tables as first released,
-/// copied here) is upgraded in place: its events are kept and read, and
-/// new ones are searchable.
-fn a_version_1_database_is_migrated_in_place(cx: &Ctx) {
-    let mut sql = cx.sql();
-    sql.batch_execute(
-        "CREATE TABLE turnstone_schema (version integer NOT NULL);
-         INSERT INTO turnstone_schema VALUES (1);
-         CREATE TABLE turnstone_sessions (
-             id text PRIMARY KEY, parent text REFERENCES turnstone_sessions(id),
-             fork_seq bigint NOT NULL DEFAULT 0, len bigint NOT NULL DEFAULT 0,
-             meta jsonb NOT NULL DEFAULT '{}', lease_owner text,
-             lease_epoch bigint NOT NULL DEFAULT 0, lease_expires timestamptz,
-             deleted boolean NOT NULL DEFAULT false,
-             created_at timestamptz NOT NULL DEFAULT now());
-         CREATE TABLE turnstone_events (
-             session text NOT NULL REFERENCES turnstone_sessions(id), seq bigint NOT NULL,
-             kind integer NOT NULL, flags integer NOT NULL, payload bytea NOT NULL,
-             epoch bigint NOT NULL, committed_at timestamptz NOT NULL DEFAULT now(),
-             PRIMARY KEY (session, seq));
-         CREATE TABLE turnstone_snapshots (
-             session text NOT NULL REFERENCES turnstone_sessions(id), name text NOT NULL,
-             upto bigint NOT NULL, data bytea NOT NULL, PRIMARY KEY (session, name));
-         INSERT INTO turnstone_sessions (id, len) VALUES ('old', 2);
-         INSERT INTO turnstone_events (session, seq, kind, flags, payload, epoch)
-             VALUES ('old', 0, 5, 0, 'zero', 1), ('old', 1, 5, 1, 'one', 1);",
-    )
-    .unwrap();
-    let log = cx.log();
-    let v: i32 = sql
-        .query_one("SELECT version FROM turnstone_schema", &[])
-        .unwrap()
-        .get(0);
-    assert_eq!(v, SCHEMA_VERSION);
-    // Step 3 dropped the events' foreign key; the snapshots keep theirs.
-    assert_eq!(
-        constraints(&mut sql, "turnstone_events"),
-        ["turnstone_events_pkey"]
-    );
-    assert_eq!(
-        constraints(&mut sql, "turnstone_snapshots"),
-        [
-            "turnstone_snapshots_pkey",
-            "turnstone_snapshots_session_fkey"
-        ]
-    );
-    let evs = log.read_range("old", 0..2).unwrap();
-    assert_eq!(
-        evs.iter()
-            .map(|e| (e.seq, e.kind, e.flags, e.payload.clone()))
-            .collect::<Vec<_>>(),
-        vec![(0, 5, 0, b"zero".to_vec()), (1, 5, 1, b"one".to_vec())]
-    );
-    let w = log.acquire("old", "w", false).unwrap().writer;
-    w.append_group_with_text(&[(5, 0, b"two", Some("migrated and searchable"))])
-        .unwrap();
-    w.sync().unwrap();
-    let hits = log.search("searchable", 10).unwrap();
-    assert_eq!((hits[0].session.as_str(), hits[0].seq), ("old", 2));
-}
 
 // ---- one test body, both backends (turnstone::backend::EventLog)
 
@@ -1226,12 +596,16 @@ mod sessions;
 
 #[path = "pg/asynchronous.rs"]
 mod asynchronous;
+#[path = "pg/follow.rs"]
+mod follow;
+#[path = "pg/processes.rs"]
+mod processes;
 
 type TestFn = fn(&Ctx);
 
 fn main() {
-    if let Ok(spec) = std::env::var(WORKER_ENV) {
-        worker(&spec);
+    if let Ok(spec) = std::env::var(processes::WORKER_ENV) {
+        processes::worker(&spec);
         return;
     }
     let tests: &[(&str, TestFn, bool)] = &[
@@ -1287,27 +661,27 @@ fn main() {
         ),
         (
             "a_subscriber_is_woken_by_commits",
-            a_subscriber_is_woken_by_commits,
+            follow::a_subscriber_is_woken_by_commits,
             false,
         ),
         (
             "a_watcher_wakes_when_the_session_grows",
-            a_watcher_wakes_when_the_session_grows,
+            follow::a_watcher_wakes_when_the_session_grows,
             false,
         ),
         (
             "many_followers_share_one_listening_connection",
-            many_followers_share_one_listening_connection,
+            follow::many_followers_share_one_listening_connection,
             false,
         ),
         (
             "dropping_the_last_handle_closes_the_log",
-            dropping_the_last_handle_closes_the_log,
+            follow::dropping_the_last_handle_closes_the_log,
             false,
         ),
         (
             "a_follower_far_behind_catches_up_in_order",
-            a_follower_far_behind_catches_up_in_order,
+            follow::a_follower_far_behind_catches_up_in_order,
             false,
         ),
         ("snapshots_round_trip", snapshots_round_trip, false),
@@ -1353,22 +727,22 @@ fn main() {
         ),
         (
             "search_finds_text_across_sessions_and_along_a_fork_chain",
-            search_finds_text_across_sessions_and_along_a_fork_chain,
+            processes::search_finds_text_across_sessions_and_along_a_fork_chain,
             false,
         ),
         (
             "a_version_1_database_is_migrated_in_place",
-            a_version_1_database_is_migrated_in_place,
+            processes::a_version_1_database_is_migrated_in_place,
             false,
         ),
         (
             "two_worker_processes_never_interleave_and_lose_nothing_acknowledged",
-            two_worker_processes_never_interleave_and_lose_nothing_acknowledged,
+            processes::two_worker_processes_never_interleave_and_lose_nothing_acknowledged,
             false,
         ),
         (
             "a_database_crash_under_load_loses_nothing_acknowledged",
-            a_database_crash_under_load_loses_nothing_acknowledged,
+            processes::a_database_crash_under_load_loses_nothing_acknowledged,
             true,
         ),
     ];
