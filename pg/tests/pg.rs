@@ -721,6 +721,11 @@ fn main() {
             false,
         ),
         (
+            "tools_and_views_on_both_backends",
+            sessions::tools_and_views_on_both_backends,
+            false,
+        ),
+        (
             "random_histories_agree_on_both_backends",
             sessions::random_histories_agree_on_both_backends,
             false,
