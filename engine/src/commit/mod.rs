@@ -21,9 +21,11 @@
 mod batch;
 mod direct;
 mod flusher;
+mod follow_wait;
 mod queue;
 mod stats;
 
 pub(crate) use flusher::{run as run_flusher, FlusherEnv, WriterFile};
-pub(crate) use queue::{Change, CommitQueue, RetryState, State};
+pub(crate) use follow_wait::Change;
+pub(crate) use queue::{CommitQueue, RetryState, State};
 pub use stats::Stats;

@@ -151,7 +151,7 @@ impl State {
 /// The queue between appenders and the flusher.
 #[derive(Debug)]
 pub(crate) struct CommitQueue {
-    state: Mutex<State>,
+    pub(super) state: Mutex<State>,
     /// A copy of `State::durable` (its `LogPos` value), published under the
     /// mutex by [`CommitQueue::notify_durable`] and
     /// [`CommitQueue::notify_batch_durable`] after the followers are woken
@@ -178,18 +178,6 @@ pub(crate) struct CommitQueue {
     /// none is in flight ([`CommitQueue::wait_durable`]); otherwise it
     /// wakes the flusher.
     leaders: bool,
-}
-
-/// How a follower's wait for the durable position to move ended
-/// ([`CommitQueue::wait_change_until`]).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Change {
-    /// It moved; the durable position now.
-    Moved(LogPos),
-    /// The store is closed or poisoned.
-    Stopped,
-    /// The deadline passed first.
-    TimedOut,
 }
 
 impl CommitQueue {
@@ -465,117 +453,6 @@ impl CommitQueue {
         None
     }
 
-    /// Wait, without asking for any write, until the durable position is no
-    /// longer `seen` (or the store stopped). Returns the durable position
-    /// then, or `None` if the store is closed or poisoned. Followers use it:
-    /// they see what others make durable and never cause an fdatasync.
-    pub fn wait_durable_change(&self, seen: LogPos) -> Option<LogPos> {
-        match self.wait_change(None, seen, None) {
-            Change::Moved(p) => Some(p),
-            Change::Stopped | Change::TimedOut => None,
-        }
-    }
-
-    /// [`CommitQueue::wait_durable_change`] for a thread following one
-    /// session: after the first change, only a batch holding a frame of
-    /// `session` (or the store stopping) wakes it.
-    pub fn wait_session_change(&self, session: SessionId, seen: LogPos) -> Option<LogPos> {
-        match self.wait_change(Some(session), seen, None) {
-            Change::Moved(p) => Some(p),
-            Change::Stopped | Change::TimedOut => None,
-        }
-    }
-
-    /// [`CommitQueue::wait_durable_change`] (`session: None`) or
-    /// [`CommitQueue::wait_session_change`], giving up at `deadline`.
-    pub fn wait_change_until(
-        &self,
-        session: Option<SessionId>,
-        seen: LogPos,
-        deadline: std::time::Instant,
-    ) -> Change {
-        self.wait_change(session, seen, Some(deadline))
-    }
-
-    fn wait_change(
-        &self,
-        session: Option<SessionId>,
-        seen: LogPos,
-        deadline: Option<std::time::Instant>,
-    ) -> Change {
-        let mut st = self.state.lock();
-        loop {
-            // A store that stopped still delivers what became durable
-            // before it stopped (shutdown's last sync); poison does not.
-            if st.poisoned.is_some() {
-                return Change::Stopped;
-            }
-            if st.durable != seen {
-                return Change::Moved(st.durable);
-            }
-            if st.flusher_done {
-                return Change::Stopped;
-            }
-            let session_cv;
-            let cv: &Condvar = match session {
-                Some(sid) => {
-                    session_cv = st.session_cvs.entry(sid).or_default().clone();
-                    &session_cv
-                }
-                None => &self.change_cv,
-            };
-            match deadline {
-                None => cv.wait(&mut st),
-                Some(d) => {
-                    if cv.wait_until(&mut st, d).timed_out() && st.durable == seen {
-                        return Change::TimedOut;
-                    }
-                }
-            }
-        }
-    }
-
-    /// The asynchronous [`CommitQueue::wait_durable_change`].
-    pub fn poll_durable_change(&self, seen: LogPos, cx: &mut Context<'_>) -> Poll<Option<LogPos>> {
-        let mut st = self.state.lock();
-        if st.poisoned.is_some() {
-            return Poll::Ready(None);
-        }
-        if st.durable != seen {
-            return Poll::Ready(Some(st.durable));
-        }
-        if st.flusher_done {
-            return Poll::Ready(None);
-        }
-        register(&mut st.follower_wakers, cx.waker());
-        Poll::Pending
-    }
-
-    /// The asynchronous wait of a follower of one session: ready when the
-    /// durable position has left `seen` and a batch holding a frame of
-    /// `session` became durable since the waker was left (or at once if the
-    /// position moved before; the caller looks again either way), `None`
-    /// when the store stopped.
-    pub fn poll_session_change(
-        &self,
-        session: SessionId,
-        seen: LogPos,
-        cx: &mut Context<'_>,
-    ) -> Poll<Option<LogPos>> {
-        let mut st = self.state.lock();
-        if st.poisoned.is_some() {
-            return Poll::Ready(None);
-        }
-        if st.durable != seen {
-            return Poll::Ready(Some(st.durable));
-        }
-        if st.flusher_done {
-            return Poll::Ready(None);
-        }
-        register(st.session_wakers.entry(session).or_default(), cx.waker());
-        Poll::Pending
-    }
-
     /// Wake every durability waiter, threads and tasks (the durable position
     /// moved, a write failed, or the store stopped). Called with the state
     /// locked, so that no waiter checks and then sleeps past a wake-up (a
@@ -696,7 +573,7 @@ fn wake_tasks(st: &mut State, parity: usize) {
 
 /// Keep one waker per task: a task polled again before a wake-up replaces
 /// its own entry instead of adding one.
-fn register(wakers: &mut Vec<Waker>, waker: &Waker) {
+pub(super) fn register(wakers: &mut Vec<Waker>, waker: &Waker) {
     if !wakers.iter().any(|w| w.will_wake(waker)) {
         wakers.push(waker.clone());
     }

@@ -8,7 +8,7 @@ use crate::error::{Error, Result};
 use crate::log::{segment_path, zero_range};
 use crate::vfs::Vfs;
 
-use super::plan::Recovered;
+use super::recovered::Recovered;
 
 /// Apply a plan to the bytes, before anything new is written (FORMAT.md
 /// §6.4), each step durable. A checkpoint that no longer matches goes first:

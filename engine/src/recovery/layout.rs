@@ -15,7 +15,7 @@ use crate::log::{list_segments, segment_path};
 use crate::types::SegmentId;
 use crate::vfs::Vfs;
 
-use super::plan::Recovered;
+use super::recovered::Recovered;
 use super::scan::check_batch;
 
 /// The segment files the pass reads, as the directory and the gc manifest

@@ -26,6 +26,7 @@ mod checkpoint_check;
 mod classify;
 mod layout;
 mod plan;
+mod recovered;
 mod salvage;
 mod scan;
 

@@ -32,24 +32,9 @@ use crate::vfs::Vfs;
 use super::checkpoint_check::validate_checkpoint;
 use super::classify::{classify_bad_header, classify_stop, HeaderFacts, Row, StopFacts};
 use super::layout::{scan_compacted, Layout};
+use super::recovered::Recovered;
 use super::scan::{batch_salt, evidence_after, probe_after, scan_batches, SegmentScan as Scan};
 use super::{Problem, ProblemKind, RecoveryMode, RecoveryReport};
-
-/// The result of the pass, for [`crate::Store::open`] to act on.
-pub(crate) struct Recovered {
-    pub store_id: Option<[u8; 16]>,
-    pub index: Index,
-    /// Segments that remain, in order.
-    pub segments: Vec<SegmentId>,
-    /// Where the next batch goes: segment, offset, batch sequence.
-    pub tail: Option<(SegmentId, u32, u64)>,
-    pub report: RecoveryReport,
-    /// Byte ranges to zero before the first append (torn bytes).
-    pub zero_ranges: Vec<(SegmentId, u32, u32)>,
-    /// Segment files to remove (a torn new segment, or PointInTime discards).
-    pub remove_segments: Vec<SegmentId>,
-    pub remove_checkpoint: bool,
-}
 
 /// Run the recovery pass (no writes: the caller applies `zero_ranges` and
 /// removals when it opens for writing).

@@ -36,7 +36,7 @@ use crate::log::{list_segments, read_segment, segment_path};
 use crate::types::{LogPos, SegmentId, SessionId};
 use crate::vfs::Vfs;
 
-use super::plan::Recovered;
+use super::recovered::Recovered;
 use super::scan::{check_batch, evidence_after, probe_after};
 use super::{Problem, ProblemKind, RecoveryMode, RecoveryReport};
 
