@@ -36,7 +36,7 @@ impl NativeStore {
     fn log(&self) -> napi::Result<LogHandle> {
         self.log.lock().clone().ok_or_else(|| err(TsError::Closed))
     }
-    /// The embedded store, for what only it has (its search index, live
+    /// The embedded store, for what only it has (collection, stats, live
     /// follow).
     fn store(&self, what: &str) -> napi::Result<Arc<TsStore>> {
         let log = self.log()?;
@@ -424,10 +424,12 @@ impl NativeStore {
                 return Ok(());
             }
             match log {
-                Some(log) if log.store().is_some() => log.store().unwrap().shutdown().map_err(err),
-                // A client of another process's store (or the store it
-                // took over).
-                Some(log) => log.as_log().close().map_err(err),
+                Some(log) => match log.store() {
+                    Some(store) => store.shutdown().map_err(err),
+                    // A client of another process's store (or the store it
+                    // took over).
+                    None => log.as_log().close().map_err(err),
+                },
                 None => Ok(()),
             }
         })

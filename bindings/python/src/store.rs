@@ -32,7 +32,7 @@ impl NativeStore {
     fn log(&self) -> PyResult<LogHandle> {
         self.log.lock().clone().ok_or_else(|| err(Error::Closed))
     }
-    /// The embedded store, for what only it has (its search index, live
+    /// The embedded store, for what only it has (collection, stats, live
     /// follow).
     fn store(&self, what: &str) -> PyResult<Arc<Store>> {
         let log = self.log()?;
@@ -369,10 +369,12 @@ impl NativeStore {
             }
             match log {
                 // Sessions may still hold it: close it for them too.
-                Some(log) if log.store().is_some() => log.store().unwrap().shutdown(),
-                // A client of another process's store (or the store it
-                // took over).
-                Some(log) => log.as_log().close(),
+                Some(log) => match log.store() {
+                    Some(store) => store.shutdown(),
+                    // A client of another process's store (or the store it
+                    // took over).
+                    None => log.as_log().close(),
+                },
                 None => Ok(()),
             }
         })

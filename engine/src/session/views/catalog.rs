@@ -323,7 +323,9 @@ impl Catalog {
                 }
                 None => fresh(&c.name, c.define_pos, c.parent.clone()),
             };
-            self.ranks.insert(c.name.clone(), rank);
+            if self.ranks.get(&c.name) != Some(&rank) {
+                self.ranks.insert(c.name.clone(), rank);
+            }
             if !slot.deleted && c.durable_len > slot.folded {
                 read += fold(log, &c.name, c.durable_len, &mut slot)?;
             }

@@ -30,8 +30,10 @@ pub type SessionSummary = crate::session::views::catalog::CatalogEntry;
 /// Every session of the log, in creation order, as its durable events show
 /// it (a listing makes nothing durable): [`Catalog::build`] listed whole,
 /// for a caller that wants every entry once. A caller that lists again, or
-/// wants filters and pages, keeps the [`Catalog`] and refreshes it. Deleted
-/// sessions and those the store's retention policy expires are left out.
+/// wants filters and pages, keeps the [`Catalog`] and refreshes it (a
+/// build reads every durable event once; a refresh reads only what is new).
+/// Deleted sessions and those the store's retention policy expires are left
+/// out.
 ///
 /// [`Catalog`]: crate::session::Catalog
 /// [`Catalog::build`]: crate::session::Catalog::build
